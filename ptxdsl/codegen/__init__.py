@@ -1,0 +1,1 @@
+"""Code generation: shared-memory layout and the PTX emitter."""

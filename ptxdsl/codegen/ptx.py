@@ -1,0 +1,735 @@
+"""IR -> PTX text.
+
+A small writer (`instr(mnemonic, *operands, guard=None)`) with per-class register counters
+whose `.reg` declarations are written last, and an emitter that walks the structured IR.
+Each PTX mnemonic is written whole in one string, so a grep for an instruction lands on the
+line that emits it. Register and label names are deterministic, so goldens are stable.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+from .. import ir
+from .. import types as T
+from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
+from .layout import Layout, layout_kernel
+
+PTX_VERSION = (8, 0)
+SMEM_SYMBOL = "__ptxdsl_smem"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The PTX header: ISA version and `.target`."""
+
+    arch: str = "sm_90a"
+    version: tuple[int, int] = PTX_VERSION
+
+    def header(self) -> str:
+        return f".version {self.version[0]}.{self.version[1]}\n.target {self.arch}\n" \
+               ".address_size 64\n"
+
+
+# register class of a scalar: (prefix, declared type)
+def reg_class(t: T.Type) -> tuple[str, str]:
+    if isinstance(t, (T.Ptr,)):
+        return "rd", "b64"
+    assert isinstance(t, T.Scalar), t
+    if t.is_pred:
+        return "p", "pred"
+    if t.nbytes <= 2:
+        return "rs", "b16"
+    if t.nbytes == 4:
+        return ("f", "f32") if t == T.f32 else ("r", "b32")
+    return ("fd", "f64") if t == T.f64 else ("rd", "b64")
+
+
+def mem_type(t: T.Scalar) -> str:
+    """Type suffix for ld/st/mov/selp: 16-bit floats move as raw .b16."""
+    return "b16" if t in (T.f16, T.bf16) else t.name
+
+
+def int_type(t: T.Scalar) -> str:
+    """Arithmetic type suffix: bit types compute as unsigned."""
+    return f"u{t.nbits}" if t.kind == "b" else t.name
+
+
+def immediate(value: int | float | bool, t: T.Scalar) -> str:
+    if t == T.f32:
+        return "0f%08X" % struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    if t == T.f64:
+        return "0d%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+    if t == T.f16:
+        return "0x%04X" % struct.unpack("<H", struct.pack("<e", float(value)))[0]
+    if t == T.bf16:
+        bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+        bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
+        return "0x%04X" % ((bits >> 16) & 0xFFFF)
+    return str(int(value))
+
+
+class PtxWriter:
+    """Lines of one entry body plus its register counters."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.counts: dict[str, int] = {}
+        self.decl_types: dict[str, str] = {}
+        self.nlabels = 0
+
+    def reg(self, t: T.Type) -> str:
+        prefix, decl = reg_class(t)
+        n = self.counts.get(prefix, 0) + 1
+        self.counts[prefix] = n
+        self.decl_types[prefix] = decl
+        return f"%{prefix}{n}"
+
+    def label(self, kind: str) -> str:
+        self.nlabels += 1
+        return f"$L_{kind}_{self.nlabels}"
+
+    def place_label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+    def instr(self, mnemonic: str, *operands: str, guard: str | None = None) -> None:
+        g = f"@{guard} " if guard else ""
+        ops = ", ".join(operands)
+        self.lines.append(f"    {g}{mnemonic}{' ' + ops if ops else ''};")
+
+    def comment(self, text: str) -> None:
+        self.lines.append(f"    // {text}")
+
+    def reg_decls(self) -> list[str]:
+        order = ["p", "rs", "r", "rd", "f", "fd"]
+        return [f"    .reg .{self.decl_types[p]} %{p}<{self.counts[p] + 1}>;"
+                for p in order if p in self.counts]
+
+
+_SREG_PTX = {"clock": "%clock", "clock64": "%clock64", "globaltimer": "%globaltimer"}
+_FN_PTX = {
+    ("ex2", "f32"): "ex2.approx.f32", ("lg2", "f32"): "lg2.approx.f32",
+    ("rsqrt", "f32"): "rsqrt.approx.f32", ("sqrt", "f32"): "sqrt.approx.f32",
+    ("sqrt", "f64"): "sqrt.rn.f64", ("rcp", "f32"): "rcp.approx.f32", ("rcp", "f64"): "rcp.rn.f64",
+    ("sin", "f32"): "sin.approx.f32", ("cos", "f32"): "cos.approx.f32",
+    ("tanh", "f32"): "tanh.approx.f32",
+}  # fmt: skip
+_SHFL_PTX = {"shfl_xor": ("shfl.sync.bfly.b32", "0x1f"), "shfl_down": ("shfl.sync.down.b32", "0x1f"),
+             "shfl_up": ("shfl.sync.up.b32", "0x0"), "shfl_idx": ("shfl.sync.idx.b32", "0x1f")}
+
+
+class KernelEmitter:
+    """Emits one ir.Kernel as a PTX `.entry`."""
+
+    def __init__(self, kernel: ir.Kernel, layout: Layout):
+        self.k = kernel
+        self.layout = layout
+        self.w = PtxWriter()
+        self.scopes: list[dict[str, object]] = [{}]
+        self.smem_base: str | None = None
+
+    # ------------------------------------------------------------------ names
+
+    def bind(self, name: str, regs: object) -> None:
+        self.scopes[-1][name] = regs
+
+    def lookup(self, name: str):
+        for s in reversed(self.scopes):
+            if name in s:
+                return s[name]
+        raise KeyError(name)
+
+    def new_regs(self, t: T.Type):
+        if isinstance(t, T.Vector):
+            return [self.w.reg(t.elem) for _ in range(t.n)]
+        return self.w.reg(t)
+
+    # ------------------------------------------------------------------ entry
+
+    def emit(self) -> str:
+        k, w = self.k, self.w
+        params = []
+        for p in k.params:
+            if isinstance(p.type, T.TensorMap):
+                params.append(f"    .param .align 64 .b8 p_{p.name}[128]")
+            elif isinstance(p.type, T.Ptr):
+                params.append(f"    .param .u64 p_{p.name}")
+            else:
+                assert isinstance(p.type, T.Scalar)
+                params.append(f"    .param .{mem_type(p.type) if p.type != T.pred else 'u8'} "
+                              f"p_{p.name}")
+        for p in k.params:
+            r = w.reg(p.type if not isinstance(p.type, T.TensorMap) else T.u64)
+            self.bind(p.name, r)
+            if isinstance(p.type, T.TensorMap):
+                w.instr("mov.u64", r, f"p_{p.name}")
+                w.instr("cvta.param.u64", r, r)
+            elif isinstance(p.type, T.Ptr):
+                w.instr("ld.param.u64", r, f"[p_{p.name}]")
+                w.instr("cvta.to.global.u64", r, r)
+            elif p.type == T.pred:
+                t = w.reg(T.u16)
+                w.instr("ld.param.u8", t, f"[p_{p.name}]")
+                w.instr("setp.ne.u16", r, t, "0")
+            else:
+                w.instr(f"ld.param.{mem_type(p.type)}", r, f"[p_{p.name}]")  # type: ignore[arg-type]
+        if self.layout.items:
+            base = w.reg(T.u32)
+            w.instr("mov.u32", base, SMEM_SYMBOL)
+            if self.layout.align > 16:
+                # The dynamic smem base is only 16-byte aligned on every load path; round up.
+                w.instr("add.u32", base, base, str(self.layout.align - 1))
+                w.instr("and.b32", base, base, str(-self.layout.align))
+            self.smem_base = base
+        self.stmts(k.body)
+        w.instr("ret")
+
+        d = []
+        d.append(f".visible .entry {k.name}(")
+        d.append(",\n".join(params))
+        x, y, z = k.threads
+        dirs = [f".reqntid {x}, {y}, {z}"]
+        if k.maxnreg is not None:
+            dirs.append(f".maxnreg {k.maxnreg}")
+        if k.minctas is not None:
+            dirs.append(f".minnctapersm {k.minctas}")
+        if k.cluster is not None:
+            dirs.append(".reqnctapercluster {}, {}, {}".format(*k.cluster))
+        d.append(")\n    " + " ".join(dirs))
+        d.append("{")
+        d.extend(w.reg_decls())
+        d.extend(self.layout.comments())
+        d.extend(w.lines)
+        d.append("}")
+        return "\n".join(d) + "\n"
+
+    # ------------------------------------------------------------------ statements
+
+    def stmts(self, body: tuple[ir.Stmt, ...]) -> None:
+        self.scopes.append({})
+        for s in body:
+            self.stmt(s)
+        self.scopes.pop()
+
+    def stmt(self, s: ir.Stmt) -> None:
+        w = self.w
+        if isinstance(s, (ir.SharedDecl, ir.BarrierDecl)):
+            return
+        if isinstance(s, ir.Let):
+            regs = self.new_regs(s.var_type)
+            self.bind(s.name, regs)
+            if s.value is not None:
+                self.move_into(regs, s.value, s.var_type)
+        elif isinstance(s, ir.Assign):
+            self.move_into(self.lookup(s.name), s.value, s.value.type)
+        elif isinstance(s, ir.Store):
+            self.store(s)
+        elif isinstance(s, ir.If):
+            p = self.ev_reg(s.cond)
+            end = w.label("endif")
+            if s.orelse:
+                other = w.label("else")
+                w.instr("bra", other, guard=f"!{p}")
+                self.stmts(s.then)
+                w.instr("bra.uni", end)
+                w.place_label(other)
+                self.stmts(s.orelse)
+            else:
+                w.instr("bra", end, guard=f"!{p}")
+                self.stmts(s.then)
+            w.place_label(end)
+        elif isinstance(s, ir.For):
+            self.for_loop(s)
+        elif isinstance(s, ir.While):
+            top, end = w.label("while"), w.label("endwhile")
+            w.place_label(top)
+            p = self.ev_reg(s.cond)
+            w.instr("bra", end, guard=f"!{p}")
+            self.stmts(s.body)
+            w.instr("bra.uni", top)
+            w.place_label(end)
+        elif isinstance(s, ir.Return):
+            w.instr("ret")
+        elif isinstance(s, ir.Asm):
+            ops = [self.lookup(n) for n in s.outs] + [self.ev(x) for x in s.ins]
+            text = re.sub(r"\{(\d+)\}", lambda m: str(ops[int(m.group(1))]), s.template)
+            for line in text.strip().split("\n"):
+                w.lines.append("    " + line.strip())
+        elif isinstance(s, ir.Op):
+            self.op(s)
+        else:
+            raise TypeError(f"no PTX for {type(s).__name__}")
+
+    def for_loop(self, s: ir.For) -> None:
+        w = self.w
+        i = w.reg(s.var_type)
+        self.scopes.append({s.var: i})
+        w.instr(f"mov.{mem_type(s.var_type)}", i, self.ev(s.start))
+        stop = self.ev(s.stop)
+        if not isinstance(s.stop, ir.Const):
+            stop = self.copy(stop, s.var_type)  # evaluated once, before the first iteration
+        step = self.ev(s.step)
+        if not isinstance(s.step, ir.Const):
+            step = self.copy(step, s.var_type)
+        down = isinstance(s.step, ir.Const) and s.step.value < 0
+        top, end = w.label("for"), w.label("endfor")
+        p = w.reg(T.pred)
+        w.place_label(top)
+        w.instr(f"setp.{'le' if down else 'ge'}.{int_type(s.var_type)}", p, i, stop)
+        w.instr("bra", end, guard=p)
+        self.stmts(s.body)
+        w.instr(f"add.{int_type(s.var_type)}", i, i, step)
+        w.instr("bra.uni", top)
+        w.place_label(end)
+        self.scopes.pop()
+
+    def copy(self, operand: str, t: T.Scalar) -> str:
+        r = self.w.reg(t)
+        self.w.instr(f"mov.{mem_type(t)}", r, operand)
+        return r
+
+    def move_into(self, regs, value: ir.Expr, t: T.Type) -> None:
+        if isinstance(t, T.Vector):
+            for dst, src in zip(regs, self.ev_vec(value)):
+                self.w.instr(f"mov.{mem_type(t.elem)}", dst, src)
+        elif isinstance(t, T.Scalar) and t.is_pred:
+            src = self.ev(value)
+            if src in ("1", "0"):
+                self.w.instr("setp.ne.u32", regs, src, "0")
+            else:
+                self.w.instr("mov.pred", regs, src)
+        else:
+            mt = "u64" if isinstance(t, T.Ptr) else mem_type(t)  # type: ignore[arg-type]
+            self.w.instr(f"mov.{mt}", regs, self.ev(value))
+
+    # ------------------------------------------------------------------ memory
+
+    def shared_addr(self, ref: ir.Expr) -> tuple[str, int]:
+        """(register, constant byte offset) of a shared place or view."""
+        indices: list[ir.Expr] = []
+        while isinstance(ref, ir.Index):
+            indices = list(ref.indices) + indices
+            ref = ref.base
+        if isinstance(ref, ir.BarrierObj):
+            off = self.layout.offset(ref.name)
+            if not indices:
+                return self.smem_base, off  # type: ignore[return-value]
+            return self.scaled(self.smem_base, indices[0], 8, off, T.u32)  # type: ignore[arg-type]
+        assert isinstance(ref, ir.SharedBuf), ref
+        decl_shape = self.layout.shape(ref.name)
+        esz = ref.type.elem.nbytes  # type: ignore[attr-defined]
+        strides = []
+        acc = esz
+        for d in reversed(decl_shape):
+            strides.append(acc)
+            acc *= d
+        strides.reverse()
+        base, off = self.smem_base, self.layout.offset(ref.name)
+        for idx, stride in zip(indices, strides):
+            base, off = self.scaled(base, idx, stride, off, T.u32)  # type: ignore[arg-type]
+        return base, off  # type: ignore[return-value]
+
+    def scaled(self, base: str, idx: ir.Expr, stride: int, off: int, t: T.Scalar) -> tuple[str, int]:
+        """base + idx * stride (+ off), folding constant indices into the offset."""
+        w = self.w
+        if isinstance(idx, ir.Const):
+            return base, off + int(idx.value) * stride
+        i = self.ev_reg(idx)
+        r = w.reg(t)
+        it = idx.type
+        if t == T.u32:
+            w.instr("mad.lo.u32", r, i, str(stride), base)
+        elif it in (T.u32, T.s32):
+            tmp = w.reg(T.u64)
+            w.instr(f"mul.wide.{'s32' if it == T.s32 else 'u32'}", tmp, i, str(stride))
+            w.instr("add.s64", r, base, tmp)
+        else:
+            w.instr("mad.lo.u64", r, i, str(stride), base)
+        return r, off
+
+    def global_addr(self, ref: ir.Index) -> tuple[str, int]:
+        base = self.ev_reg(ref.base)
+        esz = ref.type.elem.nbytes  # type: ignore[attr-defined]
+        return self.scaled(base, ref.indices[0], esz, 0, T.u64)
+
+    def addr(self, ref: ir.Expr) -> tuple[str, str]:
+        """('shared'|'global', '[reg+off]') for a place."""
+        if isinstance(ref.type, T.GlobalRef):
+            r, off = self.global_addr(ref)  # type: ignore[arg-type]
+            space = "global"
+        else:
+            r, off = self.shared_addr(ref)
+            space = "shared"
+        return space, (f"[{r}+{off}]" if off else f"[{r}]")
+
+    def load(self, e: ir.Load):
+        space, a = self.addr(e.ref)
+        t = e.type
+        if isinstance(t, T.Vector):
+            return self.vector_mem(f"ld.{space}", a, t, None)
+        r = self.w.reg(t)
+        self.w.instr(f"ld.{space}.{mem_type(t)}", r, a)  # type: ignore[arg-type]
+        return r
+
+    def store(self, s: ir.Store) -> None:
+        space, a = self.addr(s.ref)
+        t = s.value.type
+        if isinstance(t, T.Vector):
+            self.vector_mem(f"st.{space}", a, t, self.ev_vec(s.value))
+            return
+        v = self.ev_reg(s.value)
+        self.w.instr(f"st.{space}.{mem_type(t)}", a, v)  # type: ignore[arg-type]
+
+    def vector_mem(self, kind: str, a: str, t: T.Vector, values: list[str] | None):
+        """Vector ld/st; 16-bit elements travel packed in pairs as .b32."""
+        w = self.w
+        if t.elem.nbytes >= 4:
+            regs = values if values is not None else [w.reg(t.elem) for _ in range(t.n)]
+            w.instr(f"{kind}.v{t.n}.{mem_type(t.elem)}", *_vec_operands(kind, a, regs))
+            return regs
+        words = t.n // 2
+        if values is None:
+            packed = [w.reg(T.b32) for _ in range(words)]
+            suffix = f".v{words}.b32" if words > 1 else ".b32"
+            w.instr(f"{kind}{suffix}", *_vec_operands(kind, a, packed))
+            regs = []
+            for p in packed:
+                lo, hi = w.reg(t.elem), w.reg(t.elem)
+                w.instr("mov.b32", f"{{{lo}, {hi}}}", p)
+                regs += [lo, hi]
+            return regs
+        packed = []
+        for j in range(words):
+            p = w.reg(T.b32)
+            w.instr("mov.b32", p, f"{{{values[2 * j]}, {values[2 * j + 1]}}}")
+            packed.append(p)
+        suffix = f".v{words}.b32" if words > 1 else ".b32"
+        w.instr(f"{kind}{suffix}", *_vec_operands(kind, a, packed))
+        return values
+
+    # ------------------------------------------------------------------ expressions
+
+    def ev_reg(self, e: ir.Expr) -> str:
+        """An expression in a register (immediates are moved into one)."""
+        v = self.ev(e)
+        if isinstance(e, ir.Const):
+            t = e.type
+            if t == T.pred:
+                r = self.w.reg(T.pred)
+                self.w.instr("setp.ne.u32", r, "1" if e.value else "0", "0")
+                return r
+            return self.copy(v, t)  # type: ignore[arg-type]
+        return v
+
+    def ev_vec(self, e: ir.Expr) -> list[str]:
+        if isinstance(e, ir.Var):
+            return self.lookup(e.name)
+        if isinstance(e, ir.Load):
+            return self.load(e)
+        if isinstance(e, ir.Pack):
+            return [self.ev_reg(x) for x in e.elems]
+        raise TypeError(f"no vector value for {type(e).__name__}")
+
+    def ev(self, e: ir.Expr) -> str:
+        """An expression as a PTX operand: a register or an immediate."""
+        w = self.w
+        t = e.type
+        if isinstance(e, ir.Const):
+            if t == T.pred:
+                return "1" if e.value else "0"
+            if t in (T.f16, T.bf16):
+                r = w.reg(t)
+                w.instr("mov.b16", r, immediate(e.value, t))  # type: ignore[arg-type]
+                return r
+            return immediate(e.value, t)  # type: ignore[arg-type]
+        if isinstance(e, ir.Var):
+            return self.lookup(e.name)
+        if isinstance(e, ir.SReg):
+            return self.sreg(e)
+        if isinstance(e, ir.Load):
+            return self.load(e)
+        if isinstance(e, ir.Extract):
+            return self.ev_vec(e.vec)[e.index]
+        if isinstance(e, ir.Binary):
+            return self.binary(e)
+        if isinstance(e, ir.Compare):
+            return self.compare(e)
+        if isinstance(e, ir.Unary):
+            x = self.ev_reg(e.x)
+            r = w.reg(t)
+            if e.op == "neg":
+                w.instr(f"neg.{mem_type(t) if t in (T.f16, T.bf16) else t.name}", r, x)  # type: ignore[union-attr]
+            elif t == T.pred:
+                w.instr("not.pred", r, x)
+            else:
+                w.instr(f"not.b{t.nbits}", r, x)  # type: ignore[union-attr]
+            return r
+        if isinstance(e, ir.Cast):
+            return self.cast(e)
+        if isinstance(e, ir.Select):
+            c = self.ev_reg(e.cond)
+            a, b = self.ev(e.a), self.ev(e.b)
+            r = w.reg(t)
+            if t == T.pred:
+                w.instr("mov.pred", r, self.ev_reg(e.b))
+                w.instr("mov.pred", r, self.ev_reg(e.a), guard=c)
+            else:
+                w.instr(f"selp.{mem_type(t)}", r, a, b, c)  # type: ignore[arg-type]
+            return r
+        if isinstance(e, ir.Call):
+            return self.call(e)
+        raise TypeError(f"no PTX value for {type(e).__name__}")
+
+    def sreg(self, e: ir.SReg) -> str:
+        w = self.w
+        r = w.reg(e.type)
+        if e.name == "warp":
+            x, y, z = self.k.threads
+            if y == 1 and z == 1:
+                w.instr("mov.u32", r, "%tid.x")
+            else:  # linear thread index of a 2-D / 3-D CTA
+                ty, tz = w.reg(T.u32), w.reg(T.u32)
+                w.instr("mov.u32", ty, "%tid.y")
+                w.instr("mov.u32", tz, "%tid.z")
+                w.instr("mad.lo.u32", ty, tz, str(y), ty)
+                w.instr("mov.u32", r, "%tid.x")
+                w.instr("mad.lo.u32", r, ty, str(x), r)
+            w.instr("shr.u32", r, r, "5")
+            return r
+        name = _SREG_PTX.get(e.name, f"%{e.name}")
+        w.instr(f"mov.{e.type}", r, name)
+        return r
+
+    def binary(self, e: ir.Binary) -> str:
+        w = self.w
+        t = e.type
+        if isinstance(t, T.Ptr):
+            base = self.ev_reg(e.a)
+            r, off = self.scaled(base, e.b, t.elem.nbytes, 0, T.u64)
+            if off:
+                r2 = w.reg(T.u64)
+                w.instr("add.s64", r2, r, str(off if e.op == "add" else -off))
+                return r2
+            if e.op == "sub":
+                r2 = w.reg(T.u64)
+                w.instr("sub.s64", r2, base, r if r != base else "0")
+                return r2
+            return r
+        assert isinstance(t, T.Scalar)
+        a = self.ev_reg(e.a) if isinstance(e.a, ir.Const) and isinstance(e.b, ir.Const) \
+            else self.ev(e.a)
+        if isinstance(e.a, ir.Const) and not isinstance(e.b, ir.Const) and t.nbytes == 2:
+            a = self.ev_reg(e.a)
+        b = self.ev(e.b)
+        r = w.reg(t)
+        op = e.op
+        if t.is_pred:
+            w.instr(f"{op}.pred", r, a, b)
+        elif op in ("and", "or", "xor"):
+            w.instr(f"{op}.b{t.nbits}", r, a, b)
+        elif op == "shl":
+            w.instr(f"shl.b{t.nbits}", r, a, b)
+        elif op == "shr":
+            w.instr(f"shr.{int_type(t)}", r, a, b)
+        elif t.is_float:
+            ft = t.name
+            mn = {"add": f"add.{ft}", "sub": f"sub.{ft}", "mul": f"mul.{ft}",
+                  "div": f"div.rn.{ft}", "min": f"min.{ft}", "max": f"max.{ft}"}[op]
+            if t in (T.f16, T.bf16) and op in ("add", "sub", "mul"):
+                mn = f"{op}.rn.{ft}"
+            w.instr(mn, r, a, b)
+        else:
+            it = int_type(t)
+            mn = {"add": f"add.{it}", "sub": f"sub.{it}", "mul": f"mul.lo.{it}",
+                  "div": f"div.{it}", "rem": f"rem.{it}", "min": f"min.{it}",
+                  "max": f"max.{it}"}[op]
+            w.instr(mn, r, a, b)
+        return r
+
+    def compare(self, e: ir.Compare) -> str:
+        w = self.w
+        t = e.a.type
+        r = w.reg(T.pred)
+        if t == T.pred:
+            a, b = self.ev_reg(e.a), self.ev_reg(e.b)
+            w.instr("xor.pred", r, a, b)
+            if e.op == "eq":
+                w.instr("not.pred", r, r)
+            return r
+        a = self.ev(e.a) if not isinstance(e.a, ir.Const) else self.ev_reg(e.a)
+        b = self.ev(e.b)
+        w.instr(f"setp.{e.op}.{int_type(t)}", r, a, b)  # type: ignore[arg-type]
+        return r
+
+    def cast(self, e: ir.Cast) -> str:
+        w = self.w
+        src_t, dst_t = e.x.type, e.type
+        assert isinstance(src_t, T.Scalar) and isinstance(dst_t, T.Scalar)
+        x = self.ev_reg(e.x)
+        r = w.reg(dst_t)
+        if src_t.is_pred:
+            w.instr(f"selp.{mem_type(dst_t)}", r, immediate(1, dst_t), immediate(0, dst_t), x)
+        elif src_t.nbytes == dst_t.nbytes and src_t.is_int and dst_t.is_int:
+            w.instr(f"mov.b{dst_t.nbits}", r, x)
+        elif src_t.is_float and dst_t.is_float:
+            narrowing = dst_t.nbytes < src_t.nbytes or (dst_t.nbytes == 2 and src_t.nbytes == 2)
+            if src_t.nbytes == 2 and dst_t.nbytes == 2:  # f16 <-> bf16 through f32
+                f = w.reg(T.f32)
+                w.instr(f"cvt.f32.{src_t.name}", f, x)
+                w.instr(f"cvt.rn.{dst_t.name}.f32", r, f)
+            else:
+                w.instr(f"cvt{'.rn' if narrowing else ''}.{dst_t.name}.{src_t.name}", r, x)
+        elif src_t.is_float:
+            if src_t.nbytes == 2:  # 16-bit floats convert to integers through f32
+                f = w.reg(T.f32)
+                w.instr(f"cvt.f32.{src_t.name}", f, x)
+                x, src_t = f, T.f32
+            w.instr(f"cvt.rzi.{int_type(dst_t)}.{src_t.name}", r, x)
+        elif dst_t.is_float:
+            if dst_t.nbytes == 2:
+                f = w.reg(T.f32)
+                w.instr(f"cvt.rn.f32.{int_type(src_t)}", f, x)
+                w.instr(f"cvt.rn.{dst_t.name}.f32", r, f)
+            else:
+                w.instr(f"cvt.rn.{dst_t.name}.{int_type(src_t)}", r, x)
+        else:
+            w.instr(f"cvt.{int_type(dst_t)}.{int_type(src_t)}", r, x)
+        return r
+
+    def call(self, e: ir.Call) -> str:
+        w = self.w
+        t = e.type
+        if e.fn == "elect":
+            r = w.reg(T.pred)
+            w.instr("elect.sync", f"_|{r}", "0xffffffff")
+            return r
+        args = [self.ev_reg(a) for a in e.args]
+        r = w.reg(t)
+        if e.fn in _SHFL_PTX:
+            mn, clamp = _SHFL_PTX[e.fn]
+            w.instr(mn, r, args[0], args[1], clamp, "0xffffffff")
+        elif e.fn == "abs":
+            w.instr(f"abs.{t}", r, args[0])
+        elif e.fn == "fma":
+            w.instr(f"fma.rn.{t}", r, *args)
+        else:
+            w.instr(_FN_PTX[(e.fn, str(t))], r, args[0])
+        return r
+
+    # ------------------------------------------------------------------ intrinsic statements
+
+    def bar_addr(self, bar: ir.Expr) -> str:
+        r, off = self.shared_addr(bar)
+        return f"[{r}+{off}]" if off else f"[{r}]"
+
+    def op(self, s: ir.Op) -> None:
+        w = self.w
+        if isinstance(s, ir.MBarrierInit):
+            count = self.ev(s.count) if s.count is not None else str(self.decl_count(s.bar))
+            w.instr("mbarrier.init.shared::cta.b64", self.bar_addr(s.bar), count)
+        elif isinstance(s, ir.MBarrierArrive):
+            extra = [self.ev(s.count)] if s.count is not None else []
+            w.instr("mbarrier.arrive.release.cta.shared::cta.b64", "_", self.bar_addr(s.bar),
+                    *extra)
+        elif isinstance(s, ir.MBarrierArriveExpectTx):
+            w.instr("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64", "_",
+                    self.bar_addr(s.bar), self.ev(s.nbytes))
+        elif isinstance(s, ir.MBarrierExpectTx):
+            w.instr("mbarrier.expect_tx.relaxed.cta.shared::cta.b64", self.bar_addr(s.bar),
+                    self.ev(s.nbytes))
+        elif isinstance(s, ir.MBarrierWait):
+            a, parity = self.bar_addr(s.bar), self.ev(s.parity)
+            p = w.reg(T.pred)
+            top = w.label("wait")
+            w.place_label(top)
+            w.instr("mbarrier.try_wait.parity.shared::cta.b64", p, a, parity)
+            w.instr("bra", top, guard=f"!{p}")
+        elif isinstance(s, ir.MBarrierInval):
+            w.instr("mbarrier.inval.shared::cta.b64", self.bar_addr(s.bar))
+        elif isinstance(s, ir.FenceProxyAsync):
+            w.instr("fence.proxy.async.shared::cta")
+        elif isinstance(s, ir.FenceMBarrierInit):
+            w.instr("fence.mbarrier_init.release.cluster")
+        elif isinstance(s, ir.BarSync):
+            extra = [self.ev(s.nthreads)] if s.nthreads is not None else []
+            w.instr("bar.sync", self.ev(s.id), *extra)
+        elif isinstance(s, ir.BarArrive):
+            w.instr("bar.arrive", self.ev(s.id), self.ev(s.nthreads))
+        elif isinstance(s, ir.BulkLoad):
+            _, dst = self.addr(s.dst)
+            _, src = self.addr(s.src)
+            w.instr("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes", dst, src,
+                    self.ev(s.nbytes), self.bar_addr(s.bar))
+        elif isinstance(s, ir.BulkStore):
+            _, dst = self.addr(s.dst)
+            _, src = self.addr(s.src)
+            w.instr("cp.async.bulk.global.shared::cta.bulk_group", dst, src, self.ev(s.nbytes))
+        elif isinstance(s, ir.BulkCommit):
+            w.instr("cp.async.bulk.commit_group")
+        elif isinstance(s, ir.BulkWait):
+            w.instr("cp.async.bulk.wait_group", self.ev(s.n))
+        elif isinstance(s, ir.BulkWaitRead):
+            w.instr("cp.async.bulk.wait_group.read", self.ev(s.n))
+        elif isinstance(s, ir.TensorLoad):
+            _, dst = self.addr(s.dst)
+            w.instr(f"cp.async.bulk.tensor.{len(s.coords)}d.shared::cluster.global.tile"
+                    ".mbarrier::complete_tx::bytes", dst, self.tmap_operand(s.tmap, s.coords),
+                    self.bar_addr(s.bar))
+        elif isinstance(s, ir.TensorStore):
+            _, src = self.addr(s.src)
+            w.instr(f"cp.async.bulk.tensor.{len(s.coords)}d.global.shared::cta.tile.bulk_group",
+                    self.tmap_operand(s.tmap, s.coords), src)
+        elif isinstance(s, ir.TensorMapPrefetch):
+            w.instr("prefetch.tensormap", f"[{self.ev(s.tmap)}]")
+        else:
+            raise TypeError(f"no PTX for {type(s).__name__}")
+
+    def tmap_operand(self, tmap: ir.Expr, coords: tuple[ir.Expr, ...]) -> str:
+        cs = ", ".join(self.ev(c) for c in coords)
+        return f"[{self.ev(tmap)}, {{{cs}}}]"
+
+    def decl_count(self, bar: ir.Expr) -> int:
+        while isinstance(bar, ir.Index):
+            bar = bar.base
+        return self.layout.barrier_count(bar.name)  # type: ignore[attr-defined]
+
+
+def _vec_operands(kind: str, a: str, regs: list[str]) -> tuple[str, str]:
+    group = regs[0] if len(regs) == 1 else "{" + ", ".join(regs) + "}"
+    return (group, a) if kind.startswith("ld") else (a, group)
+
+
+def kernel_info(k: ir.Kernel, layout: Layout, arch: str) -> KernelInfo:
+    params = []
+    for p in k.params:
+        t = p.type
+        if isinstance(t, T.TensorMap):
+            params.append(ParamInfo(p.name, "tmap", t.elem, t.rank))
+        elif isinstance(t, T.Ptr):
+            params.append(ParamInfo(p.name, "ptr", t.elem))
+        else:
+            params.append(ParamInfo(p.name, "scalar", t))  # type: ignore[arg-type]
+    return KernelInfo(k.name, tuple(params), k.threads, k.cluster, layout.request_bytes, arch)
+
+
+def needs_sm90a(m: ir.Module) -> bool:
+    """Whether any arch-specific (sm_90a-only) feature is used."""
+    return False
+
+
+def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None = None) -> PtxModule:
+    """PTX text for every kernel of a module, with each kernel's launch contract."""
+    arch = arch or ("sm_90a" if needs_sm90a(m) else "sm_90")
+    target = Target(arch=arch)
+    parts = [f"// Generated by ptxdsl{f' from {source_name}' if source_name else ''}. "
+             "Do not edit.", target.header()]
+    infos = []
+    if any(layout_kernel(k).items for k in m.kernels):
+        parts.append(f".extern .shared .align 16 .b8 {SMEM_SYMBOL}[];\n")
+    for k in m.kernels:
+        layout = layout_kernel(k)
+        parts.append(KernelEmitter(k, layout).emit())
+        infos.append(kernel_info(k, layout, arch))
+    return PtxModule("\n".join(parts), tuple(infos), arch)

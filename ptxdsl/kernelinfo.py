@@ -1,0 +1,57 @@
+"""What the runtime needs to know about an emitted kernel, independent of the IR."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import types as T
+
+
+@dataclass(frozen=True, slots=True)
+class ParamInfo:
+    """One kernel parameter as the driver sees it.
+
+    kind: "scalar" (`.param .<type>`), "ptr" (`.param .u64`, a device address), or "tmap"
+    (`.param .align 64 .b8 name[128]`, a CUtensorMap passed by value). For "ptr" `dtype` is the
+    element type; for "tmap" it is the element type and `rank` the tensor rank."""
+
+    name: str
+    kind: str
+    dtype: T.Scalar
+    rank: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return {"scalar": self.dtype.nbytes, "ptr": 8, "tmap": 128}[self.kind]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    """A kernel's launch contract: parameters, CTA shape, cluster shape, dynamic smem.
+
+    `smem_bytes` is the dynamic shared memory to request at launch: the compiler's layout
+    plus the slack that lets the kernel align its base in-kernel."""
+
+    name: str
+    params: tuple[ParamInfo, ...]
+    threads: tuple[int, int, int]
+    cluster: tuple[int, int, int] | None
+    smem_bytes: int
+    arch: str
+
+
+@dataclass(frozen=True, slots=True)
+class PtxModule:
+    """Emitted PTX text and the launch contract of each kernel in it."""
+
+    ptx: str
+    kernels: tuple[KernelInfo, ...]
+    arch: str
+
+    def kernel(self, name: str | None = None) -> KernelInfo:
+        if name is None:
+            return self.kernels[0]
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)

@@ -1,0 +1,177 @@
+"""Device memory owned by ptxdsl: `DeviceArray`, `empty`, `zeros`, `to_device`.
+
+Allocations come from `cuMemAlloc`, which aligns every block to at least 256 bytes, so a
+fresh array satisfies the 16-byte rule of bulk copies and tensor maps. Copies use the legacy
+default stream and are synchronous: a copy back to the host waits for kernels launched on
+the default stream (or on blocking streams) before it."""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from .. import types as T
+from ..errors import LaunchError
+from .driver import check, driver, ensure_current
+from .dtypes import f32_to_bf16_bits, scalar_of
+from .interop import ArrayDesc, contiguous_strides
+
+
+def _shape_of(shape: Any) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise LaunchError(f"shape must be non-negative ints, got {shape!r}")
+    return tuple(int(d) for d in shape)
+
+
+class DeviceArray:
+    """A C-contiguous array in GPU memory.
+
+    `elem` is the ptxdsl element type; `dtype` is the numpy dtype that holds it on the host
+    (bf16 is held as uint16 bit patterns). Exposes `__cuda_array_interface__`, so
+    `torch.as_tensor(a, device="cuda")` and `cupy.asarray(a)` view it without copying.
+    Freed by `free()`, at the end of a `with` block, or when garbage-collected."""
+
+    __slots__ = ("ptr", "shape", "elem", "dtype", "nbytes", "_owned", "_desc", "__weakref__")
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], elem: T.Scalar, *, owned: bool):
+        self.ptr = ptr
+        self.shape = shape
+        self.elem = elem
+        self.dtype = T.numpy_dtype(elem)
+        self.nbytes = prod(shape) * elem.nbytes
+        self._owned = owned
+        self._desc = ArrayDesc(ptr, shape, contiguous_strides(shape, elem.nbytes), elem)
+
+    def _check_alive(self) -> None:
+        if self.ptr == 0 and self.nbytes:
+            raise LaunchError("the device array was freed")
+
+    @property
+    def __ptxdsl_array__(self) -> ArrayDesc:
+        self._check_alive()
+        return self._desc
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Row-major strides in bytes."""
+        return self._desc.strides
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "strides": None,
+            "version": 3,
+            "stream": None,
+        }
+
+    def copy_to_host(self, out: np.ndarray | None = None) -> np.ndarray:
+        """A numpy copy of the data (bf16 as uint16 bits); writes into `out` when given."""
+        self._check_alive()
+        if out is None:
+            out = np.empty(self.shape, self.dtype)
+        elif out.dtype != self.dtype or out.nbytes != self.nbytes or not out.flags.c_contiguous:
+            raise LaunchError(
+                f"out must be a C-contiguous {self.dtype} array of {self.nbytes} bytes, "
+                f"got {out.dtype} with {out.nbytes} bytes"
+            )
+        if self.nbytes:
+            ensure_current()
+            check(driver().cuMemcpyDtoH(out, self.ptr, self.nbytes), "cuMemcpyDtoH")
+        return out
+
+    def numpy(self) -> np.ndarray:
+        """Same as `copy_to_host()`."""
+        return self.copy_to_host()
+
+    def copy_from_host(self, array: Any) -> None:
+        """Overwrite the data with a host array of the same size and dtype."""
+        src = np.ascontiguousarray(array)
+        if src.dtype != self.dtype or src.nbytes != self.nbytes:
+            raise LaunchError(
+                f"cannot copy a {src.dtype} array of {src.nbytes} bytes into a device array "
+                f"of {self.elem} with {self.nbytes} bytes"
+            )
+        self._check_alive()
+        if self.nbytes:
+            ensure_current()
+            check(driver().cuMemcpyHtoD(self.ptr, src, self.nbytes), "cuMemcpyHtoD")
+
+    def free(self) -> None:
+        """Release the memory now; later use of the array raises."""
+        ptr, self.ptr = self.ptr, 0
+        if ptr and self._owned:
+            ensure_current()
+            check(driver().cuMemFree(ptr), "cuMemFree")
+
+    def __enter__(self) -> DeviceArray:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+    def __del__(self) -> None:
+        try:
+            self.free()
+        except Exception:  # interpreter shutdown or a dead context: nothing to report to
+            pass
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d device array")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(shape={self.shape}, dtype={self.elem}, ptr=0x{self.ptr:x})"
+
+
+def empty(shape: Any, dtype: Any = "f32") -> DeviceArray:
+    """An uninitialised device array; `dtype` is a ptxdsl type name, Scalar or numpy dtype."""
+    shape = _shape_of(shape)
+    elem = scalar_of(dtype)
+    nbytes = prod(shape) * elem.nbytes
+    ptr = 0
+    if nbytes:
+        ensure_current()
+        ptr = int(check(driver().cuMemAlloc(nbytes), "cuMemAlloc"))
+    return DeviceArray(ptr, shape, elem, owned=True)
+
+
+def zeros(shape: Any, dtype: Any = "f32") -> DeviceArray:
+    """A device array filled with zero bytes."""
+    arr = empty(shape, dtype)
+    if arr.nbytes:
+        check(driver().cuMemsetD8(arr.ptr, 0, arr.nbytes), "cuMemsetD8")
+    return arr
+
+
+def to_device(array: Any, dtype: Any = None) -> DeviceArray:
+    """Copy a host array to a new device array.
+
+    `dtype` converts the data first; with `dtype="bf16"` a float array is rounded to bf16
+    and a uint16 array is taken as bf16 bit patterns."""
+    host = np.asarray(array)
+    elem = scalar_of(host.dtype) if dtype is None else scalar_of(dtype)
+    if elem == T.bf16 and host.dtype != np.uint16:
+        if host.dtype.kind != "f":
+            raise LaunchError(f"bf16 data must be given as floats or uint16 bits, got {host.dtype}")
+        host = f32_to_bf16_bits(host)
+    host = np.ascontiguousarray(host, dtype=T.numpy_dtype(elem))
+    out = empty(host.shape, elem)
+    out.copy_from_host(host)
+    return out
