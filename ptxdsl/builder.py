@@ -85,7 +85,8 @@ class KernelBuilder:
         self.frames: list[_Frame] = [_Frame()]
         self.smem_total = 0
         self.threads = self._dims("threads", threads, loc, upper=1024) or (1, 1, 1)
-        self.cluster = self._dims("cluster", cluster, loc, upper=16) if cluster is not None else None
+        self.cluster = (self._dims("cluster", cluster, loc, upper=16)
+                        if cluster is not None else None)
         self.maxnreg = maxnreg
         self.minctas = minctas
         if self.threads[0] * self.threads[1] * self.threads[2] > 1024:
@@ -179,10 +180,10 @@ class KernelBuilder:
             return self.error(f"shared buffer '{name}' needs positive dimensions, got "
                               f"{list(shape)}", loc)
         decl = ir.SharedDecl(name=name, elem=elem, shape=tuple(shape), align=align, loc=loc)
-        self.smem_total += decl.nbytes
         if decl.nbytes > MAX_SMEM_BYTES:
             return self.error(f"shared buffer '{name}' is {decl.nbytes} bytes; a CTA has at "
                               f"most {MAX_SMEM_BYTES}", loc)
+        self.smem_total += decl.nbytes
         ty = T.SharedRef(elem, tuple(shape))
         if not self._declare(name, Symbol("shared", ty, loc, decl)):
             return ir.Const(value=0, type=T.error, loc=loc)
@@ -453,7 +454,7 @@ class KernelBuilder:
                 return self.error(f"{_describe(base)} has {len(ty.shape)} dimension(s), "
                                   f"indexed with {len(idx)}", loc)
             exprs = []
-            for i, (x, dim) in enumerate(zip(idx, ty.shape)):
+            for i, (x, dim) in enumerate(zip(idx, ty.shape, strict=False)):
                 if isinstance(x, Lit) and isinstance(x.value, int) and not 0 <= x.value < dim:
                     self.diags.error(f"index {x.value} is out of range for dimension {i} of "
                                      f"size {dim}", x.loc)
@@ -691,8 +692,8 @@ class KernelBuilder:
         if len(self.frames) != 1:
             raise AssertionError("unbalanced blocks in the kernel builder")
         if self.smem_total > MAX_SMEM_BYTES:
-            self.diags.error(f"kernel '{self.kernel_name}' declares {self.smem_total} bytes of shared "
-                             f"memory; a CTA has at most {MAX_SMEM_BYTES}", self.loc)
+            self.diags.error(f"kernel '{self.kernel_name}' declares {self.smem_total} bytes of "
+                             f"shared memory; a CTA has at most {MAX_SMEM_BYTES}", self.loc)
         return ir.Kernel(name=self.kernel_name, params=tuple(self.params), threads=self.threads,
                          cluster=self.cluster, maxnreg=self.maxnreg, minctas=self.minctas,
                          body=tuple(self.frames[0].stmts), loc=self.loc)

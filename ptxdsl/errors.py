@@ -105,6 +105,8 @@ def _render_one(severity: str, message: str, span: Span | None) -> str:
         return f"{severity}: {message}"
     line, col = span.source.line_col(span.start)
     text = span.source.line_text(line).rstrip("\r")
+    if not text.strip():  # a file-level problem (empty or unreadable file): no excerpt
+        return f"{span}: {severity}: {message}"
     end_line, end_col = span.source.line_col(max(span.start, span.end))
     width = (end_col - col) if end_line == line else (len(text) - col + 1)
     width = max(1, width)

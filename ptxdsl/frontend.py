@@ -57,7 +57,8 @@ def read_source(path: str | Path) -> Source:
         raise CompileError(f"cannot read '{path}': {e.strerror or e}") from None
     name = str(path)
     if b"\0" in data:
-        raise CompileError(f"{name}: not a text file (it contains NUL bytes)")
+        raise CompileError(Diagnostic("not a text file (it contains NUL bytes)",
+                                      Span(Source(name, ""), 0, 0)))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -103,9 +104,16 @@ def _syntax_error(source: Source, e: lark.UnexpectedInput) -> Diagnostic:
         else:
             start = tok.start_pos if tok.start_pos is not None else 0
             span = Span(source, start, tok.end_pos or start + 1)
-            what = f"unexpected {_terminal_text(tok.type) if tok.type in _TERMINAL_NAMES else repr(str(tok))}"
-        expected = sorted({_terminal_text(x) for x in e.expected if not x.startswith("__")})
-        if expected:
+            kind = {"NAME": "name ", "INT": "integer ", "FLOAT": "number ", "STRING": "string ",
+                    "SREG": "special register "}.get(tok.type, "")
+            what = f"unexpected {kind}{str(tok)!r}"
+        expected = sorted({_terminal_text(x) for x in e.expected})
+        if tok.type == "$END" and "'}'" in expected:
+            what += "; expected '}' (a block is not closed)"
+        elif "';'" in expected and len(expected) > 3:
+            # after a complete expression LALR also accepts every operator; name the usual fix
+            what += "; expected ';' (or an operator)"
+        elif expected:
             what += "; expected " + (expected[0] if len(expected) == 1 else
                                      "one of: " + ", ".join(expected))
         return Diagnostic(what, span)

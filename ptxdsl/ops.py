@@ -63,7 +63,7 @@ def check_op(b: KernelBuilder, cls: type[ir.Op], args: list, loc: Span | None) -
         return None
     values: dict[str, object] = {}
     ok = True
-    for (name, kind, _), arg in zip(spec, args):
+    for (name, kind, _), arg in zip(spec, args, strict=False):
         v = _operand(b, cls, name, kind, arg, loc)
         ok = ok and v is not None
         values[name] = v

@@ -70,7 +70,8 @@ f64 = Scalar("f64", 8, "f")
 pred = Scalar("pred", 1, "pred")
 
 SCALARS: dict[str, Scalar] = {
-    t.name: t for t in (u8, u16, u32, u64, s8, s16, s32, s64, b16, b32, b64, f16, bf16, f32, f64, pred)
+    t.name: t
+    for t in (u8, u16, u32, u64, s8, s16, s32, s64, b16, b32, b64, f16, bf16, f32, f64, pred)
 }
 
 

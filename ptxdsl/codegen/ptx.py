@@ -59,15 +59,15 @@ def int_type(t: T.Scalar) -> str:
 
 def immediate(value: int | float | bool, t: T.Scalar) -> str:
     if t == T.f32:
-        return "0f%08X" % struct.unpack("<I", struct.pack("<f", float(value)))[0]
+        return f"0f{struct.unpack('<I', struct.pack('<f', float(value)))[0]:08X}"
     if t == T.f64:
-        return "0d%016X" % struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+        return f"0d{struct.unpack('<Q', struct.pack('<d', float(value)))[0]:016X}"
     if t == T.f16:
-        return "0x%04X" % struct.unpack("<H", struct.pack("<e", float(value)))[0]
+        return f"0x{struct.unpack('<H', struct.pack('<e', float(value)))[0]:04X}"
     if t == T.bf16:
         bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
         bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
-        return "0x%04X" % ((bits >> 16) & 0xFFFF)
+        return f"0x{(bits >> 16) & 0xFFFF:04X}"
     return str(int(value))
 
 
@@ -116,8 +116,10 @@ _FN_PTX = {
     ("sin", "f32"): "sin.approx.f32", ("cos", "f32"): "cos.approx.f32",
     ("tanh", "f32"): "tanh.approx.f32",
 }  # fmt: skip
-_SHFL_PTX = {"shfl_xor": ("shfl.sync.bfly.b32", "0x1f"), "shfl_down": ("shfl.sync.down.b32", "0x1f"),
-             "shfl_up": ("shfl.sync.up.b32", "0x0"), "shfl_idx": ("shfl.sync.idx.b32", "0x1f")}
+_SHFL_PTX = {
+    "shfl_xor": ("shfl.sync.bfly.b32", "0x1f"), "shfl_down": ("shfl.sync.down.b32", "0x1f"),
+    "shfl_up": ("shfl.sync.up.b32", "0x0"), "shfl_idx": ("shfl.sync.idx.b32", "0x1f"),
+}
 
 
 class KernelEmitter:
@@ -292,7 +294,7 @@ class KernelEmitter:
 
     def move_into(self, regs, value: ir.Expr, t: T.Type) -> None:
         if isinstance(t, T.Vector):
-            for dst, src in zip(regs, self.ev_vec(value)):
+            for dst, src in zip(regs, self.ev_vec(value), strict=True):
                 self.w.instr(f"mov.{mem_type(t.elem)}", dst, src)
         elif isinstance(t, T.Scalar) and t.is_pred:
             src = self.ev(value)
@@ -327,11 +329,12 @@ class KernelEmitter:
             acc *= d
         strides.reverse()
         base, off = self.smem_base, self.layout.offset(ref.name)
-        for idx, stride in zip(indices, strides):
+        for idx, stride in zip(indices, strides, strict=False):
             base, off = self.scaled(base, idx, stride, off, T.u32)  # type: ignore[arg-type]
         return base, off  # type: ignore[return-value]
 
-    def scaled(self, base: str, idx: ir.Expr, stride: int, off: int, t: T.Scalar) -> tuple[str, int]:
+    def scaled(self, base: str, idx: ir.Expr, stride: int, off: int,
+               t: T.Scalar) -> tuple[str, int]:
         """base + idx * stride (+ off), folding constant indices into the offset."""
         w = self.w
         if isinstance(idx, ir.Const):

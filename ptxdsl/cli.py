@@ -1,0 +1,140 @@
+"""The `ptxdsl` command line."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from .errors import PtxdslError
+
+DESCRIPTION = """\
+ptxdsl compiles .ptxdsl kernels (Hopper mbarrier pipelines and bulk/TMA copies) to PTX.
+
+examples:
+  ptxdsl compile samples/add_one.ptxdsl -o add_one.ptx   write PTX
+  ptxdsl compile k.ptxdsl --emit ir                      show the checked IR
+  ptxdsl check k.ptxdsl                                  report every problem, write nothing
+  ptxdsl fmt k.ptxdsl                                    print the canonical text
+
+Errors are printed as file:line:col with the source line; the exit status is 1.
+Set PTXDSL_DEBUG=1 to see Python tracebacks.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ptxdsl", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    c = sub.add_parser("compile", help="compile a .ptxdsl file to PTX",
+                       description="Compile FILE; print the result or write it to OUT.")
+    c.add_argument("file", metavar="FILE", help="the .ptxdsl source")
+    c.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
+    c.add_argument("--arch", choices=["sm_90a", "sm_90"], default=None,
+                   help="PTX target (default: sm_90, or sm_90a when an sm_90a-only feature "
+                        "is used)")
+    c.add_argument("--emit", choices=["ptx", "ir", "ast"], default="ptx",
+                   help="what to write: PTX (default), the checked IR, or the parse tree")
+
+    k = sub.add_parser("check", help="parse and verify a .ptxdsl file",
+                       description="Report every problem in FILE; write nothing.")
+    k.add_argument("file", metavar="FILE")
+
+    f = sub.add_parser("fmt", help="print a .ptxdsl file in canonical form")
+    f.add_argument("file", metavar="FILE")
+    return p
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None or output == "-":
+        sys.stdout.write(text)
+        return
+    tmp = output + ".tmp"
+    with open(tmp, "w") as fh:  # written whole, then renamed: never a half-written file
+        fh.write(text)
+    os.replace(tmp, output)
+
+
+def dump(node: object, indent: int = 0) -> str:
+    """An indented tree of IR dataclasses (for --emit ir)."""
+    pad = "  " * indent
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        fields = [f for f in dataclasses.fields(node) if f.name != "loc"]
+        simple = [f"{f.name}={getattr(node, f.name)}" for f in fields
+                  if not _is_tree(getattr(node, f.name))]
+        out = [f"{pad}{type(node).__name__}({', '.join(simple)})"]
+        for f in fields:
+            v = getattr(node, f.name)
+            if _is_tree(v):
+                out.append(f"{pad}  {f.name}:")
+                items = v if isinstance(v, tuple) else (v,)
+                out.extend(dump(x, indent + 2) for x in items)
+        return "\n".join(out)
+    return f"{pad}{node}"
+
+
+def _is_tree(v: object) -> bool:
+    from . import ir
+
+    if isinstance(v, ir.Node):
+        return True
+    return isinstance(v, tuple) and any(isinstance(x, ir.Node) for x in v)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from .compiler import compile_module
+    from .frontend import parse, parse_tree, read_source
+    from .printer import print_module
+
+    src = read_source(args.file)
+    if args.command == "compile" and args.emit == "ast":
+        _write(parse_tree(src).pretty(), args.output)
+        return 0
+    module = parse(src.text, src.name)
+    if args.command == "fmt":
+        _write(print_module(module), None)
+        return 0
+    if args.command == "check":
+        from .verify import verify_module
+
+        for w in verify_module(module):
+            print(w.render(), file=sys.stderr)
+        n = len(module.kernels)
+        print(f"{src.name}: ok ({n} kernel{'s' if n != 1 else ''})")
+        return 0
+    if args.emit == "ir":
+        from .verify import verify_module
+
+        verify_module(module)
+        _write(dump(module) + "\n", args.output)
+        return 0
+    ptx = compile_module(module, arch=args.arch, source_name=src.name)
+    _write(ptx.ptx, args.output)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    debug = os.environ.get("PTXDSL_DEBUG") == "1"
+    try:
+        return run(argv)
+    except PtxdslError as e:
+        if debug:
+            traceback.print_exc()
+        print(e.render(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as e:  # an internal bug: say so plainly, never dump on the user
+        if debug:
+            traceback.print_exc()
+        print(f"ptxdsl: internal error: {type(e).__name__}: {e}\n"
+              "(this is a bug in ptxdsl; set PTXDSL_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 2

@@ -1,0 +1,126 @@
+"""The compile pipeline: source or Python kernel -> IR -> checks -> PTX, and the `Program`
+object that loads it on the GPU on first launch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import ir
+from .api import build_kernel
+from .codegen.ptx import emit_module
+from .errors import CompileError
+from .frontend import parse, read_source
+from .kernelinfo import KernelInfo, PtxModule
+
+
+def compile_module(module: ir.Module, arch: str | None = None,
+                   source_name: str | None = None) -> PtxModule:
+    """PTX for an IR module (after the verifier has run on it)."""
+    from .verify import verify_module
+
+    verify_module(module)
+    return emit_module(module, arch=arch, source_name=source_name)
+
+
+class Program:
+    """Compiled kernels: PTX text, launch contracts, and launchers loaded on first use.
+
+    `prog.name[grid](args)` or, for a one-kernel program, `prog[grid](args)`."""
+
+    def __init__(self, module: ir.Module, arch: str | None = None, source_name: str | None = None):
+        self.module = module
+        self.ptx_module = compile_module(module, arch, source_name)
+        self._launchers: dict[str, Any] = {}
+
+    @property
+    def ptx(self) -> str:
+        return self.ptx_module.ptx
+
+    @property
+    def kernels(self) -> tuple[KernelInfo, ...]:
+        return self.ptx_module.kernels
+
+    def kernel(self, name: str | None = None):
+        """The launcher of a kernel (the only one when `name` is None)."""
+        if name is None:
+            if len(self.kernels) != 1:
+                names = ", ".join(k.name for k in self.kernels)
+                raise KeyError(f"this program has several kernels ({names}); name one")
+            name = self.kernels[0].name
+        if name not in self._launchers:
+            from .runtime import load
+
+            self._launchers[name] = load(self.ptx_module).kernel(name)
+        return self._launchers[name]
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if any(k.name == name for k in self.ptx_module.kernels):
+            return self.kernel(name)
+        raise AttributeError(f"no kernel named '{name}' in this program")
+
+    def __getitem__(self, launch: Any):
+        return self.kernel()[launch]
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        return self.kernel()(*args, **kwargs)
+
+
+def compile(source: str | Path | KernelDef, arch: str | None = None) -> Program:
+    """Compile .ptxdsl text, a .ptxdsl file path, or a @ptxdsl.kernel function."""
+    if isinstance(source, KernelDef):
+        return source.program(arch)
+    if isinstance(source, Path) or (isinstance(source, str) and "kernel" not in source
+                                    and source.endswith(".ptxdsl")):
+        src = read_source(source)
+        return Program(parse(src.text, src.name), arch, src.name)
+    return Program(parse(str(source)), arch)
+
+
+class KernelDef:
+    """A kernel written in Python with @ptxdsl.kernel: its IR, its PTX, and a launcher."""
+
+    def __init__(self, kernel: ir.Kernel):
+        self.ir = kernel
+        self.module = ir.Module(kernels=(kernel,), loc=kernel.loc)
+        self._programs: dict[str | None, Program] = {}
+
+    @property
+    def name(self) -> str:
+        return self.ir.name
+
+    def program(self, arch: str | None = None) -> Program:
+        if arch not in self._programs:
+            self._programs[arch] = Program(self.module, arch)
+        return self._programs[arch]
+
+    def ptx(self, arch: str | None = None) -> str:
+        return self.program(arch).ptx
+
+    def __getitem__(self, launch: Any):
+        return self.program().kernel()[launch]
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        return self.program().kernel()(*args, **kwargs)
+
+
+def kernel(fn: Callable[..., None] | None = None, *, threads: Any = None, cluster: Any = None,
+           maxnreg: int | None = None, minctas: int | None = None,
+           name: str | None = None) -> Any:
+    """Decorator: build a kernel from a Python function `f(k, param: type, ...)`.
+
+    `threads` is the exact CTA shape; `cluster` the cluster shape; `maxnreg` and `minctas`
+    the register cap and the minimum CTAs per SM."""
+
+    def wrap(f: Callable[..., None]) -> KernelDef:
+        if threads is None:
+            from .api import _diag
+
+            raise CompileError(_diag("@ptxdsl.kernel needs threads=N (the CTA shape)"))
+        return KernelDef(build_kernel(f, name=name, threads=threads, cluster=cluster,
+                                      maxnreg=maxnreg, minctas=minctas))
+
+    return wrap(fn) if fn is not None else wrap

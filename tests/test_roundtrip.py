@@ -1,0 +1,40 @@
+"""printer: parse(print(ir)) == ir, for every sample and for tricky expressions."""
+
+import pytest
+from conftest import SAMPLES, sample_kernel_def, sample_names
+
+import ptxdsl
+
+
+@pytest.mark.parametrize("name", sample_names())
+def test_sample_roundtrip(name):
+    m = ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl")
+    text = ptxdsl.print_module(m)
+    assert ptxdsl.parse(text) == m
+    assert ptxdsl.print_module(ptxdsl.parse(text)) == text  # printing is a fixed point
+
+
+@pytest.mark.parametrize("name", sample_names())
+def test_python_twin_roundtrip(name):
+    k = sample_kernel_def(name).ir
+    assert ptxdsl.parse(ptxdsl.print_kernel(k)).kernels[0] == k
+
+
+@pytest.mark.parametrize("body", [
+    "let a: u64 = 5; let b = (a + 1) * (a - 2) / 3 % 7;",
+    "let a: s32 = -4; let b = -(a) - -3; let c = ~a;",
+    "let p = %tid.x < 3 && !(%tid.x == 1) || %laneid > 30;",
+    "let f: f32 = 1.0e-5; let g = fma(f, 2.0, -f); let h = select(f > 0.0, f, 0.0);",
+    "let x = %tid.x; let y = (x as f32) * 0.5; let z = y as s32 as u64;",
+    "let v: u64 = 3 as u64; let w = select(v == 1, 1 as u64, 2 as u64);",
+    "let b: bf16 = 1.5; let c = b + b; let d = max(c, b);",
+    "for i in 10 .. 0 step -2 as s32 { }",
+    "for i in 0 as s32 .. 4 { }",
+    "let q = shfl_xor(%laneid as f32, 16); let r = ex2(q) + rsqrt(q) + tanh(q);",
+    "let x = 1; if x == 0 { x = 2; } else if x == 1 { x = 3; } else { x = 4; }",
+    "let x = 0; while x < 10 { x += 3; }",
+    'let t: u32 = 0; asm "mov.u32 {0}, %clock; // \\"quoted\\"" : t;',
+])
+def test_expression_roundtrip(body):
+    m = ptxdsl.parse(f"kernel k() threads(32) {{ {body} }}")
+    assert ptxdsl.parse(ptxdsl.print_module(m)) == m
