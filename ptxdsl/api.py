@@ -93,9 +93,14 @@ class Value:
     def __rand__(self, o): return self._bin("and", o, True)
     def __or__(self, o): return self._bin("or", o)
     def __ror__(self, o): return self._bin("or", o, True)
+    def __rfloordiv__(self, o): return self._bin("div", o, True)
+    def __rmod__(self, o): return self._bin("rem", o, True)
     def __xor__(self, o): return self._bin("xor", o)
+    def __rxor__(self, o): return self._bin("xor", o, True)
     def __lshift__(self, o): return self._bin("shl", o)
+    def __rlshift__(self, o): return self._bin("shl", o, True)
     def __rshift__(self, o): return self._bin("shr", o)
+    def __rrshift__(self, o): return self._bin("shr", o, True)
     def __eq__(self, o): return self._cmp("eq", o)  # type: ignore[override]
     def __ne__(self, o): return self._cmp("ne", o)  # type: ignore[override]
     def __lt__(self, o): return self._cmp("lt", o)
@@ -120,6 +125,14 @@ class Value:
         items = list(idx) if isinstance(idx, tuple) else [idx]
         place = self._k._index(self._e, items, loc)
         self._k._b.store(place, self._k._operand(value), loc)
+
+    def __getattr__(self, name: str) -> Value:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        e = self._e
+        if isinstance(e, Lit):
+            raise AttributeError(f"a literal has no member '{name}'")
+        return Value(self._k, self._k._b.member(e, name, user_span()))
 
     def __bool__(self) -> bool:
         raise CompileError(_diag("a kernel value has no Python truth value; use k.if_(...), "
@@ -205,6 +218,25 @@ class KernelContext:
         """An mbarrier expecting `count` arrivals per phase (`n` > 0: an array of n)."""
         return Value(self, self._b.mbarrier(name, n, count, user_span()))
 
+    def pipeline(self, name: str, stages: int, **buffers: tuple) -> Value:
+        """A pipeline of `stages` stages; each keyword names a stage buffer as
+        (elem, shape) or (elem, shape, align): `k.pipeline("ring", 4, row=(bf16, [8192]))`."""
+        loc = user_span()
+        specs = []
+        for bname, spec in buffers.items():
+            elem, shape, *rest = spec
+            dims = (shape,) if isinstance(shape, int) else tuple(shape)
+            specs.append((bname, elem, dims, rest[0] if rest else None, loc))
+        return Value(self, self._b.pipeline(name, stages, specs, loc))
+
+    @contextlib.contextmanager
+    def role(self, name: str, warp_start: int, warp_stop: int,
+             regs: int | None = None) -> Iterator[None]:
+        """Warps [warp_start, warp_stop) run the block; `regs` sets their register budget."""
+        header = self._b.role_begin(name, warp_start, warp_stop, regs, user_span())
+        yield
+        self._b.role_end(header, header[4])
+
     def let(self, name: str, value: Any = None, type: T.Type | None = None) -> Value:
         """A local variable (a register)."""
         v = self._operand(value) if value is not None else None
@@ -255,11 +287,14 @@ class KernelContext:
         self._last_if = None
 
     @contextlib.contextmanager
-    def for_(self, name: str, start: Any, stop: Any, step: Any = None) -> Iterator[Value]:
-        """`for name in start .. stop step step` (stop exclusive)."""
+    def for_(self, name: str, start: Any, stop: Any, step: Any = None,
+             unroll: bool = False) -> Iterator[Value]:
+        """`for name in start .. stop step step` (stop exclusive); `unroll` copies the body
+        once per iteration (constant bounds)."""
         loc = user_span()
         header = self._b.for_header(name, self._operand(start), self._operand(stop),
-                                    self._operand(step) if step is not None else None, loc)
+                                    self._operand(step) if step is not None else None, loc,
+                                    unroll=unroll)
         yield Value(self, ir.Var(name=name, type=header[3], loc=loc))
         self._b.for_stmt(name, header, loc)
 

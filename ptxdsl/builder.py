@@ -62,6 +62,14 @@ class Symbol:
 class _Frame:
     stmts: list[ir.Stmt] = field(default_factory=list)
     names: dict[str, Symbol] = field(default_factory=dict)
+    # open pipeline regions of this block: pipeline -> (side, where it was opened)
+    regions: dict[str, tuple[str, Span | None]] = field(default_factory=dict)
+
+
+_REGION_OPS = {"acquire": ("put", True), "commit": ("put", False), "wait": ("get", True),
+               "release": ("get", False)}
+_REGION_CLOSER = {"put": "commit", "get": "release"}
+_REGION_OPENER = {"put": "acquire", "get": "wait"}
 
 
 class KernelBuilder:
@@ -83,6 +91,8 @@ class KernelBuilder:
         self.loc = loc
         self.params: list[ir.Param] = []
         self.frames: list[_Frame] = [_Frame()]
+        self.roles: list[ir.Role] = []
+        self.current_role: tuple[str, int, int] | None = None
         self.smem_total = 0
         self.threads = self._dims("threads", threads, loc, upper=1024) or (1, 1, 1)
         self.cluster = (self._dims("cluster", cluster, loc, upper=16)
@@ -141,7 +151,11 @@ class KernelBuilder:
         self.frames.append(_Frame())
 
     def pop(self) -> tuple[ir.Stmt, ...]:
-        return tuple(self.frames.pop().stmts)
+        frame = self.frames.pop()
+        for pipe, (side, loc) in frame.regions.items():
+            self.diags.error(f"{_REGION_OPENER[side]}({pipe}) is not closed by "
+                             f"{_REGION_CLOSER[side]}({pipe}) in the same block", loc)
+        return tuple(frame.stmts)
 
     @property
     def at_top(self) -> bool:
@@ -205,6 +219,127 @@ class KernelBuilder:
         self.emit(decl)
         return ir.BarrierObj(name=name, type=ty, loc=loc)
 
+    def pipeline(self, name: str, stages: int, buffers: list[tuple], loc: Span | None = None
+                 ) -> ir.Expr:
+        """`pipeline name stages N { buf: T[dims] align A; ... }`."""
+        if not self.at_top:
+            return self.error("pipelines are declared at the top level of the kernel body", loc)
+        if not 1 <= stages <= 64:
+            return self.error(f"a pipeline has 1 to 64 stages, got {stages}", loc)
+        if not buffers:
+            return self.error(f"pipeline '{name}' declares no stage buffer", loc)
+        decls = []
+        seen: set[str] = set()
+        for bname, elem, shape, align, bloc in buffers:
+            if bname in seen:
+                self.diags.error(f"pipeline '{name}' declares buffer '{bname}' twice", bloc)
+                continue
+            seen.add(bname)
+            align = 128 if align is None else align
+            if not isinstance(elem, T.Scalar) or elem.is_pred or not shape or \
+                    any(d < 1 for d in shape) or align < 16 or align & (align - 1) or align > 1024:
+                self.diags.error(f"stage buffer '{bname}' needs a scalar element type, positive "
+                                 "dimensions and a power-of-two alignment in [16, 1024]", bloc)
+                continue
+            d = ir.SharedDecl(name=bname, elem=elem, shape=tuple(shape), align=align, loc=bloc)
+            if d.nbytes % align:
+                self.diags.error(f"stage buffer '{bname}' is {d.nbytes} bytes, not a multiple of "
+                                 f"its alignment {align}, so later stages would be misaligned",
+                                 bloc)
+            decls.append(d)
+            self.smem_total += d.nbytes * stages
+        decl = ir.PipelineDecl(name=name, stages=stages, buffers=tuple(decls), loc=loc)
+        ty = T.PipelineRef(stages)
+        if not self._declare(name, Symbol("pipeline", ty, loc, decl)):
+            return ir.Const(value=0, type=T.error, loc=loc)
+        self.emit(decl)
+        return ir.PipelineObj(name=name, type=ty, loc=loc)
+
+    def member(self, base: ir.Expr, attr: str, loc: Span | None = None) -> ir.Expr:
+        """`ring.buf` (the current stage of a pipeline buffer) or `ring.stage`."""
+        if _is_err(base.type):
+            return base
+        if not isinstance(base, ir.PipelineObj):
+            return self.error(f"{_describe(base)} of type {base.type} has no member '{attr}'",
+                              loc)
+        sym = self.lookup(base.name)
+        decl: ir.PipelineDecl = sym.decl  # type: ignore[union-attr]
+        side = self.region_side(base.name)
+        if side is None:
+            return self.error(f"'{base.name}.{attr}' names the current stage, which exists only "
+                              f"between acquire({base.name}) and commit({base.name}) or "
+                              f"wait({base.name}) and release({base.name})", loc)
+        if attr == "stage":
+            return ir.StageIndex(pipe=base.name, side=side, type=T.u32, loc=loc)
+        for d in decl.buffers:
+            if d.name == attr:
+                return ir.StageBuf(pipe=base.name, buf=attr, side=side, loc=loc,
+                                   type=T.SharedRef(d.elem, d.shape))
+        names = ", ".join(d.name for d in decl.buffers)
+        return self.error(f"pipeline '{base.name}' has no buffer '{attr}' (buffers: {names})",
+                          loc)
+
+    def region_side(self, pipe: str) -> str | None:
+        for frame in reversed(self.frames):
+            if pipe in frame.regions:
+                return frame.regions[pipe][0]
+        return None
+
+    def pipeline_op(self, cls: type[ir.Op], pipe: ir.Expr, loc: Span | None) -> None:
+        side, opens = _REGION_OPS[cls.syntax]
+        name = pipe.name  # type: ignore[attr-defined]
+        current = self.region_side(name)
+        frame = self.frames[-1]
+        if opens:
+            if current is not None:
+                self.diags.error(f"{cls.syntax}({name}) inside an open "
+                                 f"{_REGION_OPENER[current]}({name}) region", loc)
+                return
+            frame.regions[name] = (side, loc)
+        else:
+            if frame.regions.get(name, ("", None))[0] != side:
+                self.diags.error(f"{cls.syntax}({name}) without a matching "
+                                 f"{_REGION_OPENER[side]}({name}) earlier in the same block", loc)
+                return
+            del frame.regions[name]
+        self.emit(cls(pipe=pipe, loc=loc))  # type: ignore[call-arg]
+
+    def role_begin(self, name: str, start: int, stop: int, regs: int | None,
+                   loc: Span | None = None) -> tuple:
+        nwarps = (self.threads[0] * self.threads[1] * self.threads[2] + 31) // 32
+        if not self.at_top:
+            self.diags.error("roles are declared at the top level of the kernel body", loc)
+        elif not 0 <= start < stop <= nwarps:
+            self.diags.error(f"role '{name}' covers warps {start} .. {stop}; this CTA has warps "
+                             f"0 .. {nwarps}", loc)
+        else:
+            for r in self.roles:
+                if start < r.warp_stop and r.warp_start < stop:
+                    from .errors import Note
+
+                    self.diags.error(f"role '{name}' overlaps role '{r.name}' (warps "
+                                     f"{r.warp_start} .. {r.warp_stop})", loc,
+                                     Note(f"role '{r.name}' is declared here", r.loc))
+        if regs is not None:
+            if not 24 <= regs <= 256 or regs % 8:
+                self.diags.error(f"regs must be a multiple of 8 in [24, 256] (setmaxnreg), got "
+                                 f"{regs}", loc)
+            if start % 4 or stop % 4:
+                self.diags.error(f"role '{name}' sets regs, so it must cover whole warpgroups "
+                                 f"(warps multiple of 4), got warps {start} .. {stop}", loc)
+        self.current_role = (name, start, stop)
+        self.push()
+        return (name, start, stop, regs, loc)
+
+    def role_end(self, header: tuple, loc: Span | None = None) -> None:
+        name, start, stop, regs, name_loc = header
+        body = self.pop()
+        self.current_role = None
+        role = ir.Role(name=name, warp_start=start, warp_stop=stop, regs=regs, body=body,
+                       loc=name_loc)
+        self.roles.append(role)
+        self.emit(role)
+
     def let(self, name: str, ty: T.Type | None, value: Operand | None,
             loc: Span | None = None) -> ir.Expr:
         init: ir.Expr | None = None
@@ -235,6 +370,8 @@ class KernelBuilder:
             return ir.SharedBuf(name=name, type=sym.type, loc=loc)
         if sym.kind == "barrier":
             return ir.BarrierObj(name=name, type=sym.type, loc=loc)
+        if sym.kind == "pipeline":
+            return ir.PipelineObj(name=name, type=sym.type, loc=loc)
         return ir.Var(name=name, type=sym.type, loc=loc)
 
     def sreg(self, name: str, loc: Span | None = None) -> ir.Expr:
@@ -481,15 +618,27 @@ class KernelBuilder:
                             loc=loc)
         if isinstance(ty, T.Vector):
             x = idx[0] if len(idx) == 1 else None
-            if not isinstance(x, Lit) or not isinstance(x.value, int) or \
-                    not 0 <= x.value < ty.n:
-                return self.error(f"a vector element index must be a constant in "
-                                  f"[0, {ty.n - 1}]", loc)
-            return ir.Extract(vec=base, index=x.value, type=ty.elem, loc=loc)
+            if isinstance(x, Lit) and isinstance(x.value, int) and 0 <= x.value < ty.n:
+                return ir.Extract(vec=base, index=self.lit_expr(x, T.u32), type=ty.elem, loc=loc)
+            if x is not None and not isinstance(x, Lit) and self._unrolled(x):
+                return ir.Extract(vec=base, index=self.value(x, T.u32), type=ty.elem, loc=loc)
+            return self.error(f"a vector element index must be a constant in [0, {ty.n - 1}] "
+                              "or an expression of 'unroll' loop variables", loc)
         e = self.rvalue(base)
         if _is_err(e.type):
             return e
         return self.error(f"{_describe(base)} of type {ty} cannot be indexed", loc)
+
+    def _unrolled(self, e: ir.Expr) -> bool:
+        """Whether `e` depends only on constants and variables of unrolled loops."""
+        if isinstance(e, ir.Const):
+            return True
+        if isinstance(e, ir.Var):
+            sym = self.lookup(e.name)
+            return sym is not None and sym.kind == "loopvar" and sym.decl == "unroll"
+        if isinstance(e, ir.Binary):
+            return self._unrolled(e.a) and self._unrolled(e.b)
+        return False
 
     def _index_value(self, x: Operand) -> ir.Expr:
         e = self.value(x, T.u32) if isinstance(x, Lit) else self.rvalue(x)
@@ -614,6 +763,16 @@ class KernelBuilder:
         ty = place.type
         if _is_err(ty):
             return
+        if isinstance(place, ir.Extract):
+            vec = place.vec
+            sym = self.lookup(vec.name) if isinstance(vec, ir.Var) else None
+            if sym is None or sym.kind != "local":
+                self.diags.error("only elements of local vector variables can be assigned",
+                                 loc)
+                return
+            self.emit(ir.SetElem(name=vec.name, index=place.index,  # type: ignore[union-attr]
+                                 value=self.value(value, ty), loc=loc))
+            return
         if isinstance(ty, T.SharedRef) and ty.shape == ():
             elem = ty.elem
         elif isinstance(ty, T.GlobalRef):
@@ -641,7 +800,14 @@ class KernelBuilder:
             return
         from .ops import check_op
 
+        if cls is ir.RoleSync and self.current_role is None:
+            self.diags.error("role_sync() synchronises the threads of a role; use it inside a "
+                             "role", loc)
+            return
         node = check_op(self, cls, args, loc)
+        if isinstance(node, (ir.Acquire, ir.Commit, ir.Wait, ir.Release)):
+            self.pipeline_op(type(node), node.pipe, loc)
+            return
         if node is not None:
             self.emit(node)
 
@@ -664,7 +830,7 @@ class KernelBuilder:
         self.emit(ir.If(cond=c, then=then, orelse=orelse, loc=loc))
 
     def for_header(self, var: str, start: Operand, stop: Operand, step: Operand | None,
-                   loc: Span | None = None) -> tuple[ir.Expr, ir.Expr, ir.Expr, T.Scalar]:
+                   loc: Span | None = None, unroll: bool = False) -> tuple:
         """Types the bounds and opens the body scope with the loop variable declared."""
         typed = next((x for x in (start, stop, step) if isinstance(x, ir.Expr)), None)
         ty = self.rvalue(typed).type if typed is not None else T.u32
@@ -676,14 +842,21 @@ class KernelBuilder:
         sc = self.value(step if step is not None else Lit(1, loc), ty)
         if isinstance(sc, ir.Const) and sc.value == 0 and not _is_err(sc.type):
             self.diags.error("loop step must not be zero", sc.loc)
+        if unroll:
+            consts = [x for x in (st, sp, sc) if isinstance(x, ir.Const)]
+            if len(consts) != 3:
+                self.diags.error("an 'unroll' loop needs constant bounds and step", loc)
+            elif len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[union-attr]
+                self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
         self.push()
-        self._declare(var, Symbol("loopvar", ty, loc))
-        return st, sp, sc, ty  # type: ignore[return-value]
+        self._declare(var, Symbol("loopvar", ty, loc, "unroll" if unroll else None))
+        return st, sp, sc, ty, unroll
 
     def for_stmt(self, var: str, header: tuple, loc: Span | None = None) -> None:
         body = self.pop()
-        st, sp, sc, ty = header
-        self.emit(ir.For(var=var, var_type=ty, start=st, stop=sp, step=sc, body=body, loc=loc))
+        st, sp, sc, ty, unroll = header
+        self.emit(ir.For(var=var, var_type=ty, start=st, stop=sp, step=sc, body=body,
+                         unroll=unroll, loc=loc))
 
     def while_stmt(self, cond: ir.Expr, body: tuple[ir.Stmt, ...], loc: Span | None) -> None:
         self.emit(ir.While(cond=cond, body=body, loc=loc))
@@ -700,7 +873,8 @@ class KernelBuilder:
 
 
 KEYWORDS = {"kernel", "ptr", "tmap", "shared", "align", "mbarrier", "count", "let", "if", "else",
-            "for", "in", "step", "while", "return", "asm", "as", "true", "false"}
+            "for", "in", "step", "while", "return", "asm", "as", "true", "false", "pipeline",
+            "stages", "role", "warps", "regs", "unroll"}
 
 BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&",
                  "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "land": "&&", "lor": "||",

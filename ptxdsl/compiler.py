@@ -17,11 +17,13 @@ from .kernelinfo import KernelInfo, PtxModule
 
 def compile_module(module: ir.Module, arch: str | None = None,
                    source_name: str | None = None) -> PtxModule:
-    """PTX for an IR module (after the verifier has run on it)."""
+    """PTX for an IR module: pipelines and roles lowered, the verifier run, PTX emitted."""
+    from .lower import lower_module
     from .verify import verify_module
 
-    verify_module(module)
-    return emit_module(module, arch=arch, source_name=source_name)
+    lowered = lower_module(module)
+    verify_module(lowered)
+    return emit_module(lowered, arch=arch, source_name=source_name)
 
 
 class Program:

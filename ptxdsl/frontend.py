@@ -244,6 +244,27 @@ class _Walker:
         self.b.mbarrier(str(name), int(str(n), 0) if n is not None else 0, int(str(count), 0),
                         self.span(t))
 
+    def s_pipeline_decl(self, t: lark.Tree) -> None:
+        name, stages, *bufs = t.children
+        specs = []
+        for buf in bufs:
+            bname, elem_tok, dims, align = buf.children
+            elem = T.SCALARS.get(str(elem_tok))
+            if elem is None:
+                self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
+                continue
+            shape = tuple(int(str(d), 0) for d in dims.children)
+            specs.append((str(bname), elem, shape, int(str(align), 0) if align else None,
+                          self.span(buf)))
+        self.b.pipeline(str(name), int(str(stages), 0), specs, self.span(t))
+
+    def s_role_stmt(self, t: lark.Tree) -> None:
+        name, start, stop, regs, body = t.children
+        header = self.b.role_begin(str(name), int(str(start), 0), int(str(stop), 0),
+                                   int(str(regs), 0) if regs is not None else None, self.span(name))
+        self.block(body)
+        self.b.role_end(header, self.span(t))
+
     def s_let_stmt(self, t: lark.Tree) -> None:
         name, ty, value = t.children
         var_type = self.type(ty) if ty is not None else None
@@ -302,10 +323,10 @@ class _Walker:
         self.b.if_stmt(c, then_body, else_body, self.span(t))
 
     def s_for_stmt(self, t: lark.Tree) -> None:
-        var, start, stop, step, body = t.children
+        var, start, stop, step, unroll, body = t.children
         header = self.b.for_header(str(var), self.expr(start), self.expr(stop),
                                    self.expr(step) if step is not None else None,
-                                   self.span(var))
+                                   self.span(var), unroll=unroll is not None)
         self.block(body)
         self.b.for_stmt(str(var), header, self.span(t))
 
@@ -375,6 +396,13 @@ class _Walker:
                                  "can be indexed", loc)
                 return ir.Const(value=0, type=T.error)
             return b.index(bv, self.args(idx), loc)
+        if data == "member":
+            base, attr = t.children
+            bv = self.expr(base)
+            if isinstance(bv, (Lit, list)):
+                self.diags.error(f"a literal has no member '{attr}'", loc)
+                return ir.Const(value=0, type=T.error)
+            return b.member(bv, str(attr), loc)
         if data == "call":
             name, args = t.children
             if str(name) in ir.OPS:

@@ -111,10 +111,11 @@ class Pack(Expr):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Extract(Expr):
-    """Element `index` of a vector value."""
+    """Element `index` of a vector value: a constant, or an expression of unrolled loop
+    variables (resolved when the loop is unrolled)."""
 
     vec: Expr
-    index: int
+    index: Expr
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,6 +201,16 @@ class Assign(Stmt):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetElem(Stmt):
+    """`mov` into one element of a vector variable (`v[i] = x`); the index is constant or an
+    expression of unrolled loop variables."""
+
+    name: str
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Store(Stmt):
     """`st.shared` / `st.global` (vector form for vector values)."""
 
@@ -218,7 +229,8 @@ class If(Stmt):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class For(Stmt):
-    """Counted loop `for var in start .. stop step step` (stop exclusive)."""
+    """Counted loop `for var in start .. stop step step` (stop exclusive); `unroll` loops
+    have constant bounds and are emitted once per iteration."""
 
     var: str
     var_type: T.Scalar
@@ -226,6 +238,7 @@ class For(Stmt):
     stop: Expr
     step: Expr
     body: tuple[Stmt, ...]
+    unroll: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -425,12 +438,120 @@ class TensorMapPrefetch(Op):
     tmap: Expr
 
 
+# --- pipelines and roles: lowered to the statements above by ptxdsl.lower -------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineDecl(Stmt):
+    """N stages of shared buffers with a full and an empty mbarrier per stage. Arrival counts,
+    expect_tx bytes, stage index and phase are derived by the compiler."""
+
+    name: str
+    stages: int
+    buffers: tuple[SharedDecl, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineObj(Expr):
+    """A declared pipeline (type PipelineRef)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageBuf(Expr):
+    """The current stage of a pipeline buffer for one side: "put" between acquire and
+    commit, "get" between wait and release."""
+
+    pipe: str
+    buf: str
+    side: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageIndex(Expr):
+    """The current stage index (u32) of a pipeline side (`ring.stage`)."""
+
+    pipe: str
+    side: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageBarrier(Expr):
+    """The full barrier of the producer's current stage: where stage copies complete."""
+
+    pipe: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Acquire(Op):
+    """Producer: wait until the current stage is empty (`mbarrier.try_wait.parity` on its
+    empty barrier, phase derived)."""
+
+    syntax: ClassVar[str] = "acquire"
+    pipe: Expr
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit(Op):
+    """Producer: `mbarrier.arrive.expect_tx` on the stage's full barrier with the bytes of the
+    copies issued since acquire; advance to the next stage."""
+
+    syntax: ClassVar[str] = "commit"
+    pipe: Expr
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wait(Op):
+    """Consumer: wait until the current stage is full."""
+
+    syntax: ClassVar[str] = "wait"
+    pipe: Expr
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Release(Op):
+    """Consumer: `mbarrier.arrive` on the stage's empty barrier (after this thread's bulk
+    stores from the stage have been read); advance to the next stage."""
+
+    syntax: ClassVar[str] = "release"
+    pipe: Expr
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleSync(Op):
+    """`bar.sync id, nthreads` among the threads of the enclosing role (id allocated)."""
+
+    syntax: ClassVar[str] = "role_sync"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Role(Stmt):
+    """Warp specialisation: warps [warp_start, warp_stop) run `body`; `regs` lowers to
+    `setmaxnreg` (consecutive roles become one if/else chain, as ptxas requires)."""
+
+    name: str
+    warp_start: int
+    warp_stop: int
+    regs: int | None
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetMaxNReg(Stmt):
+    """`setmaxnreg.{inc,dec}.sync.aligned.u32 regs` (sm_90a)."""
+
+    regs: int
+    inc: bool
+
+
 OPS: dict[str, type[Op]] = {
     cls.syntax: cls
     for cls in (
         MBarrierInit, MBarrierArrive, MBarrierArriveExpectTx, MBarrierExpectTx, MBarrierWait,
         MBarrierInval, FenceProxyAsync, FenceMBarrierInit, BarSync, BarArrive, BulkLoad,
         BulkStore, BulkCommit, BulkWait, BulkWaitRead, TensorLoad, TensorStore, TensorMapPrefetch,
+        Acquire, Commit, Wait, Release, RoleSync,
     )
 }  # fmt: skip
 
@@ -487,5 +608,5 @@ def walk(stmts: tuple[Stmt, ...]):
         if isinstance(s, If):
             yield from walk(s.then)
             yield from walk(s.orelse)
-        elif isinstance(s, (For, While)):
+        elif isinstance(s, (For, While, Role)):
             yield from walk(s.body)

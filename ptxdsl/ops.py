@@ -33,16 +33,21 @@ SPECS: dict[type[ir.Op], tuple[tuple[str, str, bool], ...]] = {
     ir.FenceMBarrierInit: (),
     ir.BarSync: (("id", "u32", False), ("nthreads", "u32", True)),
     ir.BarArrive: (("id", "u32", False), ("nthreads", "u32", False)),
-    ir.BulkLoad: (("dst", "smem", False), ("src", "gref", False), ("bar", "bar", False),
+    ir.BulkLoad: (("dst", "smem", False), ("src", "gref", False), ("bar", "bar", True),
                   ("nbytes", "u32", True)),
     ir.BulkStore: (("dst", "gref", False), ("src", "smem", False), ("nbytes", "u32", True)),
     ir.BulkCommit: (),
     ir.BulkWait: (("n", "const", True),),
     ir.BulkWaitRead: (("n", "const", True),),
     ir.TensorLoad: (("dst", "smem", False), ("tmap", "tmap", False), ("coords", "coords", False),
-                    ("bar", "bar", False)),
+                    ("bar", "bar", True)),
     ir.TensorStore: (("tmap", "tmap", False), ("coords", "coords", False), ("src", "smem", False)),
     ir.TensorMapPrefetch: (("tmap", "tmap", False),),
+    ir.Acquire: (("pipe", "pipe", False),),
+    ir.Commit: (("pipe", "pipe", False),),
+    ir.Wait: (("pipe", "pipe", False),),
+    ir.Release: (("pipe", "pipe", False),),
+    ir.RoleSync: (),
 }
 
 
@@ -72,6 +77,14 @@ def check_op(b: KernelBuilder, cls: type[ir.Op], args: list, loc: Span | None) -
     for name, kind, _ in spec[len(args):]:
         if kind == "const":
             values[name] = ir.Const(value=0, type=T.u32, loc=loc)
+        elif name == "bar":
+            dst = values.get("dst")
+            if isinstance(dst, ir.StageBuf) and dst.side == "put":
+                values[name] = ir.StageBarrier(pipe=dst.pipe, type=T.BarrierRef(0), loc=loc)
+            else:
+                b.diags.error(f"{cls.syntax} needs an mbarrier (only copies into a pipeline "
+                              "stage, between acquire and commit, derive it)", loc)
+                return None
         elif name == "nbytes":
             place = values.get("dst") if cls is ir.BulkLoad else values.get("src")
             values[name] = b.lit_expr(Lit(place.type.nbytes, loc), T.u32)  # type: ignore[union-attr]
@@ -123,6 +136,7 @@ def _operand(b: KernelBuilder, cls: type[ir.Op], name: str, kind: str, arg: Oper
         "smem": isinstance(ty, T.SharedRef),
         "gref": isinstance(ty, T.GlobalRef),
         "tmap": isinstance(ty, T.TensorMap),
+        "pipe": isinstance(ty, T.PipelineRef),
     }[kind]
     if not good:
         extra = ""
@@ -144,6 +158,7 @@ _KIND_TEXT = {
     "smem": "shared memory",
     "gref": "a global-memory place (ptr[offset])",
     "tmap": "a tensor map",
+    "pipe": "a pipeline",
     "u32": "a u32 value",
 }
 

@@ -75,7 +75,13 @@ def expr_text(e: ir.Expr, prec: int = 0, typed: bool = False) -> str:
     if isinstance(e, ir.Pack):
         return f"{e.type}({', '.join(expr_text(x, 0, True) for x in e.elems)})"
     if isinstance(e, ir.Extract):
-        return f"{expr_text(e.vec, _POSTFIX_PREC)}[{e.index}]"
+        return f"{expr_text(e.vec, _POSTFIX_PREC)}[{expr_text(e.index, 0, True)}]"
+    if isinstance(e, ir.PipelineObj):
+        return e.name
+    if isinstance(e, ir.StageBuf):
+        return f"{e.pipe}.{e.buf}"
+    if isinstance(e, ir.StageIndex):
+        return f"{e.pipe}.stage"
     if isinstance(e, ir.Index):
         base = expr_text(e.base, _POSTFIX_PREC)
         big = isinstance(e.base.type, T.Ptr)
@@ -136,6 +142,8 @@ class _Printer:
             self.line(f"let {s.name}: {type_text(s.var_type)}{init};")
         elif isinstance(s, ir.Assign):
             self.line(f"{s.name} = {expr_text(s.value, 0, True)};")
+        elif isinstance(s, ir.SetElem):
+            self.line(f"{s.name}[{expr_text(s.index, 0, True)}] = {expr_text(s.value, 0, True)};")
         elif isinstance(s, ir.Store):
             self.line(f"{expr_text(s.ref)} = {expr_text(s.value, 0, True)};")
         elif isinstance(s, ir.If):
@@ -147,12 +155,24 @@ class _Printer:
             step = ""
             if not (isinstance(s.step, ir.Const) and s.step.value == 1):
                 step = f" step {expr_text(s.step, 0, typed)}"
+            unroll = " unroll" if s.unroll else ""
             self.line(f"for {s.var} in {expr_text(s.start, 0, typed)} .. "
-                      f"{expr_text(s.stop, 0, typed)}{step} {{")
+                      f"{expr_text(s.stop, 0, typed)}{step}{unroll} {{")
             self.body(s.body)
             self.line("}")
         elif isinstance(s, ir.While):
             self.line(f"while {expr_text(s.cond)} {{")
+            self.body(s.body)
+            self.line("}")
+        elif isinstance(s, ir.PipelineDecl):
+            self.line(f"pipeline {s.name} stages {s.stages} {{")
+            for d in s.buffers:
+                dims = "".join(f"[{x}]" for x in d.shape)
+                self.line(f"    {d.name}: {d.elem}{dims} align {d.align};")
+            self.line("}")
+        elif isinstance(s, ir.Role):
+            regs = f" regs {s.regs}" if s.regs is not None else ""
+            self.line(f"role {s.name} warps {s.warp_start} .. {s.warp_stop}{regs} {{")
             self.body(s.body)
             self.line("}")
         elif isinstance(s, ir.Return):
@@ -187,7 +207,7 @@ class _Printer:
             v = getattr(s, name)
             derived = name == "nbytes" and optional and isinstance(v, ir.Const) and \
                 v.value == (s.dst if isinstance(s, ir.BulkLoad) else s.src).type.nbytes  # type: ignore[attr-defined]
-            if v is None or derived:
+            if v is None or derived or isinstance(v, ir.StageBarrier):
                 pending.append("")
                 continue
             out.extend(pending)

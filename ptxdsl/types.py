@@ -159,6 +159,16 @@ class BarrierRef(Type):
 
 
 @dataclass(frozen=True, slots=True)
+class PipelineRef(Type):
+    """A declared pipeline: its stage count."""
+
+    stages: int
+
+    def __str__(self) -> str:
+        return f"pipeline[{self.stages}]"
+
+
+@dataclass(frozen=True, slots=True)
 class Void(Type):
     def __str__(self) -> str:
         return "void"

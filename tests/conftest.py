@@ -62,13 +62,14 @@ def sample_module(name: str):
     return mod
 
 
-def sample_kernel_def(name: str):
+def sample_kernel_defs(name: str) -> list:
+    """The kernels a sample's Python twin defines at module level, in order."""
     import ptxdsl
 
     mod = sample_module(name)
     defs = [v for v in vars(mod).values() if isinstance(v, ptxdsl.KernelDef)]
-    assert len(defs) == 1, f"samples/{name}.py should define exactly one @ptxdsl.kernel"
-    return defs[0]
+    assert defs, f"samples/{name}.py defines no @ptxdsl.kernel"
+    return defs
 
 
 def ptxas_path() -> str:

@@ -55,8 +55,8 @@ def test_vector_load_store_and_extract():
     k = kernel("shared t: bf16[64]; let v: bf16x8 = vload(t[8], 8); t[0] = v; let e = v[7];")
     assert k.body[1].var_type == T.Vector(T.bf16, 8)
     assert isinstance(k.body[2], ir.Store) and k.body[2].value.type == T.Vector(T.bf16, 8)
-    assert k.body[3].value == ir.Extract(vec=ir.Var(name="v", type=T.Vector(T.bf16, 8)), index=7,
-                                         type=T.bf16)
+    assert k.body[3].value == ir.Extract(vec=ir.Var(name="v", type=T.Vector(T.bf16, 8)),
+                                         index=ir.Const(value=7, type=T.u32), type=T.bf16)
 
 
 def test_derived_bulk_sizes():

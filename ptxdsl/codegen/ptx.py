@@ -228,6 +228,10 @@ class KernelEmitter:
             self.move_into(self.lookup(s.name), s.value, s.value.type)
         elif isinstance(s, ir.Store):
             self.store(s)
+        elif isinstance(s, ir.SetElem):
+            t = s.value.type
+            dst = self.lookup(s.name)[self.const_index(s.index)]
+            w.instr(f"mov.{mem_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
         elif isinstance(s, ir.If):
             p = self.ev_reg(s.cond)
             end = w.label("endif")
@@ -259,6 +263,9 @@ class KernelEmitter:
             text = re.sub(r"\{(\d+)\}", lambda m: str(ops[int(m.group(1))]), s.template)
             for line in text.strip().split("\n"):
                 w.lines.append("    " + line.strip())
+        elif isinstance(s, ir.SetMaxNReg):
+            mn = "setmaxnreg.inc.sync.aligned.u32" if s.inc else "setmaxnreg.dec.sync.aligned.u32"
+            w.instr(mn, str(s.regs))
         elif isinstance(s, ir.Op):
             self.op(s)
         else:
@@ -266,6 +273,14 @@ class KernelEmitter:
 
     def for_loop(self, s: ir.For) -> None:
         w = self.w
+        if s.unroll:
+            # the loop variable is an immediate in each copy of the body
+            for value in range(int(s.start.value), int(s.stop.value),  # type: ignore[attr-defined]
+                               int(s.step.value)):  # type: ignore[attr-defined]
+                self.scopes.append({s.var: str(value)})
+                self.stmts(s.body)
+                self.scopes.pop()
+            return
         i = w.reg(s.var_type)
         self.scopes.append({s.var: i})
         w.instr(f"mov.{mem_type(s.var_type)}", i, self.ev(s.start))
@@ -417,14 +432,14 @@ class KernelEmitter:
     def ev_reg(self, e: ir.Expr) -> str:
         """An expression in a register (immediates are moved into one)."""
         v = self.ev(e)
-        if isinstance(e, ir.Const):
-            t = e.type
-            if t == T.pred:
-                r = self.w.reg(T.pred)
-                self.w.instr("setp.ne.u32", r, "1" if e.value else "0", "0")
-                return r
-            return self.copy(v, t)  # type: ignore[arg-type]
-        return v
+        if v.startswith("%"):
+            return v
+        t = e.type
+        if t == T.pred:
+            r = self.w.reg(T.pred)
+            self.w.instr("setp.ne.u32", r, v, "0")
+            return r
+        return self.copy(v, t)  # type: ignore[arg-type]
 
     def ev_vec(self, e: ir.Expr) -> list[str]:
         if isinstance(e, ir.Var):
@@ -454,7 +469,7 @@ class KernelEmitter:
         if isinstance(e, ir.Load):
             return self.load(e)
         if isinstance(e, ir.Extract):
-            return self.ev_vec(e.vec)[e.index]
+            return self.ev_vec(e.vec)[self.const_index(e.index)]
         if isinstance(e, ir.Binary):
             return self.binary(e)
         if isinstance(e, ir.Compare):
@@ -484,6 +499,19 @@ class KernelEmitter:
         if isinstance(e, ir.Call):
             return self.call(e)
         raise TypeError(f"no PTX value for {type(e).__name__}")
+
+    def const_index(self, e: ir.Expr) -> int:
+        """The value of a vector index: constants and unrolled loop variables only."""
+        if isinstance(e, ir.Const):
+            return int(e.value)
+        if isinstance(e, ir.Var):
+            return int(self.lookup(e.name))
+        if isinstance(e, ir.Binary):
+            a, b = self.const_index(e.a), self.const_index(e.b)
+            return {"add": a + b, "sub": a - b, "mul": a * b, "div": a // b, "rem": a % b,
+                    "and": a & b, "or": a | b, "xor": a ^ b, "shl": a << b,
+                    "shr": a >> b, "min": min(a, b), "max": max(a, b)}[e.op]
+        raise TypeError(f"vector index is not constant: {type(e).__name__}")
 
     def sreg(self, e: ir.SReg) -> str:
         w = self.w
@@ -521,10 +549,7 @@ class KernelEmitter:
                 return r2
             return r
         assert isinstance(t, T.Scalar)
-        a = self.ev_reg(e.a) if isinstance(e.a, ir.Const) and isinstance(e.b, ir.Const) \
-            else self.ev(e.a)
-        if isinstance(e.a, ir.Const) and not isinstance(e.b, ir.Const) and t.nbytes == 2:
-            a = self.ev_reg(e.a)
+        a = self.ev_reg(e.a)  # immediates only as the second operand
         b = self.ev(e.b)
         r = w.reg(t)
         op = e.op
@@ -561,7 +586,7 @@ class KernelEmitter:
             if e.op == "eq":
                 w.instr("not.pred", r, r)
             return r
-        a = self.ev(e.a) if not isinstance(e.a, ir.Const) else self.ev_reg(e.a)
+        a = self.ev_reg(e.a)
         b = self.ev(e.b)
         w.instr(f"setp.{e.op}.{int_type(t)}", r, a, b)  # type: ignore[arg-type]
         return r
@@ -718,8 +743,8 @@ def kernel_info(k: ir.Kernel, layout: Layout, arch: str) -> KernelInfo:
 
 
 def needs_sm90a(m: ir.Module) -> bool:
-    """Whether any arch-specific (sm_90a-only) feature is used."""
-    return False
+    """Whether any arch-specific (sm_90a-only) feature is used: setmaxnreg."""
+    return any(isinstance(s, ir.SetMaxNReg) for k in m.kernels for s in ir.walk(k.body))
 
 
 def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None = None) -> PtxModule:

@@ -1,0 +1,428 @@
+"""Lowering: pipelines and roles become the base IR (mbarriers, ifs, loops).
+
+What the author does not write is derived here:
+  - each stage's full barrier expects as many arrivals as threads run `commit`, and each commit
+    arms it with the bytes of the copies issued since `acquire`;
+  - each stage's empty barrier expects as many arrivals as threads run `release`;
+  - stage index and phase are registers per pipeline side, advanced by commit / release;
+  - barriers are initialised by one thread, fenced, and published with `bar.sync 0`;
+  - roles become one if/else chain on `%warp` with `setmaxnreg` and a derived register cap;
+  - a producer waits for every stage to be released before it exits (the producer tail), so
+    no consumer can still signal a CTA that has left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from . import ir
+from . import types as T
+from .errors import CompileError, DiagnosticBag, Note, Span
+
+REGISTER_FILE = 65536
+
+
+def _c(v: int, t: T.Scalar = T.u32) -> ir.Const:
+    return ir.Const(value=v, type=t)
+
+
+def _var(name: str) -> ir.Var:
+    return ir.Var(name=name, type=T.u32)
+
+
+def _and(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return ir.Binary(op="and", a=a, b=b, type=T.pred)
+
+
+def _cmp(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return ir.Compare(op=op, a=a, b=b, type=T.pred)
+
+
+# ----------------------------------------------------------------------------- thread sets
+
+
+class _Unknown(Exception):
+    pass
+
+
+@dataclass
+class _ThreadModel:
+    """Which threads of a CTA run a statement, from conditions on thread indices."""
+
+    threads: tuple[int, int, int]
+    env: dict[str, ir.Expr] = field(default_factory=dict)
+
+    def value(self, e: ir.Expr, tid: int, active: frozenset[int]):
+        x, y, _ = self.threads
+        if isinstance(e, ir.Const):
+            return e.value
+        if isinstance(e, ir.SReg):
+            table = {"tid.x": tid % x, "tid.y": tid // x % y, "tid.z": tid // (x * y),
+                     "warp": tid // 32, "laneid": tid % 32, "ntid.x": x, "ntid.y": y,
+                     "ntid.z": self.threads[2]}
+            if e.name in table:
+                return table[e.name]
+            raise _Unknown
+        if isinstance(e, ir.Var) and e.name in self.env:
+            return self.value(self.env[e.name], tid, active)
+        if isinstance(e, ir.Call) and e.fn == "elect":
+            warp = [t for t in active if t // 32 == tid // 32]
+            return bool(warp) and tid == min(warp)
+        if isinstance(e, ir.Compare):
+            a, b = self.value(e.a, tid, active), self.value(e.b, tid, active)
+            return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b,
+                    "ge": a >= b}[e.op]
+        if isinstance(e, ir.Unary) and e.op == "not" and e.type == T.pred:
+            return not self.value(e.x, tid, active)
+        if isinstance(e, ir.Binary):
+            a, b = self.value(e.a, tid, active), self.value(e.b, tid, active)
+            if e.type == T.pred:
+                return (a and b) if e.op == "and" else (a or b) if e.op == "or" else a != b
+            ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+                   "div": lambda: a // b, "rem": lambda: a % b, "and": lambda: a & b,
+                   "or": lambda: a | b, "xor": lambda: a ^ b, "shl": lambda: a << b,
+                   "shr": lambda: a >> b, "min": lambda: min(a, b), "max": lambda: max(a, b)}
+            return ops[e.op]()
+        if isinstance(e, ir.Cast):
+            return self.value(e.x, tid, active)
+        raise _Unknown
+
+    def active(self, path: list[tuple[ir.Expr, bool]]) -> frozenset[int]:
+        """The threads that reach the end of a path of (condition, taken-branch) pairs."""
+        x, y, z = self.threads
+        act = frozenset(range(x * y * z))
+        for cond, polarity in path:
+            act = frozenset(t for t in act if bool(self.value(cond, t, act)) == polarity)
+        return act
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+@dataclass
+class _PipeFacts:
+    decl: ir.PipelineDecl
+    commit_threads: dict[int, tuple[int, Span | None]] = field(default_factory=dict)
+    release_threads: dict[int, tuple[int, Span | None]] = field(default_factory=dict)
+    release_per_warp: dict[int, bool] = field(default_factory=dict)
+    commit_bytes: dict[int, int] = field(default_factory=dict)
+
+
+class _Lowerer:
+    def __init__(self, k: ir.Kernel, diags: DiagnosticBag):
+        self.k = k
+        self.diags = diags
+        self.pipes: dict[str, _PipeFacts] = {}
+        self.model = _ThreadModel(k.threads)
+        self.roles: list[ir.Role] = [s for s in k.body if isinstance(s, ir.Role)]
+        assigned = {s.name for s in ir.walk(k.body) if isinstance(s, ir.Assign)}
+        for s in ir.walk(k.body):
+            if isinstance(s, ir.Let) and s.value is not None and s.name not in assigned:
+                self.model.env[s.name] = s.value
+
+    # -- pass 1: who commits / releases, and how many bytes each commit covers
+    def analyse(self, stmts: tuple[ir.Stmt, ...], path: list, open_puts: dict[str, int] | None
+                ) -> None:
+        open_puts = {} if open_puts is None else open_puts
+        local: dict[str, int] = {}
+        for s in stmts:
+            if isinstance(s, ir.PipelineDecl):
+                self.pipes[s.name] = _PipeFacts(s)
+            elif isinstance(s, ir.Role):
+                cond = self.role_cond(s)
+                self.analyse(s.body, path + [(cond, True)], None)
+            elif isinstance(s, ir.If):
+                self.analyse(s.then, path + [(s.cond, True)], None)
+                self.analyse(s.orelse, path + [(s.cond, False)], None)
+            elif isinstance(s, (ir.For, ir.While)):
+                self.analyse(s.body, path, None)
+            elif isinstance(s, ir.Acquire):
+                local[s.pipe.name] = 0  # type: ignore[attr-defined]
+            elif isinstance(s, ir.Commit):
+                name = s.pipe.name  # type: ignore[attr-defined]
+                self.pipes[name].commit_bytes[id(s)] = local.pop(name, 0)
+                self.pipes[name].commit_threads[id(s)] = (self.count(path, s), s.loc)
+            elif isinstance(s, ir.Release):
+                name = s.pipe.name  # type: ignore[attr-defined]
+                facts = self.pipes[name]
+                threads = self.threads(path, s)
+                # whole warps release with one elected arrival each: fewer atomics on the
+                # barrier, and the warp has converged, so all its lanes are done with the stage
+                warps = {t // 32 for t in threads}
+                per_warp = bool(threads) and all(
+                    all(w * 32 + i in threads for i in range(32)) for w in warps)
+                facts.release_per_warp[id(s)] = per_warp
+                n = len(warps) if per_warp else len(threads)
+                facts.release_threads[id(s)] = (n, s.loc)
+            elif isinstance(s, (ir.BulkLoad, ir.TensorLoad)) and isinstance(s.bar,
+                                                                             ir.StageBarrier):
+                name = s.bar.pipe
+                if name not in local:
+                    self.diags.error(f"a copy into a stage of '{name}' must be issued in the same "
+                                     f"block as its acquire({name}) and commit({name}), so the "
+                                     "bytes it delivers can be derived", s.loc)
+                    continue
+                local[name] += self.copy_bytes(s)
+
+    def copy_bytes(self, s: ir.BulkLoad | ir.TensorLoad) -> int:
+        if isinstance(s, ir.TensorLoad):
+            return s.dst.type.nbytes  # type: ignore[attr-defined]
+        if isinstance(s.nbytes, ir.Const):
+            return int(s.nbytes.value)
+        self.diags.error("a copy into a pipeline stage needs a constant byte count", s.loc)
+        return 0
+
+    def count(self, path: list, s: ir.Stmt) -> int:
+        return len(self.threads(path, s))
+
+    def threads(self, path: list, s: ir.Stmt) -> frozenset[int]:
+        try:
+            return self.model.active(path)
+        except _Unknown:
+            self.diags.error("cannot tell which threads run this statement, so its barrier "
+                             "arrival count cannot be derived; select threads with conditions on "
+                             "%tid, %warp, %laneid, elect() or a role", s.loc)
+            return frozenset()
+
+    def arrivals(self, facts: dict[int, tuple[int, Span | None]], what: str, pipe: str) -> int:
+        counts = {n for n, _ in facts.values()}
+        if not facts:
+            return 1
+        if len(counts) > 1:
+            first, *rest = facts.values()
+            self.diags.error(f"every {what}({pipe}) must be run by the same number of threads; "
+                             f"this one by {rest[0][0]}", rest[0][1],
+                             Note(f"this one by {first[0]}", first[1]))
+        n = max(counts)
+        if n == 0:
+            loc = next(iter(facts.values()))[1]
+            self.diags.error(f"no thread runs this {what}({pipe})", loc)
+            return 1
+        return n
+
+    # -- pass 2: rewrite
+    def role_cond(self, r: ir.Role) -> ir.Expr:
+        warp = ir.SReg(name="warp", type=T.u32)
+        upper = _cmp("lt", warp, _c(r.warp_stop))
+        return upper if r.warp_start == 0 else _and(_cmp("ge", warp, _c(r.warp_start)), upper)
+
+    def expr(self, e):
+        if isinstance(e, ir.StageBuf):
+            decl = next(d for d in self.pipes[e.pipe].decl.buffers if d.name == e.buf)
+            stages = self.pipes[e.pipe].decl.stages
+            whole = ir.SharedBuf(name=f"{e.pipe}.{e.buf}", loc=e.loc,
+                                 type=T.SharedRef(decl.elem, (stages, *decl.shape)))
+            return ir.Index(base=whole, indices=(_var(f"{e.pipe}.{e.side}_stage"),), type=e.type,
+                            loc=e.loc)
+        if isinstance(e, ir.StageIndex):
+            return _var(f"{e.pipe}.{e.side}_stage")
+        if isinstance(e, ir.StageBarrier):
+            return self.stage_bar(e.pipe, "full", "put")
+        if isinstance(e, tuple):
+            return tuple(self.expr(x) for x in e)
+        if not isinstance(e, ir.Expr):
+            return e
+        changes = {}
+        for f in dataclasses.fields(e):
+            v = getattr(e, f.name)
+            if isinstance(v, (ir.Expr, tuple)):
+                nv = self.expr(v)
+                if nv is not v:
+                    changes[f.name] = nv
+        return dataclasses.replace(e, **changes) if changes else e
+
+    def stage_bar(self, pipe: str, which: str, side: str) -> ir.Expr:
+        stages = self.pipes[pipe].decl.stages
+        arr = ir.BarrierObj(name=f"{pipe}.{which}", type=T.BarrierRef(stages))
+        return ir.Index(base=arr, indices=(_var(f"{pipe}.{side}_stage"),), type=T.BarrierRef(0))
+
+    def advance(self, pipe: str, side: str, loc: Span | None) -> list[ir.Stmt]:
+        n = self.pipes[pipe].decl.stages
+        stage, phase = _var(f"{pipe}.{side}_stage"), _var(f"{pipe}.{side}_phase")
+        last = _cmp("eq", stage, _c(n - 1))
+        flip = ir.Select(cond=last, a=_c(1), b=_c(0), type=T.u32)
+        nxt = ir.Select(cond=last, a=_c(0), b=ir.Binary(op="add", a=stage, b=_c(1), type=T.u32),
+                        type=T.u32)
+        return [ir.Assign(name=phase.name, value=ir.Binary(op="xor", a=phase, b=flip,
+                                                          type=T.u32), loc=loc),
+                ir.Assign(name=stage.name, value=nxt, loc=loc)]
+
+    def acquire(self, pipe: str, loc: Span | None) -> ir.Stmt:
+        parity = ir.Binary(op="xor", a=_var(f"{pipe}.put_phase"), b=_c(1), type=T.u32)
+        return ir.MBarrierWait(bar=self.stage_bar(pipe, "empty", "put"), parity=parity, loc=loc)
+
+    def block(self, stmts: tuple[ir.Stmt, ...], role: tuple[int, ir.Role] | None,
+              in_commit_loop: bool = False) -> tuple[ir.Stmt, ...]:
+        out: list[ir.Stmt] = []
+        stores: set[str] = set()
+        for s in stmts:
+            if isinstance(s, ir.Acquire):
+                out.append(self.acquire(s.pipe.name, s.loc))  # type: ignore[attr-defined]
+            elif isinstance(s, ir.Commit):
+                name = s.pipe.name  # type: ignore[attr-defined]
+                nbytes = self.pipes[name].commit_bytes.get(id(s), 0)
+                out.append(ir.MBarrierArriveExpectTx(bar=self.stage_bar(name, "full", "put"),
+                                                     nbytes=_c(nbytes), loc=s.loc))
+                out += self.advance(name, "put", s.loc)
+            elif isinstance(s, ir.Wait):
+                name = s.pipe.name  # type: ignore[attr-defined]
+                out.append(ir.MBarrierWait(bar=self.stage_bar(name, "full", "get"),
+                                           parity=_var(f"{name}.get_phase"), loc=s.loc))
+            elif isinstance(s, ir.Release):
+                name = s.pipe.name  # type: ignore[attr-defined]
+                if name in stores:  # the stage is reused only once the store has read it
+                    out.append(ir.BulkWaitRead(n=_c(0), loc=s.loc))
+                    stores.discard(name)
+                arrive = ir.MBarrierArrive(bar=self.stage_bar(name, "empty", "get"), loc=s.loc)
+                if self.pipes[name].release_per_warp.get(id(s)):
+                    elect = ir.Call(fn="elect", args=(), type=T.pred)
+                    out.append(ir.If(cond=elect, then=(arrive,), orelse=(), loc=s.loc))
+                else:
+                    out.append(arrive)
+                out += self.advance(name, "get", s.loc)
+            elif isinstance(s, (ir.TensorStore, ir.BulkStore)) and isinstance(s.src, ir.StageBuf):
+                stores.add(s.src.pipe)
+                out.append(ir.FenceProxyAsync(loc=s.loc))
+                out.append(self.stmt(s, role, in_commit_loop))
+                out.append(ir.BulkCommit(loc=s.loc))
+            elif isinstance(s, ir.For) and role is not None and not in_commit_loop and \
+                    (pipes := _committed(s.body)):
+                out.append(self.stmt(s, role, True))
+                for name in pipes:  # the producer tail
+                    for _ in range(self.pipes[name].decl.stages):
+                        out.append(self.acquire(name, s.loc))
+                        out += self.advance(name, "put", s.loc)
+            else:
+                out.append(self.stmt(s, role, in_commit_loop))
+        return tuple(out)
+
+    def stmt(self, s: ir.Stmt, role, in_commit_loop: bool) -> ir.Stmt:
+        if isinstance(s, ir.If):
+            return dataclasses.replace(s, cond=self.expr(s.cond),
+                                       then=self.block(s.then, role, in_commit_loop),
+                                       orelse=self.block(s.orelse, role, in_commit_loop))
+        if isinstance(s, (ir.For, ir.While)):
+            changes = {f.name: self.expr(getattr(s, f.name)) for f in dataclasses.fields(s)
+                       if isinstance(getattr(s, f.name), ir.Expr)}
+            return dataclasses.replace(s, body=self.block(s.body, role, in_commit_loop),
+                                       **changes)
+        if isinstance(s, ir.RoleSync):
+            idx, r = role  # type: ignore[misc]
+            return ir.BarSync(id=_c(1 + idx), nthreads=_c(32 * (r.warp_stop - r.warp_start)),
+                              loc=s.loc)
+        changes = {}
+        for f in dataclasses.fields(s):
+            v = getattr(s, f.name)
+            if isinstance(v, (ir.Expr, tuple)) and f.name != "loc":
+                nv = self.expr(v)
+                if nv is not v:
+                    changes[f.name] = nv
+        return dataclasses.replace(s, **changes) if changes else s
+
+    def lower(self) -> ir.Kernel:
+        self.analyse(self.k.body, [], None)
+        maxnreg = self.register_cap()
+        top: list[ir.Stmt] = []
+        inits: list[ir.Stmt] = []
+        cursors: list[ir.Stmt] = []
+        for name, facts in self.pipes.items():
+            d = facts.decl
+            full = self.arrivals(facts.commit_threads, "commit", name)
+            empty = self.arrivals(facts.release_threads, "release", name)
+            for b in d.buffers:
+                top.append(dataclasses.replace(b, name=f"{name}.{b.name}",
+                                               shape=(d.stages, *b.shape)))
+            top.append(ir.BarrierDecl(name=f"{name}.full", n=d.stages, count=full, loc=d.loc))
+            top.append(ir.BarrierDecl(name=f"{name}.empty", n=d.stages, count=empty, loc=d.loc))
+            for s in range(d.stages):
+                for which in ("full", "empty"):
+                    arr = ir.BarrierObj(name=f"{name}.{which}", type=T.BarrierRef(d.stages))
+                    bar = ir.Index(base=arr, indices=(_c(s),), type=T.BarrierRef(0))
+                    inits.append(ir.MBarrierInit(bar=bar, loc=d.loc))
+            for side in ("put", "get"):
+                for what in ("stage", "phase"):
+                    cursors.append(ir.Let(name=f"{name}.{side}_{what}", var_type=T.u32,
+                                          value=_c(0), loc=d.loc))
+        body: list[ir.Stmt] = []
+        for s in self.k.body:
+            if not isinstance(s, ir.PipelineDecl):
+                body.append(s)
+        decls = [s for s in body if isinstance(s, (ir.SharedDecl, ir.BarrierDecl))]
+        rest = [s for s in body if not isinstance(s, (ir.SharedDecl, ir.BarrierDecl))]
+        prologue: list[ir.Stmt] = []
+        if inits:
+            leader = _cmp("eq", ir.SReg(name="warp", type=T.u32), _c(0))
+            leader = _and(leader, _cmp("eq", ir.SReg(name="laneid", type=T.u32), _c(0)))
+            prologue.append(ir.If(cond=leader, then=(*inits, ir.FenceMBarrierInit()), orelse=()))
+            prologue.append(ir.BarSync(id=_c(0)))
+        lowered = self.block(tuple(rest), None)
+        lowered = self.role_chains(lowered, maxnreg)
+        new_body = (*decls, *top, *cursors, *prologue, *lowered)
+        return dataclasses.replace(self.k, body=new_body, maxnreg=maxnreg)
+
+    def role_chains(self, stmts: tuple[ir.Stmt, ...], maxnreg: int | None) -> tuple[ir.Stmt, ...]:
+        """Consecutive roles become one if/else-if chain (setmaxnreg needs that shape)."""
+        out: list[ir.Stmt] = []
+        group: list[ir.Role] = []
+
+        def flush() -> None:
+            chain: tuple[ir.Stmt, ...] = ()
+            for r in reversed(group):
+                idx = self.roles.index(r)
+                body = self.block(r.body, (idx, r))
+                if r.regs is not None and maxnreg is not None and r.regs != maxnreg:
+                    body = (ir.SetMaxNReg(regs=r.regs, inc=r.regs > maxnreg, loc=r.loc), *body)
+                chain = (ir.If(cond=self.role_cond(r), then=body, orelse=chain, loc=r.loc),)
+            out.extend(chain)
+            group.clear()
+
+        for s in stmts:
+            if isinstance(s, ir.Role):
+                group.append(s)
+                continue
+            if group:
+                flush()
+            out.append(s)
+        if group:
+            flush()
+        return tuple(out)
+
+    def register_cap(self) -> int | None:
+        """The entry register count that makes ptxas honour setmaxnreg, and the budget check."""
+        k = self.k
+        if not any(r.regs is not None for r in self.roles):
+            return k.maxnreg
+        nthreads = k.nthreads
+        cap = k.maxnreg
+        if cap is None:
+            cap = min(255, REGISTER_FILE // (nthreads * (k.minctas or 1)) // 8 * 8)
+        in_roles = sum(32 * (r.warp_stop - r.warp_start) for r in self.roles)
+        total = sum(32 * (r.warp_stop - r.warp_start) * (r.regs if r.regs is not None else cap)
+                    for r in self.roles) + (nthreads - in_roles) * cap
+        if total * (k.minctas or 1) > REGISTER_FILE:
+            self.diags.error(f"the roles' registers add up to {total} per CTA (threads x regs); "
+                             f"the register file holds {REGISTER_FILE}", self.roles[0].loc)
+        return cap
+
+
+def _committed(stmts: tuple[ir.Stmt, ...]) -> list[str]:
+    names = []
+    for s in ir.walk(stmts):
+        if isinstance(s, ir.Commit) and s.pipe.name not in names:  # type: ignore[attr-defined]
+            names.append(s.pipe.name)  # type: ignore[attr-defined]
+    return names
+
+
+def lower_kernel(k: ir.Kernel, diags: DiagnosticBag) -> ir.Kernel:
+    if not any(isinstance(s, (ir.PipelineDecl, ir.Role)) for s in k.body):
+        return k
+    return _Lowerer(k, diags).lower()
+
+
+def lower_module(m: ir.Module) -> ir.Module:
+    """The module with every pipeline and role lowered; raises CompileError on problems."""
+    diags = DiagnosticBag()
+    kernels = tuple(lower_kernel(k, diags) for k in m.kernels)
+    diags.raise_if_any(CompileError)
+    return dataclasses.replace(m, kernels=kernels)
