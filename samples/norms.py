@@ -122,3 +122,40 @@ def reference(kind: str, x: np.ndarray, w=None, b=None, eps: float = 1e-5) -> np
     mean = x.mean(axis=1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
     return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+KERNELS = {"rmsnorm": rmsnorm, "softmax": softmax, "layernorm": layernorm}
+ATOL = {"rmsnorm": 2e-2, "softmax": 1e-6, "layernorm": 2e-2}
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns (uint16), rounding to nearest even."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def example(rng: np.random.Generator, kernel: str = "rmsnorm", rows: int = 96, n: int = 8192,
+            dtype=bf16) -> dict:
+    """Inputs, grid and float64 reference for one normalisation over `rows` rows."""
+    kind = kernel.split("_")[0]
+    x = rng.standard_normal((rows, n)).astype(np.float32) * 2.0
+    w = (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(n)).astype(np.float32)
+    if dtype == bf16:
+        x, w, b = (to_bf16(a) for a in (x, w, b))
+        xf, wf, bf = (from_bf16(a) for a in (x, w, b))
+    else:
+        xf, wf, bf = x, w, b
+    inputs = {"x": x, "rows": rows}
+    if kind in ("rmsnorm", "layernorm"):
+        inputs["w"] = w
+    if kind == "layernorm":
+        inputs["b"] = b
+    want = reference(kind, xf, wf, bf)
+    return {"kernel": kernel, "grid": 16, "inputs": inputs,
+            "outputs": {"y": np.empty_like(x)}, "expected": {"y": want},
+            "rtol": 1.6e-2 if dtype == bf16 else 2e-5, "atol": ATOL[kind]}

@@ -1,0 +1,142 @@
+"""Run a sample end to end on the GPU and check it against its numpy reference.
+
+A sample's Python twin provides `example(rng, ...) -> dict` with:
+  grid          launch grid
+  inputs        {param: numpy array or scalar}: arrays go to the device (bf16 as uint16 bits)
+  outputs       {param: numpy array}: shape/dtype templates; poisoned on the device first
+  tensor_maps   {param: TensorMap options}: the map wraps the device array of the same name
+  expected      {param: numpy array}: the reference (float arrays compare with rtol/atol)
+  rtol, atol    tolerances (default exact)
+  kernel        which kernel of the module to run (default: the only one)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import types as T
+from .errors import LaunchError
+
+
+@dataclass
+class CheckResult:
+    name: str
+    ok: bool
+    max_abs_err: float
+    max_rel_err: float
+    detail: str = ""
+
+
+def load_twin(path: str | Path):
+    """The Python twin module (x.py) of a sample file (x.ptxdsl)."""
+    p = Path(path)
+    twin = p.with_suffix(".py")
+    if not twin.is_file():
+        raise LaunchError(f"{p}: no Python twin {twin.name} with an example() to run")
+    spec = importlib.util.spec_from_file_location(f"ptxdsl_twin_{p.stem}", twin)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    if not hasattr(mod, "example"):
+        raise LaunchError(f"{twin} has no example(rng) function")
+    return mod
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even float32 -> bf16 bit patterns (uint16)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _as_float(a: np.ndarray, t: T.Scalar | None) -> np.ndarray:
+    if t is not None and t.name == "bf16":
+        return bf16_to_f32(a)
+    return a.astype(np.float64) if a.dtype.kind == "f" else a
+
+
+def run_example(program: Any, ex: dict, *, stream: Any = None) -> list[CheckResult]:
+    """Launch `program` (a Program or KernelDef) on `ex` and compare with the reference."""
+    from .runtime import TensorMap, synchronize, to_device
+
+    name = ex.get("kernel")
+    prog = program.program() if hasattr(program, "program") else program
+    info = prog.ptx_module.kernel(name)
+    kernel = prog.kernel(info.name)
+    arrays = {**ex.get("inputs", {}), **ex.get("outputs", {})}
+    outputs = ex.get("outputs", {})
+    device: dict[str, Any] = {}
+    args: list[Any] = []
+    for p in info.params:
+        if p.name not in arrays:
+            raise LaunchError(f"example for '{info.name}' gives no value for parameter "
+                              f"'{p.name}'")
+        value = arrays[p.name]
+        if p.kind == "scalar":
+            args.append(value)
+            continue
+        host = np.ascontiguousarray(value)
+        if p.name in outputs:  # poison: every element the kernel fails to write shows up
+            host = np.full(host.nbytes, 0xFF, np.uint8).view(host.dtype).reshape(host.shape)
+        dev = to_device(host, dtype=p.dtype)
+        device[p.name] = dev
+        if p.kind == "tmap":
+            opts = dict(ex.get("tensor_maps", {}).get(p.name, {}))
+            args.append(TensorMap(dev, dtype=p.dtype, **opts))
+        else:
+            args.append(dev)
+    kernel[ex["grid"], None, stream](*args)
+    synchronize()
+    results = []
+    types = {p.name: p.dtype for p in info.params}
+    for out, want in ex.get("expected", {}).items():
+        got = device[out].copy_to_host()
+        results.append(compare(out, got, want, types.get(out), ex.get("rtol", 0.0),
+                               ex.get("atol", 0.0)))
+    for dev in device.values():
+        dev.free()
+    return results
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
+            rtol: float, atol: float) -> CheckResult:
+    g = _as_float(got.reshape(want.shape), t)
+    w = np.asarray(want)
+    if rtol == 0.0 and atol == 0.0:
+        bad = int(np.count_nonzero(g != w))
+        ok = bad == 0
+        return CheckResult(name, ok, 0.0 if ok else float("inf"), 0.0 if ok else float("inf"),
+                           "" if ok else f"{bad} of {w.size} elements differ")
+    g64, w64 = g.astype(np.float64), w.astype(np.float64)
+    err = np.abs(g64 - w64)
+    finite = np.isfinite(g64).all()
+    max_abs = float(err.max()) if err.size else 0.0
+    rel = float(np.linalg.norm(g64 - w64) / max(np.linalg.norm(w64), 1e-30))
+    ok = bool(finite and np.all(err <= atol + rtol * np.abs(w64)))
+    detail = "" if ok else ("non-finite values in the output" if not finite else
+                            f"max |err| {max_abs:.3g} exceeds atol {atol} + rtol {rtol}·|ref|")
+    return CheckResult(name, ok, max_abs, rel, detail)
+
+
+def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None = None,
+               arch: str | None = None) -> list[tuple[str, list[CheckResult]]]:
+    """Compile a .ptxdsl sample and run each of its kernels (or `kernel`) on fresh inputs."""
+    from .compiler import compile as compile_source
+
+    prog = compile_source(Path(path), arch=arch)
+    mod = load_twin(path)
+    rng = np.random.default_rng(seed)
+    names = [kernel] if kernel else [k.name for k in prog.kernels]
+    out = []
+    for name in names:
+        ex = mod.example(rng, kernel=name) if len(prog.kernels) > 1 else mod.example(rng)
+        ex.setdefault("kernel", name)
+        out.append((name, run_example(prog, ex)))
+    return out

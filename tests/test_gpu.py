@@ -1,0 +1,165 @@
+"""Driver-level runs of ptxdsl kernels on the GPU, compared with numpy on fresh random data.
+
+Marked `gpu`: skipped where no CUDA GPU is present; run them with `pytest -m gpu`."""
+
+import numpy as np
+import pytest
+from conftest import SAMPLES, sample_module
+
+import ptxdsl
+from ptxdsl.runner import run_example, run_sample
+
+pytestmark = pytest.mark.gpu
+
+
+def assert_ok(results):
+    assert results, "nothing was checked"
+    for r in results:
+        assert r.ok, f"{r.name}: {r.detail} (max abs err {r.max_abs_err:.3g})"
+
+
+@pytest.mark.parametrize("name", ["add_one", "pipeline", "stream_copy", "norms"])
+def test_sample_matches_numpy(name):
+    for _kernel, results in run_sample(SAMPLES / f"{name}.ptxdsl"):
+        assert_ok(results)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 6])
+def test_stream_copy_any_stage_count(stages):
+    mod = sample_module("stream_copy")
+    ex = mod.example(np.random.default_rng(), ntiles=61)  # not a multiple of the grid
+    assert_ok(run_example(mod.make_stream_copy(stages), ex))
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "softmax", "layernorm"])
+def test_norms_f32_inputs(kind):
+    mod = sample_module("norms")
+    kd = mod.make_norm(kind, n=4096, dtype=ptxdsl.f32, stages=3, consumer_warps=4)
+    ex = mod.example(np.random.default_rng(), kernel=kd.name, rows=50, n=4096,
+                     dtype=ptxdsl.f32)
+    assert_ok(run_example(kd, ex))
+
+
+TILE_KERNEL = """
+kernel tile_affine(src: tmap<f32, 2>, dst: tmap<f32, 2>) threads(128) {
+    shared tile: f32[32][32] align 1024;
+    mbarrier bar count 1;
+    let tid = %tid.x;
+    let x0 = (%ctaid.x * 32) as s32;
+    let y0 = (%ctaid.y * 32) as s32;
+    if tid == 0 {
+        mbarrier_init(bar);
+        fence_mbarrier_init();
+    }
+    bar_sync(0);
+    if tid == 0 {
+        mbarrier_arrive_expect_tx(bar, sizeof(tile));
+        tma_load(tile, src, [x0, y0], bar);
+    }
+    mbarrier_wait(bar, 0);
+    for i in 0 .. 8 {
+        let r = i * 4 + (tid >> 5);
+        let c = tid & 31;
+        tile[r, c] = tile[r, c] * 2.0 + 1.0;
+    }
+    fence_proxy_async();
+    bar_sync(0);
+    if tid == 0 {
+        tma_store(dst, [x0, y0], tile);
+        bulk_commit();
+        bulk_wait_read(0);
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("swizzle", ["none", "128B"])
+@pytest.mark.parametrize("shape", [(128, 96), (100, 72)])  # the second hangs over both edges
+def test_tensor_map_tile_load_compute_store(swizzle, shape):
+    prog = ptxdsl.compile(TILE_KERNEL)
+    x = np.random.default_rng().standard_normal(shape).astype(np.float32)
+    grid = (-(-shape[1] // 32), -(-shape[0] // 32))
+    box = {"box": (32, 32), "swizzle": swizzle}
+    ex = {"grid": grid, "inputs": {"src": x}, "outputs": {"dst": np.empty_like(x)},
+          "tensor_maps": {"src": box, "dst": box}, "expected": {"dst": x * 2.0 + 1.0}}
+    assert_ok(run_example(prog, ex))
+
+
+def test_more_than_48k_dynamic_shared_memory():
+    prog = ptxdsl.compile("""
+    kernel big(out: ptr<f32>) threads(256) {
+        shared buf: f32[16384] align 128;     // 64 KiB
+        let tid = %tid.x;
+        for i in 0 .. 64 { buf[i * 256 + tid] = ((i * 256 + tid) as f32) * 0.5; }
+        bar_sync(0);
+        for i in 0 .. 64 { out[i * 256 + tid] = buf[16383 - (i * 256 + tid)]; }
+    }""")
+    assert prog.kernels[0].smem_bytes > 49152
+    want = (np.arange(16384, dtype=np.float32) * 0.5)[::-1].copy()
+    ex = {"grid": 1, "inputs": {}, "outputs": {"out": np.empty(16384, np.float32)},
+          "expected": {"out": want}}
+    assert_ok(run_example(prog, ex))
+
+
+def test_cluster_of_two_reads_its_rank():
+    prog = ptxdsl.compile("""
+    kernel rank(out: ptr<u32>) threads(32) cluster(2) {
+        if %tid.x == 0 { out[%ctaid.x] = %cluster_ctarank + 100 * %cluster_nctarank; }
+    }""")
+    want = (np.arange(16) % 2 + 200).astype(np.uint32)
+    ex = {"grid": 16, "inputs": {}, "outputs": {"out": np.empty(16, np.uint32)},
+          "expected": {"out": want}}
+    assert_ok(run_example(prog, ex))
+
+
+def test_bad_launches_are_caught_before_the_driver():
+    from ptxdsl.runtime import TensorMap, to_device
+
+    prog = ptxdsl.compile(SAMPLES / "stream_copy.ptxdsl")
+    k = prog.kernel()
+    a = to_device(np.zeros((64, 256), np.uint16), dtype=ptxdsl.bf16)
+    with pytest.raises(ptxdsl.LaunchError, match="argument"):
+        k[4](a, a, 3)  # pointers where tensor maps are expected
+    tm = TensorMap(a, box=(32, 256), dtype=ptxdsl.bf16)
+    with pytest.raises(ptxdsl.LaunchError):
+        k[4](tm, tm)  # one argument short
+    with pytest.raises(ptxdsl.LaunchError, match="232448"):
+        k.launch(tm, tm, 2, grid=4, smem=300000)
+    with pytest.raises(ptxdsl.LaunchError, match="256"):
+        TensorMap(a, box=(32, 300), dtype=ptxdsl.bf16)
+    with pytest.raises(ptxdsl.LaunchError, match="aligned"):
+        from ptxdsl.runtime import DevicePointer
+
+        TensorMap(DevicePointer(int(a.ptr) + 8), box=(32, 256), dtype=ptxdsl.bf16,
+                  shape=(32, 256))
+    with pytest.raises(ptxdsl.LaunchError, match="16"):
+        TensorMap(DevicePointer(int(a.ptr)), box=(8, 8), dtype=ptxdsl.bf16, shape=(32, 100),
+                  strides=(200, 2))
+    with pytest.raises((KeyError, ptxdsl.LaunchError)):
+        prog.kernel("no_such_kernel")
+    a.free()
+
+
+def test_ptxas_rejection_names_the_kernel():
+    prog = ptxdsl.compile('kernel broken() threads(32) { asm "not.an.instruction;"; }')
+    with pytest.raises(ptxdsl.CompileError, match="broken"):
+        prog.kernel()
+
+
+def test_launch_overhead_with_cached_tensor_maps(record_property):
+    from ptxdsl.runtime import TensorMap, launch_overhead_us, synchronize, to_device
+
+    prog = ptxdsl.compile(SAMPLES / "stream_copy.ptxdsl")
+    k = prog.kernel()
+    a = to_device(np.zeros((64, 256), np.uint16), dtype=ptxdsl.bf16)
+    b = to_device(np.zeros((64, 256), np.uint16), dtype=ptxdsl.bf16)
+    src = TensorMap(a, box=(32, 256), dtype=ptxdsl.bf16)
+    dst = TensorMap(b, box=(32, 256), dtype=ptxdsl.bf16)
+    launch = k[8]
+    us = launch_overhead_us(lambda: launch(src, dst, 2), n=2000)
+    synchronize()
+    record_property("launch_overhead_us", us)
+    print(f"\nhost launch overhead, cached tensor maps: {us:.2f} us")
+    assert us < 50
+    a.free()
+    b.free()
