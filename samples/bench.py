@@ -69,21 +69,23 @@ def bench_copy(total_bytes: int, reps: int) -> list[tuple]:
     memcpy_ms = median_ms(lambda: ref_dst.copy_(src), reps)
     out = [("cudaMemcpy D2D (torch copy_)", total_bytes, memcpy_ms, nbytes / memcpy_ms / 1e6,
             1.0)]
-    for stages in (2, 3, 4, 6):
-        kd = mod.make_stream_copy(stages)
+    for stages, box_rows in ((2, 32), (4, 32), (6, 32), (2, 64), (3, 64), (4, 64), (2, 128),
+                             (3, 128), (8, 16)):
+        kd = mod.make_stream_copy(stages, box_rows)
         k = kd.program().kernel()
         dst = torch.full_like(src, float("nan"))
-        tm_src = TensorMap(src, box=(mod.ROWS, mod.COLS), dtype=ptxdsl.bf16)
-        tm_dst = TensorMap(dst, box=(mod.ROWS, mod.COLS), dtype=ptxdsl.bf16)
+        tm_src = TensorMap(src, box=(box_rows, mod.COLS), dtype=ptxdsl.bf16)
+        tm_dst = TensorMap(dst, box=(box_rows, mod.COLS), dtype=ptxdsl.bf16)
         grid = SMS * ctas_per_sm(k.info)
-        ntiles = rows // mod.ROWS
+        ntiles = rows // box_rows
         launch = k[grid]
         launch(tm_src, tm_dst, ntiles)
         torch.cuda.synchronize()
         if not torch.equal(dst.view(torch.int16), src.view(torch.int16)):
             raise SystemExit(f"stream_copy with {stages} stages gave a wrong result")
         ms = median_ms(lambda: launch(tm_src, tm_dst, ntiles), reps)  # noqa: B023 (called at once)
-        out.append((f"ptxdsl stream_copy, {stages} stages, grid {grid}", total_bytes, ms,
+        out.append((f"ptxdsl stream_copy, {stages} stages of {box_rows}x256, grid {grid}",
+                    total_bytes, ms,
                     nbytes / ms / 1e6, memcpy_ms / ms))
         del dst
     return out
@@ -180,7 +182,7 @@ def bench_norms(rows: int, n: int, reps: int, dtype) -> list[tuple]:
                 raise SystemExit(f"triton {kind} disagrees with torch: rel err {err:.3g}")
             tri_ms = median_ms(lambda: tri(kind, x, w, b, yt, eps), reps)  # noqa: B023 (called at once)
         best = None
-        for stages, warps in ((2, 8), (3, 8), (4, 8), (4, 4), (6, 4)):
+        for stages, warps in ((2, 8), (3, 8), (4, 8), (4, 4), (6, 4), (2, 16), (3, 16)):
             if stages * n * x.element_size() > 200 * 1024:
                 continue
             kd = mod.make_norm(kind, n=n, dtype=dtype, stages=stages, consumer_warps=warps,

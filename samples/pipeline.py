@@ -50,4 +50,5 @@ def example(rng: np.random.Generator, nctas: int = 8, ntiles: int = 37) -> dict:
     want = src.reshape(nctas, ntiles, TILE).astype(np.float64).sum(axis=1).astype(np.float32)
     return {"grid": nctas, "inputs": {"src": src, "ntiles": ntiles},
             "outputs": {"out": np.empty(nctas * TILE, np.float32)},
-            "expected": {"out": want.reshape(-1)}, "rtol": 1e-4}
+            "expected": {"out": want.reshape(-1)}, "rtol": 1e-4,
+            "atol": 1e-4}

@@ -11,21 +11,23 @@ from ptxdsl import bf16, s32, tmap, u32
 ROWS, COLS = 32, 256  # the box: 16 KiB of bf16 per stage
 
 
-def make_stream_copy(stages: int = 4) -> ptxdsl.KernelDef:
+def make_stream_copy(stages: int = 4, rows: int = ROWS) -> ptxdsl.KernelDef:
+    """The copy with `stages` stages of [rows, 256] bf16 boxes (rows <= 256)."""
+
     @ptxdsl.kernel(threads=64)
     def stream_copy(k, src: tmap(bf16, 2), dst: tmap(bf16, 2), ntiles: u32):
-        ring = k.pipeline("ring", stages, tile=(bf16, [ROWS, COLS], 128))
+        ring = k.pipeline("ring", stages, tile=(bf16, [rows, COLS], 128))
         with k.role("producer", 0, 1):
             with k.if_(k.elect()):
                 with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
                     k.acquire(ring)
-                    k.tma_load(ring.tile, src, [0, (t * ROWS).to(s32)])
+                    k.tma_load(ring.tile, src, [0, (t * rows).to(s32)])
                     k.commit(ring)
         with k.role("consumer", 1, 2):
             with k.if_(k.elect()):
                 with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
                     k.wait(ring)
-                    k.tma_store(dst, [0, (t * ROWS).to(s32)], ring.tile)
+                    k.tma_store(dst, [0, (t * rows).to(s32)], ring.tile)
                     k.release(ring)
 
     return stream_copy
