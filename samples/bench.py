@@ -69,13 +69,13 @@ def bench_copy(total_bytes: int, reps: int) -> list[tuple]:
     memcpy_ms = median_ms(lambda: ref_dst.copy_(src), reps)
     out = [("cudaMemcpy D2D (torch copy_)", total_bytes, memcpy_ms, nbytes / memcpy_ms / 1e6,
             1.0)]
-    for stages, box_rows in ((2, 32), (4, 32), (6, 32), (2, 64), (3, 64), (4, 64), (2, 128),
-                             (3, 128), (8, 16)):
+    for stages, box_rows, l2 in ((4, 32, "128B"), (4, 32, "256B"), (4, 32, "none"),
+                                 (3, 64, "256B"), (3, 128, "256B"), (8, 16, "256B")):
         kd = mod.make_stream_copy(stages, box_rows)
         k = kd.program().kernel()
         dst = torch.full_like(src, float("nan"))
-        tm_src = TensorMap(src, box=(box_rows, mod.COLS), dtype=ptxdsl.bf16)
-        tm_dst = TensorMap(dst, box=(box_rows, mod.COLS), dtype=ptxdsl.bf16)
+        tm_src = TensorMap(src, box=(box_rows, mod.COLS), dtype=ptxdsl.bf16, l2_promotion=l2)
+        tm_dst = TensorMap(dst, box=(box_rows, mod.COLS), dtype=ptxdsl.bf16, l2_promotion=l2)
         grid = SMS * ctas_per_sm(k.info)
         ntiles = rows // box_rows
         launch = k[grid]
@@ -84,11 +84,51 @@ def bench_copy(total_bytes: int, reps: int) -> list[tuple]:
         if not torch.equal(dst.view(torch.int16), src.view(torch.int16)):
             raise SystemExit(f"stream_copy with {stages} stages gave a wrong result")
         ms = median_ms(lambda: launch(tm_src, tm_dst, ntiles), reps)  # noqa: B023 (called at once)
-        out.append((f"ptxdsl stream_copy, {stages} stages of {box_rows}x256, grid {grid}",
+        out.append((f"ptxdsl stream_copy, {stages} stages of {box_rows}x256, L2 promotion {l2}, "
+                    f"grid {grid}",
                     total_bytes, ms,
                     nbytes / ms / 1e6, memcpy_ms / ms))
         del dst
+    for stages, chunk in ((4, 16384), (3, 32768), (2, 65536)):
+        kd = make_bulk_copy(stages, chunk)
+        k = kd.program().kernel()
+        dst = torch.full_like(src, float("nan"))
+        grid = SMS * ctas_per_sm(k.info)
+        n = src.numel() * 2 // chunk
+        launch = k[grid]
+        launch(src.view(torch.uint8).view(-1), dst.view(torch.uint8).view(-1), n)
+        torch.cuda.synchronize()
+        if not torch.equal(dst.view(torch.int16), src.view(torch.int16)):
+            raise SystemExit(f"bulk_copy with {stages} stages gave a wrong result")
+        s8, d8 = src.view(torch.uint8).view(-1), dst.view(torch.uint8).view(-1)
+        ms = median_ms(lambda: launch(s8, d8, n), reps)  # noqa: B023 (called at once)
+        out.append((f"ptxdsl 1D bulk copy, {stages} stages of {chunk >> 10} KiB, grid {grid}",
+                    total_bytes, ms, nbytes / ms / 1e6, memcpy_ms / ms))
+        del dst
     return out
+
+
+def make_bulk_copy(stages: int, chunk: int) -> ptxdsl.KernelDef:
+    """The same pipeline with 1D bulk copies of contiguous chunks instead of tensor tiles."""
+    from ptxdsl import ptr, u8, u32
+
+    @ptxdsl.kernel(threads=64, name=f"bulk_copy_{stages}x{chunk}")
+    def bulk_copy(k, src: ptr(u8), dst: ptr(u8), nchunks: u32):
+        ring = k.pipeline("ring", stages, buf=(u8, [chunk], 128))
+        with k.role("producer", 0, 1):
+            with k.if_(k.elect()):
+                with k.for_("t", k.ctaid.x, nchunks, k.nctaid.x) as t:
+                    k.acquire(ring)
+                    k.bulk_load(ring.buf, src[t * chunk])
+                    k.commit(ring)
+        with k.role("consumer", 1, 2):
+            with k.if_(k.elect()):
+                with k.for_("t", k.ctaid.x, nchunks, k.nctaid.x) as t:
+                    k.wait(ring)
+                    k.bulk_store(dst[t * chunk], ring.buf)
+                    k.release(ring)
+
+    return bulk_copy
 
 
 # ----------------------------------------------------------------------------- norms
