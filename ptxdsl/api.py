@@ -146,6 +146,15 @@ class Value:
             f"<ptxdsl value {expr_text(e)}: {e.type}>"
 
 
+def _caller_locals() -> dict:
+    """Locals of the innermost frame outside ptxdsl: string annotations (`from __future__
+    import annotations`) of a kernel defined inside a function may name them."""
+    frame = inspect.currentframe()
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PKG_DIR):
+        frame = frame.f_back
+    return dict(frame.f_locals) if frame is not None else {}
+
+
 def _diag(message: str):
     from .errors import Diagnostic
 
@@ -315,7 +324,11 @@ def build_kernel(fn: Callable[..., None], *, name: str | None = None, threads: A
     b = KernelBuilder(name or fn.__name__, threads=threads, cluster=cluster, maxnreg=maxnreg,
                       minctas=minctas, loc=loc)
     k = KernelContext(b)
-    sig = inspect.signature(fn, eval_str=True)
+    try:
+        sig = inspect.signature(fn, eval_str=True, locals=_caller_locals())
+    except NameError as e:
+        raise CompileError(_diag(f"cannot evaluate a parameter annotation of '{fn.__name__}': "
+                                 f"{e}")) from None
     params = list(sig.parameters.values())
     if not params:
         raise CompileError(_diag("a kernel function takes the kernel context first: "

@@ -18,7 +18,7 @@ LOG2E = 1.4426950408889634
 NEG_BIG = -3.0e38  # below any finite bf16/f32 row value: the identity of max
 
 
-def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 4,
+def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
               consumer_warps: int = 8, eps: float = 1e-5) -> ptxdsl.KernelDef:
     nc = consumer_warps * 32
     width = 16 // dtype.nbytes  # elements per 16-byte vector
@@ -30,13 +30,28 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 4,
     def body(k, x, y, rows, w=None, b=None):
         ring = k.pipeline("ring", stages, row=(dtype, [n], 128))
         red = k.shared("red", f32, [2, consumer_warps], align=16)
+        # weights (and bias) are read by every row: load them into shared memory once
+        params = [p for p in (w, b) if p is not None]
+        consts = [k.shared(nm, dtype, [n]) for nm, _ in zip(("wsh", "bsh"), params)]
+        if params:
+            wbar = k.mbarrier("wbar", count=1)
+            with k.if_(k.tid.x == 0):
+                k.mbarrier_init(wbar)
+                k.fence_mbarrier_init()
+            k.bar_sync(0)
         with k.role("producer", 0, 1):
             with k.if_(k.elect()):
+                if params:
+                    k.mbarrier_arrive_expect_tx(wbar, sum(k.sizeof(c).ir.value for c in consts))
+                    for c, p in zip(consts, params):
+                        k.bulk_load(c, p[0], wbar)
                 with k.for_("r", k.ctaid.x, rows, k.nctaid.x) as r:
                     k.acquire(ring)
                     k.bulk_load(ring.row, x[r * n])
                     k.commit(ring)
         with k.role("consumers", 1, 1 + consumer_warps):
+            if params:
+                k.mbarrier_wait(wbar, 0)
             c = k.let("c", k.tid.x - 32)
             wid = k.let("wid", c >> 5)
             slot = k.let("slot", 0)
@@ -67,8 +82,8 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 4,
                     with k.for_("i", 0, per_thread, unroll=True) as i:
                         off = k.let("off", (i * nc + c) * width)
                         v = k.let("v", k.vload(ring.row[off], width), type=vec)
-                        extra = [k.let(nm, k.vload(p[off], width), type=vec)
-                                 for nm, p in (("g", w), ("h", b)) if p is not None]
+                        extra = [k.let(nm, k.vload(s[off], width), type=vec)
+                                 for nm, s in zip(("g", "h"), consts)]
                         o = k.let("o", type=vec)
                         with k.for_("j", 0, width, unroll=True) as j:
                             o[j] = f(v[j].to(f32), *[e[j].to(f32) for e in extra]).to(dtype)
