@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                         "is used)")
     c.add_argument("--emit", choices=["ptx", "ir", "ast"], default="ptx",
                    help="what to write: PTX (default), the checked IR, or the parse tree")
+    c.add_argument("--watchdog", metavar="MS", type=int, default=0,
+                   help="bound every mbarrier wait to MS milliseconds; a timed-out wait "
+                        "reports its barrier, parity, role and line and stops the kernel")
 
     k = sub.add_parser("check", help="parse and verify a .ptxdsl file",
                        description="Report every problem in FILE; write nothing.")
@@ -114,7 +117,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         verify_module(module)
         _write(dump(module) + "\n", args.output)
         return 0
-    ptx = compile_module(module, arch=args.arch, source_name=src.name)
+    ptx = compile_module(module, arch=args.arch, source_name=src.name,
+                         watchdog_ms=max(0, args.watchdog))
     _write(ptx.ptx, args.output)
     return 0
 

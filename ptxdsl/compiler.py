@@ -16,14 +16,14 @@ from .kernelinfo import KernelInfo, PtxModule
 
 
 def compile_module(module: ir.Module, arch: str | None = None,
-                   source_name: str | None = None) -> PtxModule:
+                   source_name: str | None = None, watchdog_ms: int = 0) -> PtxModule:
     """PTX for an IR module: pipelines and roles lowered, the verifier run, PTX emitted."""
     from .lower import lower_module
     from .verify import verify_module
 
     lowered = lower_module(module)
     verify_module(lowered)
-    return emit_module(lowered, arch=arch, source_name=source_name)
+    return emit_module(lowered, arch=arch, source_name=source_name, watchdog_ms=watchdog_ms)
 
 
 class Program:
@@ -31,9 +31,10 @@ class Program:
 
     `prog.name[grid](args)` or, for a one-kernel program, `prog[grid](args)`."""
 
-    def __init__(self, module: ir.Module, arch: str | None = None, source_name: str | None = None):
+    def __init__(self, module: ir.Module, arch: str | None = None, source_name: str | None = None,
+                 watchdog_ms: int = 0):
         self.module = module
-        self.ptx_module = compile_module(module, arch, source_name)
+        self.ptx_module = compile_module(module, arch, source_name, watchdog_ms)
         self._launchers: dict[str, Any] = {}
 
     @property
@@ -71,15 +72,20 @@ class Program:
         return self.kernel()(*args, **kwargs)
 
 
-def compile(source: str | Path | KernelDef, arch: str | None = None) -> Program:
-    """Compile .ptxdsl text, a .ptxdsl file path, or a @ptxdsl.kernel function."""
+def compile(source: str | Path | KernelDef, arch: str | None = None,
+            watchdog_ms: int = 0) -> Program:
+    """Compile .ptxdsl text, a .ptxdsl file path, or a @ptxdsl.kernel function.
+
+    `watchdog_ms` > 0 makes every mbarrier wait give up after that long: the launch then
+    raises DeviceError naming the barrier, parity, role, source line, block and thread
+    (the CUDA context is unusable afterwards, as after any device fault)."""
     if isinstance(source, KernelDef):
-        return source.program(arch)
+        return source.program(arch, watchdog_ms)
     if isinstance(source, Path) or (isinstance(source, str) and "kernel" not in source
                                     and source.endswith(".ptxdsl")):
         src = read_source(source)
-        return Program(parse(src.text, src.name), arch, src.name)
-    return Program(parse(str(source)), arch)
+        return Program(parse(src.text, src.name), arch, src.name, watchdog_ms)
+    return Program(parse(str(source)), arch, watchdog_ms=watchdog_ms)
 
 
 class KernelDef:
@@ -88,16 +94,17 @@ class KernelDef:
     def __init__(self, kernel: ir.Kernel):
         self.ir = kernel
         self.module = ir.Module(kernels=(kernel,), loc=kernel.loc)
-        self._programs: dict[str | None, Program] = {}
+        self._programs: dict[tuple, Program] = {}
 
     @property
     def name(self) -> str:
         return self.ir.name
 
-    def program(self, arch: str | None = None) -> Program:
-        if arch not in self._programs:
-            self._programs[arch] = Program(self.module, arch)
-        return self._programs[arch]
+    def program(self, arch: str | None = None, watchdog_ms: int = 0) -> Program:
+        key = (arch, watchdog_ms)
+        if key not in self._programs:
+            self._programs[key] = Program(self.module, arch, watchdog_ms=watchdog_ms)
+        return self._programs[key]
 
     def ptx(self, arch: str | None = None) -> str:
         return self.program(arch).ptx

@@ -320,6 +320,7 @@ class MBarrierWait(Op):
     syntax: ClassVar[str] = "mbarrier_wait"
     bar: Expr
     parity: Expr
+    role: str = ""  # the enclosing role, set by lowering, for the watchdog's report
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -38,6 +38,9 @@ class KernelInfo:
     cluster: tuple[int, int, int] | None
     smem_bytes: int
     arch: str
+    # with the hang watchdog: one description per bounded wait (site i reports i + 1)
+    watch_sites: tuple[str, ...] = ()
+    watchdog_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

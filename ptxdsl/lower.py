@@ -248,9 +248,10 @@ class _Lowerer:
                                                           type=T.u32), loc=loc),
                 ir.Assign(name=stage.name, value=nxt, loc=loc)]
 
-    def acquire(self, pipe: str, loc: Span | None) -> ir.Stmt:
+    def acquire(self, pipe: str, loc: Span | None, role=None) -> ir.Stmt:
         parity = ir.Binary(op="xor", a=_var(f"{pipe}.put_phase"), b=_c(1), type=T.u32)
-        return ir.MBarrierWait(bar=self.stage_bar(pipe, "empty", "put"), parity=parity, loc=loc)
+        return ir.MBarrierWait(bar=self.stage_bar(pipe, "empty", "put"), parity=parity, loc=loc,
+                               role=role[1].name if role else "")
 
     def block(self, stmts: tuple[ir.Stmt, ...], role: tuple[int, ir.Role] | None,
               in_commit_loop: bool = False) -> tuple[ir.Stmt, ...]:
@@ -258,7 +259,7 @@ class _Lowerer:
         stores: set[str] = set()
         for s in stmts:
             if isinstance(s, ir.Acquire):
-                out.append(self.acquire(s.pipe.name, s.loc))  # type: ignore[attr-defined]
+                out.append(self.acquire(s.pipe.name, s.loc, role))  # type: ignore[attr-defined]
             elif isinstance(s, ir.Commit):
                 name = s.pipe.name  # type: ignore[attr-defined]
                 nbytes = self.pipes[name].commit_bytes.get(id(s), 0)
@@ -268,7 +269,8 @@ class _Lowerer:
             elif isinstance(s, ir.Wait):
                 name = s.pipe.name  # type: ignore[attr-defined]
                 out.append(ir.MBarrierWait(bar=self.stage_bar(name, "full", "get"),
-                                           parity=_var(f"{name}.get_phase"), loc=s.loc))
+                                           parity=_var(f"{name}.get_phase"), loc=s.loc,
+                                           role=role[1].name if role else ""))
             elif isinstance(s, ir.Release):
                 name = s.pipe.name  # type: ignore[attr-defined]
                 if name in stores:  # the stage is reused only once the store has read it
@@ -291,7 +293,8 @@ class _Lowerer:
                 out.append(self.stmt(s, role, True))
                 for name in pipes:  # the producer tail
                     for _ in range(self.pipes[name].decl.stages):
-                        out.append(self.acquire(name, s.loc))
+                        tail = self.acquire(name, s.loc, role)
+                        out.append(dataclasses.replace(tail, role=f"{tail.role}, producer tail"))
                         out += self.advance(name, "put", s.loc)
             else:
                 out.append(self.stmt(s, role, in_commit_loop))
@@ -307,6 +310,9 @@ class _Lowerer:
                        if isinstance(getattr(s, f.name), ir.Expr)}
             return dataclasses.replace(s, body=self.block(s.body, role, in_commit_loop),
                                        **changes)
+        if isinstance(s, ir.MBarrierWait) and role is not None:
+            return dataclasses.replace(s, bar=self.expr(s.bar), parity=self.expr(s.parity),
+                                       role=role[1].name)
         if isinstance(s, ir.RoleSync):
             idx, r = role  # type: ignore[misc]
             return ir.BarSync(id=_c(1 + idx), nthreads=_c(32 * (r.warp_stop - r.warp_start)),

@@ -19,6 +19,7 @@ from .layout import Layout, layout_kernel
 
 PTX_VERSION = (8, 0)
 SMEM_SYMBOL = "__ptxdsl_smem"
+WATCHDOG_SYMBOL = "__ptxdsl_watchdog"  # .u64: device address of the host-mapped report
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,14 @@ _SHFL_PTX = {
 class KernelEmitter:
     """Emits one ir.Kernel as a PTX `.entry`."""
 
-    def __init__(self, kernel: ir.Kernel, layout: Layout):
+    def __init__(self, kernel: ir.Kernel, layout: Layout, watchdog_ms: int = 0):
         self.k = kernel
         self.layout = layout
         self.w = PtxWriter()
         self.scopes: list[dict[str, object]] = [{}]
         self.smem_base: str | None = None
+        self.watchdog_ns = watchdog_ms * 1_000_000
+        self.sites: list[str] = []
 
     # ------------------------------------------------------------------ names
 
@@ -668,6 +671,9 @@ class KernelEmitter:
             w.instr("mbarrier.expect_tx.relaxed.cta.shared::cta.b64", self.bar_addr(s.bar),
                     self.ev(s.nbytes))
         elif isinstance(s, ir.MBarrierWait):
+            if self.watchdog_ns:
+                self.bounded_wait(s)
+                return
             a, parity = self.bar_addr(s.bar), self.ev(s.parity)
             p = w.reg(T.pred)
             top = w.label("wait")
@@ -714,6 +720,46 @@ class KernelEmitter:
         else:
             raise TypeError(f"no PTX for {type(s).__name__}")
 
+    def bounded_wait(self, s: ir.MBarrierWait) -> None:
+        """A wait that gives up after the watchdog time: the first thread to time out writes
+        (site + 1, parity, block, thread, barrier offset) to the host-mapped report, then traps."""
+        from ..printer import expr_text
+
+        w = self.w
+        self.sites.append(f"mbarrier {expr_text(s.bar)}"
+                          + (f" in role '{s.role}'" if s.role else "")
+                          + (f" at {s.loc}" if s.loc is not None else ""))
+        site = len(self.sites)
+        r, off = self.shared_addr(s.bar)
+        a = f"[{r}+{off}]" if off else f"[{r}]"
+        parity = self.ev_reg(s.parity)
+        t0, now, p, late = w.reg(T.u64), w.reg(T.u64), w.reg(T.pred), w.reg(T.pred)
+        top, done = w.label("wait"), w.label("waited")
+        w.instr("mov.u64", t0, "%globaltimer")
+        w.place_label(top)
+        w.instr("mbarrier.try_wait.parity.shared::cta.b64", p, a, parity)
+        w.instr("bra", done, guard=p)
+        w.instr("mov.u64", now, "%globaltimer")
+        w.instr("sub.u64", now, now, t0)
+        w.instr("setp.lt.u64", late, now, str(self.watchdog_ns))
+        w.instr("bra", top, guard=late)
+        report, first, old = w.reg(T.u64), w.reg(T.pred), w.reg(T.u32)
+        w.instr("ld.global.u64", report, f"[{WATCHDOG_SYMBOL}]")
+        w.instr("setp.eq.u64", first, report, "0")
+        w.instr("trap", guard=first)  # no report buffer registered: just stop
+        w.instr("atom.global.cas.b32", old, f"[{report}]", "0", str(site))
+        w.instr("setp.eq.u32", first, old, "0")
+        cta, tid, where = w.reg(T.u32), w.reg(T.u32), w.reg(T.u32)
+        w.instr("mov.u32", cta, "%ctaid.x")
+        w.instr("mov.u32", tid, "%tid.x")
+        w.instr("sub.u32", where, r, self.smem_base)  # type: ignore[arg-type]
+        w.instr("add.u32", where, where, str(off))
+        for i, v in enumerate((parity, cta, tid, where), start=1):
+            w.instr("st.global.u32", f"[{report}+{4 * i}]", v, guard=first)
+        w.instr("membar.sys")
+        w.instr("trap")
+        w.place_label(done)
+
     def tmap_operand(self, tmap: ir.Expr, coords: tuple[ir.Expr, ...]) -> str:
         cs = ", ".join(self.ev(c) for c in coords)
         return f"[{self.ev(tmap)}, {{{cs}}}]"
@@ -729,7 +775,8 @@ def _vec_operands(kind: str, a: str, regs: list[str]) -> tuple[str, str]:
     return (group, a) if kind.startswith("ld") else (a, group)
 
 
-def kernel_info(k: ir.Kernel, layout: Layout, arch: str) -> KernelInfo:
+def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] = (),
+                watchdog_ms: int = 0) -> KernelInfo:
     params = []
     for p in k.params:
         t = p.type
@@ -739,7 +786,8 @@ def kernel_info(k: ir.Kernel, layout: Layout, arch: str) -> KernelInfo:
             params.append(ParamInfo(p.name, "ptr", t.elem))
         else:
             params.append(ParamInfo(p.name, "scalar", t))  # type: ignore[arg-type]
-    return KernelInfo(k.name, tuple(params), k.threads, k.cluster, layout.request_bytes, arch)
+    return KernelInfo(k.name, tuple(params), k.threads, k.cluster, layout.request_bytes, arch,
+                      sites, watchdog_ms)
 
 
 def needs_sm90a(m: ir.Module) -> bool:
@@ -747,8 +795,10 @@ def needs_sm90a(m: ir.Module) -> bool:
     return any(isinstance(s, ir.SetMaxNReg) for k in m.kernels for s in ir.walk(k.body))
 
 
-def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None = None) -> PtxModule:
-    """PTX text for every kernel of a module, with each kernel's launch contract."""
+def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None = None,
+                watchdog_ms: int = 0) -> PtxModule:
+    """PTX text for every kernel of a module, with each kernel's launch contract.
+    `watchdog_ms` > 0 bounds every mbarrier wait (see KernelEmitter.bounded_wait)."""
     arch = arch or ("sm_90a" if needs_sm90a(m) else "sm_90")
     target = Target(arch=arch)
     parts = [f"// Generated by ptxdsl{f' from {source_name}' if source_name else ''}. "
@@ -756,8 +806,11 @@ def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None =
     infos = []
     if any(layout_kernel(k).items for k in m.kernels):
         parts.append(f".extern .shared .align 16 .b8 {SMEM_SYMBOL}[];\n")
+    if watchdog_ms:
+        parts.append(f".visible .global .align 8 .u64 {WATCHDOG_SYMBOL};\n")
     for k in m.kernels:
         layout = layout_kernel(k)
-        parts.append(KernelEmitter(k, layout).emit())
-        infos.append(kernel_info(k, layout, arch))
+        em = KernelEmitter(k, layout, watchdog_ms)
+        parts.append(em.emit())
+        infos.append(kernel_info(k, layout, arch, tuple(em.sites), watchdog_ms))
     return PtxModule("\n".join(parts), tuple(infos), arch)
