@@ -104,18 +104,21 @@ def run(argv: Sequence[str] | None = None) -> int:
         _write(print_module(module), None)
         return 0
     if args.command == "check":
+        from .lower import lower_module
         from .verify import verify_module
 
-        for w in verify_module(module):
+        for w in verify_module(lower_module(module)):
             print(w.render(), file=sys.stderr)
         n = len(module.kernels)
         print(f"{src.name}: ok ({n} kernel{'s' if n != 1 else ''})")
         return 0
     if args.emit == "ir":
+        from .lower import lower_module
         from .verify import verify_module
 
-        verify_module(module)
-        _write(dump(module) + "\n", args.output)
+        lowered = lower_module(module)
+        verify_module(lowered)
+        _write(dump(lowered) + "\n", args.output)
         return 0
     ptx = compile_module(module, arch=args.arch, source_name=src.name,
                          watchdog_ms=max(0, args.watchdog))

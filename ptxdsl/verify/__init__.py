@@ -1,0 +1,56 @@
+"""Static checks on IR that need the whole kernel (run on every compile; `ptxdsl check`).
+
+Every problem is reported at once, each located, with notes at the related sites. The checks
+share one `Facts` per kernel: its shared-memory layout and a `Trace` of which threads run
+each statement (`threads.py`); each check is a function in `CHECKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import ir
+from ..errors import CompileError, Diagnostic, DiagnosticBag
+from .barriers import (
+    check_arrival_counts,
+    check_expect_tx,
+    check_init_visibility,
+    check_stage_rotation,
+    check_waits,
+)
+from .copies import check_bulk_stores, check_issuers
+from .facts import Facts, Report
+from .memory import check_alignment, check_smem_budget, check_tma_boxes
+
+# Role and setmaxnreg checks (legal register counts, their sum within the register file,
+# every warp of a warpgroup in one role) go here as one more function: they read `Role` and
+# `SetMaxNReg` statements from `facts.kernel` and the role of each thread from the trace.
+CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
+    check_smem_budget,
+    check_alignment,
+    check_tma_boxes,
+    check_expect_tx,
+    check_init_visibility,
+    check_arrival_counts,
+    check_waits,
+    check_stage_rotation,
+    check_issuers,
+    check_bulk_stores,
+)
+
+
+def verify_kernel(k: ir.Kernel, diags: DiagnosticBag) -> None:
+    """Append every problem found in `k` to `diags` (errors and warnings)."""
+    facts = Facts(k)
+    report = Report(diags)
+    for check in CHECKS:
+        check(facts, report)
+
+
+def verify_module(m: ir.Module) -> list[Diagnostic]:
+    """Raise CompileError with every error of every kernel; return the warnings."""
+    diags = DiagnosticBag()
+    for k in m.kernels:
+        verify_kernel(k, diags)
+    diags.raise_if_any(CompileError)
+    return [d for d in diags.items if d.severity != "error"]
