@@ -41,7 +41,8 @@ _lock = threading.Lock()
 @functools.cache
 def nvjitlink_version() -> tuple[int, int]:
     """(major, minor) of the nvJitLink library that compiles PTX."""
-    return tuple(_nvjitlink().version())  # type: ignore[return-value]
+    major, minor = _nvjitlink().version()
+    return int(major), int(minor)
 
 
 def cache_key(ptx: str, arch: str) -> str:
@@ -65,9 +66,7 @@ def clear_memory_cache() -> None:
         _memory.clear()
 
 
-def ptx_to_cubin(
-    ptx: str, arch: str, kernel_names: Iterable[str] = ()
-) -> tuple[bytes, str]:
+def ptx_to_cubin(ptx: str, arch: str, kernel_names: Iterable[str] = ()) -> tuple[bytes, str]:
     """Assemble `ptx` for `arch` (e.g. "sm_90a"); returns the cubin and ptxas's info log.
 
     Raises CompileError naming the kernels (`kernel_names`, or the `.entry` names found in

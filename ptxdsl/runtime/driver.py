@@ -141,7 +141,7 @@ def _open_context() -> Context:
         dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         handle = check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
     except DeviceError as e:
-        _ctx_error = f"no CUDA device: {e}"
+        _ctx_error = "no CUDA device: " + "; ".join(d.message for d in e.diagnostics)
         raise DeviceError(_ctx_error) from None
     except Exception as e:
         _ctx_error = f"no CUDA device: {type(e).__name__}: {e}"
@@ -217,7 +217,8 @@ def stream_handle(stream: Any) -> int:
         return int(stream)
     except (TypeError, ValueError):
         raise TypeError(
-            f"stream must be None, an int handle or a CUDA stream object, got {type(stream).__name__}"
+            "stream must be None, an int handle or a CUDA stream object, "
+            f"got {type(stream).__name__}"
         ) from None
 
 

@@ -63,7 +63,7 @@ def compatible(expected: T.Scalar, given: T.Scalar) -> bool:
 
 def f32_to_bf16_bits(values: Any) -> np.ndarray:
     """bf16 bit patterns (uint16) of float values, rounded to nearest even; NaN stays NaN."""
-    f = np.ascontiguousarray(values, dtype=np.float32)
+    f = np.asarray(values, dtype=np.float32)
     u = f.view(np.uint32)
     rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
     # Rounding could carry a NaN payload into the infinity pattern; keep it a quiet NaN.
@@ -73,5 +73,5 @@ def f32_to_bf16_bits(values: Any) -> np.ndarray:
 
 def bf16_bits_to_f32(bits: Any) -> np.ndarray:
     """float32 values of bf16 bit patterns (uint16)."""
-    b = np.ascontiguousarray(bits, dtype=np.uint16)
+    b = np.asarray(bits, dtype=np.uint16)
     return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)

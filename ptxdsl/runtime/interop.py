@@ -109,9 +109,7 @@ def _describe_torch(t: Any, what: str) -> ArrayDesc:
         )
     elem = scalar_of(t.dtype)
     itemsize = t.element_size()
-    return ArrayDesc(
-        t.data_ptr(), tuple(t.shape), tuple(s * itemsize for s in t.stride()), elem
-    )
+    return ArrayDesc(t.data_ptr(), tuple(t.shape), tuple(s * itemsize for s in t.stride()), elem)
 
 
 def _describe_cai(cai: dict, what: str) -> ArrayDesc:

@@ -171,7 +171,9 @@ def to_device(array: Any, dtype: Any = None) -> DeviceArray:
         if host.dtype.kind != "f":
             raise LaunchError(f"bf16 data must be given as floats or uint16 bits, got {host.dtype}")
         host = f32_to_bf16_bits(host)
-    host = np.ascontiguousarray(host, dtype=T.numpy_dtype(elem))
+    host = np.asarray(host, dtype=T.numpy_dtype(elem))
+    if not host.flags.c_contiguous:
+        host = host.copy(order="C")
     out = empty(host.shape, elem)
     out.copy_from_host(host)
     return out

@@ -1,0 +1,312 @@
+"""`Kernel`: a loaded kernel plus its launch contract; checks every launch before the driver.
+
+Launch settings (grid, block, cluster, smem) are checked against the KernelInfo in pure
+Python, then turned into a `CUlaunchConfig` that is cached per setting, so a repeated launch
+costs one dict lookup, one argument pack and the `cuLaunchKernelEx` call.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+from ..errors import DeviceError, LaunchError
+from ..kernelinfo import KernelInfo
+from .args import ArgPacker
+from .driver import check, device_info, driver, ensure_current, failure_message, stream_handle
+
+# Opt-in dynamic shared memory per block by target, for checks made before a device is
+# queried (a loaded kernel uses the device's own attribute).
+_SMEM_OPTIN = {"sm_90": 232448, "sm_90a": 232448}
+_MAX_CLUSTER = 16
+_PORTABLE_CLUSTER = 8
+_CONFIG_CACHE_SIZE = 256
+
+
+def _index(v: Any) -> int | None:
+    """`v` as an int when it is one (numpy integers included, bools not), else None."""
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        return None
+    return operator.index(v)
+
+
+def _dims(value: Any, what: str) -> tuple[int, int, int]:
+    seq = value if isinstance(value, (tuple, list)) else (value,)
+    dims = [_index(v) for v in seq]
+    if not 1 <= len(dims) <= 3 or None in dims:
+        raise LaunchError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
+    return tuple(dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """Checked launch settings: grid in blocks, block in threads, cluster in blocks or None."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int] | None
+    smem: int
+
+
+def plan_launch(
+    info: KernelInfo,
+    grid: Any,
+    block: Any = None,
+    cluster: Any = None,
+    smem: Any = None,
+    *,
+    max_smem: int | None = None,
+) -> LaunchPlan:
+    """Check launch settings against `info`; unset ones take the KernelInfo's values.
+
+    Raises LaunchError for a malformed or out-of-range grid, a block other than the kernel's
+    `.reqntid`, a grid not divisible by the cluster, or too much dynamic shared memory."""
+    g = _dims(grid, "grid")
+    limits = (2**31 - 1, 65535, 65535)
+    for axis, v, hi in zip("xyz", g, limits, strict=True):
+        if not 1 <= v <= hi:
+            raise LaunchError(f"grid.{axis} must be in [1, {hi}], got {v}")
+    b = tuple(info.threads) if block is None else _dims(block, "block")
+    if b != tuple(info.threads):
+        raise LaunchError(
+            f"block {b} does not match the kernel's .reqntid {tuple(info.threads)}; "
+            "leave block unset to use it"
+        )
+    c: tuple[int, ...] | None = info.cluster if cluster is None else _dims(cluster, "cluster")
+    if c is not None:
+        if any(v < 1 for v in c):
+            raise LaunchError(f"cluster dims must be >= 1, got {c}")
+        if prod(c) > _MAX_CLUSTER:
+            raise LaunchError(
+                f"cluster size {prod(c)} ({c[0]} x {c[1]} x {c[2]}) exceeds the maximum of "
+                f"{_MAX_CLUSTER} CTAs"
+            )
+        for axis, gv, cv in zip("xyz", g, c, strict=True):
+            if gv % cv:
+                raise LaunchError(
+                    f"grid {g} is not divisible by cluster {c} in dimension {axis} "
+                    f"({gv} % {cv} = {gv % cv})"
+                )
+    s = info.smem_bytes if smem is None else _index(smem)
+    if s is None or s < 0:
+        raise LaunchError(f"smem must be a non-negative int (bytes), got {smem!r}")
+    limit = max_smem if max_smem is not None else _SMEM_OPTIN.get(info.arch, 232448)
+    if s > limit:
+        raise LaunchError(
+            f"smem must be at most {limit} bytes (the opt-in shared memory per block), got {s}"
+        )
+    return LaunchPlan(g, b, c, s)  # type: ignore[arg-type]
+
+
+class LoadedFunction:
+    """A CUfunction and the attributes ptxdsl has raised on it (shared by every Kernel that
+    wraps the same function, so each attribute is set once)."""
+
+    def __init__(self, handle: Any):
+        self.handle = handle
+        self._lock = threading.Lock()
+        self._dyn_limit: int | None = None
+        self._static_smem = 0
+        self._non_portable = False
+
+    def _attr(self, name: str) -> Any:
+        drv = driver()
+        return getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+
+    def prepare(self, plan: LaunchPlan, name: str) -> None:
+        """Raise the dynamic-smem limit and allow big clusters where the plan needs it."""
+        drv = driver()
+        with self._lock:
+            if self._dyn_limit is None:
+                self._dyn_limit = int(
+                    check(
+                        drv.cuFuncGetAttribute(
+                            self._attr("MAX_DYNAMIC_SHARED_SIZE_BYTES"), self.handle
+                        ),
+                        "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                    )
+                )
+                self._static_smem = int(
+                    check(
+                        drv.cuFuncGetAttribute(self._attr("SHARED_SIZE_BYTES"), self.handle),
+                        "cuFuncGetAttribute(SHARED_SIZE_BYTES)",
+                    )
+                )
+            if plan.smem > self._dyn_limit:
+                optin = device_info().max_smem_optin
+                if plan.smem + self._static_smem > optin:
+                    raise LaunchError(
+                        f"kernel '{name}' has {self._static_smem} bytes of static shared memory; "
+                        f"with smem={plan.smem} that exceeds the opt-in maximum of {optin} "
+                        f"bytes (smem can be at most {optin - self._static_smem})"
+                    )
+                check(
+                    drv.cuFuncSetAttribute(
+                        self.handle, self._attr("MAX_DYNAMIC_SHARED_SIZE_BYTES"), plan.smem
+                    ),
+                    f"cuFuncSetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES, {plan.smem})",
+                )
+                self._dyn_limit = plan.smem
+            if plan.cluster and prod(plan.cluster) > _PORTABLE_CLUSTER and not self._non_portable:
+                check(
+                    drv.cuFuncSetAttribute(
+                        self.handle, self._attr("NON_PORTABLE_CLUSTER_SIZE_ALLOWED"), 1
+                    ),
+                    f"cuFuncSetAttribute({name}, NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)",
+                )
+                self._non_portable = True
+
+
+def _launch_config(plan: LaunchPlan, stream: int) -> Any:
+    drv = driver()
+    cfg = drv.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = plan.grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = plan.block
+    cfg.sharedMemBytes = plan.smem
+    cfg.hStream = stream
+    attrs = []
+    if plan.cluster is not None:
+        a = drv.CUlaunchAttribute()
+        a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = plan.cluster
+        attrs.append(a)
+    cfg.attrs = attrs
+    cfg.numAttrs = len(attrs)
+    return cfg
+
+
+class Kernel:
+    """A kernel ready to launch: `k.launch(*args, grid=..)` or `k[grid](*args)`.
+
+    Arguments are matched to the KernelInfo's parameters by position or by name and
+    checked (count, kind, range, element type) before anything reaches the driver. Without a
+    loaded `function` (a KernelInfo alone) every check still runs, and a launch that passes
+    them raises DeviceError. One Kernel may be launched from several threads; launches of
+    the same Kernel are serialised while their arguments are packed."""
+
+    def __init__(self, info: KernelInfo, function: LoadedFunction | None = None):
+        self.info = info
+        self.function = function
+        self._packer = ArgPacker(info)
+        self._lock = threading.Lock()
+        self._configs: dict[tuple, Any] = {}
+        self._max_smem = device_info().max_smem_optin if function is not None else None
+        self._launch_ex: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def launch(
+        self,
+        *args: Any,
+        grid: Any,
+        block: Any = None,
+        cluster: Any = None,
+        smem: int | None = None,
+        stream: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """Launch on `grid` blocks (int or 1..3-tuple). `block` defaults to the kernel's
+        `.reqntid` (and must equal it), `cluster` to KernelInfo.cluster, `smem` (dynamic
+        shared memory in bytes) to KernelInfo.smem_bytes; `stream` None is the legacy
+        default stream. Parameters named like these settings must be passed by position."""
+        self._launch(args, kwargs, grid, block, cluster, smem, stream)
+
+    __call__ = launch
+
+    def __getitem__(self, key: Any) -> _Launcher:
+        """`k[grid]`, `k[grid, block]` or `k[grid, block, stream]`, as in numba: a tuple key
+        lists settings, so a 2-D grid is written `k[(gx, gy),]` or `k[(gx, gy), None]`."""
+        items = key if isinstance(key, tuple) else (key,)
+        if not 1 <= len(items) <= 3:
+            raise LaunchError(
+                f"use k[grid], k[grid, block] or k[grid, block, stream], got {len(items)} items"
+            )
+        grid, block, stream = (*items, None, None)[:3]
+        if (
+            block is not None
+            and all(_index(v) is not None for v in items)
+            and _dims(block, "block") != tuple(self.info.threads)
+        ):
+            raise LaunchError(
+                f"k{list(items)} means grid={grid}, block={block}, but the kernel's block is "
+                f"{tuple(self.info.threads)}; for a multi-dimensional grid write "
+                f"k[{tuple(items)},]"
+            )
+        return _Launcher(self, grid, block, stream)
+
+    def _launch(
+        self,
+        args: tuple,
+        kwargs: dict,
+        grid: Any,
+        block: Any,
+        cluster: Any,
+        smem: Any,
+        stream: Any,
+    ) -> None:
+        sh = stream if stream is None or type(stream) is int else stream_handle(stream)
+        key = (grid, block, cluster, smem, sh)
+        try:
+            cfg = self._configs.get(key)
+            cacheable = True
+        except TypeError:  # unhashable settings (lists): check and build every time
+            cfg, cacheable = None, False
+        if cfg is None:
+            cfg = self._prepare(
+                args, kwargs, grid, block, cluster, smem, sh, key if cacheable else None
+            )
+        ensure_current()  # the context is per thread; a new thread must make it current
+        with self._lock:
+            params = self._packer.pack(args, kwargs)
+            err = self._launch_ex(cfg, self.function.handle, params, 0)[0]  # type: ignore[union-attr]
+        if err != 0:
+            raise DeviceError(failure_message(err, f"cuLaunchKernelEx({self.name})"))
+
+    def _prepare(
+        self,
+        args: tuple,
+        kwargs: dict,
+        grid: Any,
+        block: Any,
+        cluster: Any,
+        smem: Any,
+        stream: int | None,
+        key: tuple | None,
+    ) -> Any:
+        plan = plan_launch(self.info, grid, block, cluster, smem, max_smem=self._max_smem)
+        with self._lock:
+            self._packer.pack(args, kwargs)  # argument errors come before "not loaded"
+        if self.function is None:
+            raise DeviceError(
+                f"kernel '{self.name}' is not loaded; get launchable kernels from "
+                "ptxdsl.runtime.load(ptx_module)"
+            )
+        self.function.prepare(plan, self.name)
+        cfg = _launch_config(plan, stream or 0)
+        self._launch_ex = driver().cuLaunchKernelEx
+        if key is not None:
+            if len(self._configs) >= _CONFIG_CACHE_SIZE:
+                self._configs.clear()
+            self._configs[key] = cfg
+        return cfg
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{p.name}: {p.kind}<{p.dtype}>" for p in self.info.params)
+        return f"Kernel({self.name}({params}), threads={tuple(self.info.threads)})"
+
+
+class _Launcher:
+    """The callable of `k[grid, block, stream]`."""
+
+    __slots__ = ("kernel", "grid", "block", "stream")
+
+    def __init__(self, kernel: Kernel, grid: Any, block: Any, stream: Any):
+        self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.kernel._launch(args, kwargs, self.grid, self.block, None, None, self.stream)

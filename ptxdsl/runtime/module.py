@@ -1,0 +1,96 @@
+"""`load`: PTX module -> cubin (nvJitLink) -> CUmodule -> one `Kernel` per KernelInfo.
+
+Loaded modules are cached per context by the cubin's cache key, so loading the same PTX
+again costs a hash and a dict lookup, and function attributes raised once stay raised.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from ..errors import LaunchError
+from ..kernelinfo import PtxModule
+from .compile import cache_key, ptx_to_cubin
+from .driver import check, context, driver
+from .launch import Kernel, LoadedFunction
+
+
+@dataclass
+class _CuModule:
+    handle: object
+    functions: dict[str, LoadedFunction]
+
+
+_lock = threading.Lock()
+_modules: dict[tuple[int, str], _CuModule] = {}
+_loaded: dict[tuple[int, str, tuple], LoadedModule] = {}
+
+
+class LoadedModule:
+    """A PTX module loaded on the device: `m["name"]` or `m.kernel("name")` is a `Kernel`.
+
+    `info_log` is ptxas's verbose report (registers, spills, shared memory) per kernel."""
+
+    def __init__(self, ptx_module: PtxModule, cubin: bytes, info_log: str, kernels: dict):
+        self.ptx_module = ptx_module
+        self.cubin = cubin
+        self.info_log = info_log
+        self.kernels: dict[str, Kernel] = kernels
+
+    def kernel(self, name: str | None = None) -> Kernel:
+        """The kernel called `name`; the module's first kernel when `name` is None."""
+        if name is None:
+            if not self.kernels:
+                raise LaunchError("the module has no kernels")
+            return next(iter(self.kernels.values()))
+        k = self.kernels.get(name)
+        if k is None:
+            have = ", ".join(f"'{n}'" for n in self.kernels) or "none"
+            raise LaunchError(f"no kernel named '{name}' in this module; kernels: {have}")
+        return k
+
+    def __getitem__(self, name: str) -> Kernel:
+        return self.kernel(name)
+
+    def __repr__(self) -> str:
+        return f"LoadedModule(kernels={list(self.kernels)})"
+
+
+def load(ptx_module: PtxModule) -> LoadedModule:
+    """Compile (cached) and load `ptx_module` in the current device's primary context.
+
+    Raises CompileError when ptxas rejects the PTX and LaunchError when a KernelInfo names a
+    kernel the PTX does not define."""
+    ctx = context()
+    names = [k.name for k in ptx_module.kernels]
+    key = cache_key(ptx_module.ptx, ptx_module.arch)
+    ctx_id = int(ctx.handle)
+    loaded_key = (ctx_id, key, ptx_module.kernels)
+    with _lock:
+        hit = _loaded.get(loaded_key)
+    if hit is not None:
+        return hit
+    cubin, info_log = ptx_to_cubin(ptx_module.ptx, ptx_module.arch, names)
+    with _lock:
+        mod = _modules.get((ctx_id, key))
+        if mod is None:
+            handle = check(driver().cuModuleLoadData(cubin), "cuModuleLoadData")
+            mod = _modules[(ctx_id, key)] = _CuModule(handle, {})
+        kernels = {k.name: Kernel(k, _function(mod, k.name)) for k in ptx_module.kernels}
+        result = _loaded[loaded_key] = LoadedModule(ptx_module, cubin, info_log, kernels)
+    return result
+
+
+def _function(mod: _CuModule, name: str) -> LoadedFunction:
+    fn = mod.functions.get(name)
+    if fn is None:
+        drv = driver()
+        res = drv.cuModuleGetFunction(mod.handle, name.encode())
+        if res[0] == drv.CUresult.CUDA_ERROR_NOT_FOUND:
+            raise LaunchError(
+                f"kernel '{name}' is described by the module's KernelInfo but its PTX defines "
+                f"no .entry of that name"
+            )
+        fn = mod.functions[name] = LoadedFunction(check(res, f"cuModuleGetFunction({name})"))
+    return fn

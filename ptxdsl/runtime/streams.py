@@ -1,0 +1,80 @@
+"""CUDA streams and events of the primary context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .driver import check, driver, ensure_current, stream_handle
+
+
+class Stream:
+    """A CUDA stream. `non_blocking=False` (the default) keeps it ordered with the legacy
+    default stream, so ptxdsl's synchronous copies wait for kernels launched on it."""
+
+    def __init__(self, non_blocking: bool = False):
+        drv = driver()
+        ensure_current()
+        flags = drv.CUstream_flags
+        flag = flags.CU_STREAM_NON_BLOCKING if non_blocking else flags.CU_STREAM_DEFAULT
+        self.handle: int = int(check(drv.cuStreamCreate(flag), "cuStreamCreate"))
+
+    def synchronize(self) -> None:
+        """Wait for the stream's work; raises DeviceError if a kernel on it faulted."""
+        check(driver().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+
+    def close(self) -> None:
+        """Destroy the stream (work already queued still runs)."""
+        h, self.handle = self.handle, 0
+        if h:
+            check(driver().cuStreamDestroy(h), "cuStreamDestroy")
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown or a dead context: nothing to report to
+            pass
+
+
+class Event:
+    """A CUDA event; `end - start` (or `start.elapsed_ms(end)`) is the time between two
+    recorded events in milliseconds."""
+
+    def __init__(self, timing: bool = True):
+        drv = driver()
+        ensure_current()
+        flags = drv.CUevent_flags
+        flag = flags.CU_EVENT_DEFAULT if timing else flags.CU_EVENT_DISABLE_TIMING
+        self.handle = check(drv.cuEventCreate(flag), "cuEventCreate")
+
+    def record(self, stream: Any = None) -> Event:
+        """Record the event on `stream` (None: the legacy default stream)."""
+        check(driver().cuEventRecord(self.handle, stream_handle(stream)), "cuEventRecord")
+        return self
+
+    def synchronize(self) -> None:
+        """Wait until the work before the record has finished."""
+        check(driver().cuEventSynchronize(self.handle), "cuEventSynchronize")
+
+    def elapsed_ms(self, end: Event) -> float:
+        """Milliseconds from this event to `end` (both recorded; waits for `end`)."""
+        end.synchronize()
+        return float(
+            check(driver().cuEventElapsedTime(self.handle, end.handle), "cuEventElapsedTime")
+        )
+
+    def __sub__(self, start: Event) -> float:
+        return start.elapsed_ms(self)
+
+    def __del__(self) -> None:
+        try:
+            h, self.handle = self.handle, None
+            if h is not None:
+                check(driver().cuEventDestroy(h), "cuEventDestroy")
+        except Exception:  # interpreter shutdown or a dead context: nothing to report to
+            pass

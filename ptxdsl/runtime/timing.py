@@ -1,0 +1,48 @@
+"""Timing: device time of a launch (CUDA events) and host time spent launching."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .driver import synchronize
+from .streams import Event
+
+
+def benchmark(
+    fn: Callable[[], Any], *, warmup: int = 10, reps: int = 100, stream: Any = None
+) -> float:
+    """Median device time of `fn()` in milliseconds over `reps` runs, each bracketed by CUDA
+    events recorded on `stream` (so `fn` should launch on that stream)."""
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    for _ in range(warmup):
+        fn()
+    synchronize(stream)
+    events = [(Event(), Event()) for _ in range(reps)]
+    for start, end in events:
+        start.record(stream)
+        fn()
+        end.record(stream)
+    synchronize(stream)
+    return statistics.median(start.elapsed_ms(end) for start, end in events)
+
+
+def launch_overhead_us(fn: Callable[[], Any], *, n: int = 1000, warmup: int = 20) -> float:
+    """Host microseconds per call of `fn` (one kernel launch) over `n` back-to-back calls.
+
+    Use a kernel that finishes faster than it launches: once the launch queue is full, a
+    launch waits for the GPU and the number measures the kernel instead."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    for _ in range(warmup):
+        fn()
+    synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    elapsed = time.perf_counter() - t0
+    synchronize()
+    return elapsed / n * 1e6
