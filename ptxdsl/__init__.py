@@ -21,8 +21,17 @@ __all__ = [
 ]  # fmt: skip
 
 
+_RUNTIME = {"to_device", "empty", "zeros", "TensorMap", "DevicePointer", "DeviceArray",
+            "synchronize", "Stream", "Event", "benchmark"}
+
+
 def __getattr__(name: str):
-    """Vector types by name: ptxdsl.f32x4, ptxdsl.bf16x8, ..."""
+    """Runtime names (ptxdsl.to_device, ptxdsl.TensorMap, ...), imported on first use, and
+    vector types by name: ptxdsl.f32x4, ptxdsl.bf16x8, ..."""
+    if name in _RUNTIME:
+        from . import runtime
+
+        return getattr(runtime, name)
     from .types import Vector, parse_type_name
 
     t = parse_type_name(name)

@@ -50,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fmt", help="print a .ptxdsl file in canonical form")
     f.add_argument("file", metavar="FILE")
+
+    r = sub.add_parser("run", help="run a sample on the GPU and check it against numpy",
+                       description="Compile FILE, run each kernel (or --kernel) on fresh random "
+                                   "inputs from the example() of its Python twin (FILE with .py), "
+                                   "and compare with the numpy reference. Needs a CUDA GPU.")
+    r.add_argument("file", metavar="FILE")
+    r.add_argument("--kernel", help="run only this kernel")
+    r.add_argument("--seed", type=int, default=None, help="random seed for the inputs")
+    r.add_argument("--watchdog", metavar="MS", type=int, default=0,
+                   help="bound every mbarrier wait to MS milliseconds")
     return p
 
 
@@ -95,6 +105,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     from .frontend import parse, parse_tree, read_source
     from .printer import print_module
 
+    if args.command == "run":
+        return _run(args)
     src = read_source(args.file)
     if args.command == "compile" and args.emit == "ast":
         _write(parse_tree(src).pretty(), args.output)
@@ -124,6 +136,21 @@ def run(argv: Sequence[str] | None = None) -> int:
                          watchdog_ms=max(0, args.watchdog))
     _write(ptx.ptx, args.output)
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .runner import run_sample
+
+    failed = 0
+    for name, results in run_sample(args.file, kernel=args.kernel, seed=args.seed,
+                                    watchdog_ms=max(0, args.watchdog)):
+        for r in results:
+            status = "PASS" if r.ok else "FAIL"
+            failed += not r.ok
+            extra = f": {r.detail}" if r.detail else ""
+            print(f"{status} {name}: {r.name} max |err| {r.max_abs_err:.3g}, relative "
+                  f"{r.max_rel_err:.3g}{extra}")
+    return 1 if failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -127,11 +127,12 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
 
 
 def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None = None,
-               arch: str | None = None) -> list[tuple[str, list[CheckResult]]]:
+               arch: str | None = None, watchdog_ms: int = 0
+               ) -> list[tuple[str, list[CheckResult]]]:
     """Compile a .ptxdsl sample and run each of its kernels (or `kernel`) on fresh inputs."""
     from .compiler import compile as compile_source
 
-    prog = compile_source(Path(path), arch=arch)
+    prog = compile_source(Path(path), arch=arch, watchdog_ms=watchdog_ms)
     mod = load_twin(path)
     rng = np.random.default_rng(seed)
     names = [kernel] if kernel else [k.name for k in prog.kernels]

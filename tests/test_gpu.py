@@ -163,3 +163,44 @@ def test_launch_overhead_with_cached_tensor_maps(record_property):
     assert us < 50
     a.free()
     b.free()
+
+
+HANG = '''
+import sys
+import numpy as np
+import ptxdsl
+
+prog = ptxdsl.compile("""
+kernel hang(out: ptr<u32>, n: u32) threads(64) {
+    mbarrier done count 2;
+    if %tid.x == 0 {
+        mbarrier_init(done);
+        fence_mbarrier_init();
+    }
+    bar_sync(0);
+    if %tid.x < n {
+        mbarrier_arrive(done);
+    }
+    mbarrier_wait(done, 0);
+    out[%tid.x] = 1;
+}""", watchdog_ms=300)
+out = ptxdsl.to_device(np.zeros(64, np.uint32))
+try:
+    prog.hang[1](out, 1)   # one arrival where two are expected: the wait can never finish
+except ptxdsl.DeviceError as e:
+    print(e)
+    sys.exit(3)
+print("no error")
+'''
+
+
+def test_watchdog_turns_a_hang_into_an_error():
+    import subprocess
+    import sys
+
+    # a trap leaves the CUDA context unusable, so the hanging kernel runs in its own process
+    r = subprocess.run([sys.executable, "-c", HANG], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "watchdog: kernel 'hang'" in r.stdout
+    assert "parity 0 of mbarrier done" in r.stdout
+    assert ":12:5" in r.stdout  # the mbarrier_wait line

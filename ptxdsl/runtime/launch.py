@@ -195,6 +195,7 @@ class Kernel:
         self._configs: dict[tuple, Any] = {}
         self._max_smem = device_info().max_smem_optin if function is not None else None
         self._launch_ex: Any = None
+        self.watchdog: Any = None  # a watchdog.Report when compiled with the hang watchdog
 
     @property
     def name(self) -> str:
@@ -266,6 +267,8 @@ class Kernel:
             err = self._launch_ex(cfg, self.function.handle, params, 0)[0]  # type: ignore[union-attr]
         if err != 0:
             raise DeviceError(failure_message(err, f"cuLaunchKernelEx({self.name})"))
+        if self.watchdog is not None:  # debug builds launch synchronously to report hangs
+            self.watchdog.after_launch(self.info, sh or 0)
 
     def _prepare(
         self,

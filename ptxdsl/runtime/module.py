@@ -20,6 +20,7 @@ from .launch import Kernel, LoadedFunction
 class _CuModule:
     handle: object
     functions: dict[str, LoadedFunction]
+    watchdog: object = None
 
 
 _lock = threading.Lock()
@@ -77,7 +78,13 @@ def load(ptx_module: PtxModule) -> LoadedModule:
         if mod is None:
             handle = check(driver().cuModuleLoadData(cubin), "cuModuleLoadData")
             mod = _modules[(ctx_id, key)] = _CuModule(handle, {})
+            if any(k.watch_sites for k in ptx_module.kernels):
+                from .watchdog import Report
+
+                mod.watchdog = Report(handle)
         kernels = {k.name: Kernel(k, _function(mod, k.name)) for k in ptx_module.kernels}
+        for k in kernels.values():
+            k.watchdog = mod.watchdog
         result = _loaded[loaded_key] = LoadedModule(ptx_module, cubin, info_log, kernels)
     return result
 

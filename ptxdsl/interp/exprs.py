@@ -1,0 +1,232 @@
+"""IR expressions and places compiled into closures `f(thread) -> value`.
+
+One table maps each expression class to its compiler; the scalar semantics come from
+`scalar.py`. Warp-collective calls (shuffles, elect) cannot run inside a closure, because
+they wait for the other lanes: the statement that contains them evaluates them first (see
+`Program.prelude`) into a register slot, which the closure then reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import ir
+from .. import types as T
+from . import scalar
+from .cta import Thread
+from .errors import fail
+
+if TYPE_CHECKING:
+    from .mbarrier import MBarrier
+    from .program import Program
+
+Fn = Callable[[Thread], Any]
+MASK64 = (1 << 64) - 1
+COLLECTIVES = {"elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_idx"}
+
+
+def compile_expr(c: Program, e: ir.Expr) -> Fn:
+    """A closure computing `e` for a thread."""
+    return _EXPR[type(e)](c, e)
+
+
+def _const(c: Program, e: ir.Const) -> Fn:
+    v = scalar.normaliser(e.type)(e.value)
+    return lambda th: v
+
+
+def _var(c: Program, e: ir.Var) -> Fn:
+    slot = c.slots[e.name]
+    return lambda th: th.regs[slot]
+
+
+def _sreg(c: Program, e: ir.SReg) -> Fn:
+    if e.name in ("clock", "clock64", "globaltimer"):  # a monotonic count of scheduler steps
+        mask = (1 << e.type.nbits) - 1  # type: ignore[attr-defined]
+        return lambda th: th.cta.steps & mask
+    name = e.name
+    return lambda th: th.sregs[name]
+
+
+def _unary(c: Program, e: ir.Unary) -> Fn:
+    f, x = scalar.unary(e.op, e.type), compile_expr(c, e.x)  # type: ignore[arg-type]
+    return lambda th: f(x(th))
+
+
+def _binary(c: Program, e: ir.Binary) -> Fn:
+    a, b = compile_expr(c, e.a), compile_expr(c, e.b)
+    t = e.type
+    if isinstance(t, T.Ptr):  # pointer +/- element count
+        esize = t.elem.nbytes
+        if e.op == "add":
+            return lambda th: (a(th) + b(th) * esize) & MASK64
+        return lambda th: (a(th) - b(th) * esize) & MASK64
+    assert isinstance(t, T.Scalar)
+    f = scalar.binary(e.op, t)
+    if e.op in ("div", "rem") and t.is_int:
+
+        def checked(th: Thread) -> Any:
+            try:
+                return f(a(th), b(th))
+            except ZeroDivisionError:
+                fail("arithmetic", f"{th.name}: integer division by zero", e)
+
+        return checked
+    return lambda th: f(a(th), b(th))
+
+
+def _compare(c: Program, e: ir.Compare) -> Fn:
+    f = scalar.compare(e.op, e.a.type)  # type: ignore[arg-type]
+    a, b = compile_expr(c, e.a), compile_expr(c, e.b)
+    return lambda th: f(a(th), b(th))
+
+
+def _select(c: Program, e: ir.Select) -> Fn:
+    cond, a, b = compile_expr(c, e.cond), compile_expr(c, e.a), compile_expr(c, e.b)
+
+    def select(th: Thread) -> Any:  # selp reads both operands
+        x, y = a(th), b(th)
+        return x if cond(th) else y
+
+    return select
+
+
+def _cast(c: Program, e: ir.Cast) -> Fn:
+    f, x = scalar.cast(e.x.type, e.type), compile_expr(c, e.x)  # type: ignore[arg-type]
+    return lambda th: f(x(th))
+
+
+def _call(c: Program, e: ir.Call) -> Fn:
+    if e.fn in COLLECTIVES:
+        slot = c.hoisted[id(e)]  # computed by the statement's prelude
+        return lambda th: th.regs[slot]
+    f = scalar.intrinsic(e.fn, e.type)  # type: ignore[arg-type]
+    args = [compile_expr(c, a) for a in e.args]
+    if len(args) == 1:
+        (x,) = args
+        return lambda th: f(x(th))
+    return lambda th: f(*(a(th) for a in args))
+
+
+def _pack(c: Program, e: ir.Pack) -> Fn:
+    elems = [compile_expr(c, x) for x in e.elems]
+    return lambda th: tuple(f(th) for f in elems)
+
+
+def _extract(c: Program, e: ir.Extract) -> Fn:
+    v, i = compile_expr(c, e.vec), compile_expr(c, e.index)
+    return lambda th: v(th)[i(th)]
+
+
+def _load(c: Program, e: ir.Load) -> Fn:
+    t = e.type
+    read, _ = scalar.codec(t)
+    n = t.nbytes  # type: ignore[attr-defined]
+    if isinstance(e.ref.type, T.SharedRef):
+        off, _ = shared_place(c, e.ref)
+        if not isinstance(t, T.Vector):
+            return lambda th: th.cta.smem.read(th, off(th), n, read, e)
+
+        def vload(th: Thread) -> Any:
+            o = off(th)
+            check_aligned(th, o, n, e)
+            return th.cta.smem.read(th, o, n, read, e)
+
+        return vload
+    addr, esize = global_place(c, e.ref)
+
+    def gload(th: Thread) -> Any:
+        mv, o = th.cta.gmem.locate(th, addr(th), n, esize, e, "load", align=n)
+        return read(mv, o)
+
+    return gload
+
+
+_EXPR: dict[type, Callable[[Program, Any], Fn]] = {
+    ir.Const: _const, ir.Var: _var, ir.SReg: _sreg, ir.Unary: _unary, ir.Binary: _binary,
+    ir.Compare: _compare, ir.Select: _select, ir.Cast: _cast, ir.Call: _call, ir.Pack: _pack,
+    ir.Extract: _extract, ir.Load: _load,
+}  # fmt: skip
+
+
+def subexprs(e: ir.Expr) -> list[ir.Expr]:
+    """The direct operand expressions of `e`."""
+    out: list[ir.Expr] = []
+    for name in e.__dataclass_fields__:
+        v = getattr(e, name)
+        if isinstance(v, ir.Expr):
+            out.append(v)
+        elif isinstance(v, tuple):
+            out.extend(x for x in v if isinstance(x, ir.Expr))
+    return out
+
+
+# ----------------------------------------------------------------------------- places
+
+
+def check_aligned(th: Thread, off: int, n: int, node: Any) -> None:
+    if off % n:
+        fail("alignment", f"{th.name}: a {n}-byte vector access at shared-memory byte {off} "
+             f"({th.cta.smem.where(off)}) is not {n}-byte aligned", node)
+
+
+def shared_place(c: Program, ref: ir.Expr) -> tuple[Fn, int]:
+    """(byte offset of a shared place or view, bytes of the view); indices are
+    bounds-checked against the declared shape."""
+    node, indices = ref, list[ir.Expr]()
+    while isinstance(ref, ir.Index):
+        indices = list(ref.indices) + indices
+        ref = ref.base
+    assert isinstance(ref, ir.SharedBuf), ref
+    decl = c.decls[ref.name]
+    assert isinstance(decl, ir.SharedDecl)
+    strides, acc = [], decl.elem.nbytes
+    for d in reversed(decl.shape):
+        strides.append(acc)
+        acc *= d
+    strides.reverse()
+    base = c.layout.offset(ref.name)
+    terms = [(compile_expr(c, i), dim, stride, k)
+             for k, (i, dim, stride) in enumerate(zip(indices, decl.shape, strides, strict=False))]
+    view = node.type.nbytes  # type: ignore[attr-defined]
+    name = ref.name
+
+    def offset(th: Thread) -> int:
+        o = base
+        for f, dim, stride, k in terms:
+            i = f(th)
+            if not 0 <= i < dim:
+                fail("bounds", f"{th.name}: index {i} is out of range for dimension {k} of "
+                     f"'{name}' (size {dim})", node)
+            o += i * stride
+        return o
+
+    return offset, view
+
+
+def global_place(c: Program, ref: ir.Expr) -> tuple[Fn, int]:
+    """(address of `ptr[i]`, element size)."""
+    assert isinstance(ref, ir.Index) and isinstance(ref.type, T.GlobalRef), ref
+    base, idx = compile_expr(c, ref.base), compile_expr(c, ref.indices[0])
+    esize = ref.type.elem.nbytes
+    return (lambda th: (base(th) + idx(th) * esize) & MASK64), esize
+
+
+def barrier_place(c: Program, e: ir.Expr) -> Callable[[Thread], MBarrier]:
+    """The mbarrier object that `bar` or `bars[i]` names."""
+    if isinstance(e, ir.BarrierObj):
+        name = e.name
+        return lambda th: th.cta.barriers[name][0]
+    assert isinstance(e, ir.Index) and isinstance(e.base, ir.BarrierObj), e
+    name, n = e.base.name, e.base.type.n  # type: ignore[attr-defined]
+    idx = compile_expr(c, e.indices[0])
+
+    def element(th: Thread) -> MBarrier:
+        i = idx(th)
+        if not 0 <= i < n:
+            fail("bounds", f"{th.name}: index {i} is out of range for mbarrier array '{name}' "
+                 f"of size {n}", e)
+        return th.cta.barriers[name][i]
+
+    return element

@@ -1,0 +1,193 @@
+"""Entry points: `run` a kernel over a grid on numpy arrays, `run_sample` on the dict that a
+sample's `example(rng)` returns."""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from .. import ir
+from .. import types as T
+from ..builder import MAX_SMEM_BYTES
+from ..errors import CompileError, Diagnostic, DiagnosticBag, LaunchError
+from ..lower import lower_kernel
+from ..runtime.dtypes import compatible, scalar_of
+from . import scalar
+from .cta import CTA
+from .errors import InterpError
+from .memory import GlobalMemory
+from .program import Program
+from .tensormap import TensorMapModel
+
+DEFAULT_MAX_STEPS = 1_000_000
+
+_programs: dict[int, tuple[ir.Kernel, Program]] = {}
+
+
+def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed: int = 0,
+        max_steps: int = DEFAULT_MAX_STEPS) -> None:
+    """Run `kernel` (an ir.Kernel, or a @ptxdsl.kernel / one-kernel module) over `grid` CTAs.
+
+    `args` maps every parameter name to its value: a numpy array for a `ptr<T>` (written in
+    place), a `TensorMapModel` for a `tmap<T, rank>`, a Python number for a scalar. CTAs run
+    one after another; inside a CTA the threads and the asynchronous copies interleave in an
+    order drawn from `seed` (same seed, same schedule). `max_steps` bounds the work of one
+    CTA. Raises InterpError on a deadlock, race, missing fence or other kernel bug, and
+    LaunchError when the arguments do not fit the kernel."""
+    k = _kernel_of(kernel)
+    if k.cluster is not None and prod(k.cluster) > 1:
+        raise InterpError("unsupported", Diagnostic(
+            f"kernel '{k.name}' declares clusters of {prod(k.cluster)} CTAs; the interpreter "
+            "runs single-CTA clusters only (clusters are future work)", k.loc))
+    prog = _program(k)
+    if prog.layout.request_bytes > MAX_SMEM_BYTES:
+        raise LaunchError(Diagnostic(
+            f"kernel '{k.name}' needs {prog.layout.request_bytes} bytes of shared memory "
+            f"(layout {prog.layout.size} plus alignment slack); a CTA has at most "
+            f"{MAX_SMEM_BYTES}", k.loc))
+    dims = _grid(grid)
+    gmem = GlobalMemory()
+    params = _bind(k, args, gmem)
+    warned: set[int] = set()
+    for z in range(dims[2]):
+        for y in range(dims[1]):
+            for x in range(dims[0]):
+                CTA(prog, (x, y, z), dims, gmem, params, seed, max_steps, warned).run()
+
+
+def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+    """Run the dict a sample's `example(rng)` returns and return its outputs.
+
+    The dict follows `ptxdsl.runner`: "grid", "inputs", "outputs" (templates, poisoned with
+    0xFF bytes so unwritten elements show), "tensor_maps" ({param: TensorMapModel options},
+    wrapping the array of the same name), and "kernel" to pick one kernel of a module.
+    Arrays are copied, so `example` is left as it was."""
+    k = _kernel_of(kernel, example.get("kernel"))
+    arrays = {n: v.copy() if isinstance(v, np.ndarray) else v
+              for n, v in example.get("inputs", {}).items()}
+    outputs = {}
+    for n, v in example.get("outputs", {}).items():
+        template = np.ascontiguousarray(v)
+        outputs[n] = np.full(template.nbytes, 0xFF, np.uint8).view(template.dtype).reshape(
+            template.shape)
+    arrays.update(outputs)
+    types = {p.name: p.type for p in k.params}
+    for n, opts in example.get("tensor_maps", {}).items():
+        t = types.get(n)
+        elem = t.elem if isinstance(t, T.TensorMap) else None
+        opts = {o: v for o, v in opts.items() if o != "l2_promotion"}  # a cache hint only
+        arrays[n] = TensorMapModel(arrays[n], dtype=elem, **opts)
+    run(k, example["grid"], arrays, seed=seed)
+    return outputs
+
+
+def _kernel_of(kernel: Any, name: str | None = None) -> ir.Kernel:
+    if isinstance(kernel, ir.Module):
+        if name is None and len(kernel.kernels) != 1:
+            raise LaunchError("this module has several kernels; name one")
+        try:
+            return kernel.kernel(name)
+        except KeyError:
+            raise LaunchError(f"the module has no kernel '{name}'") from None
+    k = getattr(kernel, "ir", kernel)
+    if not isinstance(k, ir.Kernel):
+        raise LaunchError(f"expected a kernel, got {type(kernel).__name__}")
+    return k
+
+
+def _program(k: ir.Kernel) -> Program:
+    """The kernel with pipelines and roles lowered to the base IR, compiled (cached)."""
+    # Keyed by identity: equal kernels from different sources must keep their own spans.
+    hit = _programs.get(id(k))
+    if hit is None or hit[0] is not k:
+        if len(_programs) > 64:
+            _programs.clear()
+        diags = DiagnosticBag()
+        lowered = lower_kernel(k, diags)
+        diags.raise_if_any(CompileError)
+        hit = _programs[id(k)] = (k, Program(lowered))
+    return hit[1]
+
+
+def _grid(grid: int | tuple[int, ...]) -> tuple[int, int, int]:
+    dims = (grid,) if isinstance(grid, int) else tuple(grid)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d >= 1 for d in dims):
+        raise LaunchError(f"grid takes 1 to 3 positive integers, got {grid!r}")
+    return (dims + (1, 1))[:3]  # type: ignore[return-value]
+
+
+def _holds(elem: T.Scalar, dtype: np.dtype) -> bool:
+    """Whether numpy data of `dtype` may stand for elements of `elem`."""
+    if dtype == T.numpy_dtype(elem):
+        return True
+    try:
+        return compatible(elem, scalar_of(dtype))
+    except LaunchError:
+        return False
+
+
+def _bind(k: ir.Kernel, args: dict[str, Any], gmem: GlobalMemory) -> list[Any]:
+    """Parameter values in register form (pointers become virtual addresses); every
+    problem with the arguments is reported at once."""
+    problems: list[str] = []
+    values: list[Any] = []
+    for p in k.params:
+        t, v = p.type, args.get(p.name)
+        if p.name not in args:
+            problems.append(f"missing argument '{p.name}' ({t})")
+        elif isinstance(t, T.Ptr):
+            if not isinstance(v, np.ndarray) or not v.flags.c_contiguous or not v.flags.writeable:
+                problems.append(f"argument '{p.name}' ({t}) must be a writable C-contiguous "
+                                f"numpy array, got {type(v).__name__}")
+            elif not _holds(t.elem, v.dtype):
+                problems.append(f"argument '{p.name}' is a {v.dtype} array; {t} needs "
+                                f"{T.numpy_dtype(t.elem)}")
+            else:
+                values.append(gmem.add(p.name, v))
+                continue
+        elif isinstance(t, T.TensorMap):
+            if not isinstance(v, TensorMapModel):
+                problems.append(f"argument '{p.name}' ({t}) must be a TensorMapModel, got "
+                                f"{type(v).__name__}")
+            elif v.array.ndim != t.rank or not (compatible(t.elem, v.elem)
+                                                or _holds(t.elem, v.array.dtype)):
+                problems.append(f"argument '{p.name}' is a rank-{v.array.ndim} map of {v.elem}; "
+                                f"{t} needs rank {t.rank} and {t.elem} elements")
+            else:
+                values.append(v)
+                continue
+        else:
+            assert isinstance(t, T.Scalar)
+            value = _scalar_arg(p.name, t, v, problems)
+            if value is not None:
+                values.append(value)
+                continue
+        values.append(None)
+    for name in args:
+        if all(p.name != name for p in k.params):
+            problems.append(f"kernel '{k.name}' has no parameter '{name}'")
+    if problems:
+        raise LaunchError([Diagnostic(m) for m in problems])
+    return values
+
+
+def _scalar_arg(name: str, t: T.Scalar, v: Any, problems: list[str]) -> Any:
+    if t.is_pred:
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+    elif t.is_float:
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            return scalar.normaliser(t)(float(v))
+    elif isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        lo, hi = scalar.int_range(t)
+        if t.kind == "b":
+            lo = -(1 << (t.nbits - 1))  # bit types take either signedness
+        if lo <= int(v) <= hi:
+            return scalar.wrapper(t)(int(v))
+        problems.append(f"argument '{name}' = {v} does not fit in {t} (range [{lo}, {hi}])")
+        return None
+    problems.append(f"argument '{name}' ({t}) must be a {'bool' if t.is_pred else 'number'}, "
+                    f"got {type(v).__name__}")
+    return None
