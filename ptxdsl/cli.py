@@ -60,6 +60,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=None, help="random seed for the inputs")
     r.add_argument("--watchdog", metavar="MS", type=int, default=0,
                    help="bound every mbarrier wait to MS milliseconds")
+
+    i = sub.add_parser("interp", help="run a sample in the CPU interpreter and check it",
+                       description="Like `run`, on the CPU: threads in warps, async copies that "
+                                   "complete late in seeded orders, mbarrier phases; reports "
+                                   "deadlocks and races with their source lines. No GPU needed.")
+    i.add_argument("file", metavar="FILE")
+    i.add_argument("--kernel", help="run only this kernel")
+    i.add_argument("--seed", type=int, default=0, help="schedule and input seed")
     return p
 
 
@@ -105,7 +113,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     from .frontend import parse, parse_tree, read_source
     from .printer import print_module
 
-    if args.command == "run":
+    if args.command in ("run", "interp"):
         return _run(args)
     src = read_source(args.file)
     if args.command == "compile" and args.emit == "ast":
@@ -139,11 +147,15 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runner import run_sample
+    from .runner import interp_sample, run_sample
 
+    if args.command == "interp":
+        runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed)
+    else:
+        runs = run_sample(args.file, kernel=args.kernel, seed=args.seed,
+                          watchdog_ms=max(0, args.watchdog))
     failed = 0
-    for name, results in run_sample(args.file, kernel=args.kernel, seed=args.seed,
-                                    watchdog_ms=max(0, args.watchdog)):
+    for name, results in runs:
         for r in results:
             status = "PASS" if r.ok else "FAIL"
             failed += not r.ok

@@ -142,3 +142,26 @@ def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None 
         ex.setdefault("kernel", name)
         out.append((name, run_example(prog, ex)))
     return out
+
+
+def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0
+                  ) -> list[tuple[str, list[CheckResult]]]:
+    """Like run_sample, in the CPU interpreter, at the twin's SMALL example sizes."""
+    from .frontend import parse_file
+    from .interp import run_sample as interp_run
+
+    module = parse_file(path)
+    mod = load_twin(path)
+    rng = np.random.default_rng(seed)
+    names = [kernel] if kernel else [k.name for k in module.kernels]
+    out = []
+    small = getattr(mod, "SMALL", {})
+    for name in names:
+        ex = mod.example(rng, kernel=name, **small) if len(module.kernels) > 1 else \
+            mod.example(rng, **small)
+        got = interp_run(module.kernel(name), ex, seed=seed)
+        types = {p.name: getattr(p.type, "elem", None) for p in module.kernel(name).params}
+        out.append((name, [compare(o, got[o], want, types.get(o), ex.get("rtol", 0.0),
+                                   ex.get("atol", 0.0))
+                           for o, want in ex.get("expected", {}).items()]))
+    return out

@@ -42,6 +42,10 @@ def add_one(k, src: ptr(f32), dst: ptr(f32)):
         k.mbarrier_inval(bar)
 
 
+# example() sizes small enough for the CPU interpreter (ptxdsl interp, tests)
+SMALL = {"nchunks": 3}
+
+
 def example(rng: np.random.Generator, nchunks: int = 64) -> dict:
     """Inputs, launch grid and numpy reference for a run of add_one."""
     src = rng.standard_normal(nchunks * CHUNK).astype(np.float32)

@@ -153,6 +153,10 @@ def from_bf16(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+# example() sizes small enough for the CPU interpreter (ptxdsl interp, tests)
+SMALL = {"rows": 2}
+
+
 def example(rng: np.random.Generator, kernel: str = "rmsnorm", rows: int = 96, n: int = 8192,
             dtype=bf16) -> dict:
     """Inputs, grid and float64 reference for one normalisation over `rows` rows."""

@@ -44,6 +44,10 @@ def pipeline_sum(k, src: ptr(f32), out: ptr(f32), ntiles: u32):
             out[k.ctaid.x * TILE + c] = acc
 
 
+# example() sizes small enough for the CPU interpreter (ptxdsl interp, tests)
+SMALL = {"nctas": 2, "ntiles": 5}
+
+
 def example(rng: np.random.Generator, nctas: int = 8, ntiles: int = 37) -> dict:
     """Inputs, launch grid and numpy reference for a run of pipeline_sum."""
     src = rng.standard_normal(nctas * ntiles * TILE).astype(np.float32)

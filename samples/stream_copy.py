@@ -36,6 +36,10 @@ def make_stream_copy(stages: int = 4, rows: int = ROWS) -> ptxdsl.KernelDef:
 stream_copy = make_stream_copy(4)
 
 
+# example() sizes small enough for the CPU interpreter (ptxdsl interp, tests)
+SMALL = {"ntiles": 12}
+
+
 def example(rng: np.random.Generator, ntiles: int = 96) -> dict:
     """A [ntiles * 32, 256] bf16 tensor (as uint16 bit patterns), copied whole."""
     src = rng.integers(0, 1 << 16, size=(ntiles * ROWS, COLS), dtype=np.uint16)

@@ -634,6 +634,10 @@ class KernelEmitter:
         t = e.type
         if e.fn == "elect":
             r = w.reg(T.pred)
+            # bar.warp.sync orders the memory accesses of every lane before what the elected
+            # lane does next (e.g. its release arrive for the whole warp); elect.sync alone
+            # only elects
+            w.instr("bar.warp.sync", "0xffffffff")
             w.instr("elect.sync", f"_|{r}", "0xffffffff")
             return r
         args = [self.ev_reg(a) for a in e.args]
