@@ -32,7 +32,7 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
         red = k.shared("red", f32, [2, consumer_warps], align=16)
         # weights (and bias) are read by every row: load them into shared memory once
         params = [p for p in (w, b) if p is not None]
-        consts = [k.shared(nm, dtype, [n]) for nm, _ in zip(("wsh", "bsh"), params)]
+        consts = [k.shared(nm, dtype, [n]) for nm, _ in zip(("wsh", "bsh"), params, strict=False)]
         if params:
             wbar = k.mbarrier("wbar", count=1)
             with k.if_(k.tid.x == 0):
@@ -43,7 +43,7 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
             with k.if_(k.elect()):
                 if params:
                     k.mbarrier_arrive_expect_tx(wbar, sum(k.sizeof(c).ir.value for c in consts))
-                    for c, p in zip(consts, params):
+                    for c, p in zip(consts, params, strict=True):
                         k.bulk_load(c, p[0], wbar)
                 with k.for_("r", k.ctaid.x, rows, k.nctaid.x) as r:
                     k.acquire(ring)
@@ -83,7 +83,7 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
                         off = k.let("off", (i * nc + c) * width)
                         v = k.let("v", k.vload(ring.row[off], width), type=vec)
                         extra = [k.let(nm, k.vload(s[off], width), type=vec)
-                                 for nm, s in zip(("g", "h"), consts)]
+                                 for nm, s in zip(("g", "h"), consts, strict=False)]
                         o = k.let("o", type=vec)
                         with k.for_("j", 0, width, unroll=True) as j:
                             o[j] = f(v[j].to(f32), *[e[j].to(f32) for e in extra]).to(dtype)

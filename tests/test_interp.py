@@ -18,7 +18,6 @@ from ptxdsl.runner import compare
 from ptxdsl.runtime.dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 
 
-
 def kernel(text: str, name: str = "test.ptxdsl"):
     return ptxdsl.parse(textwrap.dedent(text), name).kernel()
 
