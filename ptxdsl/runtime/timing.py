@@ -30,19 +30,24 @@ def benchmark(
     return statistics.median(start.elapsed_ms(end) for start, end in events)
 
 
-def launch_overhead_us(fn: Callable[[], Any], *, n: int = 1000, warmup: int = 20) -> float:
-    """Host microseconds per call of `fn` (one kernel launch) over `n` back-to-back calls.
+def launch_overhead_us(fn: Callable[[], Any], *, n: int = 1000, warmup: int = 20,
+                       batch: int = 50) -> float:
+    """Median host microseconds of one call of `fn` (one kernel launch).
 
-    Use a kernel that finishes faster than it launches: once the launch queue is full, a
-    launch waits for the GPU and the number measures the kernel instead."""
+    Each call is timed on its own, in batches of `batch` launches after a synchronize, so the
+    launch queue never fills: a full queue makes a launch wait for the GPU, and the number
+    would then measure the kernels instead of the host."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     for _ in range(warmup):
         fn()
+    times = []
+    clock = time.perf_counter_ns
+    while len(times) < n:
+        synchronize()
+        for _ in range(min(batch, n - len(times))):
+            t0 = clock()
+            fn()
+            times.append(clock() - t0)
     synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    elapsed = time.perf_counter() - t0
-    synchronize()
-    return elapsed / n * 1e6
+    return statistics.median(times) / 1e3
