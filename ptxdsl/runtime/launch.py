@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import operator
+import os
 import threading
 from dataclasses import dataclass
 from math import prod
