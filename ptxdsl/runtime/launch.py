@@ -7,10 +7,7 @@ costs one dict lookup, one argument pack and the `cuLaunchKernelEx` call.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import operator
-import os
 import threading
 from dataclasses import dataclass
 from math import prod
@@ -163,27 +160,6 @@ class LoadedFunction:
                 self._non_portable = True
 
 
-_libcuda: Any = False
-
-
-def _direct_launch() -> Any:
-    """libcuda's cuLaunchKernel through ctypes, or None where it cannot be loaded."""
-    global _libcuda
-    if _libcuda is False and os.environ.get("PTXDSL_LAUNCH") == "bindings":
-        _libcuda = None  # measure or work around the ctypes path
-    if _libcuda is False:
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            f = lib.cuLaunchKernel
-            f.argtypes = [ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p,
-                          ctypes.c_void_p, ctypes.c_void_p]
-            f.restype = ctypes.c_int
-            _libcuda = f
-        except (OSError, AttributeError):
-            _libcuda = None
-    return _libcuda
-
-
 def _launch_config(plan: LaunchPlan, stream: int) -> Any:
     drv = driver()
     cfg = drv.CUlaunchConfig()
@@ -288,10 +264,7 @@ class Kernel:
         ensure_current()  # the context is per thread; a new thread must make it current
         with self._lock:
             params = self._packer.pack(args, kwargs)
-            if type(cfg) is functools.partial:
-                err = cfg(params, None)
-            else:
-                err = self._launch_ex(cfg, self.function.handle, params, 0)[0]  # type: ignore[union-attr]
+            err = self._launch_ex(cfg, self.function.handle, params, 0)[0]  # type: ignore[union-attr]
         if err != 0:
             raise DeviceError(failure_message(err, f"cuLaunchKernelEx({self.name})"))
         if self.watchdog is not None:  # debug builds launch synchronously to report hangs
@@ -318,13 +291,6 @@ class Kernel:
             )
         self.function.prepare(plan, self.name)
         cfg = _launch_config(plan, stream or 0)
-        fast = _direct_launch() if plan.cluster is None else None
-        if fast is not None:
-            # a prebuilt ctypes call to cuLaunchKernel: the per-launch cost is the call itself,
-            # without converting a CUlaunchConfig through the bindings each time
-            handle = ctypes.c_void_p(int(self.function.handle))
-            cfg = functools.partial(fast, handle, *plan.grid, *plan.block, plan.smem,
-                                    ctypes.c_void_p(stream or 0))
         self._launch_ex = driver().cuLaunchKernelEx
         if key is not None:
             if len(self._configs) >= _CONFIG_CACHE_SIZE:
