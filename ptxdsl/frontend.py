@@ -229,15 +229,20 @@ class _Walker:
         self.block(tree)
         return self.b.pop()
 
-    def s_shared_decl(self, t: lark.Tree) -> None:
+    def buffer_spec(self, t: lark.Tree) -> tuple | None:
+        """(name, elem, shape, align or None, span) of `name: T[d0]... [align A]`."""
         name, elem_tok, dims, align = t.children
         elem = T.SCALARS.get(str(elem_tok))
         if elem is None:
             self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
-            return
+            return None
         shape = tuple(int(str(d), 0) for d in dims.children)
-        self.b.shared(str(name), elem, shape, int(str(align), 0) if align else None,
-                      self.span(t))
+        return str(name), elem, shape, int(str(align), 0) if align else None, self.span(t)
+
+    def s_shared_decl(self, t: lark.Tree) -> None:
+        spec = self.buffer_spec(t)
+        if spec is not None:
+            self.b.shared(*spec)
 
     def s_barrier_decl(self, t: lark.Tree) -> None:
         name, n, count = t.children
@@ -246,16 +251,7 @@ class _Walker:
 
     def s_pipeline_decl(self, t: lark.Tree) -> None:
         name, stages, *bufs = t.children
-        specs = []
-        for buf in bufs:
-            bname, elem_tok, dims, align = buf.children
-            elem = T.SCALARS.get(str(elem_tok))
-            if elem is None:
-                self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
-                continue
-            shape = tuple(int(str(d), 0) for d in dims.children)
-            specs.append((str(bname), elem, shape, int(str(align), 0) if align else None,
-                          self.span(buf)))
+        specs = [s for s in map(self.buffer_spec, bufs) if s is not None]
         self.b.pipeline(str(name), int(str(stages), 0), specs, self.span(t))
 
     def s_role_stmt(self, t: lark.Tree) -> None:
