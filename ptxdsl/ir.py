@@ -546,13 +546,23 @@ class SetMaxNReg(Stmt):
     inc: bool
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TensorPrefetch(Op):
+    """`cp.async.bulk.prefetch.tensor.Nd.L2.global.tile [tmap, {coords}]`: bring a tile into
+    L2 ahead of its load."""
+
+    syntax: ClassVar[str] = "tma_prefetch"
+    tmap: Expr
+    coords: tuple[Expr, ...]
+
+
 OPS: dict[str, type[Op]] = {
     cls.syntax: cls
     for cls in (
         MBarrierInit, MBarrierArrive, MBarrierArriveExpectTx, MBarrierExpectTx, MBarrierWait,
         MBarrierInval, FenceProxyAsync, FenceMBarrierInit, BarSync, BarArrive, BulkLoad,
         BulkStore, BulkCommit, BulkWait, BulkWaitRead, TensorLoad, TensorStore, TensorMapPrefetch,
-        Acquire, Commit, Wait, Release, RoleSync,
+        TensorPrefetch, Acquire, Commit, Wait, Release, RoleSync,
     )
 }  # fmt: skip
 

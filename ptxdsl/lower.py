@@ -328,6 +328,7 @@ class _Lowerer:
 
     def lower(self) -> ir.Kernel:
         self.analyse(self.k.body, [], None)
+        self.check_role_coverage()
         maxnreg = self.register_cap()
         top: list[ir.Stmt] = []
         inits: list[ir.Stmt] = []
@@ -394,6 +395,19 @@ class _Lowerer:
             flush()
         return tuple(out)
 
+    def check_role_coverage(self) -> None:
+        """Every warp of a warp-specialised CTA belongs to a role, so no warp's work is implicit."""
+        if not self.roles:
+            return
+        nwarps = (self.k.nthreads + 31) // 32
+        covered = {w for r in self.roles for w in range(r.warp_start, r.warp_stop)}
+        missing = [w for w in range(nwarps) if w not in covered]
+        if missing:
+            runs = _ranges(missing)
+            self.diags.error(f"warps {runs} of this {self.k.nthreads}-thread CTA belong to no "
+                             "role; give them one (an idle role is `role idle warps a .. b { }`)",
+                             self.roles[0].loc)
+
     def register_cap(self) -> int | None:
         """The entry register count that makes ptxas honour setmaxnreg, and the budget check."""
         k = self.k
@@ -410,6 +424,16 @@ class _Lowerer:
             self.diags.error(f"the roles' registers add up to {total} per CTA (threads x regs); "
                              f"the register file holds {REGISTER_FILE}", self.roles[0].loc)
         return cap
+
+
+def _ranges(ws: list[int]) -> str:
+    """[2, 3, 5] -> '2 .. 4, 5 .. 6' (half-open, as roles write them)."""
+    out, start = [], ws[0]
+    for a, b in zip(ws, ws[1:] + [None], strict=True):
+        if b != a + 1:
+            out.append(f"{start} .. {a + 1}")
+            start = b
+    return ", ".join(out)
 
 
 def _committed(stmts: tuple[ir.Stmt, ...]) -> list[str]:

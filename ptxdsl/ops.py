@@ -43,6 +43,7 @@ SPECS: dict[type[ir.Op], tuple[tuple[str, str, bool], ...]] = {
                     ("bar", "bar", True)),
     ir.TensorStore: (("tmap", "tmap", False), ("coords", "coords", False), ("src", "smem", False)),
     ir.TensorMapPrefetch: (("tmap", "tmap", False),),
+    ir.TensorPrefetch: (("tmap", "tmap", False), ("coords", "coords", False)),
     ir.Acquire: (("pipe", "pipe", False),),
     ir.Commit: (("pipe", "pipe", False),),
     ir.Wait: (("pipe", "pipe", False),),
@@ -199,6 +200,10 @@ def _check_semantics(b: KernelBuilder, n: ir.Op) -> None:
         if c is not None and (c <= 0 or c % 32):
             err(f"a barrier thread count must be a positive multiple of 32, got {c}",
                 n.nthreads.loc or n.loc)  # type: ignore[union-attr]
+    elif isinstance(n, ir.TensorPrefetch) and isinstance(n.tmap.type, T.TensorMap) and \
+            len(n.coords) != n.tmap.type.rank:
+        err(f"tensor map '{_name(n.tmap)}' has rank {n.tmap.type.rank}, but {len(n.coords)} "
+            "coordinate(s) were given", n.loc)
     elif isinstance(n, (ir.TensorLoad, ir.TensorStore)):
         tm = n.tmap.type
         smem = n.dst if isinstance(n, ir.TensorLoad) else n.src

@@ -95,6 +95,7 @@ kernel everything(g: ptr<f32>, h: ptr<bf16>, m: tmap<f32, 2>, n: u32, big: u64, 
     bar_arrive(2, 128);
     if tid == 0 {
         tma_prefetch_desc(m);
+        tma_prefetch(m, [0, 64]);
         mbarrier_arrive_expect_tx(bars[0], sizeof(t[0]));
         tma_load(t[0], m, [0, 0], bars[0]);
         mbarrier_expect_tx(bars[1], 256);

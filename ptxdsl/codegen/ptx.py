@@ -719,6 +719,9 @@ class KernelEmitter:
             _, src = self.addr(s.src)
             w.instr(f"cp.async.bulk.tensor.{len(s.coords)}d.global.shared::cta.tile.bulk_group",
                     self.tmap_operand(s.tmap, s.coords), src)
+        elif isinstance(s, ir.TensorPrefetch):
+            w.instr(f"cp.async.bulk.prefetch.tensor.{len(s.coords)}d.L2.global.tile",
+                    self.tmap_operand(s.tmap, s.coords))
         elif isinstance(s, ir.TensorMapPrefetch):
             w.instr("prefetch.tensormap", f"[{self.ev(s.tmap)}]")
         else:

@@ -308,5 +308,6 @@ def _tma_store(c: Program, s: ir.TensorStore) -> Step:
 
 
 @handles(ir.TensorMapPrefetch)
-def _prefetch(c: Program, s: ir.TensorMapPrefetch) -> Step:
-    return PLAIN, False, lambda th: None
+@handles(ir.TensorPrefetch)
+def _prefetch(c: Program, s: ir.Op) -> Step:
+    return PLAIN, False, lambda th: None  # a cache hint: no visible effect
