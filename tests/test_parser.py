@@ -109,3 +109,9 @@ def test_several_kernels_in_one_file():
 def test_semantic_errors_raise(src):
     with pytest.raises(ptxdsl.CompileError):
         kernel(src)
+
+
+def test_roles_must_cover_every_warp():
+    with pytest.raises(ptxdsl.CompileError, match=r"warps 2 \.\. 4 of this 128-thread CTA"):
+        ptxdsl.compile("kernel k() threads(128) { role a warps 0 .. 2 { } }")
+    ptxdsl.compile("kernel k() threads(128) { role a warps 0 .. 2 { } role b warps 2 .. 4 { } }")
