@@ -9,105 +9,21 @@ line that emits it. Register and label names are deterministic, so goldens are s
 from __future__ import annotations
 
 import re
-import struct
-from dataclasses import dataclass
 
 from .. import ir
 from .. import types as T
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
+from .asyncops import AsyncOps
 from .layout import Layout, layout_kernel
-
-PTX_VERSION = (8, 0)
-SMEM_SYMBOL = "__ptxdsl_smem"
-WATCHDOG_SYMBOL = "__ptxdsl_watchdog"  # .u64: device address of the host-mapped report
-
-
-@dataclass(frozen=True)
-class Target:
-    """The PTX header: ISA version and `.target`."""
-
-    arch: str = "sm_90a"
-    version: tuple[int, int] = PTX_VERSION
-
-    def header(self) -> str:
-        return f".version {self.version[0]}.{self.version[1]}\n.target {self.arch}\n" \
-               ".address_size 64\n"
-
-
-# register class of a scalar: (prefix, declared type)
-def reg_class(t: T.Type) -> tuple[str, str]:
-    if isinstance(t, (T.Ptr,)):
-        return "rd", "b64"
-    assert isinstance(t, T.Scalar), t
-    if t.is_pred:
-        return "p", "pred"
-    if t.nbytes <= 2:
-        return "rs", "b16"
-    if t.nbytes == 4:
-        return ("f", "f32") if t == T.f32 else ("r", "b32")
-    return ("fd", "f64") if t == T.f64 else ("rd", "b64")
-
-
-def mem_type(t: T.Scalar) -> str:
-    """Type suffix for ld/st/mov/selp: 16-bit floats move as raw .b16."""
-    return "b16" if t in (T.f16, T.bf16) else t.name
-
-
-def int_type(t: T.Scalar) -> str:
-    """Arithmetic type suffix: bit types compute as unsigned."""
-    return f"u{t.nbits}" if t.kind == "b" else t.name
-
-
-def immediate(value: int | float | bool, t: T.Scalar) -> str:
-    if t == T.f32:
-        return f"0f{struct.unpack('<I', struct.pack('<f', float(value)))[0]:08X}"
-    if t == T.f64:
-        return f"0d{struct.unpack('<Q', struct.pack('<d', float(value)))[0]:016X}"
-    if t == T.f16:
-        return f"0x{struct.unpack('<H', struct.pack('<e', float(value)))[0]:04X}"
-    if t == T.bf16:
-        bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
-        bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
-        return f"0x{(bits >> 16) & 0xFFFF:04X}"
-    return str(int(value))
-
-
-class PtxWriter:
-    """Lines of one entry body plus its register counters."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.counts: dict[str, int] = {}
-        self.decl_types: dict[str, str] = {}
-        self.nlabels = 0
-
-    def reg(self, t: T.Type) -> str:
-        prefix, decl = reg_class(t)
-        n = self.counts.get(prefix, 0) + 1
-        self.counts[prefix] = n
-        self.decl_types[prefix] = decl
-        return f"%{prefix}{n}"
-
-    def label(self, kind: str) -> str:
-        self.nlabels += 1
-        return f"$L_{kind}_{self.nlabels}"
-
-    def place_label(self, name: str) -> None:
-        self.lines.append(f"{name}:")
-
-    def instr(self, mnemonic: str, *operands: str, guard: str | None = None) -> None:
-        g = f"@{guard} " if guard else ""
-        ops = ", ".join(operands)
-        self.lines.append(f"    {g}{mnemonic}{' ' + ops if ops else ''};")
-
-    def comment(self, text: str) -> None:
-        self.lines.append(f"    // {text}")
-
-    def reg_decls(self) -> list[str]:
-        order = ["p", "rs", "r", "rd", "f", "fd"]
-        return [f"    .reg .{self.decl_types[p]} %{p}<{self.counts[p] + 1}>;"
-                for p in order if p in self.counts]
-
+from .writer import (
+    SMEM_SYMBOL,
+    WATCHDOG_SYMBOL,
+    PtxWriter,
+    Target,
+    immediate,
+    int_type,
+    mem_type,
+)
 
 _SREG_PTX = {"clock": "%clock", "clock64": "%clock64", "globaltimer": "%globaltimer"}
 _FN_PTX = {
@@ -123,7 +39,7 @@ _SHFL_PTX = {
 }
 
 
-class KernelEmitter:
+class KernelEmitter(AsyncOps):
     """Emits one ir.Kernel as a PTX `.entry`."""
 
     def __init__(self, kernel: ir.Kernel, layout: Layout, watchdog_ms: int = 0):
@@ -652,129 +568,6 @@ class KernelEmitter:
         else:
             w.instr(_FN_PTX[(e.fn, str(t))], r, args[0])
         return r
-
-    # ------------------------------------------------------------------ intrinsic statements
-
-    def bar_addr(self, bar: ir.Expr) -> str:
-        r, off = self.shared_addr(bar)
-        return f"[{r}+{off}]" if off else f"[{r}]"
-
-    def op(self, s: ir.Op) -> None:
-        w = self.w
-        if isinstance(s, ir.MBarrierInit):
-            count = self.ev(s.count) if s.count is not None else str(self.decl_count(s.bar))
-            w.instr("mbarrier.init.shared::cta.b64", self.bar_addr(s.bar), count)
-        elif isinstance(s, ir.MBarrierArrive):
-            extra = [self.ev(s.count)] if s.count is not None else []
-            w.instr("mbarrier.arrive.release.cta.shared::cta.b64", "_", self.bar_addr(s.bar),
-                    *extra)
-        elif isinstance(s, ir.MBarrierArriveExpectTx):
-            w.instr("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64", "_",
-                    self.bar_addr(s.bar), self.ev(s.nbytes))
-        elif isinstance(s, ir.MBarrierExpectTx):
-            w.instr("mbarrier.expect_tx.relaxed.cta.shared::cta.b64", self.bar_addr(s.bar),
-                    self.ev(s.nbytes))
-        elif isinstance(s, ir.MBarrierWait):
-            if self.watchdog_ns:
-                self.bounded_wait(s)
-                return
-            a, parity = self.bar_addr(s.bar), self.ev(s.parity)
-            p = w.reg(T.pred)
-            top = w.label("wait")
-            w.place_label(top)
-            w.instr("mbarrier.try_wait.parity.shared::cta.b64", p, a, parity)
-            w.instr("bra", top, guard=f"!{p}")
-        elif isinstance(s, ir.MBarrierInval):
-            w.instr("mbarrier.inval.shared::cta.b64", self.bar_addr(s.bar))
-        elif isinstance(s, ir.FenceProxyAsync):
-            w.instr("fence.proxy.async.shared::cta")
-        elif isinstance(s, ir.FenceMBarrierInit):
-            w.instr("fence.mbarrier_init.release.cluster")
-        elif isinstance(s, ir.BarSync):
-            extra = [self.ev(s.nthreads)] if s.nthreads is not None else []
-            w.instr("bar.sync", self.ev(s.id), *extra)
-        elif isinstance(s, ir.BarArrive):
-            w.instr("bar.arrive", self.ev(s.id), self.ev(s.nthreads))
-        elif isinstance(s, ir.BulkLoad):
-            _, dst = self.addr(s.dst)
-            _, src = self.addr(s.src)
-            w.instr("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes", dst, src,
-                    self.ev(s.nbytes), self.bar_addr(s.bar))
-        elif isinstance(s, ir.BulkStore):
-            _, dst = self.addr(s.dst)
-            _, src = self.addr(s.src)
-            w.instr("cp.async.bulk.global.shared::cta.bulk_group", dst, src, self.ev(s.nbytes))
-        elif isinstance(s, ir.BulkCommit):
-            w.instr("cp.async.bulk.commit_group")
-        elif isinstance(s, ir.BulkWait):
-            w.instr("cp.async.bulk.wait_group", self.ev(s.n))
-        elif isinstance(s, ir.BulkWaitRead):
-            w.instr("cp.async.bulk.wait_group.read", self.ev(s.n))
-        elif isinstance(s, ir.TensorLoad):
-            _, dst = self.addr(s.dst)
-            w.instr(f"cp.async.bulk.tensor.{len(s.coords)}d.shared::cluster.global.tile"
-                    ".mbarrier::complete_tx::bytes", dst, self.tmap_operand(s.tmap, s.coords),
-                    self.bar_addr(s.bar))
-        elif isinstance(s, ir.TensorStore):
-            _, src = self.addr(s.src)
-            w.instr(f"cp.async.bulk.tensor.{len(s.coords)}d.global.shared::cta.tile.bulk_group",
-                    self.tmap_operand(s.tmap, s.coords), src)
-        elif isinstance(s, ir.TensorPrefetch):
-            w.instr(f"cp.async.bulk.prefetch.tensor.{len(s.coords)}d.L2.global.tile",
-                    self.tmap_operand(s.tmap, s.coords))
-        elif isinstance(s, ir.TensorMapPrefetch):
-            w.instr("prefetch.tensormap", f"[{self.ev(s.tmap)}]")
-        else:
-            raise TypeError(f"no PTX for {type(s).__name__}")
-
-    def bounded_wait(self, s: ir.MBarrierWait) -> None:
-        """A wait that gives up after the watchdog time: the first thread to time out writes
-        (site + 1, parity, block, thread, barrier offset) to the host-mapped report, then traps."""
-        from ..printer import expr_text
-
-        w = self.w
-        self.sites.append(f"mbarrier {expr_text(s.bar)}"
-                          + (f" in role '{s.role}'" if s.role else "")
-                          + (f" at {s.loc}" if s.loc is not None else ""))
-        site = len(self.sites)
-        r, off = self.shared_addr(s.bar)
-        a = f"[{r}+{off}]" if off else f"[{r}]"
-        parity = self.ev_reg(s.parity)
-        t0, now, p, late = w.reg(T.u64), w.reg(T.u64), w.reg(T.pred), w.reg(T.pred)
-        top, done = w.label("wait"), w.label("waited")
-        w.instr("mov.u64", t0, "%globaltimer")
-        w.place_label(top)
-        w.instr("mbarrier.try_wait.parity.shared::cta.b64", p, a, parity)
-        w.instr("bra", done, guard=p)
-        w.instr("mov.u64", now, "%globaltimer")
-        w.instr("sub.u64", now, now, t0)
-        w.instr("setp.lt.u64", late, now, str(self.watchdog_ns))
-        w.instr("bra", top, guard=late)
-        report, first, old = w.reg(T.u64), w.reg(T.pred), w.reg(T.u32)
-        w.instr("ld.global.u64", report, f"[{WATCHDOG_SYMBOL}]")
-        w.instr("setp.eq.u64", first, report, "0")
-        w.instr("trap", guard=first)  # no report buffer registered: just stop
-        w.instr("atom.global.cas.b32", old, f"[{report}]", "0", str(site))
-        w.instr("setp.eq.u32", first, old, "0")
-        cta, tid, where = w.reg(T.u32), w.reg(T.u32), w.reg(T.u32)
-        w.instr("mov.u32", cta, "%ctaid.x")
-        w.instr("mov.u32", tid, "%tid.x")
-        w.instr("sub.u32", where, r, self.smem_base)  # type: ignore[arg-type]
-        w.instr("add.u32", where, where, str(off))
-        for i, v in enumerate((parity, cta, tid, where), start=1):
-            w.instr("st.global.u32", f"[{report}+{4 * i}]", v, guard=first)
-        w.instr("membar.sys")
-        w.instr("trap")
-        w.place_label(done)
-
-    def tmap_operand(self, tmap: ir.Expr, coords: tuple[ir.Expr, ...]) -> str:
-        cs = ", ".join(self.ev(c) for c in coords)
-        return f"[{self.ev(tmap)}, {{{cs}}}]"
-
-    def decl_count(self, bar: ir.Expr) -> int:
-        while isinstance(bar, ir.Index):
-            bar = bar.base
-        return self.layout.barrier_count(bar.name)  # type: ignore[attr-defined]
 
 
 def _vec_operands(kind: str, a: str, regs: list[str]) -> tuple[str, str]:
