@@ -81,8 +81,8 @@ def compile(source: str | Path | KernelDef, arch: str | None = None,
     (the CUDA context is unusable afterwards, as after any device fault)."""
     if isinstance(source, KernelDef):
         return source.program(arch, watchdog_ms)
-    if isinstance(source, Path) or (isinstance(source, str) and "kernel" not in source
-                                    and source.endswith(".ptxdsl")):
+    if isinstance(source, Path) or (isinstance(source, str) and source.endswith(".ptxdsl")
+                                    and "\n" not in source and "{" not in source):
         src = read_source(source)
         return Program(parse(src.text, src.name), arch, src.name, watchdog_ms)
     return Program(parse(str(source)), arch, watchdog_ms=watchdog_ms)

@@ -159,8 +159,6 @@ class DiagnosticBag:
     def error(self, message: str, span: Span | None = None, *notes: Note) -> None:
         self.items.append(Diagnostic(message, span, tuple(notes)))
 
-    def warning(self, message: str, span: Span | None = None, *notes: Note) -> None:
-        self.items.append(Diagnostic(message, span, tuple(notes), severity="warning"))
 
     def __bool__(self) -> bool:
         return any(d.severity == "error" for d in self.items)

@@ -11,7 +11,7 @@ dataclass fields, in order, are its arguments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from . import types as T
@@ -271,9 +271,6 @@ class Op(Stmt):
     """Base of the intrinsic statements written as `syntax(arg, ...)`."""
 
     syntax: ClassVar[str] = ""
-
-    def operands(self) -> list[object]:
-        return [getattr(self, f.name) for f in fields(self) if f.name != "loc"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

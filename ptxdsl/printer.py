@@ -201,17 +201,17 @@ class _Printer:
         self.if_chain(s, "} else if")
 
     def op_args(self, s: ir.Op) -> list[str]:
+        """Arguments in signature order; omitted ones are the trailing, derived ones (a stage
+        copy's barrier, a byte count equal to its shared operand's size)."""
         out: list[str] = []
-        pending: list[str] = []
         for name, _kind, optional in SPECS[type(s)]:
             v = getattr(s, name)
             derived = name == "nbytes" and optional and isinstance(v, ir.Const) and \
                 v.value == (s.dst if isinstance(s, ir.BulkLoad) else s.src).type.nbytes  # type: ignore[attr-defined]
             if v is None or derived or isinstance(v, ir.StageBarrier):
-                pending.append("")
                 continue
-            out.extend(pending)
-            pending.clear()
+            if len(out) < [n for n, _, _ in SPECS[type(s)]].index(name):
+                raise AssertionError(f"{s.syntax}: '{name}' follows an omitted argument")
             if isinstance(v, tuple):
                 out.append("[" + ", ".join(expr_text(c, 0, True) for c in v) + "]")
             else:

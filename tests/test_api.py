@@ -80,3 +80,11 @@ def test_programmatic_kernels_differ_by_parameter():
     assert a.name == "copy2" and b.name == "copy4"
     assert a.program().kernels[0].smem_bytes < b.program().kernels[0].smem_bytes
     assert ".entry copy4(" in b.ptx()
+
+
+def test_compile_takes_paths_whose_names_contain_kernel(tmp_path):
+    d = tmp_path / "kernels"
+    d.mkdir()
+    f = d / "my_kernel.ptxdsl"
+    f.write_text("kernel k() threads(32) { }")
+    assert ptxdsl.compile(str(f)).kernels[0].name == "k"

@@ -115,3 +115,10 @@ def test_roles_must_cover_every_warp():
     with pytest.raises(ptxdsl.CompileError, match=r"warps 2 \.\. 4 of this 128-thread CTA"):
         ptxdsl.compile("kernel k() threads(128) { role a warps 0 .. 2 { } }")
     ptxdsl.compile("kernel k() threads(128) { role a warps 0 .. 2 { } role b warps 2 .. 4 { } }")
+
+
+def test_tile_prefetch_checks_the_rank():
+    with pytest.raises(ptxdsl.CompileError, match="rank 2, but 1 coordinate"):
+        kernel("tma_prefetch(m, [0]);", "m: tmap<f32, 2>")
+    assert isinstance(kernel("tma_prefetch(m, [0, 8]);", "m: tmap<f32, 2>").body[0],
+                      ir.TensorPrefetch)
