@@ -4,6 +4,7 @@ Write kernels as .ptxdsl text or with the Python API (`@ptxdsl.kernel`); both bu
 which is checked and emitted as PTX. The GPU is touched only on the first launch.
 """
 
+from . import ops  # noqa: F401  (registers every operation definition)
 from .api import KernelContext, Value, ptr, tmap
 from .compiler import KernelDef, Program, compile, compile_module, kernel
 from .errors import CompileError, DeviceError, LaunchError, PtxdslError

@@ -22,6 +22,7 @@ from . import ir
 from . import types as T
 from .builder import SPECIAL_REGS, VALUE_FUNCTIONS, KernelBuilder, Lit, Operand
 from .errors import CompileError, Span, python_source
+from .opdef import BY_SYNTAX
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -204,7 +205,7 @@ class KernelContext:
             return _SRegGroup(self, name)
         if name in SPECIAL_REGS:
             return self.sreg(name)
-        if name in ir.OPS:
+        if name in BY_SYNTAX:
             def op(*args: Any) -> None:
                 self._b.op(name, [self._operand(a) for a in args], user_span())
             return op

@@ -12,6 +12,7 @@ from . import ir
 from . import types as T
 from .builder import BINARY_SYMBOL, KernelBuilder, Lit
 from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
+from .opdef import BY_SYNTAX
 
 
 def _grammar_text() -> str:
@@ -401,7 +402,7 @@ class _Walker:
             return b.member(bv, str(attr), loc)
         if data == "call":
             name, args = t.children
-            if str(name) in ir.OPS:
+            if str(name) in BY_SYNTAX:
                 self.diags.error(f"'{name}' is an operation and has no value", loc)
                 return ir.Const(value=0, type=T.error)
             return b.call(str(name), self.args(args), loc)

@@ -553,15 +553,6 @@ class TensorPrefetch(Op):
     coords: tuple[Expr, ...]
 
 
-OPS: dict[str, type[Op]] = {
-    cls.syntax: cls
-    for cls in (
-        MBarrierInit, MBarrierArrive, MBarrierArriveExpectTx, MBarrierExpectTx, MBarrierWait,
-        MBarrierInval, FenceProxyAsync, FenceMBarrierInit, BarSync, BarArrive, BulkLoad,
-        BulkStore, BulkCommit, BulkWait, BulkWaitRead, TensorLoad, TensorStore, TensorMapPrefetch,
-        TensorPrefetch, Acquire, Commit, Wait, Release, RoleSync,
-    )
-}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- kernel

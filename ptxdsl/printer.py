@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import ir
 from . import types as T
-from .ops import SPECS
+from .opdef import definition
 
 _BIN = {"add": ("+", 8), "sub": ("-", 8), "mul": ("*", 9), "div": ("/", 9), "rem": ("%", 9),
         "and": ("&", 6), "or": ("|", 4), "xor": ("^", 5), "shl": ("<<", 7), "shr": (">>", 7)}
@@ -203,14 +203,13 @@ class _Printer:
     def op_args(self, s: ir.Op) -> list[str]:
         """Arguments in signature order; omitted ones are the trailing, derived ones (a stage
         copy's barrier, a byte count equal to its shared operand's size)."""
+        d = definition(s)
         out: list[str] = []
-        for name, _kind, optional in SPECS[type(s)]:
+        for i, (name, _kind, optional) in enumerate(d.operands):
             v = getattr(s, name)
-            derived = name == "nbytes" and optional and isinstance(v, ir.Const) and \
-                v.value == (s.dst if isinstance(s, ir.BulkLoad) else s.src).type.nbytes  # type: ignore[attr-defined]
-            if v is None or derived or isinstance(v, ir.StageBarrier):
+            if optional and d.omitted(s, name):
                 continue
-            if len(out) < [n for n, _, _ in SPECS[type(s)]].index(name):
+            if len(out) < i:
                 raise AssertionError(f"{s.syntax}: '{name}' follows an omitted argument")
             if isinstance(v, tuple):
                 out.append("[" + ", ".join(expr_text(c, 0, True) for c in v) + "]")

@@ -1,5 +1,6 @@
-"""PTX for the intrinsic statements: mbarriers, fences, named barriers, bulk and tensor
-copies, and the watchdog's bounded waits. Mixed into KernelEmitter."""
+"""Emitter services for the operation definitions (`ptxdsl/ops/`): mbarrier addresses,
+declared arrival counts, and the watchdog's bounded wait. Mixed into KernelEmitter; each
+operation's own PTX is written by its OpDef's `emit`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from .writer import WATCHDOG_SYMBOL
 
 
 class AsyncOps:
-    """Emission of ir.Op statements; relies on the emitter's writer, layout and evaluators."""
+    """Helpers the OpDefs call; relies on the emitter's writer, layout and evaluators."""
 
     w: Any
     layout: Any
@@ -22,74 +23,6 @@ class AsyncOps:
     def bar_addr(self, bar: ir.Expr) -> str:
         r, off = self.shared_addr(bar)
         return f"[{r}+{off}]" if off else f"[{r}]"
-
-    def op(self, s: ir.Op) -> None:
-        w = self.w
-        if isinstance(s, ir.MBarrierInit):
-            count = self.ev(s.count) if s.count is not None else str(self.decl_count(s.bar))
-            w.instr("mbarrier.init.shared::cta.b64", self.bar_addr(s.bar), count)
-        elif isinstance(s, ir.MBarrierArrive):
-            extra = [self.ev(s.count)] if s.count is not None else []
-            w.instr("mbarrier.arrive.release.cta.shared::cta.b64", "_", self.bar_addr(s.bar),
-                    *extra)
-        elif isinstance(s, ir.MBarrierArriveExpectTx):
-            w.instr("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64", "_",
-                    self.bar_addr(s.bar), self.ev(s.nbytes))
-        elif isinstance(s, ir.MBarrierExpectTx):
-            w.instr("mbarrier.expect_tx.relaxed.cta.shared::cta.b64", self.bar_addr(s.bar),
-                    self.ev(s.nbytes))
-        elif isinstance(s, ir.MBarrierWait):
-            if self.watchdog_ns:
-                self.bounded_wait(s)
-                return
-            a, parity = self.bar_addr(s.bar), self.ev(s.parity)
-            p = w.reg(T.pred)
-            top = w.label("wait")
-            w.place_label(top)
-            w.instr("mbarrier.try_wait.parity.shared::cta.b64", p, a, parity)
-            w.instr("bra", top, guard=f"!{p}")
-        elif isinstance(s, ir.MBarrierInval):
-            w.instr("mbarrier.inval.shared::cta.b64", self.bar_addr(s.bar))
-        elif isinstance(s, ir.FenceProxyAsync):
-            w.instr("fence.proxy.async.shared::cta")
-        elif isinstance(s, ir.FenceMBarrierInit):
-            w.instr("fence.mbarrier_init.release.cluster")
-        elif isinstance(s, ir.BarSync):
-            extra = [self.ev(s.nthreads)] if s.nthreads is not None else []
-            w.instr("bar.sync", self.ev(s.id), *extra)
-        elif isinstance(s, ir.BarArrive):
-            w.instr("bar.arrive", self.ev(s.id), self.ev(s.nthreads))
-        elif isinstance(s, ir.BulkLoad):
-            _, dst = self.addr(s.dst)
-            _, src = self.addr(s.src)
-            w.instr("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes", dst, src,
-                    self.ev(s.nbytes), self.bar_addr(s.bar))
-        elif isinstance(s, ir.BulkStore):
-            _, dst = self.addr(s.dst)
-            _, src = self.addr(s.src)
-            w.instr("cp.async.bulk.global.shared::cta.bulk_group", dst, src, self.ev(s.nbytes))
-        elif isinstance(s, ir.BulkCommit):
-            w.instr("cp.async.bulk.commit_group")
-        elif isinstance(s, ir.BulkWait):
-            w.instr("cp.async.bulk.wait_group", self.ev(s.n))
-        elif isinstance(s, ir.BulkWaitRead):
-            w.instr("cp.async.bulk.wait_group.read", self.ev(s.n))
-        elif isinstance(s, ir.TensorLoad):
-            _, dst = self.addr(s.dst)
-            w.instr(f"cp.async.bulk.tensor.{len(s.coords)}d.shared::cluster.global.tile"
-                    ".mbarrier::complete_tx::bytes", dst, self.tmap_operand(s.tmap, s.coords),
-                    self.bar_addr(s.bar))
-        elif isinstance(s, ir.TensorStore):
-            _, src = self.addr(s.src)
-            w.instr(f"cp.async.bulk.tensor.{len(s.coords)}d.global.shared::cta.tile.bulk_group",
-                    self.tmap_operand(s.tmap, s.coords), src)
-        elif isinstance(s, ir.TensorPrefetch):
-            w.instr(f"cp.async.bulk.prefetch.tensor.{len(s.coords)}d.L2.global.tile",
-                    self.tmap_operand(s.tmap, s.coords))
-        elif isinstance(s, ir.TensorMapPrefetch):
-            w.instr("prefetch.tensormap", f"[{self.ev(s.tmap)}]")
-        else:
-            raise TypeError(f"no PTX for {type(s).__name__}")
 
     def bounded_wait(self, s: ir.MBarrierWait) -> None:
         """A wait that gives up after the watchdog time: the first thread to time out writes
@@ -130,10 +63,6 @@ class AsyncOps:
         w.instr("membar.sys")
         w.instr("trap")
         w.place_label(done)
-
-    def tmap_operand(self, tmap: ir.Expr, coords: tuple[ir.Expr, ...]) -> str:
-        cs = ", ".join(self.ev(c) for c in coords)
-        return f"[{self.ev(tmap)}, {{{cs}}}]"
 
     def decl_count(self, bar: ir.Expr) -> int:
         while isinstance(bar, ir.Index):

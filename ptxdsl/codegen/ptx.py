@@ -13,6 +13,7 @@ import re
 from .. import ir
 from .. import types as T
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
+from ..opdef import definition
 from .asyncops import AsyncOps
 from .layout import Layout, layout_kernel
 from .writer import (
@@ -186,7 +187,7 @@ class KernelEmitter(AsyncOps):
             mn = "setmaxnreg.inc.sync.aligned.u32" if s.inc else "setmaxnreg.dec.sync.aligned.u32"
             w.instr(mn, str(s.regs))
         elif isinstance(s, ir.Op):
-            self.op(s)
+            definition(s).emit(self, s)
         else:
             raise TypeError(f"no PTX for {type(s).__name__}")
 

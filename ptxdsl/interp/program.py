@@ -18,6 +18,7 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..codegen.layout import layout_kernel
+from ..opdef import definition
 from . import scalar
 from .cta import PREEMPT, Thread, ThreadExit
 from .errors import fail
@@ -51,8 +52,6 @@ class Program:
     """The compiled form of one ir.Kernel; `body(thread)` is a thread's generator."""
 
     def __init__(self, kernel: ir.Kernel):
-        from .ops import ASYNC_READERS
-
         self.kernel = kernel
         self.layout = layout_kernel(kernel)
         self.decls = {d.name: d for d in kernel.body
@@ -63,7 +62,8 @@ class Program:
         self.nparams = len(kernel.params)
         self.hoisted: dict[int, int] = {}  # id(collective Call) -> its register slot
         self.sites = 0
-        self.track_proxy = any(type(s) in ASYNC_READERS for s in ir.walk(kernel.body))
+        self.track_proxy = any(isinstance(s, ir.Op) and definition(s).async_reads
+                               for s in ir.walk(kernel.body))
         self.body = as_gen(*self.block(kernel.body))
 
     def scratch(self) -> list[Any]:
@@ -104,13 +104,13 @@ class Program:
         return GEN, gen
 
     def stmt(self, s: ir.Stmt) -> Step | None:
-        from .ops import HANDLERS
-
         if isinstance(s, (ir.SharedDecl, ir.BarrierDecl)):
             return None
-        handler = _STMT.get(type(s)) or HANDLERS.get(type(s))  # type: ignore[arg-type]
+        handler = _STMT.get(type(s))
         if handler is None:
-            raise TypeError(f"the interpreter has no rule for {type(s).__name__}")
+            if not isinstance(s, ir.Op):
+                raise TypeError(f"the interpreter has no rule for {type(s).__name__}")
+            handler = definition(s).interp
         exprs = _direct_exprs(s)
         pre = self.prelude(exprs)
         mode, preempt, fn = handler(self, s)

@@ -10,8 +10,8 @@ import numpy as np
 
 from .. import ir
 from .. import types as T
-from ..builder import MAX_SMEM_BYTES
 from ..errors import CompileError, Diagnostic, DiagnosticBag, LaunchError
+from ..limits import MAX_SMEM_BYTES
 from ..lower import lower_kernel
 from ..runtime.dtypes import compatible, scalar_of
 from . import scalar

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .. import ir
-from ..builder import MAX_SMEM_BYTES
 from ..errors import Note
+from ..limits import MAX_SMEM_BYTES
 from .effects import effect, op_name, smem
 from .facts import Facts, Report, text
 from .threads import GmemRef, SmemRef, Visit

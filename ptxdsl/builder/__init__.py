@@ -1,0 +1,28 @@
+"""The kernel builder: the one place that type-checks and constructs IR.
+
+Both frontends call it: the lark Transformer (`frontend.py`) and the Python API (`api.py`).
+It never raises on the first problem; every error goes to a DiagnosticBag with its span.
+Layers, each a module of one concept: `scope` (state and names) <- `exprs` (typing of
+expressions) <- `decls` (declarations, pipeline regions, roles) <- `stmts` (statements and
+the finished kernel: `KernelBuilder`). `operands` checks the operands of intrinsic operations
+against their OpDef.
+"""
+
+from .common import (
+    BINARY_SYMBOL,
+    COMPARE_SYMBOL,
+    KEYWORDS,
+    MAX_SMEM_BYTES,
+    MBARRIER_MAX_COUNT,
+    SPECIAL_REGS,
+    UNARY_SYMBOL,
+    VALUE_FUNCTIONS,
+    Lit,
+    Operand,
+    Symbol,
+)
+from .stmts import KernelBuilder
+
+__all__ = ["BINARY_SYMBOL", "COMPARE_SYMBOL", "KEYWORDS", "MAX_SMEM_BYTES", "MBARRIER_MAX_COUNT",
+           "SPECIAL_REGS", "UNARY_SYMBOL", "VALUE_FUNCTIONS", "KernelBuilder", "Lit", "Operand",
+           "Symbol"]

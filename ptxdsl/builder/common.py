@@ -1,0 +1,101 @@
+"""What every part of the builder shares: untyped literals, symbols, scopes, name tables and
+small type predicates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import ir
+from .. import types as T
+from ..errors import Span
+from ..limits import MAX_SMEM_BYTES, MBARRIER_MAX_COUNT
+
+__all__ = ["MAX_SMEM_BYTES", "MBARRIER_MAX_COUNT"]
+
+
+@dataclass(frozen=True)
+class Lit:
+    """An untyped literal (int, float or bool) and where it was written."""
+
+    value: int | float | bool
+    loc: Span | None = None
+
+
+Operand = ir.Expr | Lit
+
+SPECIAL_REGS: dict[str, T.Scalar] = {
+    **{f"{r}.{d}": T.u32 for r in ("tid", "ntid", "ctaid", "nctaid") for d in "xyz"},
+    **{f"{r}.{d}": T.u32 for r in ("clusterid", "nclusterid", "cluster_ctaid", "cluster_nctaid")
+       for d in "xyz"},
+    "laneid": T.u32, "warp": T.u32, "cluster_ctarank": T.u32, "cluster_nctarank": T.u32,
+    "dynamic_smem_size": T.u32, "clock": T.u32, "clock64": T.u64, "globaltimer": T.u64,
+}  # fmt: skip
+
+# Value intrinsics: name -> (number of arguments, kinds accepted for the first argument).
+FLOAT_UNARY = {"ex2", "lg2", "rsqrt", "sqrt", "rcp", "sin", "cos", "tanh"}
+SHUFFLES = {"shfl_xor", "shfl_down", "shfl_up", "shfl_idx"}
+VALUE_FUNCTIONS = FLOAT_UNARY | SHUFFLES | {"abs", "min", "max", "fma", "elect", "select",
+                                            "vload", "sizeof"}
+
+ARITH_OPS = {"add", "sub", "mul", "div", "rem", "min", "max"}
+BIT_OPS = {"and", "or", "xor"}
+SHIFT_OPS = {"shl", "shr"}
+HALF_OK = {"add", "sub", "mul", "min", "max"}
+
+KEYWORDS = {"kernel", "ptr", "tmap", "shared", "align", "mbarrier", "count", "let", "if", "else",
+            "for", "in", "step", "while", "return", "asm", "as", "true", "false", "pipeline",
+            "stages", "role", "warps", "regs", "unroll"}
+
+BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&",
+                 "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "land": "&&", "lor": "||",
+                 "min": "min", "max": "max"}
+COMPARE_SYMBOL = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+UNARY_SYMBOL = {"neg": "-", "not": "!"}
+
+REGION_OPS = {"acquire": ("put", True), "commit": ("put", False), "wait": ("get", True),
+              "release": ("get", False)}
+REGION_CLOSER = {"put": "commit", "get": "release"}
+REGION_OPENER = {"put": "acquire", "get": "wait"}
+
+
+@dataclass
+class Symbol:
+    kind: str  # param | local | loopvar | shared | barrier | pipeline
+    type: T.Type
+    loc: Span | None
+    decl: Any = None
+
+
+@dataclass
+class Frame:
+    stmts: list[ir.Stmt] = field(default_factory=list)
+    names: dict[str, Symbol] = field(default_factory=dict)
+    # open pipeline regions of this block: pipeline -> (side, where it was opened)
+    regions: dict[str, tuple[str, Span | None]] = field(default_factory=dict)
+
+
+def int_range(t: T.Scalar) -> tuple[int, int]:
+    if t.is_signed:
+        return -(1 << (t.nbits - 1)), (1 << (t.nbits - 1)) - 1
+    return (-(1 << (t.nbits - 1)) if t.kind == "b" else 0), (1 << t.nbits) - 1
+
+
+def is_err(t: T.Type) -> bool:
+    return isinstance(t, T.ErrorType)
+
+
+def is_int(t: T.Type) -> bool:
+    return isinstance(t, T.Scalar) and t.is_int
+
+
+def compatible(have: T.Type, want: T.Type) -> bool:
+    return is_err(have) or is_err(want) or have == want
+
+
+def describe(e: ir.Expr) -> str:
+    if isinstance(e, (ir.SharedBuf, ir.BarrierObj, ir.Var)):
+        return f"'{e.name}'"
+    if isinstance(e, ir.Index):
+        return f"{describe(e.base)}[...]"
+    return "this expression"

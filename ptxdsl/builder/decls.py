@@ -1,0 +1,215 @@
+"""Declarations: parameters, shared buffers, mbarriers, pipelines and their stage regions,
+roles, local variables."""
+
+from __future__ import annotations
+
+from .. import ir
+from .. import types as T
+from ..errors import Note, Span
+from .common import (
+    MAX_SMEM_BYTES,
+    MBARRIER_MAX_COUNT,
+    REGION_OPENER,
+    REGION_OPS,
+    Operand,
+    Symbol,
+    describe,
+    is_err,
+)
+from .exprs import Expressions
+
+
+class Declarations(Expressions):
+    """Declarations and pipeline regions."""
+
+    def param(self, name: str, ty: T.Type | None, loc: Span | None = None) -> None:
+        if ty is None:
+            return
+        if not isinstance(ty, (T.Scalar, T.Ptr, T.TensorMap)):
+            self.diags.error(f"parameter '{name}' has type {ty}; parameters are scalars, "
+                             "ptr<T> or tmap<T, rank>", loc)
+            return
+        if isinstance(ty, T.TensorMap) and not 1 <= ty.rank <= 5:
+            self.diags.error(f"tensor map rank must be in [1, 5], got {ty.rank}", loc)
+        p = ir.Param(name=name, type=ty, loc=loc)
+        if self._declare(name, Symbol("param", ty, loc, p)):
+            self.params.append(p)
+
+    def shared(self, name: str, elem: T.Type | None, shape: tuple[int, ...], align: int | None,
+               loc: Span | None = None) -> ir.Expr:
+        if not self.at_top:
+            return self.error("shared memory is declared at the top level of the kernel body",
+                              loc)
+        if not isinstance(elem, T.Scalar) or elem.is_pred:
+            return self.error(f"shared buffer '{name}' needs a scalar element type, got "
+                              f"{elem}", loc)
+        align = 128 if align is None else align
+        if align < 1 or align & (align - 1) or align > 1024:
+            return self.error(f"alignment must be a power of two in [1, 1024], got {align}", loc)
+        if align < elem.nbytes:
+            return self.error(f"alignment {align} is smaller than the element size "
+                              f"{elem.nbytes} of {elem}", loc)
+        if not shape or any((not isinstance(d, int)) or d < 1 for d in shape):
+            return self.error(f"shared buffer '{name}' needs positive dimensions, got "
+                              f"{list(shape)}", loc)
+        decl = ir.SharedDecl(name=name, elem=elem, shape=tuple(shape), align=align, loc=loc)
+        if decl.nbytes > MAX_SMEM_BYTES:
+            return self.error(f"shared buffer '{name}' is {decl.nbytes} bytes; a CTA has at "
+                              f"most {MAX_SMEM_BYTES}", loc)
+        self.smem_total += decl.nbytes
+        ty = T.SharedRef(elem, tuple(shape))
+        if not self._declare(name, Symbol("shared", ty, loc, decl)):
+            return ir.Const(value=0, type=T.error, loc=loc)
+        self.emit(decl)
+        return ir.SharedBuf(name=name, type=ty, loc=loc)
+
+    def mbarrier(self, name: str, n: int, count: int, loc: Span | None = None) -> ir.Expr:
+        if not self.at_top:
+            return self.error("mbarriers are declared at the top level of the kernel body", loc)
+        if not 1 <= count <= MBARRIER_MAX_COUNT:
+            return self.error(f"mbarrier arrival count must be in [1, {MBARRIER_MAX_COUNT}], "
+                              f"got {count}", loc)
+        if n < 0 or n > 4096:
+            return self.error(f"mbarrier array size must be in [1, 4096], got {n}", loc)
+        decl = ir.BarrierDecl(name=name, n=n, count=count, loc=loc)
+        ty = T.BarrierRef(n)
+        if not self._declare(name, Symbol("barrier", ty, loc, decl)):
+            return ir.Const(value=0, type=T.error, loc=loc)
+        self.emit(decl)
+        return ir.BarrierObj(name=name, type=ty, loc=loc)
+
+    def pipeline(self, name: str, stages: int, buffers: list[tuple], loc: Span | None = None
+                 ) -> ir.Expr:
+        """`pipeline name stages N { buf: T[dims] align A; ... }`."""
+        if not self.at_top:
+            return self.error("pipelines are declared at the top level of the kernel body", loc)
+        if not 1 <= stages <= 64:
+            return self.error(f"a pipeline has 1 to 64 stages, got {stages}", loc)
+        if not buffers:
+            return self.error(f"pipeline '{name}' declares no stage buffer", loc)
+        decls = []
+        seen: set[str] = set()
+        for bname, elem, shape, align, bloc in buffers:
+            if bname in seen:
+                self.diags.error(f"pipeline '{name}' declares buffer '{bname}' twice", bloc)
+                continue
+            seen.add(bname)
+            align = 128 if align is None else align
+            if not isinstance(elem, T.Scalar) or elem.is_pred or not shape or \
+                    any(d < 1 for d in shape) or align < 16 or align & (align - 1) or align > 1024:
+                self.diags.error(f"stage buffer '{bname}' needs a scalar element type, positive "
+                                 "dimensions and a power-of-two alignment in [16, 1024]", bloc)
+                continue
+            d = ir.SharedDecl(name=bname, elem=elem, shape=tuple(shape), align=align, loc=bloc)
+            if d.nbytes % align:
+                self.diags.error(f"stage buffer '{bname}' is {d.nbytes} bytes, not a multiple of "
+                                 f"its alignment {align}, so later stages would be misaligned",
+                                 bloc)
+            decls.append(d)
+            self.smem_total += d.nbytes * stages
+        decl = ir.PipelineDecl(name=name, stages=stages, buffers=tuple(decls), loc=loc)
+        ty = T.PipelineRef(stages)
+        if not self._declare(name, Symbol("pipeline", ty, loc, decl)):
+            return ir.Const(value=0, type=T.error, loc=loc)
+        self.emit(decl)
+        return ir.PipelineObj(name=name, type=ty, loc=loc)
+
+    def member(self, base: ir.Expr, attr: str, loc: Span | None = None) -> ir.Expr:
+        """`ring.buf` (the current stage of a pipeline buffer) or `ring.stage`."""
+        if is_err(base.type):
+            return base
+        if not isinstance(base, ir.PipelineObj):
+            return self.error(f"{describe(base)} of type {base.type} has no member '{attr}'",
+                              loc)
+        sym = self.lookup(base.name)
+        decl: ir.PipelineDecl = sym.decl  # type: ignore[union-attr]
+        side = self.region_side(base.name)
+        if side is None:
+            return self.error(f"'{base.name}.{attr}' names the current stage, which exists only "
+                              f"between acquire({base.name}) and commit({base.name}) or "
+                              f"wait({base.name}) and release({base.name})", loc)
+        if attr == "stage":
+            return ir.StageIndex(pipe=base.name, side=side, type=T.u32, loc=loc)
+        for d in decl.buffers:
+            if d.name == attr:
+                return ir.StageBuf(pipe=base.name, buf=attr, side=side, loc=loc,
+                                   type=T.SharedRef(d.elem, d.shape))
+        names = ", ".join(d.name for d in decl.buffers)
+        return self.error(f"pipeline '{base.name}' has no buffer '{attr}' (buffers: {names})",
+                          loc)
+
+    def region_side(self, pipe: str) -> str | None:
+        for frame in reversed(self.frames):
+            if pipe in frame.regions:
+                return frame.regions[pipe][0]
+        return None
+
+    def pipeline_op(self, cls: type[ir.Op], pipe: ir.Expr, loc: Span | None) -> None:
+        side, opens = REGION_OPS[cls.syntax]
+        name = pipe.name  # type: ignore[attr-defined]
+        current = self.region_side(name)
+        frame = self.frames[-1]
+        if opens:
+            if current is not None:
+                self.diags.error(f"{cls.syntax}({name}) inside an open "
+                                 f"{REGION_OPENER[current]}({name}) region", loc)
+                return
+            frame.regions[name] = (side, loc)
+        else:
+            if frame.regions.get(name, ("", None))[0] != side:
+                self.diags.error(f"{cls.syntax}({name}) without a matching "
+                                 f"{REGION_OPENER[side]}({name}) earlier in the same block", loc)
+                return
+            del frame.regions[name]
+        self.emit(cls(pipe=pipe, loc=loc))  # type: ignore[call-arg]
+
+    def role_begin(self, name: str, start: int, stop: int, regs: int | None,
+                   loc: Span | None = None) -> tuple:
+        nwarps = (self.threads[0] * self.threads[1] * self.threads[2] + 31) // 32
+        if not self.at_top:
+            self.diags.error("roles are declared at the top level of the kernel body", loc)
+        elif not 0 <= start < stop <= nwarps:
+            self.diags.error(f"role '{name}' covers warps {start} .. {stop}; this CTA has warps "
+                             f"0 .. {nwarps}", loc)
+        else:
+            for r in self.roles:
+                if start < r.warp_stop and r.warp_start < stop:
+                    self.diags.error(f"role '{name}' overlaps role '{r.name}' (warps "
+                                     f"{r.warp_start} .. {r.warp_stop})", loc,
+                                     Note(f"role '{r.name}' is declared here", r.loc))
+        if regs is not None:
+            if not 24 <= regs <= 256 or regs % 8:
+                self.diags.error(f"regs must be a multiple of 8 in [24, 256] (setmaxnreg), got "
+                                 f"{regs}", loc)
+            if start % 4 or stop % 4:
+                self.diags.error(f"role '{name}' sets regs, so it must cover whole warpgroups "
+                                 f"(warps multiple of 4), got warps {start} .. {stop}", loc)
+        self.current_role = (name, start, stop)
+        self.push()
+        return (name, start, stop, regs, loc)
+
+    def role_end(self, header: tuple, loc: Span | None = None) -> None:
+        name, start, stop, regs, name_loc = header
+        body = self.pop()
+        self.current_role = None
+        role = ir.Role(name=name, warp_start=start, warp_stop=stop, regs=regs, body=body,
+                       loc=name_loc)
+        self.roles.append(role)
+        self.emit(role)
+
+    def let(self, name: str, ty: T.Type | None, value: Operand | None,
+            loc: Span | None = None) -> ir.Expr:
+        init: ir.Expr | None = None
+        if value is not None:
+            init = self.value(value, ty)
+            if ty is None:
+                ty = init.type
+        if ty is None:
+            self.diags.error(f"'{name}' needs a type or an initial value", loc)
+            ty = T.error
+        if isinstance(ty, (T.SharedRef, T.GlobalRef, T.BarrierRef, T.TensorMap, T.Void)):
+            self.diags.error(f"a local variable cannot hold a {ty}", loc)
+            ty = T.error
+        self._declare(name, Symbol("local", ty, loc))
+        self.emit(ir.Let(name=name, var_type=ty, value=init, loc=loc))
+        return ir.Var(name=name, type=ty, loc=loc)

@@ -1,0 +1,421 @@
+"""Expressions: names, literals (untyped `Lit`s take the type of the other operand, as in
+Go), operators with constant folding, conversions, indexing into places, built-in value
+functions. An expression that failed gets the error type, so one mistake gives one message."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from .. import ir
+from .. import types as T
+from ..errors import Span
+from .common import (
+    ARITH_OPS,
+    BINARY_SYMBOL,
+    BIT_OPS,
+    COMPARE_SYMBOL,
+    FLOAT_UNARY,
+    HALF_OK,
+    SHIFT_OPS,
+    SHUFFLES,
+    SPECIAL_REGS,
+    UNARY_SYMBOL,
+    Lit,
+    Operand,
+    compatible,
+    describe,
+    int_range,
+    is_err,
+    is_int,
+)
+from .scope import Scope
+
+
+class Expressions(Scope):
+    """Typing and construction of expressions."""
+
+    def name(self, name: str, loc: Span | None = None) -> ir.Expr:
+        sym = self.lookup(name)
+        if sym is None:
+            known = [n for f in self.frames for n in f.names]
+            hint = difflib.get_close_matches(name, known, n=1)
+            more = f"; did you mean '{hint[0]}'?" if hint else ""
+            return self.error(f"unknown name '{name}'{more}", loc)
+        if sym.kind == "shared":
+            return ir.SharedBuf(name=name, type=sym.type, loc=loc)
+        if sym.kind == "barrier":
+            return ir.BarrierObj(name=name, type=sym.type, loc=loc)
+        if sym.kind == "pipeline":
+            return ir.PipelineObj(name=name, type=sym.type, loc=loc)
+        return ir.Var(name=name, type=sym.type, loc=loc)
+
+    def sreg(self, name: str, loc: Span | None = None) -> ir.Expr:
+        ty = SPECIAL_REGS.get(name)
+        if ty is None:
+            hint = difflib.get_close_matches(name, list(SPECIAL_REGS), n=1)
+            more = f"; did you mean '%{hint[0]}'?" if hint else ""
+            return self.error(f"unknown special register '%{name}'{more}", loc)
+        return ir.SReg(name=name, type=ty, loc=loc)
+
+    def lit_expr(self, lit: Lit, ty: T.Type) -> ir.Expr:
+        """A typed constant from an untyped literal, range-checked."""
+        v, loc = lit.value, lit.loc
+        if isinstance(ty, T.ErrorType):
+            return ir.Const(value=0, type=T.error, loc=loc)
+        if not isinstance(ty, T.Scalar):
+            return self.error(f"a literal cannot be used as {ty}", loc)
+        if ty.is_pred:
+            if isinstance(v, bool):
+                return ir.Const(value=v, type=ty, loc=loc)
+            return self.error(f"expected a pred (true/false), got {v!r}", loc)
+        if isinstance(v, bool):
+            return self.error(f"expected {ty}, got {str(v).lower()}", loc)
+        if ty.is_float:
+            return ir.Const(value=float(v), type=ty, loc=loc)
+        if isinstance(v, float):
+            return self.error(f"expected {ty}, got the float literal {v!r}", loc)
+        lo, hi = int_range(ty)
+        if not lo <= v <= hi:
+            return self.error(f"literal {v} does not fit in {ty} (range [{lo}, {hi}])", loc)
+        return ir.Const(value=v, type=ty, loc=loc)
+
+    def default_type(self, lit: Lit) -> T.Scalar:
+        if isinstance(lit.value, bool):
+            return T.pred
+        return T.f32 if isinstance(lit.value, float) else T.u32
+
+    def value(self, x: Operand, want: T.Type | None = None) -> ir.Expr:
+        """An rvalue: literals typed (as `want` or by default), places loaded."""
+        if isinstance(x, Lit):
+            return self.lit_expr(x, want if want is not None else self.default_type(x))
+        x = self.rvalue(x)
+        if want is not None and not compatible(x.type, want):
+            return self.error(f"expected {want}, got {x.type}", x.loc)
+        return x
+
+    def rvalue(self, x: ir.Expr) -> ir.Expr:
+        ty = x.type
+        if isinstance(ty, T.SharedRef):
+            if ty.shape == ():
+                return ir.Load(ref=x, type=ty.elem, loc=x.loc)
+            return self.error(f"{describe(x)} is a shared-memory view of shape "
+                              f"{list(ty.shape)}; index it to read an element", x.loc)
+        if isinstance(ty, T.GlobalRef):
+            return ir.Load(ref=x, type=ty.elem, loc=x.loc)
+        if isinstance(ty, T.BarrierRef):
+            return self.error(f"{describe(x)} is an mbarrier, not a value", x.loc)
+        if isinstance(ty, T.TensorMap):
+            return self.error(f"{describe(x)} is a tensor map; it is only an operand of "
+                              "tma_* operations", x.loc)
+        return x
+
+    def unify(self, a: Operand, b: Operand, what: str, loc: Span | None) -> tuple[Any, Any]:
+        """Both operands typed alike; literals follow the typed side."""
+        if isinstance(a, Lit) and isinstance(b, Lit):
+            return a, b
+        if isinstance(a, Lit):
+            eb = self.rvalue(b)  # type: ignore[arg-type]
+            return self.lit_expr(a, eb.type), eb
+        if isinstance(b, Lit):
+            ea = self.rvalue(a)
+            return ea, self.lit_expr(b, ea.type)
+        ea, eb = self.rvalue(a), self.rvalue(b)
+        if is_err(ea.type) or is_err(eb.type):
+            return ea, eb
+        if ea.type != eb.type:
+            self.diags.error(f"operands of '{what}' have different types: {ea.type} and "
+                             f"{eb.type} (convert one with 'as')", loc)
+            return ir.Const(value=0, type=T.error), eb
+        return ea, eb
+
+    def binary(self, op: str, a: Operand, b: Operand, loc: Span | None = None) -> Operand:
+        sym = BINARY_SYMBOL.get(op, op)
+        if isinstance(a, Lit) and isinstance(b, Lit):
+            return self._fold(op, a, b, loc)
+        # pointer arithmetic: ptr + integer (in elements)
+        if op in ("add", "sub") and not isinstance(a, Lit) and isinstance(a.type, T.Ptr):
+            off = self.value(b, None if not isinstance(b, Lit) else T.u64)
+            if not is_err(off.type) and not (isinstance(off.type, T.Scalar) and off.type.is_int):
+                return self.error(f"a pointer offset must be an integer, got {off.type}", loc)
+            return ir.Binary(op=op, a=a, b=off, type=a.type, loc=loc)
+        if op in SHIFT_OPS:
+            ea = self.value(a)
+            eb = self.value(b, T.u32) if isinstance(b, Lit) else self.rvalue(b)
+            for e in (ea, eb):
+                if not is_err(e.type) and not is_int(e.type):
+                    return self.error(f"operands of '{sym}' must be integers, got {e.type}", loc)
+            if not is_err(eb.type) and eb.type != T.u32:
+                eb = ir.Cast(x=eb, type=T.u32, loc=eb.loc)
+            return ir.Binary(op=op, a=ea, b=eb, type=ea.type, loc=loc)
+        ea, eb = self.unify(a, b, sym, loc)
+        ty = ea.type
+        if is_err(ty) or is_err(eb.type):
+            return ir.Const(value=0, type=T.error, loc=loc)
+        if op in ("land", "lor"):
+            if ty != T.pred:
+                return self.error(f"operands of '{sym}' must be pred, got {ty}", loc)
+            op = "and" if op == "land" else "or"
+        elif not isinstance(ty, T.Scalar):
+            return self.error(f"'{sym}' is not defined for {ty}", loc)
+        elif op in BIT_OPS:
+            if ty.is_float:
+                return self.error(f"operands of '{sym}' must be integers or pred, got {ty}", loc)
+        elif op in ARITH_OPS:
+            if ty.is_pred:
+                return self.error(f"'{sym}' is not defined for pred", loc)
+            if ty.nbytes == 2 and ty.is_float and op not in HALF_OK:
+                return self.error(f"'{sym}' is not defined for {ty}; convert to f32 first", loc)
+            if op == "rem" and ty.is_float:
+                return self.error(f"'%' is not defined for {ty}", loc)
+            if ty.nbytes == 1:
+                return self.error(f"arithmetic on {ty} is not supported; convert to u32", loc)
+        return ir.Binary(op=op, a=ea, b=eb, type=ty, loc=loc)
+
+    def _fold(self, op: str, a: Lit, b: Lit, loc: Span | None) -> Lit:
+        x, y = a.value, b.value
+        try:
+            if op == "add":
+                r = x + y
+            elif op == "sub":
+                r = x - y
+            elif op == "mul":
+                r = x * y
+            elif op == "div":
+                if isinstance(x, int) and isinstance(y, int):
+                    r = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
+                else:
+                    r = x / y
+            elif op == "rem":
+                r = x - y * int(x / y)  # type: ignore[operator]
+            elif op in ("min", "max"):
+                r = min(x, y) if op == "min" else max(x, y)
+            elif op in ("and", "or", "xor", "shl", "shr", "land", "lor") and \
+                    isinstance(x, int) and isinstance(y, int):
+                r = {"and": x & y, "or": x | y, "xor": x ^ y, "shl": x << y, "shr": x >> y,
+                     "land": bool(x and y), "lor": bool(x or y)}[op]
+            else:
+                self.diags.error(f"'{BINARY_SYMBOL.get(op, op)}' is not defined for "
+                                 f"{x!r} and {y!r}", loc)
+                return Lit(0, loc)
+        except ZeroDivisionError:
+            self.diags.error("division by zero in a constant expression", loc)
+            return Lit(0, loc)
+        return Lit(r, loc)
+
+    def compare(self, op: str, a: Operand, b: Operand, loc: Span | None = None) -> Operand:
+        if isinstance(a, Lit) and isinstance(b, Lit):
+            import operator as o
+
+            f = {"eq": o.eq, "ne": o.ne, "lt": o.lt, "le": o.le, "gt": o.gt, "ge": o.ge}[op]
+            return Lit(bool(f(a.value, b.value)), loc)
+        ea, eb = self.unify(a, b, COMPARE_SYMBOL[op], loc)
+        if is_err(ea.type) or is_err(eb.type):
+            return ir.Const(value=False, type=T.error, loc=loc)
+        if not isinstance(ea.type, T.Scalar):
+            return self.error(f"cannot compare values of type {ea.type}", loc)
+        if ea.type.is_pred and op not in ("eq", "ne"):
+            return self.error(f"'{COMPARE_SYMBOL[op]}' is not defined for pred", loc)
+        return ir.Compare(op=op, a=ea, b=eb, type=T.pred, loc=loc)
+
+    def unary(self, op: str, x: Operand, loc: Span | None = None) -> Operand:
+        if isinstance(x, Lit):
+            v = x.value
+            if op == "neg" and not isinstance(v, bool):
+                return Lit(-v, loc)
+            if op == "not" and isinstance(v, bool):
+                return Lit(not v, loc)
+            if op == "not" and isinstance(v, int):
+                return Lit(~v, loc)
+            return self.error(f"cannot apply '{UNARY_SYMBOL[op]}' to {v!r}", loc)
+        e = self.rvalue(x)
+        ty = e.type
+        if is_err(ty):
+            return e
+        if not isinstance(ty, T.Scalar):
+            return self.error(f"cannot apply '{UNARY_SYMBOL[op]}' to {ty}", loc)
+        if op == "neg" and (ty.kind == "u" or ty.is_pred or ty.kind == "b"):
+            return self.error(f"cannot negate {ty}; only signed integers and floats", loc)
+        if op == "not" and ty.is_float:
+            return self.error(f"cannot apply '!' or '~' to {ty}", loc)
+        return ir.Unary(op=op, x=e, type=ty, loc=loc)
+
+    def cast(self, x: Operand, ty: T.Type | None, loc: Span | None = None) -> ir.Expr:
+        if ty is None:
+            return ir.Const(value=0, type=T.error, loc=loc)
+        if isinstance(x, Lit):
+            return self.lit_expr(x, ty) if isinstance(ty, T.Scalar) else self.error(
+                f"cannot convert a literal to {ty}", loc)
+        e = self.rvalue(x)
+        if is_err(e.type):
+            return e
+        if not isinstance(ty, T.Scalar) or not isinstance(e.type, T.Scalar):
+            return self.error(f"cannot convert {e.type} to {ty}", loc)
+        if ty.is_pred:
+            return self.error(f"cannot convert {e.type} to pred; compare it instead "
+                              "(x != 0)", loc)
+        if e.type == ty:
+            return e
+        return ir.Cast(x=e, type=ty, loc=loc)
+
+    def index(self, base: ir.Expr, idx: list[Operand], loc: Span | None = None) -> ir.Expr:
+        ty = base.type
+        if is_err(ty):
+            return base
+        if isinstance(ty, T.SharedRef):
+            if len(idx) > len(ty.shape):
+                return self.error(f"{describe(base)} has {len(ty.shape)} dimension(s), "
+                                  f"indexed with {len(idx)}", loc)
+            exprs = []
+            for i, (x, dim) in enumerate(zip(idx, ty.shape, strict=False)):
+                if isinstance(x, Lit) and isinstance(x.value, int) and not 0 <= x.value < dim:
+                    self.diags.error(f"index {x.value} is out of range for dimension {i} of "
+                                     f"size {dim}", x.loc)
+                exprs.append(self._index_value(x))
+            return ir.Index(base=base, indices=tuple(exprs), loc=loc,
+                            type=T.SharedRef(ty.elem, ty.shape[len(idx):]))
+        if isinstance(ty, T.Ptr):
+            if len(idx) != 1:
+                return self.error(f"a pointer takes one index, got {len(idx)}", loc)
+            i = idx[0]
+            e = self.lit_expr(i, T.u32 if 0 <= i.value < 2**32 else T.u64) \
+                if isinstance(i, Lit) and isinstance(i.value, int) else self.value(i)
+            if not is_err(e.type) and not is_int(e.type):
+                return self.error(f"an index must be an integer, got {e.type}", e.loc)
+            return ir.Index(base=base, indices=(e,), type=T.GlobalRef(ty.elem), loc=loc)
+        if isinstance(ty, T.BarrierRef) and ty.n > 0:
+            if len(idx) != 1:
+                return self.error(f"mbarrier array takes one index, got {len(idx)}", loc)
+            x = idx[0]
+            if isinstance(x, Lit) and isinstance(x.value, int) and not 0 <= x.value < ty.n:
+                self.diags.error(f"index {x.value} is out of range for mbarrier array of "
+                                 f"size {ty.n}", x.loc)
+            return ir.Index(base=base, indices=(self._index_value(x),), type=T.BarrierRef(0),
+                            loc=loc)
+        if isinstance(ty, T.Vector):
+            x = idx[0] if len(idx) == 1 else None
+            if isinstance(x, Lit) and isinstance(x.value, int) and 0 <= x.value < ty.n:
+                return ir.Extract(vec=base, index=self.lit_expr(x, T.u32), type=ty.elem, loc=loc)
+            if x is not None and not isinstance(x, Lit) and self._unrolled(x):
+                return ir.Extract(vec=base, index=self.value(x, T.u32), type=ty.elem, loc=loc)
+            return self.error(f"a vector element index must be a constant in [0, {ty.n - 1}] "
+                              "or an expression of 'unroll' loop variables", loc)
+        e = self.rvalue(base)
+        if is_err(e.type):
+            return e
+        return self.error(f"{describe(base)} of type {ty} cannot be indexed", loc)
+
+    def _unrolled(self, e: ir.Expr) -> bool:
+        """Whether `e` depends only on constants and variables of unrolled loops."""
+        if isinstance(e, ir.Const):
+            return True
+        if isinstance(e, ir.Var):
+            sym = self.lookup(e.name)
+            return sym is not None and sym.kind == "loopvar" and sym.decl == "unroll"
+        if isinstance(e, ir.Binary):
+            return self._unrolled(e.a) and self._unrolled(e.b)
+        return False
+
+    def _index_value(self, x: Operand) -> ir.Expr:
+        e = self.value(x, T.u32) if isinstance(x, Lit) else self.rvalue(x)
+        if not is_err(e.type) and e.type not in (T.u32, T.s32):
+            return self.error(f"a shared-memory index must be u32 or s32, got {e.type}", e.loc)
+        return e
+
+    def sizeof(self, x: ir.Expr, loc: Span | None = None) -> Operand:
+        ty = x.type
+        if isinstance(ty, T.SharedRef):
+            return Lit(ty.nbytes, loc)
+        if isinstance(ty, (T.Scalar, T.Vector)):
+            return Lit(ty.nbytes, loc)
+        if is_err(ty):
+            return Lit(0, loc)
+        return self.error(f"sizeof is not defined for {ty}", loc)
+
+    def call(self, fn: str, args: list[Operand], loc: Span | None = None) -> Operand:
+        """A value-producing built-in function."""
+        n = len(args)
+
+        def arity(k: int) -> bool:
+            if n != k:
+                self.diags.error(f"{fn}() takes {k} argument(s), got {n}", loc)
+                return False
+            return True
+
+        if fn in ("min", "max"):
+            return self.binary(fn, args[0], args[1], loc) if arity(2) else Lit(0, loc)
+        if fn == "select":
+            if not arity(3):
+                return Lit(0, loc)
+            c = self.value(args[0], T.pred)
+            a, b = self.unify(args[1], args[2], "select", loc)
+            if isinstance(a, Lit):
+                a, b = self.value(a), self.value(b)
+            return ir.Select(cond=c, a=a, b=b, type=a.type, loc=loc)
+        if fn == "sizeof":
+            if not arity(1) or isinstance(args[0], Lit):
+                return self.error("sizeof() takes a shared buffer or a value", loc)
+            return self.sizeof(args[0], loc)
+        if fn == "elect":
+            return ir.Call(fn=fn, args=(), type=T.pred, loc=loc) if arity(0) else Lit(0, loc)
+        if fn == "vload":
+            if not arity(2) or isinstance(args[0], Lit):
+                return self.error("vload(place, n) takes a shared or global element and a "
+                                  "vector width", loc)
+            return self.vload(args[0], args[1], loc)
+        if fn in FLOAT_UNARY:
+            if not arity(1):
+                return Lit(0, loc)
+            x = self.value(args[0], T.f32 if isinstance(args[0], Lit) else None)
+            ok = (T.f32, T.f64) if fn in ("sqrt", "rcp") else (T.f32,)
+            if not is_err(x.type) and x.type not in ok:
+                return self.error(f"{fn}() takes {' or '.join(map(str, ok))}, got {x.type}", loc)
+            return ir.Call(fn=fn, args=(x,), type=x.type, loc=loc)
+        if fn == "abs":
+            if not arity(1):
+                return Lit(0, loc)
+            x = self.value(args[0])
+            if not is_err(x.type) and (not isinstance(x.type, T.Scalar) or x.type.kind == "u"
+                                        or x.type.is_pred):
+                return self.error(f"abs() takes a signed integer or float, got {x.type}", loc)
+            return ir.Call(fn=fn, args=(x,), type=x.type, loc=loc)
+        if fn == "fma":
+            if not arity(3):
+                return Lit(0, loc)
+            typed = next((a for a in args if not isinstance(a, Lit)), None)
+            want = self.rvalue(typed).type if typed is not None else T.f32
+            xs = tuple(self.value(a, want) for a in args)
+            if not is_err(want) and (not isinstance(want, T.Scalar) or not want.is_float):
+                return self.error(f"fma() takes floats, got {want}", loc)
+            return ir.Call(fn=fn, args=xs, type=want, loc=loc)
+        if fn in SHUFFLES:
+            if not arity(2):
+                return Lit(0, loc)
+            v = self.value(args[0])
+            lane = self.value(args[1], T.u32)
+            if not is_err(v.type) and v.type not in (T.u32, T.s32, T.f32, T.b32):
+                return self.error(f"{fn}() moves 32-bit values, got {v.type}", loc)
+            return ir.Call(fn=fn, args=(v, lane), type=v.type, loc=loc)
+        if (vt := T.parse_type_name(fn)) is not None and isinstance(vt, T.Vector):
+            if not arity(vt.n):
+                return Lit(0, loc)
+            elems = tuple(self.value(a, vt.elem) for a in args)
+            return ir.Pack(elems=elems, type=vt, loc=loc)
+        return self.error(f"unknown function '{fn}'", loc)
+
+    def vload(self, place: ir.Expr, width: Operand, loc: Span | None) -> ir.Expr:
+        ty = place.type
+        if not isinstance(width, Lit) or not isinstance(width.value, int):
+            return self.error("the vector width of vload must be a constant", loc)
+        if isinstance(ty, T.SharedRef) and ty.shape == ():
+            elem = ty.elem
+        elif isinstance(ty, T.GlobalRef):
+            elem = ty.elem
+        else:
+            return self.error(f"vload needs one element of shared or global memory, got {ty}",
+                              loc)
+        vt = T.vector_type(elem, width.value)
+        if vt is None:
+            return self.error(f"no {width.value}-wide vector of {elem}: a vector is 4, 8 or 16 "
+                              "bytes", loc)
+        return ir.Load(ref=place, type=vt, loc=loc)

@@ -1,0 +1,148 @@
+"""Statements: assignment, stores, intrinsic operations, asm, control flow, and the finished
+kernel."""
+
+from __future__ import annotations
+
+import difflib
+
+from .. import ir
+from .. import types as T
+from ..errors import Note, Span
+from ..opdef import BY_SYNTAX
+from .common import (
+    MAX_SMEM_BYTES,
+    VALUE_FUNCTIONS,
+    Lit,
+    Operand,
+    Symbol,
+    describe,
+    is_err,
+    is_int,
+)
+from .decls import Declarations
+from .operands import check_op
+
+
+class KernelBuilder(Declarations):
+    """Builds one ir.Kernel. Methods take IR expressions or `Lit`s and a span."""
+
+    def assign(self, name: str, value: Operand, loc: Span | None = None,
+               name_loc: Span | None = None) -> None:
+        sym = self.lookup(name)
+        if sym is None:
+            self.name(name, name_loc or loc)
+            return
+        if sym.kind != "local":
+            self.diags.error(f"cannot assign to {sym.kind} '{name}'", name_loc or loc,
+                             Note(f"'{name}' was declared here", sym.loc))
+            return
+        v = self.value(value, sym.type)
+        self.emit(ir.Assign(name=name, value=v, loc=loc))
+
+    def store(self, place: ir.Expr, value: Operand, loc: Span | None = None) -> None:
+        ty = place.type
+        if is_err(ty):
+            return
+        if isinstance(place, ir.Extract):
+            vec = place.vec
+            sym = self.lookup(vec.name) if isinstance(vec, ir.Var) else None
+            if sym is None or sym.kind != "local":
+                self.diags.error("only elements of local vector variables can be assigned",
+                                 loc)
+                return
+            self.emit(ir.SetElem(name=vec.name, index=place.index,  # type: ignore[union-attr]
+                                 value=self.value(value, ty), loc=loc))
+            return
+        if isinstance(ty, T.SharedRef) and ty.shape == ():
+            elem = ty.elem
+        elif isinstance(ty, T.GlobalRef):
+            elem = ty.elem
+        else:
+            self.diags.error(f"cannot store to {describe(place)} of type {ty}", loc)
+            return
+        if not isinstance(value, Lit):
+            v = self.rvalue(value)
+            if isinstance(v.type, T.Vector):
+                if v.type.elem != elem:
+                    self.diags.error(f"cannot store {v.type} into {elem} memory", loc)
+                self.emit(ir.Store(ref=place, value=v, loc=loc))
+                return
+        v = self.value(value, elem)
+        self.emit(ir.Store(ref=place, value=v, loc=loc))
+
+    def op(self, syntax: str, args: list[Operand], loc: Span | None = None) -> None:
+        """An intrinsic statement such as mbarrier_wait(bar, phase) or bulk_load(...)."""
+        d = BY_SYNTAX.get(syntax)
+        if d is None:
+            hint = difflib.get_close_matches(syntax, list(BY_SYNTAX) + list(VALUE_FUNCTIONS), n=1)
+            more = f"; did you mean '{hint[0]}'?" if hint else ""
+            self.diags.error(f"unknown operation '{syntax}'{more}", loc)
+            return
+        if d.node is ir.RoleSync and self.current_role is None:
+            self.diags.error("role_sync() synchronises the threads of a role; use it inside a "
+                             "role", loc)
+            return
+        node = check_op(self, d, args, loc)
+        if isinstance(node, (ir.Acquire, ir.Commit, ir.Wait, ir.Release)):
+            self.pipeline_op(type(node), node.pipe, loc)
+            return
+        if node is not None:
+            self.emit(node)
+
+    def asm(self, template: str, outs: list[tuple[str, Span | None]], ins: list[Operand],
+            loc: Span | None = None) -> None:
+        names = []
+        for name, nloc in outs:
+            sym = self.lookup(name)
+            if sym is None or sym.kind != "local":
+                self.diags.error(f"asm output '{name}' must be a local variable", nloc or loc)
+            names.append(name)
+        vals = tuple(self.value(x) for x in ins)
+        self.emit(ir.Asm(template=template, outs=tuple(names), ins=vals, loc=loc))
+
+    def if_stmt(self, cond: Operand, then: tuple[ir.Stmt, ...], orelse: tuple[ir.Stmt, ...],
+                loc: Span | None = None) -> None:
+        c = self.value(cond, T.pred)
+        self.emit(ir.If(cond=c, then=then, orelse=orelse, loc=loc))
+
+    def for_header(self, var: str, start: Operand, stop: Operand, step: Operand | None,
+                   loc: Span | None = None, unroll: bool = False) -> tuple:
+        """Types the bounds and opens the body scope with the loop variable declared."""
+        typed = next((x for x in (start, stop, step) if isinstance(x, ir.Expr)), None)
+        ty = self.rvalue(typed).type if typed is not None else T.u32
+        if not is_err(ty) and not is_int(ty):
+            self.diags.error(f"loop bounds must be integers, got {ty}", loc)
+            ty = T.error
+        st = self.value(start, ty)
+        sp = self.value(stop, ty)
+        sc = self.value(step if step is not None else Lit(1, loc), ty)
+        if isinstance(sc, ir.Const) and sc.value == 0 and not is_err(sc.type):
+            self.diags.error("loop step must not be zero", sc.loc)
+        if unroll:
+            consts = [x for x in (st, sp, sc) if isinstance(x, ir.Const)]
+            if len(consts) != 3:
+                self.diags.error("an 'unroll' loop needs constant bounds and step", loc)
+            elif len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[union-attr]
+                self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
+        self.push()
+        self._declare(var, Symbol("loopvar", ty, loc, "unroll" if unroll else None))
+        return st, sp, sc, ty, unroll
+
+    def for_stmt(self, var: str, header: tuple, loc: Span | None = None) -> None:
+        body = self.pop()
+        st, sp, sc, ty, unroll = header
+        self.emit(ir.For(var=var, var_type=ty, start=st, stop=sp, step=sc, body=body,
+                         unroll=unroll, loc=loc))
+
+    def while_stmt(self, cond: ir.Expr, body: tuple[ir.Stmt, ...], loc: Span | None) -> None:
+        self.emit(ir.While(cond=cond, body=body, loc=loc))
+
+    def finish(self) -> ir.Kernel:
+        if len(self.frames) != 1:
+            raise AssertionError("unbalanced blocks in the kernel builder")
+        if self.smem_total > MAX_SMEM_BYTES:
+            self.diags.error(f"kernel '{self.kernel_name}' declares {self.smem_total} bytes of "
+                             f"shared memory; a CTA has at most {MAX_SMEM_BYTES}", self.loc)
+        return ir.Kernel(name=self.kernel_name, params=tuple(self.params), threads=self.threads,
+                         cluster=self.cluster, maxnreg=self.maxnreg, minctas=self.minctas,
+                         body=tuple(self.frames[0].stmts), loc=self.loc)

@@ -1,0 +1,39 @@
+"""Pipeline and role operations: acquire, commit, wait, release, role_sync.
+
+They have no PTX of their own: `ptxdsl.lower` rewrites them into mbarrier operations with
+derived stage indices, phases, arrival counts and byte totals (and role_sync into bar.sync).
+The builder tracks their regions (an acquire is closed by a commit in the same block)."""
+
+from __future__ import annotations
+
+from .. import ir
+from ..opdef import OpDef, register
+
+
+@register
+class Acquire(OpDef):
+    node = ir.Acquire
+    operands = (("pipe", "pipe", False),)
+
+
+@register
+class Commit(OpDef):
+    node = ir.Commit
+    operands = (("pipe", "pipe", False),)
+
+
+@register
+class Wait(OpDef):
+    node = ir.Wait
+    operands = (("pipe", "pipe", False),)
+
+
+@register
+class Release(OpDef):
+    node = ir.Release
+    operands = (("pipe", "pipe", False),)
+
+
+@register
+class RoleSync(OpDef):
+    node = ir.RoleSync
