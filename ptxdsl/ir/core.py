@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from . import types as T
-from .errors import Span
+from .. import types as T
+from ..errors import Span
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

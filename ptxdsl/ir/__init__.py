@@ -1,0 +1,9 @@
+"""The one IR that the .ptxdsl frontend and the Python API both build (see `core`).
+
+`core` holds expressions, statements, the kernel and the operations of the foundation. A new
+operation family puts its nodes in a module of its own here and is re-exported below, so
+every pass spells a node `ir.Name`.
+"""
+
+from .core import *  # noqa: F403
+from .core import Node, walk  # noqa: F401  (named for readers and type checkers)
