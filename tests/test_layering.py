@@ -1,0 +1,99 @@
+"""The package is layered: no module imports a module that imports it back, directly or
+through others. Imports at module level and inside functions count; names imported only for
+annotations (under `if TYPE_CHECKING:`) are listed separately and may point upward, as a
+CTA's thread may be annotated in the mbarrier module that the CTA module builds on."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "ptxdsl"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = {_module_name(p): p for p in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for top in ast.walk(tree) if _is_type_checking(top)
+                       for n in ast.walk(top)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                mod = node.module or ""
+                full = (f"{base}.{mod}" if mod else base) if node.level else mod
+                targets = [full] + [f"{full}.{a.name}" for a in node.names]
+            for t in targets:
+                if t in mods and t != name:
+                    graph[name].add(t)
+    return graph
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and \
+        node.test.id == "TYPE_CHECKING"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    # A package's __init__ re-exporting its submodules is not a cycle of the layering: drop
+    # the edge from a submodule to its own package's __init__ (Python resolves those first).
+    for m, deps in graph.items():
+        graph[m] = {d for d in deps if not m.startswith(d + ".")}
+    found = cycles(graph)
+    assert found == [], f"import cycles: {found}"
+
+
+def test_checker_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
