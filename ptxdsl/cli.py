@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=None, help="random seed for the inputs")
     r.add_argument("--watchdog", metavar="MS", type=int, default=0,
                    help="bound every mbarrier wait to MS milliseconds")
+    r.add_argument("--sanitize", metavar="TOOLS", default=None,
+                   help="run under compute-sanitizer: 'all' or a comma-separated list of "
+                        "memcheck, racecheck, synccheck, initcheck")
 
     i = sub.add_parser("interp", help="run a sample in the CPU interpreter and check it",
                        description="Like `run`, on the CPU: threads in warps, async copies that "
@@ -149,6 +152,8 @@ def run(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .runner import interp_sample, run_sample
 
+    if args.command == "run" and args.sanitize is not None:
+        return _sanitize(args)
     if args.command == "interp":
         runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed)
     else:
@@ -162,6 +167,20 @@ def _run(args: argparse.Namespace) -> int:
             extra = f": {r.detail}" if r.detail else ""
             print(f"{status} {name}: {r.name} max |err| {r.max_abs_err:.3g}, relative "
                   f"{r.max_rel_err:.3g}{extra}")
+    return 1 if failed else 0
+
+
+def _sanitize(args: argparse.Namespace) -> int:
+    from .sanitize import parse_tools, sanitize
+
+    extra = [a for flag, v in (("--kernel", args.kernel), ("--seed", args.seed)) if v is not None
+             for a in (flag, str(v))]
+    failed = 0
+    for r in sanitize(args.file, parse_tools(args.sanitize), extra):
+        failed += r.returncode != 0
+        print(f"{r.tool}: {r.status}")
+        if r.returncode != 0:
+            print(r.output.rstrip())
     return 1 if failed else 0
 
 

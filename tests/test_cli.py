@@ -75,3 +75,33 @@ def test_debug_switch_shows_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ptxdsl", "check", str(f)], capture_output=True,
                        text=True, cwd=ROOT, env={**__import__("os").environ, "PTXDSL_DEBUG": "1"})
     assert r.returncode == 1 and "Traceback" in r.stderr
+
+
+
+def test_sanitize_rejects_unknown_tool(capsys):
+    from ptxdsl.cli import main
+
+    assert main(["run", "samples/add_one.ptxdsl", "--sanitize", "memcheck,leaks"]) == 1
+    err = capsys.readouterr().err
+    assert err == ("error: --sanitize takes 'all' or some of memcheck, racecheck, "
+                   "synccheck, initcheck; got 'memcheck,leaks'\n")
+
+
+def test_sanitize_without_compute_sanitizer(capsys, monkeypatch, tmp_path):
+    import ptxdsl.sanitize as san
+    from ptxdsl.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.setattr(san.os, "access", lambda *a: False)
+    assert main(["run", "samples/add_one.ptxdsl", "--sanitize", "all"]) == 1
+    assert "--sanitize needs NVIDIA's compute-sanitizer" in capsys.readouterr().err
+
+
+def test_sanitize_command_reruns_the_sample_under_each_tool():
+    from ptxdsl.sanitize import command, parse_tools
+
+    assert parse_tools("all") == ("memcheck", "racecheck", "synccheck", "initcheck")
+    assert command("racecheck", "k.ptxdsl", ["--seed", "3"], "/cs") == [
+        "/cs", "--tool", "racecheck", "--error-exitcode", "86", "--target-processes", "all",
+        sys.executable, "-m", "ptxdsl", "run", "k.ptxdsl", "--seed", "3"]
