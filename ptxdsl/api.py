@@ -293,7 +293,7 @@ class KernelContext:
         self._b.push()
         yield
         orelse = self._b.pop()
-        stmts[-1] = dataclasses.replace(stmts[-1], orelse=orelse)  # type: ignore[type-var]
+        stmts[-1] = dataclasses.replace(stmts[-1], orelse=orelse)  # type: ignore[type-var,call-arg]
         self._last_if = None
 
     @contextlib.contextmanager

@@ -20,6 +20,13 @@ class AsyncOps:
     watchdog_ns: int
     sites: list[str]
 
+    # provided by KernelEmitter
+    def shared_addr(self, ref: ir.Expr) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def ev_reg(self, e: ir.Expr) -> str:
+        raise NotImplementedError
+
     def bar_addr(self, bar: ir.Expr) -> str:
         r, off = self.shared_addr(bar)
         return f"[{r}+{off}]" if off else f"[{r}]"

@@ -41,7 +41,7 @@ def launch_overhead_us(fn: Callable[[], Any], *, n: int = 1000, warmup: int = 20
         raise ValueError(f"n must be >= 1, got {n}")
     for _ in range(warmup):
         fn()
-    times = []
+    times: list[int] = []
     clock = time.perf_counter_ns
     while len(times) < n:
         synchronize()
