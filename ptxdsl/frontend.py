@@ -137,7 +137,14 @@ class _Walker:
     def __init__(self, source: Source, diags: DiagnosticBag):
         self.source = source
         self.diags = diags
-        self.b: KernelBuilder | None = None
+        self._builder: KernelBuilder | None = None
+
+    @property
+    def b(self) -> KernelBuilder:
+        """The builder of the kernel being walked."""
+        if self._builder is None:
+            raise AssertionError("statements and expressions are walked inside a kernel")
+        return self._builder
 
     def span(self, node: lark.Tree | lark.Token) -> Span | None:
         if isinstance(node, lark.Token):
@@ -194,7 +201,7 @@ class _Walker:
             self.diags.error(f"kernel '{name_tok}' needs a thread count: threads(N)", loc)
             settings["threads"] = (1,)
         b = KernelBuilder(str(name_tok), loc=loc, diags=self.diags, **settings)  # type: ignore[arg-type]
-        self.b = b
+        self._builder = b
         for p in params:
             pname, ptype = p.children
             b.param(str(pname), self.type(ptype), self.span(p))
@@ -355,7 +362,7 @@ class _Walker:
             return ir.Const(value=0, type=T.error)
         return e
 
-    def expr(self, t: lark.Tree | lark.Token):
+    def expr(self, t: lark.Tree):
         data = t.data
         loc = self.span(t)
         b = self.b

@@ -248,7 +248,7 @@ class _Lowerer:
                                                           type=T.u32), loc=loc),
                 ir.Assign(name=stage.name, value=nxt, loc=loc)]
 
-    def acquire(self, pipe: str, loc: Span | None, role=None) -> ir.Stmt:
+    def acquire(self, pipe: str, loc: Span | None, role=None) -> ir.MBarrierWait:
         parity = ir.Binary(op="xor", a=_var(f"{pipe}.put_phase"), b=_c(1), type=T.u32)
         return ir.MBarrierWait(bar=self.stage_bar(pipe, "empty", "put"), parity=parity, loc=loc,
                                role=role[1].name if role else "")
@@ -352,9 +352,9 @@ class _Lowerer:
                     cursors.append(ir.Let(name=f"{name}.{side}_{what}", var_type=T.u32,
                                           value=_c(0), loc=d.loc))
         body: list[ir.Stmt] = []
-        for s in self.k.body:
-            if not isinstance(s, ir.PipelineDecl):
-                body.append(s)
+        for st in self.k.body:
+            if not isinstance(st, ir.PipelineDecl):
+                body.append(st)
         decls = [s for s in body if isinstance(s, (ir.SharedDecl, ir.BarrierDecl))]
         rest = [s for s in body if not isinstance(s, (ir.SharedDecl, ir.BarrierDecl))]
         prologue: list[ir.Stmt] = []
@@ -429,10 +429,11 @@ class _Lowerer:
 def _ranges(ws: list[int]) -> str:
     """[2, 3, 5] -> '2 .. 4, 5 .. 6' (half-open, as roles write them)."""
     out, start = [], ws[0]
-    for a, b in zip(ws, ws[1:] + [None], strict=True):
+    for a, b in zip(ws, [*ws[1:], None], strict=True):
         if b != a + 1:
             out.append(f"{start} .. {a + 1}")
-            start = b
+            if b is not None:
+                start = b
     return ", ".join(out)
 
 

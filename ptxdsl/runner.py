@@ -119,7 +119,7 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
     err = np.abs(g64 - w64)
     finite = np.isfinite(g64).all()
     max_abs = float(err.max()) if err.size else 0.0
-    rel = float(np.linalg.norm(g64 - w64) / max(np.linalg.norm(w64), 1e-30))
+    rel = float(np.linalg.norm(g64 - w64) / max(float(np.linalg.norm(w64)), 1e-30))
     ok = bool(finite and np.all(err <= atol + rtol * np.abs(w64)))
     detail = "" if ok else ("non-finite values in the output" if not finite else
                             f"max |err| {max_abs:.3g} exceeds atol {atol} + rtol {rtol}·|ref|")

@@ -277,9 +277,9 @@ class Expressions(Scope):
         if isinstance(ty, T.Ptr):
             if len(idx) != 1:
                 return self.error(f"a pointer takes one index, got {len(idx)}", loc)
-            i = idx[0]
-            e = self.lit_expr(i, T.u32 if 0 <= i.value < 2**32 else T.u64) \
-                if isinstance(i, Lit) and isinstance(i.value, int) else self.value(i)
+            ix = idx[0]
+            e = self.lit_expr(ix, T.u32 if 0 <= ix.value < 2**32 else T.u64) \
+                if isinstance(ix, Lit) and isinstance(ix.value, int) else self.value(ix)
             if not is_err(e.type) and not is_int(e.type):
                 return self.error(f"an index must be an integer, got {e.type}", e.loc)
             return ir.Index(base=base, indices=(e,), type=T.GlobalRef(ty.elem), loc=loc)
@@ -293,11 +293,12 @@ class Expressions(Scope):
             return ir.Index(base=base, indices=(self._index_value(x),), type=T.BarrierRef(0),
                             loc=loc)
         if isinstance(ty, T.Vector):
-            x = idx[0] if len(idx) == 1 else None
-            if isinstance(x, Lit) and isinstance(x.value, int) and 0 <= x.value < ty.n:
-                return ir.Extract(vec=base, index=self.lit_expr(x, T.u32), type=ty.elem, loc=loc)
-            if x is not None and not isinstance(x, Lit) and self._unrolled(x):
-                return ir.Extract(vec=base, index=self.value(x, T.u32), type=ty.elem, loc=loc)
+            vx = idx[0] if len(idx) == 1 else None
+            if isinstance(vx, Lit) and isinstance(vx.value, int) and 0 <= vx.value < ty.n:
+                return ir.Extract(vec=base, index=self.lit_expr(vx, T.u32), type=ty.elem,
+                                  loc=loc)
+            if vx is not None and not isinstance(vx, Lit) and self._unrolled(vx):
+                return ir.Extract(vec=base, index=self.value(vx, T.u32), type=ty.elem, loc=loc)
             return self.error(f"a vector element index must be a constant in [0, {ty.n - 1}] "
                               "or an expression of 'unroll' loop variables", loc)
         e = self.rvalue(base)

@@ -50,7 +50,7 @@ class KernelBuilder(Declarations):
                 self.diags.error("only elements of local vector variables can be assigned",
                                  loc)
                 return
-            self.emit(ir.SetElem(name=vec.name, index=place.index,  # type: ignore[union-attr]
+            self.emit(ir.SetElem(name=vec.name, index=place.index,  # type: ignore[attr-defined]
                                  value=self.value(value, ty), loc=loc))
             return
         if isinstance(ty, T.SharedRef) and ty.shape == ():
@@ -122,7 +122,7 @@ class KernelBuilder(Declarations):
             consts = [x for x in (st, sp, sc) if isinstance(x, ir.Const)]
             if len(consts) != 3:
                 self.diags.error("an 'unroll' loop needs constant bounds and step", loc)
-            elif len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[union-attr]
+            elif len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[attr-defined]
                 self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
         self.push()
         self._declare(var, Symbol("loopvar", ty, loc, "unroll" if unroll else None))

@@ -398,11 +398,11 @@ class KernelEmitter(AsyncOps):
             x = self.ev_reg(e.x)
             r = w.reg(t)
             if e.op == "neg":
-                w.instr(f"neg.{mem_type(t) if t in (T.f16, T.bf16) else t.name}", r, x)  # type: ignore[union-attr]
+                w.instr(f"neg.{mem_type(t) if t in (T.f16, T.bf16) else t.name}", r, x)  # type: ignore[attr-defined]
             elif t == T.pred:
                 w.instr("not.pred", r, x)
             else:
-                w.instr(f"not.b{t.nbits}", r, x)  # type: ignore[union-attr]
+                w.instr(f"not.b{t.nbits}", r, x)  # type: ignore[attr-defined]
             return r
         if isinstance(e, ir.Cast):
             return self.cast(e)
