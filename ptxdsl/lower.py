@@ -283,7 +283,8 @@ class _Lowerer:
                 else:
                     out.append(arrive)
                 out += self.advance(name, "get", s.loc)
-            elif isinstance(s, (ir.TensorStore, ir.BulkStore)) and isinstance(s.src, ir.StageBuf):
+            elif isinstance(s, (ir.TensorStore, ir.BulkStore, ir.BulkReduce, ir.TensorReduce)) and \
+                    isinstance(s.src, ir.StageBuf):
                 stores.add(s.src.pipe)
                 out.append(ir.FenceProxyAsync(loc=s.loc))
                 out.append(self.stmt(s, role, in_commit_loop))

@@ -18,7 +18,7 @@ def assert_ok(results):
         assert r.ok, f"{r.name}: {r.detail} (max abs err {r.max_abs_err:.3g})"
 
 
-@pytest.mark.parametrize("name", ["add_one", "pipeline", "stream_copy", "norms"])
+@pytest.mark.parametrize("name", ["add_one", "pipeline", "stream_copy", "norms", "colsum"])
 def test_sample_matches_numpy(name):
     for _kernel, results in run_sample(SAMPLES / f"{name}.ptxdsl"):
         assert_ok(results)

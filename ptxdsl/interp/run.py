@@ -63,7 +63,8 @@ def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0) -> dict[str,
     The dict follows `ptxdsl.runner`: "grid", "inputs", "outputs" (templates, poisoned with
     0xFF bytes so unwritten elements show), "tensor_maps" ({param: TensorMapModel options},
     wrapping the array of the same name), and "kernel" to pick one kernel of a module.
-    Arrays are copied, so `example` is left as it was."""
+    Arrays are copied, so `example` is left as it was. The result holds the outputs and any
+    input that `expected` names (updated in place, as a reduction's target is)."""
     k = _kernel_of(kernel, example.get("kernel"))
     arrays = {n: v.copy() if isinstance(v, np.ndarray) else v
               for n, v in example.get("inputs", {}).items()}
@@ -80,7 +81,10 @@ def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0) -> dict[str,
         opts = {o: v for o, v in opts.items() if o != "l2_promotion"}  # a cache hint only
         arrays[n] = TensorMapModel(arrays[n], dtype=elem, **opts)
     run(k, example["grid"], arrays, seed=seed)
-    return outputs
+    # inputs a kernel updates in place (a reduction's target) are results too
+    updated = {n: getattr(arrays[n], "array", arrays[n]) for n in example.get("expected", {})
+               if n in arrays and n not in outputs}
+    return {**updated, **outputs}
 
 
 def _kernel_of(kernel: Any, name: str | None = None) -> ir.Kernel:

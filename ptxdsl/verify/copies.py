@@ -91,7 +91,7 @@ class _Scan:
                 if sel.any():
                     w.state = np.where(sel, FENCED, w.state).astype(np.int8)
                     w.fence = v
-        if isinstance(s, (ir.BarSync, ir.BarArrive, ir.MBarrierArrive,
+        if isinstance(s, (ir.BarSync, ir.BarArrive, ir.RoleSync, ir.MBarrierArrive,
                           ir.MBarrierArriveExpectTx)):
             for w in self.writes:
                 w.state = np.where(v.may & (w.state == FENCED), PUBLISHED, w.state).astype(np.int8)

@@ -59,6 +59,15 @@ EFFECTS: dict[type[ir.Stmt], Effect] = {
     ir.TensorLoad: Effect(complete="bar", async_write="dst", tma=True, one_thread=True),
     ir.TensorStore: Effect(async_read="src", tma=True, one_thread=True),
 }
+# TMA reductions are stores (bulk groups, proxy fences, buffer lifetimes); the peer-shared
+# form completes on an mbarrier like a load into its destination.
+for _node in ir.VARIANTS.values():
+    if issubclass(_node, ir.BulkReduce):
+        EFFECTS[_node] = EFFECTS[ir.BulkStore]
+    elif issubclass(_node, ir.TensorReduce):
+        EFFECTS[_node] = EFFECTS[ir.TensorStore]
+    else:
+        EFFECTS[_node] = Effect(complete="bar", async_write="dst", size="nbytes", one_thread=True)
 
 NO_EFFECT = Effect()
 
