@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=None, help="random seed for the inputs")
     r.add_argument("--watchdog", metavar="MS", type=int, default=0,
                    help="bound every mbarrier wait to MS milliseconds")
+    r.add_argument("--small", action="store_true",
+                   help="use the sample's small (interpreter) sizes")
     r.add_argument("--sanitize", metavar="TOOLS", default=None,
                    help="run under compute-sanitizer: 'all' or a comma-separated list of "
                         "memcheck, racecheck, synccheck, initcheck")
@@ -158,7 +160,7 @@ def _run(args: argparse.Namespace) -> int:
         runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed)
     else:
         runs = run_sample(args.file, kernel=args.kernel, seed=args.seed,
-                          watchdog_ms=max(0, args.watchdog))
+                          watchdog_ms=max(0, args.watchdog), small=args.small)
     failed = 0
     for name, results in runs:
         for r in results:
@@ -174,7 +176,7 @@ def _sanitize(args: argparse.Namespace) -> int:
     from .sanitize import parse_tools, sanitize
 
     extra = [a for flag, v in (("--kernel", args.kernel), ("--seed", args.seed)) if v is not None
-             for a in (flag, str(v))]
+             for a in (flag, str(v))] + (["--small"] if args.small else [])
     failed = 0
     for r in sanitize(args.file, parse_tools(args.sanitize), extra):
         failed += r.returncode != 0

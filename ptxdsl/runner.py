@@ -127,9 +127,10 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
 
 
 def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None = None,
-               arch: str | None = None, watchdog_ms: int = 0
+               arch: str | None = None, watchdog_ms: int = 0, small: bool = False
                ) -> list[tuple[str, list[CheckResult]]]:
-    """Compile a .ptxdsl sample and run each of its kernels (or `kernel`) on fresh inputs."""
+    """Compile a .ptxdsl sample and run each of its kernels (or `kernel`) on fresh inputs
+    (at the twin's SMALL interpreter sizes with `small`, as sanitizer runs want)."""
     from .compiler import compile as compile_source
 
     prog = compile_source(Path(path), arch=arch, watchdog_ms=watchdog_ms)
@@ -137,8 +138,10 @@ def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None 
     rng = np.random.default_rng(seed)
     names = [kernel] if kernel else [k.name for k in prog.kernels]
     out = []
+    sizes = getattr(mod, "SMALL", {}) if small else {}
     for name in names:
-        ex = mod.example(rng, kernel=name) if len(prog.kernels) > 1 else mod.example(rng)
+        ex = mod.example(rng, kernel=name, **sizes) if len(prog.kernels) > 1 else \
+            mod.example(rng, **sizes)
         ex.setdefault("kernel", name)
         out.append((name, run_example(prog, ex)))
     return out
