@@ -105,7 +105,7 @@ def main() -> int:
 
     for direction, (sd, dd) in (("push GPU 0 -> GPU 1", (0, 1)), ("pull GPU 1 -> GPU 0", (1, 0))):
         names = ["CE cuMemcpyPeerAsync", "CE torch copy_",
-                 *(f"TMA bulk {w * 4 // KiB}K x{s}" for w, s, _ in BULK_CONFIGS),
+                 *(f"TMA bulk {w * 4 // KiB}K x{s}" for w, s in BULK_CONFIGS),
                  "TMA tile 16x256 x4", f"SM copy {quarter} CTAs", "SM copy all SMs"]
         rows = []
         for n in sizes:
@@ -162,11 +162,35 @@ def main() -> int:
             print(direction, n, [None if t is None else round(n / t / 1e6, 1) for t in times],
                   flush=True)
         report += table(direction, names, rows, quarter, sms)
+    report += sweep(bulk, buf, out, stream, sms, drv, ctx, s_handle)
     text = "\n".join(report) + "\n"
     print(text)
     if args.out:
         Path(args.out).write_text(text)
     return 0
+
+
+def sweep(bulk, buf, out, stream, sms, drv, ctx, s_handle) -> list[str]:
+    """256 MiB through each bulk configuration on 8 .. all SMs: where the bandwidth saturates."""
+    n = 256 * MiB
+    grids = [g for g in (4, 8, 16, sms // 4, sms // 2, sms) if g <= sms]
+    lines = ["### 256 MiB by CTA count (GB/s; one CTA per SM)", "",
+             "| direction | config | " + " | ".join(f"{g} CTAs" for g in grids) + " | CE |",
+             "|---|---|" + "---|" * (len(grids) + 1)]
+    for direction, (sd, dd) in (("push", (0, 1)), ("pull", (1, 0))):
+        sp, dp = buf[sd].data_ptr(), out[dd].data_ptr()
+        ce_ms = timed(lambda sp=sp, dp=dp, sd=sd, dd=dd: drv.cuMemcpyPeerAsync(
+            dp, ctx[dd], sp, ctx[sd], n, s_handle), 5, stream)
+        for w, s, k in bulk:
+            chunk = w * 4
+            row = []
+            for g in grids:
+                ms = timed(lambda k=k, g=g, sp=sp, dp=dp, chunk=chunk:
+                           k[g, None, stream](sp, dp, n // chunk), 5, stream)
+                row.append(f"{n / ms / 1e6:.1f}")
+            lines.append(f"| {direction} | bulk {chunk // KiB}K x{s} | " + " | ".join(row) +
+                         f" | {n / ce_ms / 1e6:.1f} |")
+    return [*lines, ""]
 
 
 def table(direction: str, names: list[str], rows: list, quarter: int, sms: int) -> list[str]:

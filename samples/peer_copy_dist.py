@@ -41,8 +41,9 @@ def copy(form: str, dev: int, src, dst, words: int) -> None:
     else:
         k = pc.peer_copy_tile.program().kernel(device=dev)
         rows = words // pc.COLS
-        maps = [rt.TensorMap(rt.DevicePointer(a.ptr), (pc.ROWS, pc.COLS), dtype="f32",
-                             shape=(rows, pc.COLS), device=dev) for a in (src, dst)]
+        maps = [rt.TensorMap(rt.DevicePointer(rt.as_device_pointer(a).address),
+                             (pc.ROWS, pc.COLS), dtype="f32", shape=(rows, pc.COLS), device=dev)
+                for a in (src, dst)]
         pc.tile_copy(k, maps[0], maps[1], rows, grid=8)
 
 

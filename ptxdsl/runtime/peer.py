@@ -114,12 +114,20 @@ def peer_enabled(device: int, peer: int) -> bool:
 
 
 def owner_of(address: int) -> int:
-    """The ordinal of the GPU whose memory holds `address` (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL).
+    """The ordinal of the GPU whose memory holds `address`: the device of the context that
+    allocated it (CU_POINTER_ATTRIBUTE_CONTEXT), else CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL.
 
     Raises PeerAccessError for an address CUDA does not know."""
+    from . import driver as rd
+
     drv = driver()
-    attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    err, ordinal = drv.cuPointerGetAttribute(attr, address)
+    attrs = drv.CUpointer_attribute
+    err, ctx = drv.cuPointerGetAttribute(attrs.CU_POINTER_ATTRIBUTE_CONTEXT, address)
+    if err == 0 and int(ctx):
+        for c in list(rd._contexts.values()):
+            if int(c.handle) == int(ctx):
+                return c.ordinal
+    err, ordinal = drv.cuPointerGetAttribute(attrs.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address)
     if err != 0:
         raise PeerAccessError(f"0x{address:x} is not GPU memory that CUDA knows in this process "
                               "(freed, or never allocated)")
@@ -129,6 +137,11 @@ def owner_of(address: int) -> int:
 def vmm_access(address: int, device: int) -> tuple[int, bool] | None:
     """For VMM memory (cuMemCreate, or imported from another process): the GPU holding it
     and whether `device` may read and write it through this address; None for other memory."""
+    from .vmm import mapping_of
+
+    mine = mapping_of(address)  # ptxdsl's own mappings (any address inside them)
+    if mine is not None:
+        return mine.device, device in mine.access
     drv = driver()
     err, handle = drv.cuMemRetainAllocationHandle(address)
     if err != 0:  # not mapped from a generic allocation handle: not VMM memory

@@ -18,6 +18,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,18 @@ from .dtypes import scalar_of
 
 _SYS_PIDFD_GETFD = 438  # x86_64 and aarch64
 _PR_SET_PTRACER, _PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1)
+_lock = threading.Lock()
+_live: weakref.WeakValueDictionary[int, VmmAllocation] = weakref.WeakValueDictionary()
+
+
+def mapping_of(address: int) -> VmmAllocation | None:
+    """The live VmmAllocation of this process whose mapping contains `address`, if any."""
+    with _lock:
+        allocs = list(_live.values())
+    for a in allocs:
+        if a.ptr <= address < a.ptr + a.size:
+            return a
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +98,8 @@ class VmmAllocation:
         self.shareable = shareable
         self.imported_from = imported_from  # the exporter's pid for an imported allocation
         self.access: tuple[int, ...] = ()
+        with _lock:
+            _live[ptr] = self
 
     def set_access(self, devices: Any) -> None:
         """Let kernels on each of `devices` read and write the memory (adds to `access`)."""
@@ -151,6 +167,8 @@ class VmmAllocation:
         ptr, self.ptr = self.ptr, 0
         if not ptr:
             return
+        with _lock:
+            _live.pop(ptr, None)
         drv = driver()
         make_current(device_context(self.device if self.imported_from is None
                                     else (self.access or (self.device,))[0]))
