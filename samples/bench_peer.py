@@ -35,7 +35,7 @@ import peer_copy as pc  # noqa: E402
 from ptxdsl import runtime as rt  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-BULK_CONFIGS = ((1024, 8), (4096, 4), (8192, 4))  # (u32 words a chunk, stages)
+BULK_CONFIGS = ((1024, 8), (4096, 4), (8192, 4), (8192, 6))  # (u32 words a chunk, stages)
 
 
 def machine() -> list[str]:
@@ -67,7 +67,7 @@ def timed(fn, reps: int, stream: torch.cuda.Stream) -> float:
     for _ in range(3):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(stream):
-            torch.cuda._sleep(2_000_000)  # ~1 ms: the host queues everything meanwhile
+            torch.cuda._sleep(5_000_000)  # ~2.5 ms: the host queues everything meanwhile
             a.record(stream)
             for _ in range(reps):
                 fn()
@@ -110,10 +110,10 @@ def main() -> int:
         rows = []
         for n in sizes:
             src, dst = buf[sd], out[dd]
-            sp, dp = src.data_ptr(), dst.data_ptr()
+            sp, dp = rt.DevicePointer(src.data_ptr()), rt.DevicePointer(dst.data_ptr())
 
             def ce(n=n, sp=sp, dp=dp, sd=sd, dd=dd):
-                r = drv.cuMemcpyPeerAsync(dp, ctx[dd], sp, ctx[sd], n, s_handle)
+                r = drv.cuMemcpyPeerAsync(dp.address, ctx[dd], sp.address, ctx[sd], n, s_handle)
                 assert r[0] == 0, r
 
             def torch_copy(n=n, src=src, dst=dst):
@@ -131,7 +131,7 @@ def main() -> int:
             rows_n = n // (pc.COLS * 4)
             maps = None
             if rows_n % pc.ROWS == 0:
-                maps = [rt.TensorMap(rt.DevicePointer(p), (pc.ROWS, pc.COLS), dtype="f32",
+                maps = [rt.TensorMap(p, (pc.ROWS, pc.COLS), dtype="f32",
                                      shape=(rows_n, pc.COLS), device=0) for p in (sp, dp)]
 
             def tma_tile(maps=maps, rows_n=rows_n):
@@ -178,9 +178,9 @@ def sweep(bulk, buf, out, stream, sms, drv, ctx, s_handle) -> list[str]:
              "| direction | config | " + " | ".join(f"{g} CTAs" for g in grids) + " | CE |",
              "|---|---|" + "---|" * (len(grids) + 1)]
     for direction, (sd, dd) in (("push", (0, 1)), ("pull", (1, 0))):
-        sp, dp = buf[sd].data_ptr(), out[dd].data_ptr()
+        sp, dp = rt.DevicePointer(buf[sd].data_ptr()), rt.DevicePointer(out[dd].data_ptr())
         ce_ms = timed(lambda sp=sp, dp=dp, sd=sd, dd=dd: drv.cuMemcpyPeerAsync(
-            dp, ctx[dd], sp, ctx[sd], n, s_handle), 5, stream)
+            dp.address, ctx[dd], sp.address, ctx[sd], n, s_handle), 5, stream)
         for w, s, k in bulk:
             chunk = w * 4
             row = []

@@ -95,8 +95,8 @@ def test_reach_problems():
                    "has no peer access to GPU 1; call ptxdsl.runtime.enable_peer_access(0, 1) "
                    "first, or build it for device=1")
     msg = peer.reach_problem(a, 0, 1, False, True, "x")
-    assert "(a VMM allocation) that is not mapped for GPU 0" in msg
-    assert "set_access([1, 0])" in msg
+    assert "(a VMM allocation), but its mapping at this address is not granted to GPU 0" in msg
+    assert "set_access([0])" in msg
 
 
 def test_shareable_handles_are_checked_and_pickle():
@@ -242,7 +242,7 @@ def test_bad_devices_and_unmapped_vmm_are_refused():
         rt.empty(16, device=5)
     a = rt.vmm_alloc(1 << 20, 1)  # mapped for GPU 1 only
     try:
-        with pytest.raises(rt.PeerAccessError, match="VMM allocation.*not mapped for GPU 0"):
+        with pytest.raises(rt.PeerAccessError, match="VMM allocation.*not granted to GPU 0"):
             rt.TensorMap(rt.DevicePointer(a.ptr), (16, 256), dtype="f32", shape=(64, 256),
                          device=0)
         a.set_access([0])

@@ -167,8 +167,9 @@ def reach_problem(address: int, device: int, owner: int, vmm: bool | None, peer_
     if vmm is not None:
         if vmm:
             return None
-        return (f"{where} (a VMM allocation) that is not mapped for GPU {device}; "
-                f"grant it with allocation.set_access([{owner}, {device}])")
+        return (f"{where} (a VMM allocation), but its mapping at this address is not granted "
+                f"to GPU {device}; grant it with allocation.set_access([{device}]), or use a "
+                f"mapping made for GPU {device}")
     if owner == device or peer_on:
         return None
     return (f"{where}, but GPU {device} has no peer access to GPU {owner}; call "
