@@ -59,6 +59,25 @@ def machine() -> list[str]:
     return lines
 
 
+def latency(fn, stream: torch.cuda.Stream, trials: int = 30) -> float:
+    """Median time in ms of one copy alone: each sits between two events after a short
+    sleep kernel, so it starts on an idle stream and nothing overlaps its start or end."""
+    fn()
+    torch.cuda.synchronize(0)
+    pairs = []
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(5_000_000)
+        for _ in range(trials):
+            torch.cuda._sleep(20_000)  # ~10 us gap
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(stream)
+            fn()
+            b.record(stream)
+            pairs.append((a, b))
+    pairs[-1][1].synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs)
+
+
 def timed(fn, reps: int, stream: torch.cuda.Stream) -> float:
     """Median over 3 batches of the per-copy time in ms of `reps` back-to-back copies."""
     fn()
@@ -100,6 +119,7 @@ def main() -> int:
     bulk = [(w, s, pc.make_bulk_copy(w, s).program().kernel(device=0)) for w, s in BULK_CONFIGS]
     tile = pc.peer_copy_tile.program().kernel(device=0)
     smk = pc.sm_copy.program().kernel(device=0)
+    lat: dict[tuple, float] = {}
     report = [f"## GPU-to-GPU copies ({datetime.date.today()}, samples/bench_peer.py)", "",
               *(f"    {ln}" for ln in machine()), ""]
 
@@ -108,6 +128,7 @@ def main() -> int:
                  *(f"TMA bulk {w * 4 // KiB}K x{s}" for w, s in BULK_CONFIGS),
                  "TMA tile 16x256 x4", f"SM copy {quarter} CTAs", "SM copy all SMs"]
         rows = []
+        lat_names = (names[0], names[2], names[-2])
         for n in sizes:
             src, dst = buf[sd], out[dd]
             sp, dp = rt.DevicePointer(src.data_ptr()), rt.DevicePointer(dst.data_ptr())
@@ -158,10 +179,17 @@ def main() -> int:
                     print(f"MISMATCH: {name} at {n} bytes ({direction})")
                     return 1
                 times.append(timed(fn, reps, stream))
+                if n <= MiB and name in (names[0], names[2], names[-2]):
+                    lat[(direction, n, name)] = latency(fn, stream)
             rows.append((n, times))
             print(direction, n, [None if t is None else round(n / t / 1e6, 1) for t in times],
                   flush=True)
         report += table(direction, names, rows, quarter, sms)
+        report += [f"#### {direction}: one copy alone (us, median of 30)", "",
+                   "| size | " + " | ".join(lat_names) + " |", "|---|" + "---|" * len(lat_names)]
+        report += [f"| {n // KiB} KiB | " + " | ".join(
+            f"{lat[(direction, n, nm)] * 1e3:.1f}" for nm in lat_names) + " |"
+            for n in sizes if n <= MiB] + [""]
     report += sweep(bulk, buf, out, stream, sms, drv, ctx, s_handle)
     text = "\n".join(report) + "\n"
     print(text)
