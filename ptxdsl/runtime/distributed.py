@@ -26,12 +26,14 @@ from .vmm import ShareableHandle, VmmAllocation, import_handle, vmm_alloc
 
 def _dist() -> Any:
     try:
-        import torch.distributed as dist
+        import torch.distributed as dist  # type: ignore[import-not-found]
     except ImportError as e:
         raise DeviceError(f"ptxdsl.runtime.distributed needs torch.distributed: {e}") from None
     if not dist.is_available() or not dist.is_initialized():
-        raise DeviceError("torch.distributed is not initialised: start the processes with "
-                          "torchrun and call torch.distributed.init_process_group() first")
+        raise DeviceError(
+            "torch.distributed is not initialised: start the processes with "
+            "torchrun and call torch.distributed.init_process_group() first"
+        )
     return dist
 
 
@@ -46,8 +48,9 @@ def exchange(alloc: VmmAllocation, group: Any = None) -> list[VmmAllocation]:
     collective: every rank of the group calls it."""
     dist = _dist()
     if not isinstance(alloc, VmmAllocation) or not alloc.shareable:
-        raise LaunchError("exchange() takes shareable VMM memory: "
-                          "vmm_alloc(nbytes, device, shareable=True)")
+        raise LaunchError(
+            "exchange() takes shareable VMM memory: vmm_alloc(nbytes, device, shareable=True)"
+        )
     mine = alloc.export()
     rank = dist.get_rank(group)
     handles: list[Any] = [None] * dist.get_world_size(group)

@@ -42,8 +42,16 @@ class DeviceArray:
     __slots__ = ("ptr", "shape", "elem", "dtype", "nbytes", "device", "_owned", "_owner",
                  "_desc", "__weakref__")  # fmt: skip
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], elem: T.Scalar, *, owned: bool,
-                 device: int | None = None, owner: Any = None):
+    def __init__(
+        self,
+        ptr: int,
+        shape: tuple[int, ...],
+        elem: T.Scalar,
+        *,
+        owned: bool,
+        device: int | None = None,
+        owner: Any = None,
+    ):
         self.ptr = ptr
         self.shape = shape
         self.elem = elem

@@ -42,12 +42,16 @@ def peer_problem(device: int, peer: int, count: int, can_access: bool | None) ->
         return "no CUDA device is visible, so there is no peer access to enable"
     for d in (device, peer):
         if d >= count:
-            return (f"GPU {d} does not exist: this process sees {count} device(s) "
-                    f"(ordinals 0..{count - 1})")
+            return (
+                f"GPU {d} does not exist: this process sees {count} device(s) "
+                f"(ordinals 0..{count - 1})"
+            )
     if can_access is False:
-        return (f"GPU {device} cannot access GPU {peer}'s memory: cuDeviceCanAccessPeer({device}, "
-                f"{peer}) is 0 (no NVLink or PCIe peer-to-peer path between them); copy through "
-                f"the host, or run the kernel on GPU {peer}")
+        return (
+            f"GPU {device} cannot access GPU {peer}'s memory: cuDeviceCanAccessPeer({device}, "
+            f"{peer}) is 0 (no NVLink or PCIe peer-to-peer path between them); copy through "
+            f"the host, or run the kernel on GPU {peer}"
+        )
     return None
 
 
@@ -58,8 +62,9 @@ def can_access_peer(device: Any, peer: Any) -> bool:
     if problem is not None:
         raise PeerAccessError(problem)
     dc, pc = device_context(d), device_context(p)
-    return bool(check(driver().cuDeviceCanAccessPeer(dc.device, pc.device),
-                      "cuDeviceCanAccessPeer"))
+    return bool(
+        check(driver().cuDeviceCanAccessPeer(dc.device, pc.device), "cuDeviceCanAccessPeer")
+    )
 
 
 def enable_peer_access(device: Any, peer: Any) -> None:
@@ -129,8 +134,10 @@ def owner_of(address: int) -> int:
                 return c.ordinal
     err, ordinal = drv.cuPointerGetAttribute(attrs.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address)
     if err != 0:
-        raise PeerAccessError(f"0x{address:x} is not GPU memory that CUDA knows in this process "
-                              "(freed, or never allocated)")
+        raise PeerAccessError(
+            f"0x{address:x} is not GPU memory that CUDA knows in this process "
+            "(freed, or never allocated)"
+        )
     return int(ordinal)
 
 
@@ -147,8 +154,10 @@ def vmm_access(address: int, device: int) -> tuple[int, bool] | None:
     if err != 0:  # not mapped from a generic allocation handle: not VMM memory
         return None
     try:
-        prop = check(drv.cuMemGetAllocationPropertiesFromHandle(handle),
-                     "cuMemGetAllocationPropertiesFromHandle")
+        prop = check(
+            drv.cuMemGetAllocationPropertiesFromHandle(handle),
+            "cuMemGetAllocationPropertiesFromHandle",
+        )
         owner = int(prop.location.id)
     finally:
         drv.cuMemRelease(handle)
@@ -160,21 +169,26 @@ def vmm_access(address: int, device: int) -> tuple[int, bool] | None:
     return owner, rw
 
 
-def reach_problem(address: int, device: int, owner: int, vmm: bool | None, peer_on: bool,
-                  what: str) -> str | None:
+def reach_problem(
+    address: int, device: int, owner: int, vmm: bool | None, peer_on: bool, what: str
+) -> str | None:
     """Why GPU `device` cannot reach `address` on GPU `owner` (None when it can); pure."""
     where = f"{what} at 0x{address:x} is memory of GPU {owner}"
     if vmm is not None:
         if vmm:
             return None
-        return (f"{where} (a VMM allocation), but its mapping at this address is not granted "
-                f"to GPU {device}; grant it with allocation.set_access([{device}]), or use a "
-                f"mapping made for GPU {device}")
+        return (
+            f"{where} (a VMM allocation), but its mapping at this address is not granted "
+            f"to GPU {device}; grant it with allocation.set_access([{device}]), or use a "
+            f"mapping made for GPU {device}"
+        )
     if owner == device or peer_on:
         return None
-    return (f"{where}, but GPU {device} has no peer access to GPU {owner}; call "
-            f"ptxdsl.runtime.enable_peer_access({device}, {owner}) first, or build it for "
-            f"device={owner}")
+    return (
+        f"{where}, but GPU {device} has no peer access to GPU {owner}; call "
+        f"ptxdsl.runtime.enable_peer_access({device}, {owner}) first, or build it for "
+        f"device={owner}"
+    )
 
 
 def check_reachable(obj: Any, device: Any, what: str = "the memory") -> None:

@@ -60,8 +60,9 @@ class ShareableHandle:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise LaunchError(f"ShareableHandle.{name} must be an int >= 0, got {v!r}")
         if self.nbytes > self.size:
-            raise LaunchError(f"ShareableHandle.nbytes ({self.nbytes}) exceeds its size "
-                              f"({self.size})")
+            raise LaunchError(
+                f"ShareableHandle.nbytes ({self.nbytes}) exceeds its size ({self.size})"
+            )
 
 
 def granularity(device: Any) -> int:
@@ -69,8 +70,9 @@ def granularity(device: Any) -> int:
     drv = driver()
     prop = _prop(device_ordinal(device), shareable=False)
     flag = drv.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
-    return int(check(drv.cuMemGetAllocationGranularity(prop, flag),
-                     "cuMemGetAllocationGranularity"))
+    return int(
+        check(drv.cuMemGetAllocationGranularity(prop, flag), "cuMemGetAllocationGranularity")
+    )
 
 
 def _prop(device: int, shareable: bool) -> Any:
@@ -80,8 +82,9 @@ def _prop(device: int, shareable: bool) -> Any:
     prop.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
     prop.location.id = device
     if shareable:
-        prop.requestedHandleTypes = \
+        prop.requestedHandleTypes = (
             drv.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        )
     return prop
 
 
@@ -91,8 +94,16 @@ class VmmAllocation:
     it), `access` (GPUs that may use `ptr`). `free()` unmaps it; the memory itself lives
     on while another process still maps it."""
 
-    def __init__(self, ptr: int, size: int, nbytes: int, device: int, handle: Any,
-                 shareable: bool, imported_from: int | None = None):
+    def __init__(
+        self,
+        ptr: int,
+        size: int,
+        nbytes: int,
+        device: int,
+        handle: Any,
+        shareable: bool,
+        imported_from: int | None = None,
+    ):
         self.ptr, self.size, self.nbytes, self.device = ptr, size, nbytes, device
         self.handle = handle
         self.shareable = shareable
@@ -116,29 +127,36 @@ class VmmAllocation:
             a.flags = drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
             descs.append(a)
         if descs:
-            check(drv.cuMemSetAccess(self.ptr, self.size, descs, len(descs)),
-                  f"cuMemSetAccess(GPUs {devs})")
+            check(
+                drv.cuMemSetAccess(self.ptr, self.size, descs, len(descs)),
+                f"cuMemSetAccess(GPUs {devs})",
+            )
         self.access = tuple(sorted(set(self.access) | set(devs)))
 
     def export(self) -> ShareableHandle:
         """A handle another process can import (the allocation must be `shareable`)."""
         self._check_alive()
         if not self.shareable:
-            raise LaunchError("this VMM allocation was not made shareable; allocate it with "
-                              "vmm_alloc(..., shareable=True) to export it")
+            raise LaunchError(
+                "this VMM allocation was not made shareable; allocate it with "
+                "vmm_alloc(..., shareable=True) to export it"
+            )
         if self._fd is None:
             drv = driver()
             kind = drv.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-            fd = check(drv.cuMemExportToShareableHandle(self.handle, kind, 0),
-                       "cuMemExportToShareableHandle")
+            fd = check(
+                drv.cuMemExportToShareableHandle(self.handle, kind, 0),
+                "cuMemExportToShareableHandle",
+            )
             self._fd = int(fd)
             allow_handle_import()
         return ShareableHandle(os.getpid(), self._fd, self.size, self.nbytes, self.device)
 
     _fd: int | None = None
 
-    def array(self, shape: Any = None, dtype: Any = "u8", device: Any = None,
-              offset: int = 0) -> Any:
+    def array(
+        self, shape: Any = None, dtype: Any = "u8", device: Any = None, offset: int = 0
+    ) -> Any:
         """A DeviceArray view of the memory (no copy) for kernels on `device` (default: the
         first GPU in `access`); it keeps the allocation alive."""
         from math import prod
@@ -152,10 +170,15 @@ class VmmAllocation:
         shape_t = _shape_of(shape)
         need = prod(shape_t) * elem.nbytes
         if offset < 0 or offset % 16 or offset + need > self.size:
-            raise LaunchError(f"a view of {need} bytes at offset {offset} does not fit the "
-                              f"{self.size}-byte allocation (offsets are multiples of 16)")
-        dev = device_ordinal(device) if device is not None else \
-            (self.access[0] if self.access else self.device)
+            raise LaunchError(
+                f"a view of {need} bytes at offset {offset} does not fit the "
+                f"{self.size}-byte allocation (offsets are multiples of 16)"
+            )
+        dev = (
+            device_ordinal(device)
+            if device is not None
+            else (self.access[0] if self.access else self.device)
+        )
         return DeviceArray(self.ptr + offset, shape_t, elem, owned=False, device=dev, owner=self)
 
     def _check_alive(self) -> None:
@@ -170,8 +193,11 @@ class VmmAllocation:
         with _lock:
             _live.pop(ptr, None)
         drv = driver()
-        make_current(device_context(self.device if self.imported_from is None
-                                    else (self.access or (self.device,))[0]))
+        make_current(
+            device_context(
+                self.device if self.imported_from is None else (self.access or (self.device,))[0]
+            )
+        )
         check(drv.cuMemUnmap(ptr, self.size), "cuMemUnmap")
         check(drv.cuMemAddressFree(ptr, self.size), "cuMemAddressFree")
         check(drv.cuMemRelease(self.handle), "cuMemRelease")
@@ -193,12 +219,15 @@ class VmmAllocation:
 
     def __repr__(self) -> str:
         src = "" if self.imported_from is None else f", imported from pid {self.imported_from}"
-        return (f"VmmAllocation(0x{self.ptr:x}, {self.nbytes} bytes on GPU {self.device}, "
-                f"access={list(self.access)}{src})")
+        return (
+            f"VmmAllocation(0x{self.ptr:x}, {self.nbytes} bytes on GPU {self.device}, "
+            f"access={list(self.access)}{src})"
+        )
 
 
-def vmm_alloc(nbytes: int, device: Any, access: Any = None,
-              shareable: bool = False) -> VmmAllocation:
+def vmm_alloc(
+    nbytes: int, device: Any, access: Any = None, shareable: bool = False
+) -> VmmAllocation:
     """`nbytes` of VMM memory on GPU `device`, mapped for each GPU in `access` (default:
     just `device`); `shareable` lets `export()` hand it to another process."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
@@ -214,8 +243,9 @@ def vmm_alloc(nbytes: int, device: Any, access: Any = None,
     return alloc
 
 
-def _map(handle: Any, size: int, nbytes: int, device: int, shareable: bool,
-         pid: int | None) -> VmmAllocation:
+def _map(
+    handle: Any, size: int, nbytes: int, device: int, shareable: bool, pid: int | None
+) -> VmmAllocation:
     drv = driver()
     try:
         va = int(check(drv.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve"))
@@ -247,8 +277,10 @@ def import_handle(h: ShareableHandle, access: Any) -> VmmAllocation:
         drv = driver()
         make_current(device_context(devs[0]))
         kind = drv.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-        handle = check(drv.cuMemImportFromShareableHandle(fd, kind),
-                       f"cuMemImportFromShareableHandle(handle of pid {h.pid})")
+        handle = check(
+            drv.cuMemImportFromShareableHandle(fd, kind),
+            f"cuMemImportFromShareableHandle(handle of pid {h.pid})",
+        )
     finally:
         os.close(fd)
     alloc = _map(handle, h.size, h.nbytes, h.device, False, h.pid)
@@ -262,31 +294,41 @@ def fd_from_process(pid: int, fd: int) -> int:
         try:
             return os.dup(fd)
         except OSError as e:
-            raise DeviceError(f"this process has no open handle descriptor {fd} "
-                              f"({os.strerror(e.errno)}): the allocation was freed") from None
+            raise DeviceError(
+                f"this process has no open handle descriptor {fd} "
+                f"({e.strerror}): the allocation was freed"
+            ) from None
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
-        raise DeviceError(f"the process that exported the handle (pid {pid}) has exited; its "
-                          "memory is gone with it (export from a process that stays alive "
-                          "until every importer has imported)") from None
+        raise DeviceError(
+            f"the process that exported the handle (pid {pid}) has exited; its "
+            "memory is gone with it (export from a process that stays alive "
+            "until every importer has imported)"
+        ) from None
     except OSError as e:
-        raise DeviceError(f"cannot open process {pid}: {os.strerror(e.errno)}") from None
+        raise DeviceError(f"cannot open process {pid}: {e.strerror}") from None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         got = libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
         if got < 0:
             err = ctypes.get_errno()
             if err == errno.ESRCH:
-                raise DeviceError(f"the process that exported the handle (pid {pid}) has "
-                                  "exited; its memory is gone with it")
+                raise DeviceError(
+                    f"the process that exported the handle (pid {pid}) has "
+                    "exited; its memory is gone with it"
+                )
             if err == errno.EBADF:
-                raise DeviceError(f"process {pid} has no open descriptor {fd}: it freed the "
-                                  "allocation (or the handle is stale)")
+                raise DeviceError(
+                    f"process {pid} has no open descriptor {fd}: it freed the "
+                    "allocation (or the handle is stale)"
+                )
             if err == errno.EPERM:
-                raise DeviceError(f"not permitted to take descriptor {fd} of process {pid} "
-                                  "(pidfd_getfd needs ptrace rights: same user, and the "
-                                  "exporter calls export(), which allows it under Yama)")
+                raise DeviceError(
+                    f"not permitted to take descriptor {fd} of process {pid} "
+                    "(pidfd_getfd needs ptrace rights: same user, and the "
+                    "exporter calls export(), which allows it under Yama)"
+                )
             raise DeviceError(f"pidfd_getfd({pid}, {fd}) failed: {os.strerror(err)}")
         return int(got)
     finally:
