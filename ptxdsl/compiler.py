@@ -32,10 +32,11 @@ class Program:
     `prog.name[grid](args)` or, for a one-kernel program, `prog[grid](args)`."""
 
     def __init__(self, module: ir.Module, arch: str | None = None, source_name: str | None = None,
-                 watchdog_ms: int = 0):
+                 watchdog_ms: int = 0, device: int | None = None):
         self.module = module
         self.ptx_module = compile_module(module, arch, source_name, watchdog_ms)
-        self._launchers: dict[str, Any] = {}
+        self.device = device  # where launchers load; None: the thread's device at first use
+        self._launchers: dict[Any, Any] = {}
 
     @property
     def ptx(self) -> str:
@@ -45,18 +46,28 @@ class Program:
     def kernels(self) -> tuple[KernelInfo, ...]:
         return self.ptx_module.kernels
 
-    def kernel(self, name: str | None = None):
-        """The launcher of a kernel (the only one when `name` is None)."""
+    def kernel(self, name: str | None = None, device: int | None = None):
+        """The launcher of a kernel (the only one when `name` is None), loaded on `device`
+        (default: the program's device, else the thread's device when first asked)."""
         if name is None:
             if len(self.kernels) != 1:
                 names = ", ".join(k.name for k in self.kernels)
                 raise KeyError(f"this program has several kernels ({names}); name one")
             name = self.kernels[0].name
-        if name not in self._launchers:
+        device = self.device if device is None else device
+        key = name if device is None else (name, device)
+        if key not in self._launchers:
             from .runtime import load
 
-            self._launchers[name] = load(self.ptx_module).kernel(name)
-        return self._launchers[name]
+            self._launchers[key] = load(self.ptx_module, device).kernel(name)
+        return self._launchers[key]
+
+    def on(self, device: int) -> Program:
+        """This program with its launchers loaded on GPU `device` (`prog.on(1)[grid](...)`)."""
+        other = object.__new__(Program)
+        other.module, other.ptx_module, other.device = self.module, self.ptx_module, device
+        other._launchers = self._launchers
+        return other
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -73,19 +84,23 @@ class Program:
 
 
 def compile(source: str | Path | KernelDef, arch: str | None = None,
-            watchdog_ms: int = 0) -> Program:
+            watchdog_ms: int = 0, device: int | None = None) -> Program:
     """Compile .ptxdsl text, a .ptxdsl file path, or a @ptxdsl.kernel function.
 
     `watchdog_ms` > 0 makes every mbarrier wait give up after that long: the launch then
     raises DeviceError naming the barrier, parity, role, source line, block and thread
-    (the CUDA context is unusable afterwards, as after any device fault)."""
+    (the CUDA context is unusable afterwards, as after any device fault).
+
+    `device` is the GPU ordinal its kernels load and launch on (default: the thread's device
+    when a kernel is first launched); `prog.on(d)` gives the same program on another GPU."""
     if isinstance(source, KernelDef):
-        return source.program(arch, watchdog_ms)
+        prog = source.program(arch, watchdog_ms)
+        return prog if device is None else prog.on(device)
     if isinstance(source, Path) or (isinstance(source, str) and source.endswith(".ptxdsl")
                                     and "\n" not in source and "{" not in source):
         src = read_source(source)
-        return Program(parse(src.text, src.name), arch, src.name, watchdog_ms)
-    return Program(parse(str(source)), arch, watchdog_ms=watchdog_ms)
+        return Program(parse(src.text, src.name), arch, src.name, watchdog_ms, device)
+    return Program(parse(str(source)), arch, watchdog_ms=watchdog_ms, device=device)
 
 
 class KernelDef:

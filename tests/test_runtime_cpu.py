@@ -126,6 +126,7 @@ def test_no_gpu_gives_a_clear_device_error(monkeypatch, init_result, expected):
     monkeypatch.setattr(rd, "_drv", fake)
     monkeypatch.setattr(rd, "_ctx", None)
     monkeypatch.setattr(rd, "_ctx_error", None)
+    monkeypatch.setattr(rd, "_contexts", {})
     monkeypatch.setattr(rd, "_tls", type(rd._tls)())
     assert rd.gpu_available() is False
     with pytest.raises(DeviceError) as e:
@@ -978,7 +979,8 @@ def fake_gpu(monkeypatch, cache_dir):
     from ptxdsl.runtime import module as rm
 
     gpu = FakeGpu({"iota": _fake_axpy})
-    for name, value in [("_drv", gpu), ("_ctx", None), ("_ctx_error", None), ("_info", None)]:
+    for name, value in [("_drv", gpu), ("_ctx", None), ("_ctx_error", None), ("_infos", {}),
+                        ("_contexts", {})]:
         monkeypatch.setattr(rd, name, value)
     monkeypatch.setattr(rd, "_tls", type(rd._tls)())
     monkeypatch.setattr(rm, "_modules", {})

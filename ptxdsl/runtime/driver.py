@@ -7,20 +7,23 @@ needs it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..errors import DeviceError
+from ..errors import DeviceError, LaunchError
 
 _lock = threading.Lock()
 _tls = threading.local()
 _drv: ModuleType | None = None
 _ctx: Context | None = None
-_ctx_error: str | None = None
-_info: DeviceInfo | None = None
+_ctx_error: str | None = None  # why the default device cannot be used (remembered)
+_contexts: dict[int, Context] = {}  # every retained primary context, by ordinal
+_infos: dict[int, DeviceInfo] = {}
 
 # Errors after which the context is unusable; the process has to restart to use the GPU again.
 _STICKY = {700, 714, 715, 716, 717, 718, 719, 720}
@@ -111,18 +114,98 @@ def _device_ordinal() -> int:
         raise DeviceError(f"PTXDSL_DEVICE must be a device ordinal, got {raw!r}") from None
 
 
-def context() -> Context:
-    """Initialise the driver, retain the primary context of device `PTXDSL_DEVICE` (default 0)
-    and make it current in the calling thread. Cached; cheap after the first call.
+def device_ordinal(device: Any, what: str = "device") -> int:
+    """`device` checked as a device ordinal (an int >= 0; numpy ints accepted, bools not)."""
+    if isinstance(device, bool) or not hasattr(device, "__index__"):
+        raise LaunchError(f"{what} must be a device ordinal (an int), got {device!r}")
+    d = int(device.__index__())
+    if d < 0:
+        raise LaunchError(f"{what} must be a device ordinal >= 0, got {d}")
+    return d
 
-    Raises DeviceError("no CUDA device: ...") when there is no usable GPU or driver."""
-    ctx = _ctx
-    if ctx is not None and getattr(_tls, "current", False):
-        return ctx
-    with _lock:
-        ctx = _ctx or _open_context()
-    check(driver().cuCtxSetCurrent(ctx.handle), "cuCtxSetCurrent")
-    _tls.current = True
+
+def context(device: Any = None) -> Context:
+    """The primary context of `device` (an ordinal), retained on first use and made current
+    in the calling thread. `device` None means this thread's device: the innermost
+    `use_device(...)` block's, else `PTXDSL_DEVICE` (default 0). Cheap after the first call.
+
+    Raises DeviceError("no CUDA device: ...") when there is no usable GPU or driver, and
+    DeviceError naming the visible count for an ordinal that does not exist."""
+    if device is None:
+        ctx = getattr(_tls, "want", None) or _ctx
+        if ctx is None:
+            with _lock:
+                ctx = _ctx or _open_context()
+    else:
+        ctx = device_context(device)
+    make_current(ctx)
+    return ctx
+
+
+def device_context(device: Any) -> Context:
+    """The retained primary context of device `device`, without making it current."""
+    ordinal = device_ordinal(device)
+    ctx = _contexts.get(ordinal)
+    if ctx is None:
+        with _lock:
+            if _ctx is None and _ctx_error is None:
+                try:
+                    _open_context()
+                except DeviceError:
+                    pass
+            if _ctx_error is not None:
+                raise DeviceError(_ctx_error)
+            ctx = _contexts.get(ordinal) or _retain(ordinal, "device")
+    return ctx
+
+
+def make_current(ctx: Context) -> None:
+    """Make `ctx` current in this thread (one driver call, skipped when it already is)."""
+    if getattr(_tls, "actual", None) is not ctx:
+        check(driver().cuCtxSetCurrent(ctx.handle), "cuCtxSetCurrent")
+        _tls.actual = ctx
+
+
+@contextlib.contextmanager
+def use_device(device: Any) -> Iterator[Context]:
+    """`with use_device(1): ...` makes device 1 this thread's device inside the block:
+    allocations, loads, streams and tensor maps without a `device=` go there. The previous
+    device is current again afterwards."""
+    ctx = device_context(device)
+    prev = getattr(_tls, "want", None)
+    _tls.want = ctx
+    try:
+        make_current(ctx)
+        yield ctx
+    finally:
+        _tls.want = prev
+        back = prev or _ctx
+        if back is not None:
+            make_current(back)
+
+
+def current_device() -> int:
+    """The ordinal of this thread's device (see `context`)."""
+    return context().ordinal
+
+
+def device_count() -> int:
+    """How many CUDA devices this process sees (0 when there is no usable driver)."""
+    try:
+        context()
+    except DeviceError:
+        return 0
+    return int(check(driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+def _retain(ordinal: int, what: str) -> Context:
+    drv = driver()
+    count = check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
+    if ordinal >= count:
+        raise DeviceError(f"{what}={ordinal}, but only {count} device(s) are visible")
+    dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+    handle = check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    ctx = _contexts[ordinal] = Context(ordinal, dev, handle)
     return ctx
 
 
@@ -135,24 +218,21 @@ def _open_context() -> Context:
         ordinal = _device_ordinal()
         # The binding raises (not returns) when libcuda itself cannot be loaded.
         check(drv.cuInit(0), "cuInit")
-        count = check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
-        if ordinal >= count:
-            raise DeviceError(f"PTXDSL_DEVICE={ordinal}, but only {count} device(s) are visible")
-        dev = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
-        handle = check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        ctx = _contexts.get(ordinal) or _retain(ordinal, "PTXDSL_DEVICE")
     except DeviceError as e:
         _ctx_error = "no CUDA device: " + "; ".join(d.message for d in e.diagnostics)
         raise DeviceError(_ctx_error) from None
     except Exception as e:
         _ctx_error = f"no CUDA device: {type(e).__name__}: {e}"
         raise DeviceError(_ctx_error) from None
-    _ctx = Context(ordinal, dev, handle)
+    _ctx = ctx
     return _ctx
 
 
 def ensure_current() -> None:
-    """Make the primary context current in this thread (a no-op after the first time)."""
-    if _ctx is None or not getattr(_tls, "current", False):
+    """Make this thread's device's primary context current (a no-op when it already is)."""
+    want = getattr(_tls, "want", None) or _ctx
+    if want is None or getattr(_tls, "actual", None) is not want:
         context()
 
 
@@ -165,11 +245,11 @@ def gpu_available() -> bool:
     return True
 
 
-def device_attribute(name: str) -> int:
-    """A `CU_DEVICE_ATTRIBUTE_*` value of the current device, e.g.
+def device_attribute(name: str, device: Any = None) -> int:
+    """A `CU_DEVICE_ATTRIBUTE_*` value of `device` (default: this thread's device), e.g.
     `device_attribute("MULTIPROCESSOR_COUNT")`."""
     drv = driver()
-    ctx = context()
+    ctx = context() if device is None else device_context(device)
     key = name if name.startswith("CU_DEVICE_ATTRIBUTE_") else f"CU_DEVICE_ATTRIBUTE_{name}"
     attr = getattr(drv.CUdevice_attribute, key, None)
     if attr is None:
@@ -177,26 +257,28 @@ def device_attribute(name: str) -> int:
     return int(check(drv.cuDeviceGetAttribute(attr, ctx.device), f"cuDeviceGetAttribute({key})"))
 
 
-def device_info() -> DeviceInfo:
-    """Name, compute capability, SM count and limits of the current device (cached)."""
-    global _info
-    if _info is None:
+def device_info(device: Any = None) -> DeviceInfo:
+    """Name, compute capability, SM count and limits of `device` (default: this thread's
+    device); cached."""
+    ctx = context() if device is None else device_context(device)
+    info = _infos.get(ctx.ordinal)
+    if info is None:
         drv = driver()
-        ctx = context()
         raw = check(drv.cuDeviceGetName(256, ctx.device), "cuDeviceGetName")
-        _info = DeviceInfo(
+        dev = ctx.ordinal
+        info = _infos[ctx.ordinal] = DeviceInfo(
             name=bytes(raw).split(b"\0", 1)[0].decode(errors="replace"),
             ordinal=ctx.ordinal,
             compute_capability=(
-                device_attribute("COMPUTE_CAPABILITY_MAJOR"),
-                device_attribute("COMPUTE_CAPABILITY_MINOR"),
+                device_attribute("COMPUTE_CAPABILITY_MAJOR", dev),
+                device_attribute("COMPUTE_CAPABILITY_MINOR", dev),
             ),
-            sm_count=device_attribute("MULTIPROCESSOR_COUNT"),
-            max_smem_optin=device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
-            max_threads_per_block=device_attribute("MAX_THREADS_PER_BLOCK"),
-            cluster_launch=bool(device_attribute("CLUSTER_LAUNCH")),
+            sm_count=device_attribute("MULTIPROCESSOR_COUNT", dev),
+            max_smem_optin=device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", dev),
+            max_threads_per_block=device_attribute("MAX_THREADS_PER_BLOCK", dev),
+            cluster_launch=bool(device_attribute("CLUSTER_LAUNCH", dev)),
         )
-    return _info
+    return info
 
 
 def stream_handle(stream: Any) -> int:
@@ -222,11 +304,14 @@ def stream_handle(stream: Any) -> int:
         ) from None
 
 
-def synchronize(stream: Any = None) -> None:
-    """Wait for all work on the device (or on `stream`) and raise DeviceError if a kernel
-    faulted; a sticky fault is reported as such."""
+def synchronize(stream: Any = None, device: Any = None) -> None:
+    """Wait for all work on the device (this thread's, or `device`), or on `stream`, and
+    raise DeviceError if a kernel faulted; a sticky fault is reported as such."""
     drv = driver()
-    ensure_current()
+    if device is None:
+        ensure_current()
+    else:
+        make_current(device_context(device))
     if stream is None:
         check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
     else:

@@ -16,7 +16,15 @@ from typing import Any
 from ..errors import DeviceError, LaunchError
 from ..kernelinfo import KernelInfo
 from .args import ArgPacker
-from .driver import check, device_info, driver, ensure_current, failure_message, stream_handle
+from .driver import (
+    check,
+    device_info,
+    driver,
+    ensure_current,
+    failure_message,
+    make_current,
+    stream_handle,
+)
 
 # Opt-in dynamic shared memory per block by target, for checks made before a device is
 # queried (a loaded kernel uses the device's own attribute).
@@ -196,10 +204,16 @@ class Kernel:
         self._max_smem = device_info().max_smem_optin if function is not None else None
         self._launch_ex: Any = None
         self.watchdog: Any = None  # a watchdog.Report when compiled with the hang watchdog
+        self.context: Any = None  # the driver.Context it was loaded in (set by load)
 
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def device(self) -> int | None:
+        """The ordinal of the GPU the kernel was loaded on (None before loading)."""
+        return None if self.context is None else self.context.ordinal
 
     def launch(
         self,
@@ -261,7 +275,11 @@ class Kernel:
             cfg = self._prepare(
                 args, kwargs, grid, block, cluster, smem, sh, key if cacheable else None
             )
-        ensure_current()  # the context is per thread; a new thread must make it current
+        # the context is per thread; a new thread must make it current
+        if self.context is None:
+            ensure_current()
+        else:
+            make_current(self.context)
         with self._lock:
             params = self._packer.pack(args, kwargs)
             err = self._launch_ex(cfg, self.function.handle, params, 0)[0]  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import types as T
 from ..errors import LaunchError
-from .driver import check, driver, ensure_current
+from .driver import check, device_context, driver, ensure_current, make_current
 from .dtypes import f32_to_bf16_bits, scalar_of
 from .interop import ArrayDesc, contiguous_strides
 
@@ -33,18 +33,40 @@ class DeviceArray:
     `elem` is the ptxdsl element type; `dtype` is the numpy dtype that holds it on the host
     (bf16 is held as uint16 bit patterns). Exposes `__cuda_array_interface__`, so
     `torch.as_tensor(a, device="cuda")` and `cupy.asarray(a)` view it without copying.
-    Freed by `free()`, at the end of a `with` block, or when garbage-collected."""
+    Freed by `free()`, at the end of a `with` block, or when garbage-collected.
 
-    __slots__ = ("ptr", "shape", "elem", "dtype", "nbytes", "_owned", "_desc", "__weakref__")
+    `device` is the ordinal of the GPU whose context allocated it or through which it is
+    reached (None: this thread's device); copies and `free` run in that context. A view of
+    memory owned by something else (`owner`, e.g. a VMM allocation) keeps it alive."""
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], elem: T.Scalar, *, owned: bool):
+    __slots__ = ("ptr", "shape", "elem", "dtype", "nbytes", "device", "_owned", "_owner",
+                 "_desc", "__weakref__")  # fmt: skip
+
+    def __init__(
+        self,
+        ptr: int,
+        shape: tuple[int, ...],
+        elem: T.Scalar,
+        *,
+        owned: bool,
+        device: int | None = None,
+        owner: Any = None,
+    ):
         self.ptr = ptr
         self.shape = shape
         self.elem = elem
         self.dtype = T.numpy_dtype(elem)
         self.nbytes = prod(shape) * elem.nbytes
+        self.device = device
         self._owned = owned
+        self._owner = owner
         self._desc = ArrayDesc(ptr, shape, contiguous_strides(shape, elem.nbytes), elem)
+
+    def _current(self) -> None:
+        if self.device is None:
+            ensure_current()
+        else:
+            make_current(device_context(self.device))
 
     def _check_alive(self) -> None:
         if self.ptr == 0 and self.nbytes:
@@ -91,7 +113,7 @@ class DeviceArray:
                 f"got {out.dtype} with {out.nbytes} bytes"
             )
         if self.nbytes:
-            ensure_current()
+            self._current()
             check(driver().cuMemcpyDtoH(out, self.ptr, self.nbytes), "cuMemcpyDtoH")
         return out
 
@@ -109,14 +131,15 @@ class DeviceArray:
             )
         self._check_alive()
         if self.nbytes:
-            ensure_current()
+            self._current()
             check(driver().cuMemcpyHtoD(self.ptr, src, self.nbytes), "cuMemcpyHtoD")
 
     def free(self) -> None:
         """Release the memory now; later use of the array raises."""
         ptr, self.ptr = self.ptr, 0
+        self._owner = None
         if ptr and self._owned:
-            ensure_current()
+            self._current()
             check(driver().cuMemFree(ptr), "cuMemFree")
 
     def __enter__(self) -> DeviceArray:
@@ -137,31 +160,40 @@ class DeviceArray:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"DeviceArray(shape={self.shape}, dtype={self.elem}, ptr=0x{self.ptr:x})"
+        where = "" if self.device is None else f", device={self.device}"
+        return f"DeviceArray(shape={self.shape}, dtype={self.elem}, ptr=0x{self.ptr:x}{where})"
 
 
-def empty(shape: Any, dtype: Any = "f32") -> DeviceArray:
-    """An uninitialised device array; `dtype` is a ptxdsl type name, Scalar or numpy dtype."""
+def empty(shape: Any, dtype: Any = "f32", device: int | None = None) -> DeviceArray:
+    """An uninitialised device array; `dtype` is a ptxdsl type name, Scalar or numpy dtype;
+    `device` the GPU ordinal it lives on (default: this thread's device)."""
     shape = _shape_of(shape)
     elem = scalar_of(dtype)
     nbytes = prod(shape) * elem.nbytes
+    if device is not None:
+        ctx = device_context(device)  # checks the ordinal before anything is allocated
+        device = ctx.ordinal
     ptr = 0
     if nbytes:
-        ensure_current()
+        if device is None:
+            ensure_current()
+        else:
+            make_current(ctx)
         ptr = int(check(driver().cuMemAlloc(nbytes), "cuMemAlloc"))
-    return DeviceArray(ptr, shape, elem, owned=True)
+    return DeviceArray(ptr, shape, elem, owned=True, device=device)
 
 
-def zeros(shape: Any, dtype: Any = "f32") -> DeviceArray:
+def zeros(shape: Any, dtype: Any = "f32", device: int | None = None) -> DeviceArray:
     """A device array filled with zero bytes."""
-    arr = empty(shape, dtype)
+    arr = empty(shape, dtype, device)
     if arr.nbytes:
+        arr._current()
         check(driver().cuMemsetD8(arr.ptr, 0, arr.nbytes), "cuMemsetD8")
     return arr
 
 
-def to_device(array: Any, dtype: Any = None) -> DeviceArray:
-    """Copy a host array to a new device array.
+def to_device(array: Any, dtype: Any = None, device: int | None = None) -> DeviceArray:
+    """Copy a host array to a new device array (on GPU `device`, default this thread's).
 
     `dtype` converts the data first; with `dtype="bf16"` a float array is rounded to bf16
     and a uint16 array is taken as bf16 bit patterns."""
@@ -174,6 +206,6 @@ def to_device(array: Any, dtype: Any = None) -> DeviceArray:
     host = np.asarray(host, dtype=T.numpy_dtype(elem))
     if not host.flags.c_contiguous:
         host = host.copy(order="C")
-    out = empty(host.shape, elem)
+    out = empty(host.shape, elem, device)
     out.copy_from_host(host)
     return out

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..errors import LaunchError
 from ..kernelinfo import PtxModule
 from .compile import cache_key, ptx_to_cubin
-from .driver import check, context, driver
+from .driver import check, context, driver, use_device
 from .launch import Kernel, LoadedFunction
 
 
@@ -58,11 +58,16 @@ class LoadedModule:
         return f"LoadedModule(kernels={list(self.kernels)})"
 
 
-def load(ptx_module: PtxModule) -> LoadedModule:
-    """Compile (cached) and load `ptx_module` in the current device's primary context.
+def load(ptx_module: PtxModule, device: int | None = None) -> LoadedModule:
+    """Compile (cached) and load `ptx_module` in the primary context of `device` (default:
+    this thread's device, see `use_device`). Its kernels launch on that device from any
+    thread, whichever device is current.
 
     Raises CompileError when ptxas rejects the PTX and LaunchError when a KernelInfo names a
     kernel the PTX does not define."""
+    if device is not None:
+        with use_device(device):
+            return load(ptx_module)
     ctx = context()
     names = [k.name for k in ptx_module.kernels]
     key = cache_key(ptx_module.ptx, ptx_module.arch)
@@ -85,6 +90,7 @@ def load(ptx_module: PtxModule) -> LoadedModule:
         kernels = {k.name: Kernel(k, _function(mod, k.name)) for k in ptx_module.kernels}
         for k in kernels.values():
             k.watchdog = mod.watchdog
+            k.context = ctx
         result = _loaded[loaded_key] = LoadedModule(ptx_module, cubin, info_log, kernels)
     return result
 

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from .driver import check, driver, ensure_current, stream_handle
+from .driver import check, device_context, driver, ensure_current, make_current, stream_handle
+
+
+def _current(device: int | None) -> None:
+    if device is None:
+        ensure_current()
+    else:
+        make_current(device_context(device))
 
 
 class Stream:
     """A CUDA stream. `non_blocking=False` (the default) keeps it ordered with the legacy
-    default stream, so ptxdsl's synchronous copies wait for kernels launched on it."""
+    default stream, so ptxdsl's synchronous copies wait for kernels launched on it.
+    `device`: the GPU ordinal it belongs to (default: this thread's device)."""
 
-    def __init__(self, non_blocking: bool = False):
+    def __init__(self, non_blocking: bool = False, device: int | None = None):
         drv = driver()
-        ensure_current()
+        _current(device)
         flags = drv.CUstream_flags
         flag = flags.CU_STREAM_NON_BLOCKING if non_blocking else flags.CU_STREAM_DEFAULT
         self.handle: int = int(check(drv.cuStreamCreate(flag), "cuStreamCreate"))
@@ -43,11 +51,11 @@ class Stream:
 
 class Event:
     """A CUDA event; `end - start` (or `start.elapsed_ms(end)`) is the time between two
-    recorded events in milliseconds."""
+    recorded events in milliseconds. `device`: the GPU ordinal it belongs to."""
 
-    def __init__(self, timing: bool = True):
+    def __init__(self, timing: bool = True, device: int | None = None):
         drv = driver()
-        ensure_current()
+        _current(device)
         flags = drv.CUevent_flags
         flag = flags.CU_EVENT_DEFAULT if timing else flags.CU_EVENT_DISABLE_TIMING
         self.handle = check(drv.cuEventCreate(flag), "cuEventCreate")

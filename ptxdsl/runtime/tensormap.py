@@ -40,9 +40,13 @@ class TensorMap:
     l2_promotion: "none", "64B", "128B", "256B"; oob_fill: "zero" or "nan".
 
     Encodings are cached by all inputs: building the same map again does not call the
-    driver (see `encode_cache_info`)."""
+    driver (see `encode_cache_info`).
 
-    __slots__ = ("spec", "raw", "_buffer")
+    `device`: the GPU whose kernels will use the map. When given, the memory is checked to
+    be reachable from it (its own, VMM memory mapped for it, or a peer's with peer access
+    enabled) and PeerAccessError names the fix otherwise; see peer.check_reachable."""
+
+    __slots__ = ("spec", "raw", "device", "_buffer")
 
     def __init__(
         self,
@@ -62,6 +66,7 @@ class TensorMap:
         pixel_box_upper: Any = None,
         channels_per_pixel: int | None = None,
         pixels_per_column: int | None = None,
+        device: Any = None,
     ):
         address, elem, shape_t, strides_t = _resolve_source(source, dtype, shape, strides)
         rank = len(shape_t)
@@ -94,6 +99,11 @@ class TensorMap:
         if errors:
             raise LaunchError([Diagnostic(m) for m in errors])
         self.spec = spec
+        self.device = device
+        if device is not None:
+            from .peer import check_reachable
+
+            check_reachable(address, device, "the tensor map's memory")
         self.raw: bytes = _encode(spec)
         self._buffer: np.ndarray | None = None
 
