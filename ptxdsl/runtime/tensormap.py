@@ -247,6 +247,10 @@ def _driver_encode(spec: TensorMapSpec) -> bytes:
     # The driver lists dimensions innermost first, and dim 0's stride is implicit.
     dims = [u64(d) for d in reversed(spec.shape)]
     strides = [u64(s) for s in reversed(spec.strides[:-1])]
+    # A rank-1 map has no strides, but an empty list reaches the driver as NULL, which it
+    # rejects (CUDA_ERROR_INVALID_VALUE, seen on the H200 with cuda-bindings 13.3): pass
+    # one placeholder that the driver does not read.
+    strides = strides or [u64(0)]
     estrides = [u32(e) for e in reversed(spec.element_strides)]
     if spec.mode == "tiled":
         box = [u32(b) for b in reversed(spec.box)]
