@@ -204,3 +204,21 @@ def test_watchdog_turns_a_hang_into_an_error():
     assert "watchdog: kernel 'hang'" in r.stdout
     assert "parity 0 of mbarrier done" in r.stdout
     assert ":12:5" in r.stdout  # the mbarrier_wait line
+
+
+def test_sanitizer_reports_a_planted_out_of_bounds_write(tmp_path):
+    """`ptxdsl run --sanitize memcheck` finds what memcheck finds (needs compute-sanitizer)."""
+    from ptxdsl.sanitize import sanitize
+
+    (tmp_path / "oob.ptxdsl").write_text(
+        "kernel oob(dst: ptr<f32>) threads(32) {\n"
+        "    dst[%tid.x + 40] = 1.0;\n"  # 8 elements past the end of a 32-element array
+        "}\n")
+    (tmp_path / "oob.py").write_text(
+        "import numpy as np\n"
+        "def example(rng):\n"
+        "    return {'grid': 1, 'outputs': {'dst': np.zeros(32, np.float32)},\n"
+        "            'expected': {'dst': np.ones(32, np.float32)}}\n")
+    (run,) = sanitize(str(tmp_path / "oob.ptxdsl"), ["memcheck"])
+    assert run.status == "findings", run.output
+    assert "Invalid __global__ write of size 4" in run.output
