@@ -73,8 +73,11 @@ class Program:
 
 
 def compile(source: str | Path | KernelDef, arch: str | None = None,
-            watchdog_ms: int = 0) -> Program:
+            watchdog_ms: int = 0, defines: dict[str, object] | None = None) -> Program:
     """Compile .ptxdsl text, a .ptxdsl file path, or a @ptxdsl.kernel function.
+
+    `defines` gives the compile-time kernel parameters of .ptxdsl source their values, as
+    `-D NAME=VALUE` does on the command line: `compile("norms.ptxdsl", defines={"N": 4096})`.
 
     `watchdog_ms` > 0 makes every mbarrier wait give up after that long: the launch then
     raises DeviceError naming the barrier, parity, role, source line, block and thread
@@ -84,8 +87,8 @@ def compile(source: str | Path | KernelDef, arch: str | None = None,
     if isinstance(source, Path) or (isinstance(source, str) and source.endswith(".ptxdsl")
                                     and "\n" not in source and "{" not in source):
         src = read_source(source)
-        return Program(parse(src.text, src.name), arch, src.name, watchdog_ms)
-    return Program(parse(str(source)), arch, watchdog_ms=watchdog_ms)
+        return Program(parse(src.text, src.name, defines), arch, src.name, watchdog_ms)
+    return Program(parse(str(source), defines=defines), arch, watchdog_ms=watchdog_ms)
 
 
 class KernelDef:

@@ -4,6 +4,7 @@ KernelBuilder as the Python API, in source order."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 
 import lark
@@ -39,12 +40,17 @@ def parse_tree(source: Source) -> lark.Tree:
         raise CompileError(_syntax_error(source, e)) from None
 
 
-def parse(text: str, filename: str = "<string>") -> ir.Module:
-    """Parse .ptxdsl text into IR; raises CompileError with every problem found."""
+def parse(text: str, filename: str = "<string>",
+          defines: Mapping[str, object] | None = None) -> ir.Module:
+    """Parse .ptxdsl text into IR; raises CompileError with every problem found.
+
+    `defines` gives compile-time kernel parameters their values (`{"N": 4096}`; strings are
+    read as the command line's `-D N=4096` is): each kernel that declares the parameter is
+    instantiated with it, and the IR holds the instantiated kernels."""
     source = Source(filename, text)
     tree = parse_tree(source)
     diags = DiagnosticBag()
-    module = _Walker(source, diags).module(tree)
+    module = _Walker(source, diags, dict(defines or {})).module(tree)
     diags.raise_if_any()
     return module
 
@@ -69,9 +75,9 @@ def read_source(path: str | Path) -> Source:
     return Source(name, text)
 
 
-def parse_file(path: str | Path) -> ir.Module:
+def parse_file(path: str | Path, defines: Mapping[str, object] | None = None) -> ir.Module:
     source = read_source(path)
-    return parse(source.text, source.name)
+    return parse(source.text, source.name, defines)
 
 
 # ----------------------------------------------------------------------------- syntax errors
@@ -134,10 +140,16 @@ _COMPOUND = {"+=": "add", "-=": "sub", "*=": "mul", "/=": "div", "%=": "rem", "&
 
 
 class _Walker:
-    def __init__(self, source: Source, diags: DiagnosticBag):
+    def __init__(self, source: Source, diags: DiagnosticBag,
+                 defines: dict[str, object] | None = None):
         self.source = source
         self.diags = diags
         self.b: KernelBuilder | None = None
+        self.defines = defines or {}
+        self.used_defines: set[str] = set()
+        # module-level constants, and each kernel's compile-time parameters while its
+        # header is read, live in a builder of their own
+        self.consts = KernelBuilder("<constants>", threads=1, diags=diags)
 
     def span(self, node: lark.Tree | lark.Token) -> Span | None:
         if isinstance(node, lark.Token):
@@ -153,6 +165,10 @@ class _Walker:
         kernels = []
         seen: dict[str, Span | None] = {}
         for k in tree.children:
+            if k.data in ("const_decl", "static_assert"):
+                self.b = self.consts
+                getattr(self, "s_" + k.data)(k)
+                continue
             kern = self.kernel(k)
             if kern.name in seen:
                 from .errors import Note
@@ -161,6 +177,7 @@ class _Walker:
                                  Note("first defined here", seen[kern.name]))
             seen[kern.name] = kern.loc
             kernels.append(kern)
+        self.check_defines(tree)
         if not kernels:
             self.diags.error("no kernel in this file (expected 'kernel name(...) threads(N) "
                              "{ ... }')", Span(self.source, 0, 0))
@@ -171,12 +188,19 @@ class _Walker:
         block = rest[-1]
         attrs = [c for c in rest if isinstance(c, lark.Tree) and c.data == "attr"]
         params = [c for c in rest if isinstance(c, lark.Tree) and c.data == "param"]
+        generics = [c for c in rest if isinstance(c, lark.Tree) and c.data == "generics"]
         loc = self.span(name_tok)
+        self.consts.push()
+        self.b = self.consts
+        for g in generics:
+            self.generics(str(name_tok), g)
         settings: dict[str, object] = {}
         for a in attrs:
-            key_tok, *vals = a.children
+            key_tok, vals = a.children
             key = str(key_tok)
-            nums = tuple(int(str(v), 0) for v in vals)
+            nums = tuple(self.const_int(v, f"{key}()") for v in vals.children)
+            if any(n is None for n in nums):
+                continue
             if key not in ("threads", "cluster", "maxnreg", "minctas"):
                 self.diags.error(f"unknown kernel attribute '{key}'; expected threads, cluster, "
                                  "maxnreg or minctas", self.span(key_tok))
@@ -194,6 +218,9 @@ class _Walker:
             self.diags.error(f"kernel '{name_tok}' needs a thread count: threads(N)", loc)
             settings["threads"] = (1,)
         b = KernelBuilder(str(name_tok), loc=loc, diags=self.diags, **settings)  # type: ignore[arg-type]
+        for frame in self.consts.frames:  # module constants and compile-time parameters
+            b.frames[0].names.update(frame.names)
+        self.consts.pop()
         self.b = b
         for p in params:
             pname, ptype = p.children
@@ -237,30 +264,64 @@ class _Walker:
         if elem is None:
             self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
             return None
-        shape = tuple(int(str(d), 0) for d in dims.children)
-        return str(name), elem, shape, int(str(align), 0) if align else None, self.span(t)
+        shape = tuple(self.const_int(d, "a buffer dimension") for d in dims.children)
+        a = self.const_int(align, "an alignment") if align is not None else None
+        if any(d is None for d in shape) or (align is not None and a is None):
+            return None
+        return str(name), elem, shape, a, self.span(t)
 
     def s_shared_decl(self, t: lark.Tree) -> None:
         spec = self.buffer_spec(t)
         if spec is not None:
             self.b.shared(*spec)
+        elif T.SCALARS.get(str(t.children[1])) is not None:  # a constant was wrong
+            self.b.poison(str(t.children[0]), self.span(t))
 
     def s_barrier_decl(self, t: lark.Tree) -> None:
         name, n, count = t.children
-        self.b.mbarrier(str(name), int(str(n), 0) if n is not None else 0, int(str(count), 0),
-                        self.span(t))
+        size = self.const_int(n, "an mbarrier array size") if n is not None else 0
+        c = self.const_int(count, "an arrival count")
+        if size is None or c is None:
+            self.b.poison(str(name), self.span(t))
+        else:
+            self.b.mbarrier(str(name), size, c, self.span(t))
 
     def s_pipeline_decl(self, t: lark.Tree) -> None:
         name, stages, *bufs = t.children
-        specs = [s for s in map(self.buffer_spec, bufs) if s is not None]
-        self.b.pipeline(str(name), int(str(stages), 0), specs, self.span(t))
+        specs = [self.buffer_spec(b) for b in bufs]
+        n = self.const_int(stages, "a stage count")
+        if n is None or None in specs:
+            self.b.poison(str(name), self.span(t))
+        else:
+            self.b.pipeline(str(name), n, specs, self.span(t))
 
     def s_role_stmt(self, t: lark.Tree) -> None:
         name, start, stop, regs, body = t.children
-        header = self.b.role_begin(str(name), int(str(start), 0), int(str(stop), 0),
-                                   int(str(regs), 0) if regs is not None else None, self.span(name))
+        first, last = self.const_int(start, "a warp index"), self.const_int(stop, "a warp index")
+        nregs = self.const_int(regs, "a register count") if regs is not None else None
+        header = self.b.role_begin(str(name), first or 0, last or 0, nregs, self.span(name))
         self.block(body)
         self.b.role_end(header, self.span(t))
+
+    def s_const_decl(self, t: lark.Tree) -> None:
+        name, ty, value = t.children
+        const_type = self.type(ty) if ty is not None else None
+        if ty is not None and const_type is None:
+            return
+        self.b.const(str(name), const_type, self.expr(value), self.span(t))
+
+    def s_static_assert(self, t: lark.Tree) -> None:
+        cond, message = t.children
+        text = self.source.text[cond.meta.start_pos:cond.meta.end_pos] \
+            if isinstance(cond, lark.Tree) else str(cond)
+        self.b.static_assert(self.expr(cond), _unescape(str(message)[1:-1]) if message else None,
+                             text, self.span(t))
+
+    def s_async_stmt(self, t: lark.Tree) -> None:
+        name, body = t.children
+        header = self.b.async_begin(str(name), self.span(name))
+        self.block(body)
+        self.b.async_end(header, self.span(t))
 
     def s_let_stmt(self, t: lark.Tree) -> None:
         name, ty, value = t.children
@@ -340,6 +401,49 @@ class _Walker:
         text = _unescape(str(template)[1:-1])
         out_names = [(str(o), self.span(o)) for o in outs.children] if outs is not None else []
         self.b.asm(text, out_names, self.args(args), self.span(t))
+
+    # ------------------------------------------------------------------ compile time
+
+    def const_int(self, t: lark.Tree, what: str) -> int | None:
+        return self.b.const_int(self.expr(t), what, self.span(t))
+
+
+
+    def generics(self, kernel: str, tree: lark.Tree) -> None:
+        """Declare a kernel's compile-time parameters with their values: given from outside
+        (-D / defines), else the default, else an error that says how to give one."""
+        for g in tree.children:
+            name_tok, ty_tree, default = g.children
+            name = str(name_tok)
+            ty = self.type(ty_tree)
+            loc = self.span(g)
+            if ty is None:
+                continue
+            if not isinstance(ty, T.Scalar):
+                self.diags.error(f"compile-time parameter '{name}' has type {ty}; compile-time "
+                                 "parameters are scalars (u32, f32, pred, ...)", loc)
+                continue
+            if name in self.defines:
+                self.used_defines.add(name)
+                lit = self.consts.generic_value(name, ty, self.defines[name], loc)
+                if lit is None or self.consts.const(name, ty, lit, loc) is None:
+                    self.consts.poison(name, loc)
+            elif default is not None:
+                if self.consts.const(name, ty, self.expr(default), loc) is None:
+                    self.consts.poison(name, loc)
+            else:
+                self.consts.poison(name, loc)
+                self.diags.error(f"kernel '{kernel}' needs a value for its compile-time "
+                                 f"parameter '{name}': pass -D {name}=... (defines={{'{name}': "
+                                 f"...}} from Python) or give a default ({name}: {ty} = ...)",
+                                 loc)
+
+    def check_defines(self, tree: lark.Tree) -> None:
+        for name in self.defines:
+            if name not in self.used_defines:
+                self.diags.error(f"-D {name}: no kernel in this file has a compile-time "
+                                 f"parameter '{name}' (write kernel k<{name}: u32>(...))",
+                                 Span(self.source, 0, 0))
 
     # ------------------------------------------------------------------ expressions
 

@@ -2,7 +2,8 @@
 
 A sample's Python twin provides `example(rng, ...) -> dict` with:
   grid          launch grid
-  inputs        {param: numpy array or scalar}: arrays go to the device (bf16 as uint16 bits)
+  inputs        {param: numpy array or scalar}: arrays go to the device (bf16 as ml_dtypes'
+                bfloat16 arrays, or uint16 bit patterns)
   outputs       {param: numpy array}: shape/dtype templates; poisoned on the device first
   tensor_maps   {param: TensorMap options}: the map wraps the device array of the same name
   expected      {param: numpy array}: the reference (float arrays compare with rtol/atol)
@@ -57,8 +58,10 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 
 
 def _as_float(a: np.ndarray, t: T.Scalar | None) -> np.ndarray:
-    if t is not None and t.name == "bf16":
+    if t is not None and t.name == "bf16" and a.dtype == np.uint16:
         return bf16_to_f32(a)
+    if a.dtype.kind == "V":  # ml_dtypes' bfloat16 / fp8
+        return a.astype(np.float64)
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
 

@@ -28,6 +28,7 @@ from .common import (
     int_range,
     is_err,
     is_int,
+    untyped,
 )
 from .scope import Scope
 
@@ -48,6 +49,12 @@ class Expressions(Scope):
             return ir.BarrierObj(name=name, type=sym.type, loc=loc)
         if sym.kind == "pipeline":
             return ir.PipelineObj(name=name, type=sym.type, loc=loc)
+        if sym.kind == "const":
+            if sym.decl is None:  # its value was wrong, and said so
+                return ir.Const(value=0, type=T.error, loc=loc)
+            return Lit(sym.decl.value, loc, sym.decl.type)
+        if sym.kind == "async":
+            return ir.AsyncObj(name=name, type=sym.type, loc=loc)
         return ir.Var(name=name, type=sym.type, loc=loc)
 
     def sreg(self, name: str, loc: Span | None = None) -> ir.Expr:
@@ -65,6 +72,9 @@ class Expressions(Scope):
             return ir.Const(value=0, type=T.error, loc=loc)
         if not isinstance(ty, T.Scalar):
             return self.error(f"a literal cannot be used as {ty}", loc)
+        if lit.type is not None and lit.type != ty:
+            return self.error(f"expected {ty}, got the {lit.type} constant {_show(v)} (convert "
+                              f"it with 'as {ty}')", loc)
         if ty.is_pred:
             if isinstance(v, bool):
                 return ir.Const(value=v, type=ty, loc=loc)
@@ -81,6 +91,8 @@ class Expressions(Scope):
         return ir.Const(value=v, type=ty, loc=loc)
 
     def default_type(self, lit: Lit) -> T.Scalar:
+        if lit.type is not None:
+            return lit.type
         if isinstance(lit.value, bool):
             return T.pred
         return T.f32 if isinstance(lit.value, float) else T.u32
@@ -135,13 +147,13 @@ class Expressions(Scope):
             return self._fold(op, a, b, loc)
         # pointer arithmetic: ptr + integer (in elements)
         if op in ("add", "sub") and not isinstance(a, Lit) and isinstance(a.type, T.Ptr):
-            off = self.value(b, None if not isinstance(b, Lit) else T.u64)
+            off = self.value(b, T.u64 if untyped(b) else None)
             if not is_err(off.type) and not (isinstance(off.type, T.Scalar) and off.type.is_int):
                 return self.error(f"a pointer offset must be an integer, got {off.type}", loc)
             return ir.Binary(op=op, a=a, b=off, type=a.type, loc=loc)
         if op in SHIFT_OPS:
             ea = self.value(a)
-            eb = self.value(b, T.u32) if isinstance(b, Lit) else self.rvalue(b)
+            eb = self.value(b, T.u32 if untyped(b) else None)
             for e in (ea, eb):
                 if not is_err(e.type) and not is_int(e.type):
                     return self.error(f"operands of '{sym}' must be integers, got {e.type}", loc)
@@ -173,6 +185,42 @@ class Expressions(Scope):
         return ir.Binary(op=op, a=ea, b=eb, type=ty, loc=loc)
 
     def _fold(self, op: str, a: Lit, b: Lit, loc: Span | None) -> Lit:
+        ty = self.const_type(a, b, op, loc)
+        if ty is False:
+            return Lit(0, loc)
+        if ty is not None:  # the untyped side takes the type, as it would for a register
+            a, b = (self.const_of(a, ty), b) if op in SHIFT_OPS else \
+                (self.const_of(a, ty), self.const_of(b, ty))
+            if a is None or b is None:
+                return Lit(0, loc)
+        r = self._fold_value(op, a, b, loc)
+        if ty is None or op in ("land", "lor"):
+            return r
+        return self.const_of(Lit(r.value, loc), ty) or Lit(0, loc)
+
+    def const_type(self, a: Lit, b: Lit, op: str, loc: Span | None) -> T.Scalar | None | bool:
+        """The type of a constant expression of `a` and `b` (None: both untyped); False after
+        reporting operands of different types."""
+        if op in SHIFT_OPS:
+            return a.type
+        if a.type is not None and b.type is not None and a.type != b.type:
+            self.diags.error(f"operands of '{BINARY_SYMBOL.get(op, op)}' have different types: "
+                             f"{a.type} and {b.type} (convert one with 'as')", loc)
+            return False
+        return a.type or b.type
+
+    def const_of(self, lit: Lit, ty: T.Scalar) -> Lit | None:
+        """`lit` as a constant of type `ty` (range-checked), or None after an error."""
+        v = lit.value
+        if lit.type is None or lit.type == ty:
+            e = self.lit_expr(Lit(v, lit.loc), ty)
+        else:
+            e = self.lit_expr(lit, ty)
+        if not isinstance(e, ir.Const) or is_err(e.type):
+            return None
+        return Lit(e.value, lit.loc, ty)
+
+    def _fold_value(self, op: str, a: Lit, b: Lit, loc: Span | None) -> Lit:
         x, y = a.value, b.value
         try:
             if op == "add":
@@ -208,6 +256,8 @@ class Expressions(Scope):
             import operator as o
 
             f = {"eq": o.eq, "ne": o.ne, "lt": o.lt, "le": o.le, "gt": o.gt, "ge": o.ge}[op]
+            if self.const_type(a, b, op, loc) is False:
+                return Lit(False, loc)
             return Lit(bool(f(a.value, b.value)), loc)
         ea, eb = self.unify(a, b, COMPARE_SYMBOL[op], loc)
         if is_err(ea.type) or is_err(eb.type):
@@ -219,6 +269,11 @@ class Expressions(Scope):
         return ir.Compare(op=op, a=ea, b=eb, type=T.pred, loc=loc)
 
     def unary(self, op: str, x: Operand, loc: Span | None = None) -> Operand:
+        if isinstance(x, Lit) and x.type is not None:
+            if op == "neg" and (x.type.kind == "u" or x.type.is_pred or x.type.kind == "b"):
+                return self.error(f"cannot negate {x.type}; only signed integers and floats", loc)
+            r = self.unary(op, Lit(x.value, x.loc), loc)
+            return self.const_of(r, x.type) or Lit(0, loc) if isinstance(r, Lit) else r
         if isinstance(x, Lit):
             v = x.value
             if op == "neg" and not isinstance(v, bool):
@@ -244,8 +299,7 @@ class Expressions(Scope):
         if ty is None:
             return ir.Const(value=0, type=T.error, loc=loc)
         if isinstance(x, Lit):
-            return self.lit_expr(x, ty) if isinstance(ty, T.Scalar) else self.error(
-                f"cannot convert a literal to {ty}", loc)
+            return self.cast_const(x, ty, loc)
         e = self.rvalue(x)
         if is_err(e.type):
             return e
@@ -257,6 +311,18 @@ class Expressions(Scope):
         if e.type == ty:
             return e
         return ir.Cast(x=e, type=ty, loc=loc)
+
+    def cast_const(self, x: Lit, ty: T.Type, loc: Span | None) -> Operand:
+        """A constant converted at compile time: still a constant, now typed `ty` (a float
+        becomes an integer by truncation, as `cvt.rzi` would)."""
+        if not isinstance(ty, T.Scalar):
+            return self.error(f"cannot convert a constant to {ty}", loc)
+        v = x.value
+        if ty.is_int and isinstance(v, float) and x.type is not None:
+            v = int(v)
+        r = self.const_of(Lit(v, x.loc), ty)
+        return Lit(r.value, loc, ty) if r is not None else ir.Const(value=0, type=T.error,
+                                                                   loc=loc)
 
     def index(self, base: ir.Expr, idx: list[Operand], loc: Span | None = None) -> ir.Expr:
         ty = base.type
@@ -278,7 +344,7 @@ class Expressions(Scope):
             if len(idx) != 1:
                 return self.error(f"a pointer takes one index, got {len(idx)}", loc)
             i = idx[0]
-            e = self.lit_expr(i, T.u32 if 0 <= i.value < 2**32 else T.u64) \
+            e = self.lit_expr(i, i.type or (T.u32 if 0 <= i.value < 2**32 else T.u64)) \
                 if isinstance(i, Lit) and isinstance(i.value, int) else self.value(i)
             if not is_err(e.type) and not is_int(e.type):
                 return self.error(f"an index must be an integer, got {e.type}", e.loc)
@@ -317,7 +383,7 @@ class Expressions(Scope):
         return False
 
     def _index_value(self, x: Operand) -> ir.Expr:
-        e = self.value(x, T.u32) if isinstance(x, Lit) else self.rvalue(x)
+        e = self.value(x, T.u32 if untyped(x) else None)
         if not is_err(e.type) and e.type not in (T.u32, T.s32):
             return self.error(f"a shared-memory index must be u32 or s32, got {e.type}", e.loc)
         return e
@@ -366,7 +432,7 @@ class Expressions(Scope):
         if fn in FLOAT_UNARY:
             if not arity(1):
                 return Lit(0, loc)
-            x = self.value(args[0], T.f32 if isinstance(args[0], Lit) else None)
+            x = self.value(args[0], T.f32 if untyped(args[0]) else None)
             ok = (T.f32, T.f64) if fn in ("sqrt", "rcp") else (T.f32,)
             if not is_err(x.type) and x.type not in ok:
                 return self.error(f"{fn}() takes {' or '.join(map(str, ok))}, got {x.type}", loc)
@@ -382,8 +448,9 @@ class Expressions(Scope):
         if fn == "fma":
             if not arity(3):
                 return Lit(0, loc)
-            typed = next((a for a in args if not isinstance(a, Lit)), None)
-            want = self.rvalue(typed).type if typed is not None else T.f32
+            typed = next((a for a in args if not untyped(a)), None)
+            want = (typed.type if isinstance(typed, Lit) else self.rvalue(typed).type) \
+                if typed is not None else T.f32
             xs = tuple(self.value(a, want) for a in args)
             if not is_err(want) and (not isinstance(want, T.Scalar) or not want.is_float):
                 return self.error(f"fma() takes floats, got {want}", loc)
@@ -405,6 +472,8 @@ class Expressions(Scope):
 
     def vload(self, place: ir.Expr, width: Operand, loc: Span | None) -> ir.Expr:
         ty = place.type
+        if is_err(ty):
+            return ir.Const(value=0, type=T.error, loc=loc)
         if not isinstance(width, Lit) or not isinstance(width.value, int):
             return self.error("the vector width of vload must be a constant", loc)
         if isinstance(ty, T.SharedRef) and ty.shape == ():
@@ -419,3 +488,7 @@ class Expressions(Scope):
             return self.error(f"no {width.value}-wide vector of {elem}: a vector is 4, 8 or 16 "
                               "bytes", loc)
         return ir.Load(ref=place, type=vt, loc=loc)
+
+
+def _show(v: object) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else repr(v)

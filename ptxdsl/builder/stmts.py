@@ -19,11 +19,11 @@ from .common import (
     is_err,
     is_int,
 )
-from .decls import Declarations
+from .oneshot import OneShot
 from .operands import check_op
 
 
-class KernelBuilder(Declarations):
+class KernelBuilder(OneShot):
     """Builds one ir.Kernel. Methods take IR expressions or `Lit`s and a span."""
 
     def assign(self, name: str, value: Operand, loc: Span | None = None,
@@ -82,7 +82,7 @@ class KernelBuilder(Declarations):
             self.diags.error("role_sync() synchronises the threads of a role; use it inside a "
                              "role", loc)
             return
-        node = check_op(self, d, args, loc)
+        node = check_op(self, d, self.async_operands(d, args, loc), loc)
         if isinstance(node, (ir.Acquire, ir.Commit, ir.Wait, ir.Release)):
             self.pipeline_op(type(node), node.pipe, loc)
             return
@@ -109,7 +109,9 @@ class KernelBuilder(Declarations):
                    loc: Span | None = None, unroll: bool = False) -> tuple:
         """Types the bounds and opens the body scope with the loop variable declared."""
         typed = next((x for x in (start, stop, step) if isinstance(x, ir.Expr)), None)
-        ty = self.rvalue(typed).type if typed is not None else T.u32
+        const_ty = next((x.type for x in (start, stop, step) if isinstance(x, Lit) and x.type),
+                        T.u32)
+        ty = self.rvalue(typed).type if typed is not None else const_ty
         if not is_err(ty) and not is_int(ty):
             self.diags.error(f"loop bounds must be integers, got {ty}", loc)
             ty = T.error
@@ -118,7 +120,9 @@ class KernelBuilder(Declarations):
         sc = self.value(step if step is not None else Lit(1, loc), ty)
         if isinstance(sc, ir.Const) and sc.value == 0 and not is_err(sc.type):
             self.diags.error("loop step must not be zero", sc.loc)
-        if unroll:
+        if unroll and any(is_err(x.type) for x in (st, sp, sc)):
+            pass  # already reported
+        elif unroll:
             consts = [x for x in (st, sp, sc) if isinstance(x, ir.Const)]
             if len(consts) != 3:
                 self.diags.error("an 'unroll' loop needs constant bounds and step", loc)

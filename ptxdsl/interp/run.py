@@ -120,8 +120,8 @@ def _grid(grid: int | tuple[int, ...]) -> tuple[int, int, int]:
 
 def _holds(elem: T.Scalar, dtype: np.dtype) -> bool:
     """Whether numpy data of `dtype` may stand for elements of `elem`."""
-    if dtype == T.numpy_dtype(elem):
-        return True
+    if dtype == T.numpy_dtype(elem) or (elem == T.bf16 and dtype == np.uint16):
+        return True  # bf16 as bfloat16, or as uint16 bit patterns
     try:
         return compatible(elem, scalar_of(dtype))
     except LaunchError:

@@ -62,7 +62,7 @@ class _BulkCopy(OpDef):
     def omitted(self, n: Any, name: str) -> bool:
         if name == "nbytes":
             return const_int(n.nbytes) == getattr(n, self.smem_key).type.nbytes
-        return isinstance(getattr(n, name), ir.StageBarrier)
+        return isinstance(getattr(n, name), (ir.StageBarrier, ir.AsyncBarrier))
 
     def check(self, n: Any, err: ErrorFn) -> None:
         smem, size = getattr(n, self.smem_key), const_int(n.nbytes)

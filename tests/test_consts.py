@@ -1,0 +1,124 @@
+"""Compile-time constants (`const`), compile-time kernel parameters (`kernel k<N: u32>`),
+their instantiation (-D, defines=) and compile-time assertions."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SAMPLES, sample_module
+
+import ptxdsl
+
+NORMS = SAMPLES / "norms.ptxdsl"
+
+
+def errors(text: str, **kw) -> str:
+    with pytest.raises(ptxdsl.CompileError) as e:
+        ptxdsl.parse(text, "c.ptxdsl", **kw)
+    return e.value.render()
+
+
+def test_constants_build_the_ir_of_the_numbers_they_stand_for():
+    with_consts = ptxdsl.parse("""
+        const W = 4;
+        kernel k<N: u32 = 64>(x: ptr<f32>) threads(32 * W) {
+            const HALF: u32 = N / 2;
+            const INV: f32 = 1.0 / N as f32;
+            shared s: f32[N][W] align 16;
+            for i in 0 .. HALF / 8 unroll {
+                x[%tid.x * HALF + i] = s[i, 0] * INV;
+            }
+        }""")
+    numbers = ptxdsl.parse("""
+        kernel k(x: ptr<f32>) threads(128) {
+            shared s: f32[64][4] align 16;
+            for i in 0 .. 4 unroll {
+                x[%tid.x * 32 + i] = s[i, 0] * 0.015625;
+            }
+        }""")
+    assert with_consts == numbers
+
+
+def test_defines_instantiate_compile_time_parameters():
+    text = "kernel k<N: u32 = 8, F: f32 = 0.5, P: pred = true>(x: ptr<f32>) threads(32) " \
+           "{ if P { x[N] = F; } }"
+    base = ptxdsl.parse(text)
+    assert base == ptxdsl.parse("kernel k(x: ptr<f32>) threads(32) { if true { x[8] = 0.5; } }")
+    given = ptxdsl.parse(text, defines={"N": "0x10", "F": 2, "P": "false"})
+    assert given == ptxdsl.parse(
+        "kernel k(x: ptr<f32>) threads(32) { if false { x[16] = 2.0; } }")
+
+
+def test_printer_writes_the_instantiated_kernel_and_it_round_trips():
+    m = ptxdsl.parse_file(NORMS, defines={"N": 4096})
+    text = ptxdsl.print_module(m)
+    assert "<N" not in text and "const" not in text and "bf16[4096]" in text
+    assert ptxdsl.parse(text) == m
+
+
+@pytest.mark.parametrize("n", [2048, 4096, 16384])
+def test_norms_text_and_twin_agree_for_other_sizes(n):
+    twin = sample_module("norms")
+    m = ptxdsl.parse_file(NORMS, defines={"N": n})
+    for k in m.kernels:
+        assert k == twin.make_norm(k.name, n, name=k.name).ir
+
+
+def test_norms_carry_no_size_literal_and_no_hand_written_mbarrier():
+    text = NORMS.read_text()
+    code = "\n".join(line.split("//")[0] for line in text.splitlines())
+    assert "mbarrier" not in code
+    assert re.findall(r"\b8192\b", code) == ["8192"] * 3  # only the defaults of N
+    for literal in ("16384", "0.0001220703125", " 4 ", "2048"):
+        assert literal not in code
+
+
+def test_cli_compiles_norms_for_several_sizes(tmp_path):
+    def compile_(*extra):
+        out = tmp_path / "n.ptx"
+        r = subprocess.run([sys.executable, "-m", "ptxdsl", "compile", str(NORMS), "-o",
+                            str(out), *extra], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        return out.read_text()
+
+    default = compile_()
+    assert compile_("-D", "N=8192") == default
+    for n in (2048, 4096, 16384):
+        ptx = compile_("-D", f"N={n}")
+        # each row is one bulk copy of 2n bytes, armed with as many
+        assert f"], {2 * n}, [" in ptx and "expect_tx.release.cta.shared::cta.b64 _, [" in ptx
+        assert f", {2 * n};" in ptx
+
+
+def test_cli_rejects_bad_defines():
+    r = subprocess.run([sys.executable, "-m", "ptxdsl", "compile", str(NORMS), "-D", "N"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "-D N: expected NAME=VALUE, e.g. -D N=8192" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "ptxdsl", "check", str(NORMS), "-D", "N=3000"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "compile-time assertion failed: a row is whole 16-byte " \
+        "vectors for every consumer thread (N % (THREADS * VEC) == 0 is false)" in r.stderr
+
+
+def test_constant_folding_checks_types_and_ranges():
+    assert "expected f32, got the u32 constant 8 (convert it with 'as f32')" in errors(
+        "const N: u32 = 8; kernel k() threads(32) { let f: f32 = N; }")
+    assert "literal 4294967296 does not fit in u32" in errors(
+        "const N: u32 = 65536; kernel k() threads(32) { const M = N * N; }")
+    assert "operands of '+' have different types: u32 and s32" in errors(
+        "const A: u32 = 1; const B: s32 = 2; kernel k() threads(32) { const C = A + B; }")
+    assert "cannot negate u32" in errors("const A: u32 = 1; const B = -A; "
+                                         "kernel k() threads(32) { }")
+
+
+def test_untyped_constants_take_the_type_they_meet():
+    a = ptxdsl.parse("const H = 0.5; const N = 3; kernel k(x: ptr<f32>) threads(32) "
+                     "{ let i: u64 = N; x[i] = H * N; }")
+    b = ptxdsl.parse("kernel k(x: ptr<f32>) threads(32) { let i: u64 = 3; x[i] = 1.5; }")
+    assert a == b
+
+
+def test_float_constants_convert_to_integers_by_truncation():
+    a = ptxdsl.parse("const F: f32 = 7.9; kernel k(x: ptr<u32>) threads(32) { x[0] = F as u32; }")
+    assert a == ptxdsl.parse("kernel k(x: ptr<u32>) threads(32) { x[0] = 7; }")
