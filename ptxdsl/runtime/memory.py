@@ -31,8 +31,9 @@ class DeviceArray:
     """A C-contiguous array in GPU memory.
 
     `elem` is the ptxdsl element type; `dtype` is the numpy dtype that holds it on the host
-    (bf16: ml_dtypes' bfloat16; uint16 bit patterns are accepted too). Exposes `__cuda_array_interface__`, so
-    `torch.as_tensor(a, device="cuda")` and `cupy.asarray(a)` view it without copying.
+    (bf16: ml_dtypes' bfloat16; uint16 bit patterns are accepted too). Exposes
+    `__cuda_array_interface__`, so `torch.as_tensor(a, device="cuda")` and `cupy.asarray(a)`
+    view it without copying.
     Freed by `free()`, at the end of a `with` block, or when garbage-collected."""
 
     __slots__ = ("ptr", "shape", "elem", "dtype", "nbytes", "_owned", "_desc", "__weakref__")
