@@ -61,3 +61,8 @@ def test_runner_compares_bfloat16_and_bit_pattern_outputs():
     assert compare("y", got.view(np.uint16), want, T.bf16, 1e-2, 0.0).ok
     bad = compare("y", (want * 1.5).astype(ml_dtypes.bfloat16), want, T.bf16, 1e-2, 0.0)
     assert not bad.ok and "exceeds" in bad.detail
+    # a reference of bit patterns compares bit for bit, NaN payloads included
+    bits = np.array([0x7FC1, 0x3F80, 0xFFFF], np.uint16)
+    assert compare("y", bits.view(ml_dtypes.bfloat16), bits, T.bf16, 0.0, 0.0).ok
+    off = compare("y", bits.view(ml_dtypes.bfloat16), bits ^ 1, T.bf16, 0.0, 0.0)
+    assert not off.ok and off.detail == "3 of 3 elements differ"
