@@ -4,6 +4,7 @@ KernelBuilder as the Python API, in source order."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from . import ir
 from . import types as T
 from .builder import BINARY_SYMBOL, KernelBuilder, Lit
 from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
+from .builder.hints import WORD_OPERATORS, type_hint
 from .opdef import BY_SYNTAX
 
 
@@ -100,6 +102,30 @@ def _terminal_text(name: str) -> str:
     return name
 
 
+def _newcomer_fix(source: Source, tok: lark.Token, expected: list[str]
+                  ) -> tuple[str, Span | None] | None:
+    """Syntax errors with one obvious fix: habits from C and Python, a missing ';'."""
+    text = str(tok)
+    start = tok.start_pos or 0
+    after_expr = "';'" in expected or "'{'" in expected
+    if text == "=" and after_expr:
+        return "unexpected '='; to compare, write '=='", None
+    if text in WORD_OPERATORS and tok.type == "NAME" and after_expr:
+        return f"unexpected name '{text}'; write '{WORD_OPERATORS[text]}'", None
+    if text in ("+", "-") and source.text[start + 1 : start + 2] == text:
+        name = re.search(r"([A-Za-z_][A-Za-z_0-9]*)\s*$", source.text[:start])
+        target = f"{name.group(1)} " if name else ""
+        return (f"there is no '{text * 2}' operator; write '{target}{text}= 1;'",
+                Span(source, start, start + 2))
+    if "';'" in expected and tok.type != "$END":
+        # the statement before ended at a line break: point there, not at the next line
+        before = source.text[:start].rstrip()
+        if "\n" in source.text[len(before) : start] and before and before[-1] not in ";{}":
+            return "expected ';' at the end of this statement", Span(source, len(before) - 1,
+                                                                      len(before))
+    return None
+
+
 def _syntax_error(source: Source, e: lark.UnexpectedInput) -> Diagnostic:
     pos = getattr(e, "pos_in_stream", None)
     if isinstance(e, lark.UnexpectedToken):
@@ -115,7 +141,10 @@ def _syntax_error(source: Source, e: lark.UnexpectedInput) -> Diagnostic:
                     "SREG": "special register "}.get(tok.type, "")
             what = f"unexpected {kind}{str(tok)!r}"
         expected = sorted({_terminal_text(x) for x in e.expected})
-        if tok.type == "$END" and "'}'" in expected:
+        fix = _newcomer_fix(source, tok, expected)
+        if fix is not None:
+            what, span = fix[0], fix[1] or span
+        elif tok.type == "$END" and "'}'" in expected:
             what += "; expected '}' (a block is not closed)"
         elif "';'" in expected and len(expected) > 3:
             # after a complete expression LALR also accepts every operator; name the usual fix
@@ -234,12 +263,13 @@ class _Walker:
             tok = tree.children[0]
             ty = T.parse_type_name(str(tok))
             if ty is None:
-                self.diags.error(f"unknown type '{tok}'", self.span(tok))
+                self.diags.error(f"unknown type '{tok}'{type_hint(str(tok))}", self.span(tok))
             return ty
         elem_tok = tree.children[0]
         elem = T.SCALARS.get(str(elem_tok))
         if elem is None or elem.is_pred:
-            self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
+            self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
+                             self.span(elem_tok))
             return None
         if kind == "ptr_type":
             return T.Ptr(elem)
@@ -262,7 +292,8 @@ class _Walker:
         name, elem_tok, dims, align = t.children
         elem = T.SCALARS.get(str(elem_tok))
         if elem is None:
-            self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
+            self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
+                             self.span(elem_tok))
             return None
         shape = tuple(self.const_int(d, "a buffer dimension") for d in dims.children)
         a = self.const_int(align, "an alignment") if align is not None else None

@@ -13,6 +13,7 @@ from .. import ir
 from .. import types as T
 from ..errors import Span
 from .common import Lit, Operand, Symbol, describe
+from .hints import source_text
 from .decls import Declarations
 
 
@@ -47,9 +48,11 @@ class CompileTime(Declarations):
         if isinstance(value, ir.Expr) and isinstance(value.type, T.ErrorType):
             return None
         where = value.loc if isinstance(value, ir.Expr) and value.loc is not None else loc
-        self.diags.error(f"{what} must be known at compile time, but {describe(value)} is "
-                         "computed when the kernel runs (use numbers, constants and "
-                         "compile-time parameters)", where)
+        text = source_text(where) if isinstance(value, ir.Expr) else None
+        this = f"'{text}'" if text else describe(value)  # type: ignore[arg-type]
+        self.diags.error(f"{what} must be known at compile time, but {this} is computed when "
+                         "the kernel runs (use numbers, constants and compile-time parameters)",
+                         where)
         return None
 
     def static_assert(self, cond: Operand, message: str | None, text: str,

@@ -30,6 +30,7 @@ from .common import (
     is_int,
     untyped,
 )
+from .hints import convert, convert_hint, name_hint
 from .scope import Scope
 
 
@@ -41,7 +42,7 @@ class Expressions(Scope):
         if sym is None:
             known = [n for f in self.frames for n in f.names]
             hint = difflib.get_close_matches(name, known, n=1)
-            more = f"; did you mean '{hint[0]}'?" if hint else ""
+            more = name_hint(name) or (f"; did you mean '{hint[0]}'?" if hint else "")
             return self.error(f"unknown name '{name}'{more}", loc)
         if sym.kind == "shared":
             return ir.SharedBuf(name=name, type=sym.type, loc=loc)
@@ -103,7 +104,7 @@ class Expressions(Scope):
             return self.lit_expr(x, want if want is not None else self.default_type(x))
         x = self.rvalue(x)
         if want is not None and not compatible(x.type, want):
-            return self.error(f"expected {want}, got {x.type}", x.loc)
+            return self.error(f"expected {want}, got {x.type}{convert_hint(x, want)}", x.loc)
         return x
 
     def rvalue(self, x: ir.Expr) -> ir.Expr:
@@ -111,8 +112,11 @@ class Expressions(Scope):
         if isinstance(ty, T.SharedRef):
             if ty.shape == ():
                 return ir.Load(ref=x, type=ty.elem, loc=x.loc)
+            idx = ", ".join("i" if k == 0 else "j" if k == 1 else f"i{k}"
+                            for k in range(len(ty.shape)))
+            how = f" ({x.name}[{idx}])" if isinstance(x, ir.SharedBuf) else ""
             return self.error(f"{describe(x)} is a shared-memory view of shape "
-                              f"{list(ty.shape)}; index it to read an element", x.loc)
+                              f"{list(ty.shape)}; index it to read an element{how}", x.loc)
         if isinstance(ty, T.GlobalRef):
             return ir.Load(ref=x, type=ty.elem, loc=x.loc)
         if isinstance(ty, T.BarrierRef):
@@ -128,18 +132,40 @@ class Expressions(Scope):
             return a, b
         if isinstance(a, Lit):
             eb = self.rvalue(b)  # type: ignore[arg-type]
+            if self._float_literal_meets_int(a, eb, what, loc):
+                return ir.Const(value=0, type=T.error), eb
             return self.lit_expr(a, eb.type), eb
         if isinstance(b, Lit):
             ea = self.rvalue(a)
+            if self._float_literal_meets_int(b, ea, what, loc):
+                return ea, ir.Const(value=0, type=T.error)
             return ea, self.lit_expr(b, ea.type)
         ea, eb = self.rvalue(a), self.rvalue(b)
         if is_err(ea.type) or is_err(eb.type):
             return ea, eb
         if ea.type != eb.type:
+            # convert the integer side to the float one, else the second to the first
+            fix = ""
+            if isinstance(ea.type, T.Scalar) and isinstance(eb.type, T.Scalar):
+                ints_first = ea.type.is_int and eb.type.is_float
+                x, ty = (ea, eb.type) if ints_first else (eb, ea.type)
+                fix = convert(x, ty)
+            how = f"; convert one: {fix}" if fix else " (convert one with 'as')"
             self.diags.error(f"operands of '{what}' have different types: {ea.type} and "
-                             f"{eb.type} (convert one with 'as')", loc)
+                             f"{eb.type}{how}", loc)
             return ir.Const(value=0, type=T.error), eb
         return ea, eb
+
+    def _float_literal_meets_int(self, lit: Lit, e: ir.Expr, what: str, loc: Span | None
+                                 ) -> bool:
+        """`n * 0.5` with an integer `n`: say so, and how to compute in floats."""
+        if not (untyped(lit) and isinstance(lit.value, float) and is_int(e.type)):
+            return False
+        fix = convert(e, T.f32)
+        how = f"; to compute in floats, convert it first: {fix}" if fix else ""
+        self.diags.error(f"'{what}' of {describe(e)} ({e.type}) and the float literal "
+                         f"{lit.value!r}: an integer operation takes no fraction{how}", loc)
+        return True
 
     def binary(self, op: str, a: Operand, b: Operand, loc: Span | None = None) -> Operand:
         sym = BINARY_SYMBOL.get(op, op)

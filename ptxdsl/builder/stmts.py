@@ -30,10 +30,21 @@ class KernelBuilder(OneShot):
                name_loc: Span | None = None) -> None:
         sym = self.lookup(name)
         if sym is None:
-            self.name(name, name_loc or loc)
+            hint = difflib.get_close_matches(name, [n for f in self.frames for n in f.names], n=1)
+            more = f"; did you mean '{hint[0]}'?" if hint else \
+                f"; declare a variable with 'let {name} = ...;' before assigning to it"
+            self.diags.error(f"unknown name '{name}'{more}", name_loc or loc)
             return
         if sym.kind != "local":
-            self.diags.error(f"cannot assign to {sym.kind} '{name}'", name_loc or loc,
+            fix = ""
+            if sym.kind == "param":
+                fix = f"; parameters are read-only: copy it (let my_{name} = {name};) and " \
+                      "assign the copy"
+            elif sym.kind == "const":
+                fix = "; a constant's value is fixed: declare a variable with 'let' instead"
+            elif sym.kind == "loopvar":
+                fix = "; the loop advances it (use 'step' to change how)"
+            self.diags.error(f"cannot assign to {sym.kind} '{name}'{fix}", name_loc or loc,
                              Note(f"'{name}' was declared here", sym.loc))
             return
         v = self.value(value, sym.type)
@@ -62,6 +73,8 @@ class KernelBuilder(OneShot):
             return
         if not isinstance(value, Lit):
             v = self.rvalue(value)
+            if is_err(v.type):
+                return
             if isinstance(v.type, T.Vector):
                 if v.type.elem != elem:
                     self.diags.error(f"cannot store {v.type} into {elem} memory", loc)
@@ -125,7 +138,12 @@ class KernelBuilder(OneShot):
         elif unroll:
             consts = [x for x in (st, sp, sc) if isinstance(x, ir.Const)]
             if len(consts) != 3:
-                self.diags.error("an 'unroll' loop needs constant bounds and step", loc)
+                which = next(x for x in (st, sp, sc) if not isinstance(x, ir.Const))
+                what = describe(which) if not isinstance(which, ir.Binary) else "a bound"
+                self.diags.error(f"an 'unroll' loop needs constant bounds and step, but {what} "
+                                 "is computed when the kernel runs; use numbers, constants or "
+                                 "compile-time parameters (kernel k<N: u32>), or drop 'unroll'",
+                                 loc)
             elif len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[union-attr]
                 self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
         self.push()
