@@ -13,8 +13,8 @@ import lark
 from . import ir
 from . import types as T
 from .builder import BINARY_SYMBOL, KernelBuilder, Lit
-from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
 from .builder.hints import WORD_OPERATORS, type_hint
+from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
 from .opdef import BY_SYNTAX
 
 
@@ -321,10 +321,11 @@ class _Walker:
         name, stages, *bufs = t.children
         specs = [self.buffer_spec(b) for b in bufs]
         n = self.const_int(stages, "a stage count")
-        if n is None or None in specs:
+        good = [s for s in specs if s is not None]
+        if n is None or len(good) != len(specs):
             self.b.poison(str(name), self.span(t))
         else:
-            self.b.pipeline(str(name), n, specs, self.span(t))
+            self.b.pipeline(str(name), n, good, self.span(t))
 
     def s_role_stmt(self, t: lark.Tree) -> None:
         name, start, stop, regs, body = t.children

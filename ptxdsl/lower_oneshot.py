@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import ir
 from . import types as T
@@ -37,7 +38,7 @@ class OneShots:
     def analyse(self, stmts: tuple[ir.Stmt, ...], path: list, loop: ir.Stmt | None,
                 role_cond: Callable[[ir.Role], ir.Expr],
                 threads: Callable[[list, ir.Stmt], frozenset[int]],
-                copy_bytes: Callable[[ir.Stmt], int]) -> None:
+                copy_bytes: Callable[[Any], int]) -> None:
         for s in stmts:
             if isinstance(s, ir.Role):
                 self.analyse(s.body, path + [(role_cond(s), True)], loop, role_cond, threads,
@@ -63,7 +64,7 @@ class OneShots:
                 self.count_bytes(load, s.body, copy_bytes, direct=True)
 
     def count_bytes(self, load: _Load, stmts: tuple[ir.Stmt, ...],
-                    copy_bytes: Callable[[ir.Stmt], int], direct: bool) -> None:
+                    copy_bytes: Callable[[Any], int], direct: bool) -> None:
         for s in stmts:
             bar = getattr(s, "bar", None)
             if isinstance(bar, ir.AsyncBarrier):

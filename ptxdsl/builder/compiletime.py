@@ -13,8 +13,8 @@ from .. import ir
 from .. import types as T
 from ..errors import Span
 from .common import Lit, Operand, Symbol, describe
-from .hints import source_text
 from .decls import Declarations
+from .hints import source_text
 
 
 class CompileTime(Declarations):

@@ -37,7 +37,7 @@ from .scope import Scope
 class Expressions(Scope):
     """Typing and construction of expressions."""
 
-    def name(self, name: str, loc: Span | None = None) -> ir.Expr:
+    def name(self, name: str, loc: Span | None = None) -> Operand:
         sym = self.lookup(name)
         if sym is None:
             known = [n for f in self.frames for n in f.names]
@@ -212,13 +212,14 @@ class Expressions(Scope):
 
     def _fold(self, op: str, a: Lit, b: Lit, loc: Span | None) -> Lit:
         ty = self.const_type(a, b, op, loc)
-        if ty is False:
+        if isinstance(ty, bool):
             return Lit(0, loc)
         if ty is not None:  # the untyped side takes the type, as it would for a register
-            a, b = (self.const_of(a, ty), b) if op in SHIFT_OPS else \
-                (self.const_of(a, ty), self.const_of(b, ty))
-            if a is None or b is None:
+            ta = self.const_of(a, ty)
+            tb = b if op in SHIFT_OPS else self.const_of(b, ty)
+            if ta is None or tb is None:
                 return Lit(0, loc)
+            a, b = ta, tb
         r = self._fold_value(op, a, b, loc)
         if ty is None or op in ("land", "lor"):
             return r
@@ -321,7 +322,7 @@ class Expressions(Scope):
             return self.error(f"cannot apply '!' or '~' to {ty}", loc)
         return ir.Unary(op=op, x=e, type=ty, loc=loc)
 
-    def cast(self, x: Operand, ty: T.Type | None, loc: Span | None = None) -> ir.Expr:
+    def cast(self, x: Operand, ty: T.Type | None, loc: Span | None = None) -> Operand:
         if ty is None:
             return ir.Const(value=0, type=T.error, loc=loc)
         if isinstance(x, Lit):
@@ -475,8 +476,11 @@ class Expressions(Scope):
             if not arity(3):
                 return Lit(0, loc)
             typed = next((a for a in args if not untyped(a)), None)
-            want = (typed.type if isinstance(typed, Lit) else self.rvalue(typed).type) \
-                if typed is not None else T.f32
+            want: T.Type = T.f32
+            if isinstance(typed, Lit):
+                want = typed.type or T.f32
+            elif typed is not None:
+                want = self.rvalue(typed).type
             xs = tuple(self.value(a, want) for a in args)
             if not is_err(want) and (not isinstance(want, T.Scalar) or not want.is_float):
                 return self.error(f"fma() takes floats, got {want}", loc)

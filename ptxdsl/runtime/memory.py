@@ -176,7 +176,8 @@ def to_device(array: Any, dtype: Any = None) -> DeviceArray:
             raise LaunchError(f"bf16 data must be given as bfloat16, floats or uint16 bits, "
                               f"got {host.dtype}")
         host = f32_to_bf16_bits(host)
-    host = host_array(host, elem) if elem == T.bf16 else host
+    if elem == T.bf16:
+        host = host.view(T.numpy_dtype(elem)) if host.dtype == np.uint16 else host
     host = np.asarray(host, dtype=T.numpy_dtype(elem))
     if not host.flags.c_contiguous:
         host = host.copy(order="C")
