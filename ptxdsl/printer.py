@@ -1,4 +1,8 @@
-"""IR back to canonical .ptxdsl text; parse(print(ir)) == ir for every kernel."""
+"""IR back to canonical .ptxdsl text; parse(print(ir)) == ir for every kernel.
+
+The IR holds instantiated kernels (constants folded, compile-time parameters given their
+values), so the printer writes the instantiated kernel: `kernel k<N: u32 = 8192>` with
+`bf16[N]` prints as `kernel k` with `bf16[8192]`, which parses back to the same IR."""
 
 from __future__ import annotations
 

@@ -122,3 +122,12 @@ def test_untyped_constants_take_the_type_they_meet():
 def test_float_constants_convert_to_integers_by_truncation():
     a = ptxdsl.parse("const F: f32 = 7.9; kernel k(x: ptr<u32>) threads(32) { x[0] = F as u32; }")
     assert a == ptxdsl.parse("kernel k(x: ptr<u32>) threads(32) { x[0] = 7; }")
+
+
+@pytest.mark.ptxas
+@pytest.mark.parametrize("n", [2048, 16384])
+def test_norms_of_other_sizes_assemble(n, tmp_path):
+    from test_ptxas import assemble
+
+    log = assemble(ptxdsl.compile(NORMS, defines={"N": n}).ptx, tmp_path)
+    assert "Used" in log and " 0 bytes spill stores" in log

@@ -77,7 +77,7 @@ def test_interpreter_runs_the_derived_protocol(seed):
     assert (out == w + np.tile(b, 2)).all()
 
 
-def test_ptx_assembles_shape():
+def test_ptx_arms_once_and_inits_once():
     ptx = ptxdsl.compile(BROADCAST).ptx
     assert "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [" in ptx
     assert ptx.count("mbarrier.init.shared::cta.b64") == 1
@@ -151,3 +151,10 @@ def test_a_missing_await_is_caught_by_the_interpreter(seed):
         warnings.simplefilter("error", InterpWarning)
         with pytest.raises((InterpError, InterpWarning)):
             run(ptxdsl.parse(text).kernel(), 1, {"w": w, "b": b, "out": out}, seed=seed)
+
+
+@pytest.mark.ptxas
+def test_lowered_async_load_assembles(tmp_path):
+    from test_ptxas import assemble
+
+    assemble(ptxdsl.compile(BROADCAST, arch="sm_90a").ptx, tmp_path)
