@@ -176,6 +176,7 @@ class _Walker:
         self.b: KernelBuilder | None = None
         self.defines = defines or {}
         self.used_defines: set[str] = set()
+        self.type_params: dict[str, T.Scalar] = {}  # the kernel's `T: type` parameters
         # module-level constants, and each kernel's compile-time parameters while its
         # header is read, live in a builder of their own
         self.consts = KernelBuilder("<constants>", threads=1, diags=diags)
@@ -219,6 +220,7 @@ class _Walker:
         params = [c for c in rest if isinstance(c, lark.Tree) and c.data == "param"]
         generics = [c for c in rest if isinstance(c, lark.Tree) and c.data == "generics"]
         loc = self.span(name_tok)
+        self.type_params = {}
         self.consts.push()
         self.b = self.consts
         for g in generics:
@@ -257,16 +259,22 @@ class _Walker:
         self.block(block)
         return b.finish()
 
+    def named_type(self, name: str) -> T.Type | None:
+        """A type by name: a compile-time type parameter, a scalar or a vector."""
+        return self.type_params.get(name) or T.parse_type_name(name)
+
     def type(self, tree: lark.Tree) -> T.Type | None:
         kind = tree.data
         if kind == "type_name":
             tok = tree.children[0]
-            ty = T.parse_type_name(str(tok))
+            ty = self.named_type(str(tok))
             if ty is None:
                 self.diags.error(f"unknown type '{tok}'{type_hint(str(tok))}", self.span(tok))
             return ty
         elem_tok = tree.children[0]
-        elem = T.SCALARS.get(str(elem_tok))
+        elem = self.type_params.get(str(elem_tok)) or T.SCALARS.get(str(elem_tok))
+        if kind == "vec_type":
+            return self.vec_type(elem, elem_tok, tree.children[1])
         if elem is None or elem.is_pred:
             self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
                              self.span(elem_tok))
@@ -274,6 +282,22 @@ class _Walker:
         if kind == "ptr_type":
             return T.Ptr(elem)
         return T.TensorMap(elem, int(str(tree.children[1]), 0))
+
+    def vec_type(self, elem: T.Scalar | None, elem_tok: lark.Token, width: lark.Tree
+                 ) -> T.Type | None:
+        """`vec<T, W>`: the vector type `Tx W` spelled with a type parameter or a constant."""
+        if elem is None or elem.is_pred:
+            self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
+                             self.span(elem_tok))
+            return None
+        n = self.const_int(width, "a vector width")
+        if n is None:
+            return None
+        vt = T.vector_type(elem, n)
+        if vt is None:
+            self.diags.error(f"no {n}-wide vector of {elem}: a vector is 4, 8 or 16 bytes",
+                             self.span(width))
+        return vt
 
     # ------------------------------------------------------------------ statements
 
@@ -290,7 +314,7 @@ class _Walker:
     def buffer_spec(self, t: lark.Tree) -> tuple | None:
         """(name, elem, shape, align or None, span) of `name: T[d0]... [align A]`."""
         name, elem_tok, dims, align = t.children
-        elem = T.SCALARS.get(str(elem_tok))
+        elem = self.type_params.get(str(elem_tok)) or T.SCALARS.get(str(elem_tok))
         if elem is None:
             self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
                              self.span(elem_tok))
@@ -447,8 +471,11 @@ class _Walker:
         for g in tree.children:
             name_tok, ty_tree, default = g.children
             name = str(name_tok)
-            ty = self.type(ty_tree)
             loc = self.span(g)
+            if ty_tree.data == "type_name" and str(ty_tree.children[0]) == "type":
+                self.type_param(kernel, name, default, loc)
+                continue
+            ty = self.type(ty_tree)
             if ty is None:
                 continue
             if not isinstance(ty, T.Scalar):
@@ -469,6 +496,44 @@ class _Walker:
                                  f"parameter '{name}': pass -D {name}=... (defines={{'{name}': "
                                  f"...}} from Python) or give a default ({name}: {ty} = ...)",
                                  loc)
+
+    def sizeof_type(self, args: lark.Tree | None) -> int | None:
+        """`sizeof(T)` of a type parameter or a type name (not shadowed by a variable)."""
+        if args is None or len(args.children) != 1 or args.children[0].data != "name":
+            return None
+        name = str(args.children[0].children[0])
+        if name not in self.type_params and (self.b is None or self.b.lookup(name) is not None):
+            return None
+        ty = self.named_type(name)
+        return ty.nbytes if isinstance(ty, (T.Scalar, T.Vector)) else None
+
+    def type_param(self, kernel: str, name: str, default: lark.Tree | None, loc: Span | None
+                   ) -> None:
+        """`T: type [= bf16]`: a scalar type given by -D T=f32, defines={'T': ptxdsl.f32}, or
+        the default."""
+        given = self.defines.get(name, default)
+        if name in self.defines:
+            self.used_defines.add(name)
+        if given is None:
+            self.diags.error(f"kernel '{kernel}' needs a type for its compile-time parameter "
+                             f"'{name}': pass "
+                             f"-D {name}=bf16 (defines={{'{name}': ptxdsl.bf16}} from Python) or "
+                             f"give a default ({name}: type = bf16)", loc)
+            return
+        if isinstance(given, lark.Tree):
+            text = str(given.children[0]) if given.data == "name" else None
+            ty = self.named_type(text) if text else None
+        else:
+            text = str(given)
+            ty = given if isinstance(given, T.Scalar) else T.SCALARS.get(text)
+        if not isinstance(ty, T.Scalar):
+            self.diags.error(f"compile-time parameter '{name}: type' takes a scalar type (bf16, "
+                             f"f32, u32, ...), got {text!r}{type_hint(text or '')}", loc)
+            return
+        if name in self.type_params or self.consts.lookup(name) is not None:
+            self.diags.error(f"'{name}' is already declared", loc)
+            return
+        self.type_params[name] = ty
 
     def check_defines(self, tree: lark.Tree) -> None:
         for name in self.defines:
@@ -505,11 +570,16 @@ class _Walker:
             return b.unary(data, self.expr(t.children[0]), loc)
         if data == "cast":
             x, ty_tok = t.children
-            ty = T.parse_type_name(str(ty_tok))
+            ty = self.named_type(str(ty_tok))
             if ty is None:
-                self.diags.error(f"unknown type '{ty_tok}'", self.span(ty_tok))
+                self.diags.error(f"unknown type '{ty_tok}'{type_hint(str(ty_tok))}",
+                                 self.span(ty_tok))
             return b.cast(self.expr(x), ty, loc)
         if data == "name":
+            if str(t.children[0]) in self.type_params:
+                self.diags.error(f"'{t.children[0]}' is a type, not a value (sizeof("
+                                 f"{t.children[0]}) is its size in bytes)", loc)
+                return ir.Const(value=0, type=T.error)
             return b.name(str(t.children[0]), loc)
         if data == "sreg":
             return b.sreg(str(t.children[0])[1:], loc)
@@ -541,6 +611,8 @@ class _Walker:
             if str(name) in BY_SYNTAX:
                 self.diags.error(f"'{name}' is an operation and has no value", loc)
                 return ir.Const(value=0, type=T.error)
+            if str(name) == "sizeof" and (size := self.sizeof_type(args)) is not None:
+                return Lit(size, loc)
             return b.call(str(name), self.args(args), loc)
         raise AssertionError(f"unhandled expression {data}")
 

@@ -6,9 +6,9 @@ memory), normalise it in f32 and write the result with 16-byte stores. Consumers
 row from shared memory for each pass instead of holding it in registers.
 
 `make_norm(kind, n, dtype, stages, consumer_warps)` builds any variant; the module-level
-kernels are the bf16, n = 8192 ones spelled out in norms.ptxdsl, whose compile-time parameter
-N gives the other bf16 sizes (`make_norm(kind, n, name=kind)` builds the same kernel as
-`ptxdsl.parse_file("norms.ptxdsl", defines={"N": n})`).
+kernels are the bf16, n = 8192 ones spelled out in norms.ptxdsl, whose compile-time parameters
+N and T give the other sizes and element types (`make_norm(kind, n, dtype, name=kind)` builds
+the same kernel as `ptxdsl.parse_file("norms.ptxdsl", defines={"N": n, "T": dtype})`).
 """
 
 import ml_dtypes

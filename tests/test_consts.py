@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT, SAMPLES, sample_module
 
 import ptxdsl
+from ptxdsl import types as T
 
 NORMS = SAMPLES / "norms.ptxdsl"
 
@@ -57,12 +58,13 @@ def test_printer_writes_the_instantiated_kernel_and_it_round_trips():
     assert ptxdsl.parse(text) == m
 
 
-@pytest.mark.parametrize("n", [2048, 4096, 16384])
-def test_norms_text_and_twin_agree_for_other_sizes(n):
+@pytest.mark.parametrize("n, t", [(2048, "bf16"), (4096, "bf16"), (16384, "bf16"),
+                                  (4096, "f32"), (8192, "f16")])
+def test_norms_text_and_twin_agree_for_other_sizes_and_types(n, t):
     twin = sample_module("norms")
-    m = ptxdsl.parse_file(NORMS, defines={"N": n})
+    m = ptxdsl.parse_file(NORMS, defines={"N": n, "T": t})
     for k in m.kernels:
-        assert k == twin.make_norm(k.name, n, name=k.name).ir
+        assert k == twin.make_norm(k.name, n, dtype=T.SCALARS[t], name=k.name).ir
 
 
 def test_norms_carry_no_size_literal_and_no_hand_written_mbarrier():
@@ -70,6 +72,7 @@ def test_norms_carry_no_size_literal_and_no_hand_written_mbarrier():
     code = "\n".join(line.split("//")[0] for line in text.splitlines())
     assert "mbarrier" not in code
     assert re.findall(r"\b8192\b", code) == ["8192"] * 3  # only the defaults of N
+    assert re.findall(r"\bbf16\w*", code) == ["bf16"] * 3  # and of T
     for literal in ("16384", "0.0001220703125", " 4 ", "2048"):
         assert literal not in code
 
@@ -84,11 +87,12 @@ def test_cli_compiles_norms_for_several_sizes(tmp_path):
 
     default = compile_()
     assert compile_("-D", "N=8192") == default
-    for n in (2048, 4096, 16384):
-        ptx = compile_("-D", f"N={n}")
-        # each row is one bulk copy of 2n bytes, armed with as many
-        assert f"], {2 * n}, [" in ptx and "expect_tx.release.cta.shared::cta.b64 _, [" in ptx
-        assert f", {2 * n};" in ptx
+    for n, t, size in ((2048, "bf16", 2), (4096, "bf16", 2), (16384, "bf16", 2),
+                       (4096, "f32", 4)):
+        ptx = compile_("-D", f"N={n}", "-D", f"T={t}")
+        # each row is one bulk copy of its bytes, armed with as many
+        assert f"], {size * n}, [" in ptx and "expect_tx.release.cta.shared::cta.b64 _, [" in ptx
+        assert f", {size * n};" in ptx
 
 
 def test_cli_rejects_bad_defines():
@@ -131,3 +135,44 @@ def test_norms_of_other_sizes_assemble(n, tmp_path):
 
     log = assemble(ptxdsl.compile(NORMS, defines={"N": n}).ptx, tmp_path)
     assert "Used" in log and " 0 bytes spill stores" in log
+
+
+TYPED = """
+kernel k<T: type = bf16>(x: ptr<T>, y: ptr<T>) threads(32) {
+    const VEC = 16 / sizeof(T);
+    let v: vec<T, VEC> = vload(x[%tid.x * VEC], VEC);
+    let o: vec<T, VEC>;
+    for j in 0 .. VEC unroll {
+        o[j] = (v[j] as f32 * 2.0) as T;
+    }
+    y[%tid.x * VEC] = o;
+}
+"""
+
+
+def test_type_parameters_instantiate_like_the_written_types():
+    written = """
+    kernel k(x: ptr<f32>, y: ptr<f32>) threads(32) {
+        let v: f32x4 = vload(x[%tid.x * 4], 4);
+        let o: f32x4;
+        for j in 0 .. 4 unroll {
+            o[j] = v[j] * 2.0;
+        }
+        y[%tid.x * 4] = o;
+    }"""
+    assert ptxdsl.parse(TYPED, defines={"T": "f32"}) == ptxdsl.parse(written)
+    assert ptxdsl.parse(TYPED, defines={"T": ptxdsl.f32}) == ptxdsl.parse(written)
+    bf = ptxdsl.parse(TYPED).kernel()
+    assert bf.params[0].type == ptxdsl.ptr(ptxdsl.bf16)
+    assert ptxdsl.parse(ptxdsl.print_module(ptxdsl.parse(TYPED))) == ptxdsl.parse(TYPED)
+
+
+def test_type_parameter_mistakes():
+    assert "compile-time parameter 'T: type' takes a scalar type (bf16, f32, u32, ...), got " \
+           "'float'; did you mean 'f32'?" in errors(TYPED, defines={"T": "float"})
+    assert "'T' is a type, not a value (sizeof(T) is its size in bytes)" in errors(
+        "kernel k<T: type = f32>(x: ptr<T>) threads(32) { let a = T; }")
+    assert "no 3-wide vector of f32: a vector is 4, 8 or 16 bytes" in errors(
+        "kernel k<T: type = f32>() threads(32) { let a: vec<T, 3>; }")
+    assert "kernel 'k' needs a type for its compile-time parameter 'T': pass -D T=bf16" in \
+        errors("kernel k<T: type>() threads(32) { }")

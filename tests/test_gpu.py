@@ -207,12 +207,14 @@ def test_watchdog_turns_a_hang_into_an_error():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [2048, 4096, 16384])
+@pytest.mark.parametrize("n, t", [(2048, ptxdsl.bf16), (4096, ptxdsl.bf16),
+                                  (16384, ptxdsl.bf16), (4096, ptxdsl.f32)])
 @pytest.mark.parametrize("kind", ["rmsnorm", "softmax", "layernorm"])
-def test_norms_text_instantiated_for_other_sizes(kind, n):
-    """norms.ptxdsl with its compile-time parameter N set (-D N=n)."""
-    prog = ptxdsl.compile(SAMPLES / "norms.ptxdsl", defines={"N": n})
-    ex = sample_module("norms").example(np.random.default_rng(n), kernel=kind, rows=70, n=n)
+def test_norms_text_instantiated_for_other_sizes(kind, n, t):
+    """norms.ptxdsl with its compile-time parameters set (-D N=n -D T=t)."""
+    prog = ptxdsl.compile(SAMPLES / "norms.ptxdsl", defines={"N": n, "T": t})
+    ex = sample_module("norms").example(np.random.default_rng(n), kernel=kind, rows=70, n=n,
+                                        dtype=t)
     assert_ok(run_example(prog, ex))
 
 
