@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("file", metavar="FILE")
     i.add_argument("--kernel", help="run only this kernel")
     i.add_argument("--seed", type=int, default=0, help="schedule and input seed")
-    for cmd in (c, k, f):
+    for cmd in (c, k, f, r, i):
         cmd.add_argument("-D", dest="defines", metavar="NAME=VALUE", action="append",
                          default=[], help="give compile-time kernel parameter NAME (kernel "
                                           "k<NAME: u32>(...)) its value; repeatable")
@@ -168,10 +168,11 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import interp_sample, run_sample
 
     if args.command == "interp":
-        runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed)
+        runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed,
+                             defines=_defines(args.defines))
     else:
         runs = run_sample(args.file, kernel=args.kernel, seed=args.seed,
-                          watchdog_ms=max(0, args.watchdog))
+                          watchdog_ms=max(0, args.watchdog), defines=_defines(args.defines))
     failed = 0
     for name, results in runs:
         for r in results:

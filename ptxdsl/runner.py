@@ -9,6 +9,10 @@ A sample's Python twin provides `example(rng, ...) -> dict` with:
   expected      {param: numpy array}: the reference (float arrays compare with rtol/atol)
   rtol, atol    tolerances (default exact)
   kernel        which kernel of the module to run (default: the only one)
+
+With `-D NAME=VALUE` (`defines`), the sample is instantiated with those compile-time
+parameters, and example() is called with `defines=` (as strings) when it takes that argument,
+to size its data alike.
 """
 
 from __future__ import annotations
@@ -131,39 +135,51 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
     return CheckResult(name, ok, max_abs, rel, detail)
 
 
+def _example(mod: Any, rng: np.random.Generator, defines: dict | None, **kw: Any) -> dict:
+    """The twin's example(), told the compile-time parameters when it takes them."""
+    import inspect
+
+    if defines:
+        if "defines" not in inspect.signature(mod.example).parameters:
+            raise LaunchError(f"-D is given, but the example() of {mod.__file__} takes no "
+                              "defines= to size its data for them")
+        kw["defines"] = defines
+    return mod.example(rng, **kw)
+
+
 def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None = None,
-               arch: str | None = None, watchdog_ms: int = 0
+               arch: str | None = None, watchdog_ms: int = 0, defines: dict | None = None
                ) -> list[tuple[str, list[CheckResult]]]:
     """Compile a .ptxdsl sample and run each of its kernels (or `kernel`) on fresh inputs."""
     from .compiler import compile as compile_source
 
-    prog = compile_source(Path(path), arch=arch, watchdog_ms=watchdog_ms)
+    prog = compile_source(Path(path), arch=arch, watchdog_ms=watchdog_ms, defines=defines)
     mod = load_twin(path)
     rng = np.random.default_rng(seed)
     names = [kernel] if kernel else [k.name for k in prog.kernels]
     out = []
     for name in names:
-        ex = mod.example(rng, kernel=name) if len(prog.kernels) > 1 else mod.example(rng)
+        ex = _example(mod, rng, defines, **({"kernel": name} if len(prog.kernels) > 1 else {}))
         ex.setdefault("kernel", name)
         out.append((name, run_example(prog, ex)))
     return out
 
 
-def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0
-                  ) -> list[tuple[str, list[CheckResult]]]:
+def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
+                  defines: dict | None = None) -> list[tuple[str, list[CheckResult]]]:
     """Like run_sample, in the CPU interpreter, at the twin's SMALL example sizes."""
     from .frontend import parse_file
     from .interp import run_sample as interp_run
 
-    module = parse_file(path)
+    module = parse_file(path, defines)
     mod = load_twin(path)
     rng = np.random.default_rng(seed)
     names = [kernel] if kernel else [k.name for k in module.kernels]
     out = []
     small = getattr(mod, "SMALL", {})
     for name in names:
-        ex = mod.example(rng, kernel=name, **small) if len(module.kernels) > 1 else \
-            mod.example(rng, **small)
+        ex = _example(mod, rng, defines, **small,
+                      **({"kernel": name} if len(module.kernels) > 1 else {}))
         got = interp_run(module.kernel(name), ex, seed=seed)
         types = {p.name: getattr(p.type, "elem", None) for p in module.kernel(name).params}
         out.append((name, [compare(o, got[o], want, types.get(o), ex.get("rtol", 0.0),

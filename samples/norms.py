@@ -147,8 +147,12 @@ SMALL = {"rows": 2}
 
 
 def example(rng: np.random.Generator, kernel: str = "rmsnorm", rows: int = 96, n: int = 8192,
-            dtype=bf16) -> dict:
-    """Inputs, grid and float64 reference for one normalisation over `rows` rows."""
+            dtype=bf16, defines: dict | None = None) -> dict:
+    """Inputs, grid and float64 reference for one normalisation over `rows` rows; `defines`
+    (`ptxdsl run norms.ptxdsl -D N=4096 -D T=f32`) set n and dtype as they set the kernel."""
+    if defines:
+        n = int(str(defines.get("N", n)), 0)
+        dtype = ptxdsl.types.SCALARS[str(defines.get("T", dtype))]
     kind = kernel.split("_")[0]
     x = rng.standard_normal((rows, n)).astype(np.float32) * 2.0
     w = (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)

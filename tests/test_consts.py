@@ -176,3 +176,11 @@ def test_type_parameter_mistakes():
         "kernel k<T: type = f32>() threads(32) { let a: vec<T, 3>; }")
     assert "kernel 'k' needs a type for its compile-time parameter 'T': pass -D T=bf16" in \
         errors("kernel k<T: type>() threads(32) { }")
+
+
+def test_interp_runs_an_instantiated_sample_with_data_sized_alike():
+    r = subprocess.run([sys.executable, "-m", "ptxdsl", "interp", str(NORMS), "-D", "N=2048",
+                        "-D", "T=f32", "--kernel", "rmsnorm"], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("PASS rmsnorm: y max |err|")
