@@ -4,7 +4,6 @@ KernelBuilder as the Python API, in source order."""
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -13,8 +12,9 @@ import lark
 from . import ir
 from . import types as T
 from .builder import BINARY_SYMBOL, KernelBuilder, Lit
-from .builder.hints import WORD_OPERATORS, type_hint
+from .builder.hints import syntax_fix, type_hint
 from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
+from .frontend_generics import CompileTimeWalker
 from .opdef import BY_SYNTAX
 
 
@@ -102,30 +102,6 @@ def _terminal_text(name: str) -> str:
     return name
 
 
-def _newcomer_fix(source: Source, tok: lark.Token, expected: list[str]
-                  ) -> tuple[str, Span | None] | None:
-    """Syntax errors with one obvious fix: habits from C and Python, a missing ';'."""
-    text = str(tok)
-    start = tok.start_pos or 0
-    after_expr = "';'" in expected or "'{'" in expected
-    if text == "=" and after_expr:
-        return "unexpected '='; to compare, write '=='", None
-    if text in WORD_OPERATORS and tok.type == "NAME" and after_expr:
-        return f"unexpected name '{text}'; write '{WORD_OPERATORS[text]}'", None
-    if text in ("+", "-") and source.text[start + 1 : start + 2] == text:
-        name = re.search(r"([A-Za-z_][A-Za-z_0-9]*)\s*$", source.text[:start])
-        target = f"{name.group(1)} " if name else ""
-        return (f"there is no '{text * 2}' operator; write '{target}{text}= 1;'",
-                Span(source, start, start + 2))
-    if "';'" in expected and tok.type != "$END":
-        # the statement before ended at a line break: point there, not at the next line
-        before = source.text[:start].rstrip()
-        if "\n" in source.text[len(before) : start] and before and before[-1] not in ";{}":
-            return "expected ';' at the end of this statement", Span(source, len(before) - 1,
-                                                                      len(before))
-    return None
-
-
 def _syntax_error(source: Source, e: lark.UnexpectedInput) -> Diagnostic:
     pos = getattr(e, "pos_in_stream", None)
     if isinstance(e, lark.UnexpectedToken):
@@ -141,7 +117,7 @@ def _syntax_error(source: Source, e: lark.UnexpectedInput) -> Diagnostic:
                     "SREG": "special register "}.get(tok.type, "")
             what = f"unexpected {kind}{str(tok)!r}"
         expected = sorted({_terminal_text(x) for x in e.expected})
-        fix = _newcomer_fix(source, tok, expected)
+        fix = syntax_fix(source, tok, expected)
         if fix is not None:
             what, span = fix[0], fix[1] or span
         elif tok.type == "$END" and "'}'" in expected:
@@ -168,7 +144,7 @@ _COMPOUND = {"+=": "add", "-=": "sub", "*=": "mul", "/=": "div", "%=": "rem", "&
              "|=": "or", "^=": "xor", "<<=": "shl", ">>=": "shr"}
 
 
-class _Walker:
+class _Walker(CompileTimeWalker):
     def __init__(self, source: Source, diags: DiagnosticBag,
                  defines: dict[str, object] | None = None):
         self.source = source
@@ -259,10 +235,6 @@ class _Walker:
         self.block(block)
         return b.finish()
 
-    def named_type(self, name: str) -> T.Type | None:
-        """A type by name: a compile-time type parameter, a scalar or a vector."""
-        return self.type_params.get(name) or T.parse_type_name(name)
-
     def type(self, tree: lark.Tree) -> T.Type | None:
         kind = tree.data
         if kind == "type_name":
@@ -282,22 +254,6 @@ class _Walker:
         if kind == "ptr_type":
             return T.Ptr(elem)
         return T.TensorMap(elem, int(str(tree.children[1]), 0))
-
-    def vec_type(self, elem: T.Scalar | None, elem_tok: lark.Token, width: lark.Tree
-                 ) -> T.Type | None:
-        """`vec<T, W>`: the vector type `Tx W` spelled with a type parameter or a constant."""
-        if elem is None or elem.is_pred:
-            self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
-                             self.span(elem_tok))
-            return None
-        n = self.const_int(width, "a vector width")
-        if n is None:
-            return None
-        vt = T.vector_type(elem, n)
-        if vt is None:
-            self.diags.error(f"no {n}-wide vector of {elem}: a vector is 4, 8 or 16 bytes",
-                             self.span(width))
-        return vt
 
     # ------------------------------------------------------------------ statements
 
@@ -329,7 +285,7 @@ class _Walker:
         spec = self.buffer_spec(t)
         if spec is not None:
             self.b.shared(*spec)
-        elif T.SCALARS.get(str(t.children[1])) is not None:  # a constant was wrong
+        else:  # reported: uses of the name stay quiet
             self.b.poison(str(t.children[0]), self.span(t))
 
     def s_barrier_decl(self, t: lark.Tree) -> None:
@@ -457,90 +413,6 @@ class _Walker:
         text = _unescape(str(template)[1:-1])
         out_names = [(str(o), self.span(o)) for o in outs.children] if outs is not None else []
         self.b.asm(text, out_names, self.args(args), self.span(t))
-
-    # ------------------------------------------------------------------ compile time
-
-    def const_int(self, t: lark.Tree, what: str) -> int | None:
-        return self.b.const_int(self.expr(t), what, self.span(t))
-
-
-
-    def generics(self, kernel: str, tree: lark.Tree) -> None:
-        """Declare a kernel's compile-time parameters with their values: given from outside
-        (-D / defines), else the default, else an error that says how to give one."""
-        for g in tree.children:
-            name_tok, ty_tree, default = g.children
-            name = str(name_tok)
-            loc = self.span(g)
-            if ty_tree.data == "type_name" and str(ty_tree.children[0]) == "type":
-                self.type_param(kernel, name, default, loc)
-                continue
-            ty = self.type(ty_tree)
-            if ty is None:
-                continue
-            if not isinstance(ty, T.Scalar):
-                self.diags.error(f"compile-time parameter '{name}' has type {ty}; compile-time "
-                                 "parameters are scalars (u32, f32, pred, ...)", loc)
-                continue
-            if name in self.defines:
-                self.used_defines.add(name)
-                lit = self.consts.generic_value(name, ty, self.defines[name], loc)
-                if lit is None or self.consts.const(name, ty, lit, loc) is None:
-                    self.consts.poison(name, loc)
-            elif default is not None:
-                if self.consts.const(name, ty, self.expr(default), loc) is None:
-                    self.consts.poison(name, loc)
-            else:
-                self.consts.poison(name, loc)
-                self.diags.error(f"kernel '{kernel}' needs a value for its compile-time "
-                                 f"parameter '{name}': pass -D {name}=... (defines={{'{name}': "
-                                 f"...}} from Python) or give a default ({name}: {ty} = ...)",
-                                 loc)
-
-    def sizeof_type(self, args: lark.Tree | None) -> int | None:
-        """`sizeof(T)` of a type parameter or a type name (not shadowed by a variable)."""
-        if args is None or len(args.children) != 1 or args.children[0].data != "name":
-            return None
-        name = str(args.children[0].children[0])
-        if name not in self.type_params and (self.b is None or self.b.lookup(name) is not None):
-            return None
-        ty = self.named_type(name)
-        return ty.nbytes if isinstance(ty, (T.Scalar, T.Vector)) else None
-
-    def type_param(self, kernel: str, name: str, default: lark.Tree | None, loc: Span | None
-                   ) -> None:
-        """`T: type [= bf16]`: a scalar type given by -D T=f32, defines={'T': ptxdsl.f32}, or
-        the default."""
-        given = self.defines.get(name, default)
-        if name in self.defines:
-            self.used_defines.add(name)
-        if given is None:
-            self.diags.error(f"kernel '{kernel}' needs a type for its compile-time parameter "
-                             f"'{name}': pass "
-                             f"-D {name}=bf16 (defines={{'{name}': ptxdsl.bf16}} from Python) or "
-                             f"give a default ({name}: type = bf16)", loc)
-            return
-        if isinstance(given, lark.Tree):
-            text = str(given.children[0]) if given.data == "name" else None
-            ty = self.named_type(text) if text else None
-        else:
-            text = str(given)
-            ty = given if isinstance(given, T.Scalar) else T.SCALARS.get(text)
-        if not isinstance(ty, T.Scalar):
-            self.diags.error(f"compile-time parameter '{name}: type' takes a scalar type (bf16, "
-                             f"f32, u32, ...), got {text!r}{type_hint(text or '')}", loc)
-            return
-        if name in self.type_params or self.consts.lookup(name) is not None:
-            self.diags.error(f"'{name}' is already declared", loc)
-            return
-        self.type_params[name] = ty
-
-    def check_defines(self, tree: lark.Tree) -> None:
-        for name in self.defines:
-            if name not in self.used_defines:
-                self.diags.error(f"-D {name}: no kernel in this file has a compile-time "
-                                 f"parameter '{name}' (write kernel k<{name}: u32>(...))",
-                                 Span(self.source, 0, 0))
 
     # ------------------------------------------------------------------ expressions
 

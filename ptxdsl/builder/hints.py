@@ -4,9 +4,12 @@ from C, CUDA and Python."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from .. import ir
 from .. import types as T
-from ..errors import Span
+from ..errors import Source, Span
 
 # type names from C / CUDA / Python / numpy and the ptxdsl name they mean
 TYPE_ALIASES = {
@@ -77,3 +80,26 @@ def convert_hint(e: ir.Expr, ty: T.Type) -> str:
         return f"; compare it instead: {text} != 0" if text and not in_python(e.loc) else ""
     fix = convert(e, ty)
     return f"; convert it: {fix}" if fix else " (convert it with 'as')"
+
+
+def syntax_fix(source: Source, tok: Any, expected: list[str]) -> tuple[str, Span | None] | None:
+    """Syntax errors with one obvious fix: habits from C and Python, a missing ';'."""
+    text = str(tok)
+    start = tok.start_pos or 0
+    after_expr = "';'" in expected or "'{'" in expected
+    if text == "=" and after_expr:
+        return "unexpected '='; to compare, write '=='", None
+    if text in WORD_OPERATORS and tok.type == "NAME" and after_expr:
+        return f"unexpected name '{text}'; write '{WORD_OPERATORS[text]}'", None
+    if text in ("+", "-") and source.text[start + 1 : start + 2] == text:
+        name = re.search(r"([A-Za-z_][A-Za-z_0-9]*)\s*$", source.text[:start])
+        target = f"{name.group(1)} " if name else ""
+        return (f"there is no '{text * 2}' operator; write '{target}{text}= 1;'",
+                Span(source, start, start + 2))
+    if "';'" in expected and tok.type != "$END":
+        # the statement before ended at a line break: point there, not at the next line
+        before = source.text[:start].rstrip()
+        if "\n" in source.text[len(before) : start] and before and before[-1] not in ";{}":
+            return "expected ';' at the end of this statement", Span(source, len(before) - 1,
+                                                                      len(before))
+    return None
