@@ -66,3 +66,23 @@ def test_runner_compares_bfloat16_and_bit_pattern_outputs():
     assert compare("y", bits.view(ml_dtypes.bfloat16), bits, T.bf16, 0.0, 0.0).ok
     off = compare("y", bits.view(ml_dtypes.bfloat16), bits ^ 1, T.bf16, 0.0, 0.0)
     assert not off.ok and off.detail == "3 of 3 elements differ"
+
+
+def test_bf16_scalar_arguments_may_be_ml_dtypes_scalars():
+    import ctypes
+
+    from ptxdsl.kernelinfo import KernelInfo, ParamInfo
+    from ptxdsl.runtime.args import ArgPacker
+
+    info = KernelInfo("b", (ParamInfo("v", "scalar", T.bf16),), (32, 1, 1), None, 0, "sm_90a")
+    packer = ArgPacker(info)
+    addr = packer.pack((ml_dtypes.bfloat16(-2.5),), {})
+    ptr = int(np.ctypeslib.as_array((ctypes.c_uint64 * 1).from_address(addr))[0])
+    assert int.from_bytes(ctypes.string_at(ptr, 2), "little") == 0xC020
+
+
+def test_interpreter_takes_bf16_scalars():
+    text = "kernel k(y: ptr<f32>, v: bf16) threads(32) { y[%tid.x] = v as f32; }"
+    y = np.zeros(32, np.float32)
+    run(ptxdsl.parse(text).kernel(), 1, {"y": y, "v": ml_dtypes.bfloat16(-2.5)})
+    assert (y == -2.5).all()

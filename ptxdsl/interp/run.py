@@ -178,7 +178,9 @@ def _scalar_arg(name: str, t: T.Scalar, v: Any, problems: list[str]) -> Any:
         if isinstance(v, (bool, np.bool_)):
             return bool(v)
     elif t.is_float:
-        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+        ml_float = isinstance(v, np.generic) and v.dtype.kind == "V"  # ml_dtypes' bf16 / fp8
+        if ml_float or isinstance(v, (int, float, np.integer, np.floating)) and \
+                not isinstance(v, bool):
             return scalar.normaliser(t)(float(v))
     elif isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
         lo, hi = scalar.int_range(t)
