@@ -25,6 +25,7 @@ from .errors import CompileError, Span, python_source
 from .opdef import BY_SYNTAX
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_KEYWORD_OPS = {"await"}  # operations whose names are Python keywords: k.await_(...)
 
 
 def user_span() -> Span | None:
@@ -205,9 +206,11 @@ class KernelContext:
             return _SRegGroup(self, name)
         if name in SPECIAL_REGS:
             return self.sreg(name)
-        if name in BY_SYNTAX:
+        if name in BY_SYNTAX or (name.endswith("_") and name[:-1] in _KEYWORD_OPS):
+            syntax = name.rstrip("_")  # k.await_(load): `await` is a Python keyword
+
             def op(*args: Any) -> None:
-                self._b.op(name, [self._operand(a) for a in args], user_span())
+                self._b.op(syntax, [self._operand(a) for a in args], user_span())
             return op
         if name in VALUE_FUNCTIONS or isinstance(T.parse_type_name(name), T.Vector):
             def fn(*args: Any) -> Value:
@@ -246,6 +249,15 @@ class KernelContext:
         header = self._b.role_begin(name, warp_start, warp_stop, regs, user_span())
         yield
         self._b.role_end(header, header[4])
+
+    @contextlib.contextmanager
+    def async_(self, name: str) -> Iterator[Value]:
+        """A one-shot asynchronous load (`async name { ... }`): the copies issued in the block
+        complete on a barrier the compiler derives (count, bytes, init, phase); any role waits
+        for them with `k.await_(load)`."""
+        header = self._b.async_begin(name, user_span())
+        yield Value(self, ir.AsyncObj(name=name, type=T.AsyncRef(), loc=header[2]))
+        self._b.async_end(header, header[2])
 
     def let(self, name: str, value: Any = None, type: T.Type | None = None) -> Value:
         """A local variable (a register)."""

@@ -19,6 +19,7 @@ examples:
   ptxdsl compile k.ptxdsl --emit ir                      show the checked IR
   ptxdsl check k.ptxdsl                                  report every problem, write nothing
   ptxdsl fmt k.ptxdsl                                    print the canonical text
+  ptxdsl compile samples/norms.ptxdsl -D N=4096          set a compile-time parameter
 
 Errors are printed as file:line:col with the source line; the exit status is 1.
 Set PTXDSL_DEBUG=1 to see Python tracebacks.
@@ -73,7 +74,24 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("file", metavar="FILE")
     i.add_argument("--kernel", help="run only this kernel")
     i.add_argument("--seed", type=int, default=0, help="schedule and input seed")
+    for cmd in (c, k, f, r, i):
+        cmd.add_argument("-D", dest="defines", metavar="NAME=VALUE", action="append",
+                         default=[], help="give compile-time kernel parameter NAME (kernel "
+                                          "k<NAME: u32>(...)) its value; repeatable")
     return p
+
+
+def _defines(items: list[str]) -> dict[str, str]:
+    """-D NAME=VALUE options as a dict (VALUE is read by the parameter's type)."""
+    from .errors import CompileError
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip() or not value.strip():
+            raise CompileError(f"-D {item}: expected NAME=VALUE, e.g. -D N=8192")
+        out[name.strip()] = value.strip()
+    return out
 
 
 def _write(text: str, output: str | None) -> None:
@@ -124,7 +142,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.command == "compile" and args.emit == "ast":
         _write(parse_tree(src).pretty(), args.output)
         return 0
-    module = parse(src.text, src.name)
+    module = parse(src.text, src.name, _defines(args.defines))
     if args.command == "fmt":
         _write(print_module(module), None)
         return 0
@@ -157,10 +175,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "run" and args.sanitize is not None:
         return _sanitize(args)
     if args.command == "interp":
-        runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed)
+        runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed,
+                             defines=_defines(args.defines))
     else:
         runs = run_sample(args.file, kernel=args.kernel, seed=args.seed,
-                          watchdog_ms=max(0, args.watchdog), small=args.small)
+                          watchdog_ms=max(0, args.watchdog), small=args.small,
+                          defines=_defines(args.defines))
     failed = 0
     for name, results in runs:
         for r in results:

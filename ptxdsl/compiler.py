@@ -84,8 +84,12 @@ class Program:
 
 
 def compile(source: str | Path | KernelDef, arch: str | None = None,
-            watchdog_ms: int = 0, device: int | None = None) -> Program:
+            watchdog_ms: int = 0, device: int | None = None,
+            defines: dict[str, object] | None = None) -> Program:
     """Compile .ptxdsl text, a .ptxdsl file path, or a @ptxdsl.kernel function.
+
+    `defines` gives the compile-time kernel parameters of .ptxdsl source their values, as
+    `-D NAME=VALUE` does on the command line: `compile("norms.ptxdsl", defines={"N": 4096})`.
 
     `watchdog_ms` > 0 makes every mbarrier wait give up after that long: the launch then
     raises DeviceError naming the barrier, parity, role, source line, block and thread
@@ -99,8 +103,9 @@ def compile(source: str | Path | KernelDef, arch: str | None = None,
     if isinstance(source, Path) or (isinstance(source, str) and source.endswith(".ptxdsl")
                                     and "\n" not in source and "{" not in source):
         src = read_source(source)
-        return Program(parse(src.text, src.name), arch, src.name, watchdog_ms, device)
-    return Program(parse(str(source)), arch, watchdog_ms=watchdog_ms, device=device)
+        return Program(parse(src.text, src.name, defines), arch, src.name, watchdog_ms, device)
+    return Program(parse(str(source), defines=defines), arch, watchdog_ms=watchdog_ms,
+                   device=device)
 
 
 class KernelDef:

@@ -4,6 +4,7 @@ KernelBuilder as the Python API, in source order."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 
 import lark
@@ -11,7 +12,9 @@ import lark
 from . import ir
 from . import types as T
 from .builder import BINARY_SYMBOL, KernelBuilder, Lit
+from .builder.hints import syntax_fix, type_hint
 from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
+from .frontend_generics import CompileTimeWalker
 from .opdef import BY_SYNTAX
 
 
@@ -39,12 +42,17 @@ def parse_tree(source: Source) -> lark.Tree:
         raise CompileError(_syntax_error(source, e)) from None
 
 
-def parse(text: str, filename: str = "<string>") -> ir.Module:
-    """Parse .ptxdsl text into IR; raises CompileError with every problem found."""
+def parse(text: str, filename: str = "<string>",
+          defines: Mapping[str, object] | None = None) -> ir.Module:
+    """Parse .ptxdsl text into IR; raises CompileError with every problem found.
+
+    `defines` gives compile-time kernel parameters their values (`{"N": 4096}`; strings are
+    read as the command line's `-D N=4096` is): each kernel that declares the parameter is
+    instantiated with it, and the IR holds the instantiated kernels."""
     source = Source(filename, text)
     tree = parse_tree(source)
     diags = DiagnosticBag()
-    module = _Walker(source, diags).module(tree)
+    module = _Walker(source, diags, dict(defines or {})).module(tree)
     diags.raise_if_any()
     return module
 
@@ -69,9 +77,9 @@ def read_source(path: str | Path) -> Source:
     return Source(name, text)
 
 
-def parse_file(path: str | Path) -> ir.Module:
+def parse_file(path: str | Path, defines: Mapping[str, object] | None = None) -> ir.Module:
     source = read_source(path)
-    return parse(source.text, source.name)
+    return parse(source.text, source.name, defines)
 
 
 # ----------------------------------------------------------------------------- syntax errors
@@ -109,7 +117,10 @@ def _syntax_error(source: Source, e: lark.UnexpectedInput) -> Diagnostic:
                     "SREG": "special register "}.get(tok.type, "")
             what = f"unexpected {kind}{str(tok)!r}"
         expected = sorted({_terminal_text(x) for x in e.expected})
-        if tok.type == "$END" and "'}'" in expected:
+        fix = syntax_fix(source, tok, expected)
+        if fix is not None:
+            what, span = fix[0], fix[1] or span
+        elif tok.type == "$END" and "'}'" in expected:
             what += "; expected '}' (a block is not closed)"
         elif "';'" in expected and len(expected) > 3:
             # after a complete expression LALR also accepts every operator; name the usual fix
@@ -133,11 +144,18 @@ _COMPOUND = {"+=": "add", "-=": "sub", "*=": "mul", "/=": "div", "%=": "rem", "&
              "|=": "or", "^=": "xor", "<<=": "shl", ">>=": "shr"}
 
 
-class _Walker:
-    def __init__(self, source: Source, diags: DiagnosticBag):
+class _Walker(CompileTimeWalker):
+    def __init__(self, source: Source, diags: DiagnosticBag,
+                 defines: dict[str, object] | None = None):
         self.source = source
         self.diags = diags
         self._builder: KernelBuilder | None = None
+        self.defines = defines or {}
+        self.used_defines: set[str] = set()
+        self.type_params: dict[str, T.Scalar] = {}  # the kernel's `T: type` parameters
+        # module-level constants, and each kernel's compile-time parameters while its
+        # header is read, live in a builder of their own
+        self.consts = KernelBuilder("<constants>", threads=1, diags=diags)
 
     @property
     def b(self) -> KernelBuilder:
@@ -160,6 +178,10 @@ class _Walker:
         kernels = []
         seen: dict[str, Span | None] = {}
         for k in tree.children:
+            if k.data in ("const_decl", "static_assert"):
+                self._builder = self.consts
+                getattr(self, "s_" + k.data)(k)
+                continue
             kern = self.kernel(k)
             if kern.name in seen:
                 from .errors import Note
@@ -168,6 +190,7 @@ class _Walker:
                                  Note("first defined here", seen[kern.name]))
             seen[kern.name] = kern.loc
             kernels.append(kern)
+        self.check_defines(tree)
         if not kernels:
             self.diags.error("no kernel in this file (expected 'kernel name(...) threads(N) "
                              "{ ... }')", Span(self.source, 0, 0))
@@ -178,12 +201,20 @@ class _Walker:
         block = rest[-1]
         attrs = [c for c in rest if isinstance(c, lark.Tree) and c.data == "attr"]
         params = [c for c in rest if isinstance(c, lark.Tree) and c.data == "param"]
+        generics = [c for c in rest if isinstance(c, lark.Tree) and c.data == "generics"]
         loc = self.span(name_tok)
+        self.type_params = {}
+        self.consts.push()
+        self._builder = self.consts
+        for g in generics:
+            self.generics(str(name_tok), g)
         settings: dict[str, object] = {}
         for a in attrs:
-            key_tok, *vals = a.children
+            key_tok, vals = a.children
             key = str(key_tok)
-            nums = tuple(int(str(v), 0) for v in vals)
+            nums = tuple(self.const_int(v, f"{key}()") for v in vals.children)
+            if any(n is None for n in nums):
+                continue
             if key not in ("threads", "cluster", "maxnreg", "minctas"):
                 self.diags.error(f"unknown kernel attribute '{key}'; expected threads, cluster, "
                                  "maxnreg or minctas", self.span(key_tok))
@@ -201,6 +232,9 @@ class _Walker:
             self.diags.error(f"kernel '{name_tok}' needs a thread count: threads(N)", loc)
             settings["threads"] = (1,)
         b = KernelBuilder(str(name_tok), loc=loc, diags=self.diags, **settings)  # type: ignore[arg-type]
+        for frame in self.consts.frames:  # module constants and compile-time parameters
+            b.frames[0].names.update(frame.names)
+        self.consts.pop()
         self._builder = b
         for p in params:
             pname, ptype = p.children
@@ -212,14 +246,17 @@ class _Walker:
         kind = tree.data
         if kind == "type_name":
             tok = tree.children[0]
-            ty = T.parse_type_name(str(tok))
+            ty = self.named_type(str(tok))
             if ty is None:
-                self.diags.error(f"unknown type '{tok}'", self.span(tok))
+                self.diags.error(f"unknown type '{tok}'{type_hint(str(tok))}", self.span(tok))
             return ty
         elem_tok = tree.children[0]
-        elem = T.SCALARS.get(str(elem_tok))
+        elem = self.type_params.get(str(elem_tok)) or T.SCALARS.get(str(elem_tok))
+        if kind == "vec_type":
+            return self.vec_type(elem, elem_tok, tree.children[1])
         if elem is None or elem.is_pred:
-            self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
+            self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
+                             self.span(elem_tok))
             return None
         if kind == "ptr_type":
             return T.Ptr(elem)
@@ -240,34 +277,70 @@ class _Walker:
     def buffer_spec(self, t: lark.Tree) -> tuple | None:
         """(name, elem, shape, align or None, span) of `name: T[d0]... [align A]`."""
         name, elem_tok, dims, align = t.children
-        elem = T.SCALARS.get(str(elem_tok))
+        elem = self.type_params.get(str(elem_tok)) or T.SCALARS.get(str(elem_tok))
         if elem is None:
-            self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
+            self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
+                             self.span(elem_tok))
             return None
-        shape = tuple(int(str(d), 0) for d in dims.children)
-        return str(name), elem, shape, int(str(align), 0) if align else None, self.span(t)
+        shape = tuple(self.const_int(d, "a buffer dimension") for d in dims.children)
+        a = self.const_int(align, "an alignment") if align is not None else None
+        if any(d is None for d in shape) or (align is not None and a is None):
+            return None
+        return str(name), elem, shape, a, self.span(t)
 
     def s_shared_decl(self, t: lark.Tree) -> None:
         spec = self.buffer_spec(t)
         if spec is not None:
             self.b.shared(*spec)
+        else:  # reported: uses of the name stay quiet
+            self.b.poison(str(t.children[0]), self.span(t))
 
     def s_barrier_decl(self, t: lark.Tree) -> None:
         name, n, count = t.children
-        self.b.mbarrier(str(name), int(str(n), 0) if n is not None else 0, int(str(count), 0),
-                        self.span(t))
+        size = self.const_int(n, "an mbarrier array size") if n is not None else 0
+        c = self.const_int(count, "an arrival count")
+        if size is None or c is None:
+            self.b.poison(str(name), self.span(t))
+        else:
+            self.b.mbarrier(str(name), size, c, self.span(t))
 
     def s_pipeline_decl(self, t: lark.Tree) -> None:
         name, stages, *bufs = t.children
-        specs = [s for s in map(self.buffer_spec, bufs) if s is not None]
-        self.b.pipeline(str(name), int(str(stages), 0), specs, self.span(t))
+        specs = [self.buffer_spec(b) for b in bufs]
+        n = self.const_int(stages, "a stage count")
+        good = [s for s in specs if s is not None]
+        if n is None or len(good) != len(specs):
+            self.b.poison(str(name), self.span(t))
+        else:
+            self.b.pipeline(str(name), n, good, self.span(t))
 
     def s_role_stmt(self, t: lark.Tree) -> None:
         name, start, stop, regs, body = t.children
-        header = self.b.role_begin(str(name), int(str(start), 0), int(str(stop), 0),
-                                   int(str(regs), 0) if regs is not None else None, self.span(name))
+        first, last = self.const_int(start, "a warp index"), self.const_int(stop, "a warp index")
+        nregs = self.const_int(regs, "a register count") if regs is not None else None
+        header = self.b.role_begin(str(name), first or 0, last or 0, nregs, self.span(name))
         self.block(body)
         self.b.role_end(header, self.span(t))
+
+    def s_const_decl(self, t: lark.Tree) -> None:
+        name, ty, value = t.children
+        const_type = self.type(ty) if ty is not None else None
+        if ty is not None and const_type is None:
+            return
+        self.b.const(str(name), const_type, self.expr(value), self.span(t))
+
+    def s_static_assert(self, t: lark.Tree) -> None:
+        cond, message = t.children
+        text = self.source.text[cond.meta.start_pos:cond.meta.end_pos] \
+            if isinstance(cond, lark.Tree) else str(cond)
+        self.b.static_assert(self.expr(cond), _unescape(str(message)[1:-1]) if message else None,
+                             text, self.span(t))
+
+    def s_async_stmt(self, t: lark.Tree) -> None:
+        name, body = t.children
+        header = self.b.async_begin(str(name), self.span(name))
+        self.block(body)
+        self.b.async_end(header, self.span(t))
 
     def s_let_stmt(self, t: lark.Tree) -> None:
         name, ty, value = t.children
@@ -376,11 +449,16 @@ class _Walker:
             return b.unary(data, self.expr(t.children[0]), loc)
         if data == "cast":
             x, ty_tok = t.children
-            ty = T.parse_type_name(str(ty_tok))
+            ty = self.named_type(str(ty_tok))
             if ty is None:
-                self.diags.error(f"unknown type '{ty_tok}'", self.span(ty_tok))
+                self.diags.error(f"unknown type '{ty_tok}'{type_hint(str(ty_tok))}",
+                                 self.span(ty_tok))
             return b.cast(self.expr(x), ty, loc)
         if data == "name":
+            if str(t.children[0]) in self.type_params:
+                self.diags.error(f"'{t.children[0]}' is a type, not a value (sizeof("
+                                 f"{t.children[0]}) is its size in bytes)", loc)
+                return ir.Const(value=0, type=T.error)
             return b.name(str(t.children[0]), loc)
         if data == "sreg":
             return b.sreg(str(t.children[0])[1:], loc)
@@ -412,6 +490,8 @@ class _Walker:
             if str(name) in BY_SYNTAX:
                 self.diags.error(f"'{name}' is an operation and has no value", loc)
                 return ir.Const(value=0, type=T.error)
+            if str(name) == "sizeof" and (size := self.sizeof_type(args)) is not None:
+                return Lit(size, loc)
             return b.call(str(name), self.args(args), loc)
         raise AssertionError(f"unhandled expression {data}")
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from . import ir
 from . import types as T
 from .errors import CompileError, DiagnosticBag, Note, Span
+from .lower_oneshot import OneShots
 
 REGISTER_FILE = 65536
 
@@ -114,6 +115,7 @@ class _Lowerer:
         self.k = k
         self.diags = diags
         self.pipes: dict[str, _PipeFacts] = {}
+        self.oneshots = OneShots(diags)
         self.model = _ThreadModel(k.threads)
         self.roles: list[ir.Role] = [s for s in k.body if isinstance(s, ir.Role)]
         assigned = {s.name for s in ir.walk(k.body) if isinstance(s, ir.Assign)}
@@ -170,7 +172,8 @@ class _Lowerer:
             return s.dst.type.nbytes  # type: ignore[attr-defined]
         if isinstance(s.nbytes, ir.Const):
             return int(s.nbytes.value)
-        self.diags.error("a copy into a pipeline stage needs a constant byte count", s.loc)
+        self.diags.error("a copy whose barrier is derived (into a pipeline stage, or in an "
+                         "async block) needs a constant byte count", s.loc)
         return 0
 
     def count(self, path: list, s: ir.Stmt) -> int:
@@ -219,6 +222,8 @@ class _Lowerer:
             return _var(f"{e.pipe}.{e.side}_stage")
         if isinstance(e, ir.StageBarrier):
             return self.stage_bar(e.pipe, "full", "put")
+        if isinstance(e, ir.AsyncBarrier):
+            return self.oneshots.bar(e.name)
         if isinstance(e, tuple):
             return tuple(self.expr(x) for x in e)
         if not isinstance(e, ir.Expr):
@@ -297,6 +302,10 @@ class _Lowerer:
                         tail = self.acquire(name, s.loc, role)
                         out.append(dataclasses.replace(tail, role=f"{tail.role}, producer tail"))
                         out += self.advance(name, "put", s.loc)
+            elif isinstance(s, ir.AsyncLoad):
+                out += self.oneshots.expand(s, lambda b: self.block(b, role, in_commit_loop))
+            elif isinstance(s, ir.AsyncAwait):
+                out.append(self.oneshots.wait(s, role[1].name if role else "", s.loc))
             else:
                 out.append(self.stmt(s, role, in_commit_loop))
         return tuple(out)
@@ -329,11 +338,15 @@ class _Lowerer:
 
     def lower(self) -> ir.Kernel:
         self.analyse(self.k.body, [], None)
+        self.oneshots.analyse(self.k.body, [], None, self.role_cond, self.threads,
+                              self.copy_bytes)
         self.check_role_coverage()
         maxnreg = self.register_cap()
         top: list[ir.Stmt] = []
         inits: list[ir.Stmt] = []
         cursors: list[ir.Stmt] = []
+        top += self.oneshots.decls()
+        inits += self.oneshots.inits()
         for name, facts in self.pipes.items():
             d = facts.decl
             full = self.arrivals(facts.commit_threads, "commit", name)
@@ -447,7 +460,7 @@ def _committed(stmts: tuple[ir.Stmt, ...]) -> list[str]:
 
 
 def lower_kernel(k: ir.Kernel, diags: DiagnosticBag) -> ir.Kernel:
-    if not any(isinstance(s, (ir.PipelineDecl, ir.Role)) for s in k.body):
+    if not any(isinstance(s, (ir.PipelineDecl, ir.Role, ir.AsyncLoad)) for s in ir.walk(k.body)):
         return k
     return _Lowerer(k, diags).lower()
 

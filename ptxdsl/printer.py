@@ -1,4 +1,8 @@
-"""IR back to canonical .ptxdsl text; parse(print(ir)) == ir for every kernel."""
+"""IR back to canonical .ptxdsl text; parse(print(ir)) == ir for every kernel.
+
+The IR holds instantiated kernels (constants folded, compile-time parameters given their
+values), so the printer writes the instantiated kernel: `kernel k<N: u32 = 8192>` with
+`bf16[N]` prints as `kernel k` with `bf16[8192]`, which parses back to the same IR."""
 
 from __future__ import annotations
 
@@ -76,7 +80,7 @@ def expr_text(e: ir.Expr, prec: int = 0, typed: bool = False) -> str:
         return f"{e.type}({', '.join(expr_text(x, 0, True) for x in e.elems)})"
     if isinstance(e, ir.Extract):
         return f"{expr_text(e.vec, _POSTFIX_PREC)}[{expr_text(e.index, 0, True)}]"
-    if isinstance(e, ir.PipelineObj):
+    if isinstance(e, (ir.PipelineObj, ir.AsyncObj)):
         return e.name
     if isinstance(e, ir.StageBuf):
         return f"{e.pipe}.{e.buf}"
@@ -173,6 +177,10 @@ class _Printer:
         elif isinstance(s, ir.Role):
             regs = f" regs {s.regs}" if s.regs is not None else ""
             self.line(f"role {s.name} warps {s.warp_start} .. {s.warp_stop}{regs} {{")
+            self.body(s.body)
+            self.line("}")
+        elif isinstance(s, ir.AsyncLoad):
+            self.line(f"async {s.name} {{")
             self.body(s.body)
             self.line("}")
         elif isinstance(s, ir.Return):

@@ -2,12 +2,17 @@
 
 A sample's Python twin provides `example(rng, ...) -> dict` with:
   grid          launch grid
-  inputs        {param: numpy array or scalar}: arrays go to the device (bf16 as uint16 bits)
+  inputs        {param: numpy array or scalar}: arrays go to the device (bf16 as ml_dtypes'
+                bfloat16 arrays, or uint16 bit patterns)
   outputs       {param: numpy array}: shape/dtype templates; poisoned on the device first
   tensor_maps   {param: TensorMap options}: the map wraps the device array of the same name
   expected      {param: numpy array}: the reference (float arrays compare with rtol/atol)
   rtol, atol    tolerances (default exact)
   kernel        which kernel of the module to run (default: the only one)
+
+With `-D NAME=VALUE` (`defines`), the sample is instantiated with those compile-time
+parameters, and example() is called with `defines=` (as strings) when it takes that argument,
+to size its data alike.
 """
 
 from __future__ import annotations
@@ -57,8 +62,10 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 
 
 def _as_float(a: np.ndarray, t: T.Scalar | None) -> np.ndarray:
-    if t is not None and t.name == "bf16":
+    if t is not None and t.name == "bf16" and a.dtype == np.uint16:
         return bf16_to_f32(a)
+    if a.dtype.kind == "V":  # ml_dtypes' bfloat16 / fp8
+        return a.astype(np.float64)
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
 
@@ -108,6 +115,8 @@ def run_example(program: Any, ex: dict, *, stream: Any = None) -> list[CheckResu
 def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
             rtol: float, atol: float) -> CheckResult:
     w = np.asarray(want)
+    if got.dtype.kind == "V" and w.dtype.kind == "u" and w.dtype.itemsize == got.itemsize:
+        got = got.view(w.dtype)  # a bit-pattern reference for bfloat16 data: compare the bits
     # a reference given in the output's own dtype (e.g. bf16 bit patterns) compares bit for bit
     g = got.reshape(w.shape) if w.dtype == got.dtype else _as_float(got.reshape(w.shape), t)
     if rtol == 0.0 and atol == 0.0:
@@ -126,42 +135,55 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
     return CheckResult(name, ok, max_abs, rel, detail)
 
 
+def _example(mod: Any, rng: np.random.Generator, defines: dict | None, **kw: Any) -> dict:
+    """The twin's example(), told the compile-time parameters when it takes them."""
+    import inspect
+
+    if defines:
+        if "defines" not in inspect.signature(mod.example).parameters:
+            raise LaunchError(f"-D is given, but the example() of {mod.__file__} takes no "
+                              "defines= to size its data for them")
+        kw["defines"] = defines
+    return mod.example(rng, **kw)
+
+
 def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None = None,
-               arch: str | None = None, watchdog_ms: int = 0, small: bool = False
+               arch: str | None = None, watchdog_ms: int = 0, defines: dict | None = None,
+               small: bool = False
                ) -> list[tuple[str, list[CheckResult]]]:
     """Compile a .ptxdsl sample and run each of its kernels (or `kernel`) on fresh inputs
     (at the twin's SMALL interpreter sizes with `small`, as sanitizer runs want)."""
     from .compiler import compile as compile_source
 
-    prog = compile_source(Path(path), arch=arch, watchdog_ms=watchdog_ms)
+    prog = compile_source(Path(path), arch=arch, watchdog_ms=watchdog_ms, defines=defines)
     mod = load_twin(path)
     rng = np.random.default_rng(seed)
     names = [kernel] if kernel else [k.name for k in prog.kernels]
     out = []
     sizes = getattr(mod, "SMALL", {}) if small else {}
     for name in names:
-        ex = mod.example(rng, kernel=name, **sizes) if len(prog.kernels) > 1 else \
-            mod.example(rng, **sizes)
+        ex = _example(mod, rng, defines, **sizes,
+                      **({"kernel": name} if len(prog.kernels) > 1 else {}))
         ex.setdefault("kernel", name)
         out.append((name, run_example(prog, ex)))
     return out
 
 
-def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0
-                  ) -> list[tuple[str, list[CheckResult]]]:
+def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
+                  defines: dict | None = None) -> list[tuple[str, list[CheckResult]]]:
     """Like run_sample, in the CPU interpreter, at the twin's SMALL example sizes."""
     from .frontend import parse_file
     from .interp import run_sample as interp_run
 
-    module = parse_file(path)
+    module = parse_file(path, defines)
     mod = load_twin(path)
     rng = np.random.default_rng(seed)
     names = [kernel] if kernel else [k.name for k in module.kernels]
     out = []
     small = getattr(mod, "SMALL", {})
     for name in names:
-        ex = mod.example(rng, kernel=name, **small) if len(module.kernels) > 1 else \
-            mod.example(rng, **small)
+        ex = _example(mod, rng, defines, **small,
+                      **({"kernel": name} if len(module.kernels) > 1 else {}))
         got = interp_run(module.kernel(name), ex, seed=seed)
         types = {p.name: getattr(p.type, "elem", None) for p in module.kernel(name).params}
         out.append((name, [compare(o, got[o], want, types.get(o), ex.get("rtol", 0.0),

@@ -169,6 +169,14 @@ class PipelineRef(Type):
 
 
 @dataclass(frozen=True, slots=True)
+class AsyncRef(Type):
+    """A one-shot asynchronous load (`async name { ... }`), awaited with `await(name)`."""
+
+    def __str__(self) -> str:
+        return "async load"
+
+
+@dataclass(frozen=True, slots=True)
 class Void(Type):
     def __str__(self) -> str:
         return "void"
@@ -194,9 +202,12 @@ _NUMPY: dict[str, str] = {
 
 
 def numpy_dtype(t: Scalar) -> np.dtype:
-    """The numpy dtype that holds values of `t` (bf16 is held as its uint16 bit pattern)."""
+    """The numpy dtype that holds values of `t` (bf16: ml_dtypes' bfloat16, a real numpy
+    dtype; uint16 bit patterns are accepted where bf16 data is given)."""
     if t.name == "bf16":
-        return np.dtype(np.uint16)
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(_NUMPY[t.name])
 
 

@@ -6,7 +6,9 @@ memory), normalise it in f32 and write the result with 16-byte stores. Consumers
 row from shared memory for each pass instead of holding it in registers.
 
 `make_norm(kind, n, dtype, stages, consumer_warps)` builds any variant; the module-level
-kernels are the bf16, n = 8192 ones spelled out in norms.ptxdsl.
+kernels are the bf16, n = 8192 ones spelled out in norms.ptxdsl, whose compile-time parameters
+N and T give the other sizes and element types (`make_norm(kind, n, dtype, name=kind)` builds
+the same kernel as `ptxdsl.parse_file("norms.ptxdsl", defines={"N": n, "T": dtype})`).
 """
 
 import numpy as np
@@ -19,13 +21,15 @@ NEG_BIG = -3.0e38  # below any finite bf16/f32 row value: the identity of max
 
 
 def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
-              consumer_warps: int = 8, eps: float = 1e-5) -> ptxdsl.KernelDef:
+              consumer_warps: int = 8, eps: float = 1e-5,
+              name: str | None = None) -> ptxdsl.KernelDef:
     nc = consumer_warps * 32
     width = 16 // dtype.nbytes  # elements per 16-byte vector
     per_thread = n // (nc * width)  # vectors each consumer thread handles per pass
     assert per_thread * nc * width == n, "n must be a multiple of 16 bytes x consumer threads"
     vec = ptxdsl.types.vector_type(dtype, width)
-    name = f"{kind}_{dtype}_{n}" if (dtype, n) != (bf16, 8192) else kind
+    if name is None:
+        name = f"{kind}_{dtype}_{n}" if (dtype, n) != (bf16, 8192) else kind
 
     def body(k, x, y, rows, w=None, b=None):
         ring = k.pipeline("ring", stages, row=(dtype, [n], 128))
@@ -33,25 +37,19 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
         # weights (and bias) are read by every row: load them into shared memory once
         params = [p for p in (w, b) if p is not None]
         consts = [k.shared(nm, dtype, [n]) for nm, _ in zip(("wsh", "bsh"), params, strict=False)]
-        if params:
-            wbar = k.mbarrier("wbar", count=1)
-            with k.if_(k.tid.x == 0):
-                k.mbarrier_init(wbar)
-                k.fence_mbarrier_init()
-            k.bar_sync(0)
         with k.role("producer", 0, 1):
             with k.if_(k.elect()):
-                if params:
-                    k.mbarrier_arrive_expect_tx(wbar, sum(k.sizeof(c).ir.value for c in consts))
-                    for c, p in zip(consts, params, strict=True):
-                        k.bulk_load(c, p[0], wbar)
+                if params:  # one-shot load: barrier, count, bytes, init and phase derived
+                    with k.async_("weights") as weights:
+                        for c, p in zip(consts, params, strict=True):
+                            k.bulk_load(c, p[0])
                 with k.for_("r", k.ctaid.x, rows, k.nctaid.x) as r:
                     k.acquire(ring)
                     k.bulk_load(ring.row, x[r * n])
                     k.commit(ring)
         with k.role("consumers", 1, 1 + consumer_warps):
             if params:
-                k.mbarrier_wait(wbar, 0)
+                k.await_(weights)
             c = k.let("c", k.tid.x - 32)
             wid = k.let("wid", c >> 5)
             slot = k.let("slot", 0)
@@ -141,16 +139,7 @@ def reference(kind: str, x: np.ndarray, w=None, b=None, eps: float = 1e-5) -> np
 
 KERNELS = {"rmsnorm": rmsnorm, "softmax": softmax, "layernorm": layernorm}
 ATOL = {"rmsnorm": 2e-2, "softmax": 1e-6, "layernorm": 2e-2}
-
-
-def to_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns (uint16), rounding to nearest even."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bf16(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+RTOL = {"bf16": 1.6e-2, "f16": 2e-3}  # one rounding of the output; f32 otherwise
 
 
 # example() sizes small enough for the CPU interpreter (ptxdsl interp, tests)
@@ -158,15 +147,19 @@ SMALL = {"rows": 2}
 
 
 def example(rng: np.random.Generator, kernel: str = "rmsnorm", rows: int = 96, n: int = 8192,
-            dtype=bf16) -> dict:
-    """Inputs, grid and float64 reference for one normalisation over `rows` rows."""
+            dtype=bf16, defines: dict | None = None) -> dict:
+    """Inputs, grid and float64 reference for one normalisation over `rows` rows; `defines`
+    (`ptxdsl run norms.ptxdsl -D N=4096 -D T=f32`) set n and dtype as they set the kernel."""
+    if defines:
+        n = int(str(defines.get("N", n)), 0)
+        dtype = ptxdsl.types.SCALARS[str(defines.get("T", dtype))]
     kind = kernel.split("_")[0]
     x = rng.standard_normal((rows, n)).astype(np.float32) * 2.0
     w = (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
     b = (0.1 * rng.standard_normal(n)).astype(np.float32)
-    if dtype == bf16:
-        x, w, b = (to_bf16(a) for a in (x, w, b))
-        xf, wf, bf = (from_bf16(a) for a in (x, w, b))
+    if dtype != f32:  # bf16 as ml_dtypes' bfloat16, f16 as float16: rounded to nearest even
+        x, w, b = (a.astype(ptxdsl.types.numpy_dtype(dtype)) for a in (x, w, b))
+        xf, wf, bf = (a.astype(np.float32) for a in (x, w, b))
     else:
         xf, wf, bf = x, w, b
     inputs = {"x": x, "rows": rows}
@@ -177,4 +170,4 @@ def example(rng: np.random.Generator, kernel: str = "rmsnorm", rows: int = 96, n
     want = reference(kind, xf, wf, bf)
     return {"kernel": kernel, "grid": 16, "inputs": inputs,
             "outputs": {"y": np.empty_like(x)}, "expected": {"y": want},
-            "rtol": 1.6e-2 if dtype == bf16 else 2e-5, "atol": ATOL[kind]}
+            "rtol": RTOL.get(dtype.name, 2e-5), "atol": ATOL[kind]}

@@ -222,3 +222,31 @@ def test_sanitizer_reports_a_planted_out_of_bounds_write(tmp_path):
     (run,) = sanitize(str(tmp_path / "oob.ptxdsl"), ["memcheck"])
     assert run.status == "findings", run.output
     assert "Invalid __global__ write of size 4" in run.output
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, t", [(2048, ptxdsl.bf16), (4096, ptxdsl.bf16),
+                                  (16384, ptxdsl.bf16), (4096, ptxdsl.f32)])
+@pytest.mark.parametrize("kind", ["rmsnorm", "softmax", "layernorm"])
+def test_norms_text_instantiated_for_other_sizes(kind, n, t):
+    """norms.ptxdsl with its compile-time parameters set (-D N=n -D T=t)."""
+    prog = ptxdsl.compile(SAMPLES / "norms.ptxdsl", defines={"N": n, "T": t})
+    ex = sample_module("norms").example(np.random.default_rng(n), kernel=kind, rows=70, n=n,
+                                        dtype=t)
+    assert_ok(run_example(prog, ex))
+
+
+@pytest.mark.gpu
+def test_bf16_arrays_cross_the_runtime_as_bfloat16_or_uint16_bits():
+    import ml_dtypes
+
+    from ptxdsl.runtime import to_device
+
+    x = (np.arange(256, dtype=np.float32) / 8 - 3).astype(ml_dtypes.bfloat16)
+    a = to_device(x)
+    assert a.elem == ptxdsl.bf16 and a.__cuda_array_interface__["typestr"] == "<u2"
+    back = a.numpy()
+    assert back.dtype == ml_dtypes.bfloat16 and (back == x).all()
+    from_bits = to_device(x.view(np.uint16), dtype=ptxdsl.bf16).numpy()
+    assert (from_bits.view(np.uint16) == x.view(np.uint16)).all()
+    out = np.empty(256, np.uint16)
+    a.copy_to_host(out)
+    assert (out == x.view(np.uint16)).all()

@@ -515,7 +515,8 @@ def test_device_array_round_trip(rng):
     with pytest.raises(LaunchError, match="freed"):
         d.numpy()
     b = to_device(np.array([1.0, -2.5], np.float32), dtype="bf16")
-    assert b.elem == T.bf16 and list(b.numpy()) == [0x3F80, 0xC020]
+    assert b.elem == T.bf16 and b.numpy().view(np.uint16).tolist() == [0x3F80, 0xC020]
+    assert b.numpy().dtype == T.numpy_dtype(T.bf16) and b.numpy().tolist() == [1.0, -2.5]
     assert empty((0,), "u8").numpy().shape == (0,)
 
 

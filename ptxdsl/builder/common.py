@@ -16,13 +16,21 @@ __all__ = ["MAX_SMEM_BYTES", "MBARRIER_MAX_COUNT"]
 
 @dataclass(frozen=True)
 class Lit:
-    """An untyped literal (int, float or bool) and where it was written."""
+    """A compile-time value (int, float or bool) and where it was written: an untyped literal,
+    or, with `type`, a typed constant (a `const`, a compile-time kernel parameter, a cast
+    literal). Constants fold; a typed one meets only operands of its own type."""
 
     value: int | float | bool
     loc: Span | None = None
+    type: T.Scalar | None = None
 
 
 Operand = ir.Expr | Lit
+
+
+def untyped(x: object) -> bool:
+    """Whether `x` is a literal (or untyped constant) that takes its type from its context."""
+    return isinstance(x, Lit) and x.type is None
 
 SPECIAL_REGS: dict[str, T.Scalar] = {
     **{f"{r}.{d}": T.u32 for r in ("tid", "ntid", "ctaid", "nctaid") for d in "xyz"},
@@ -45,7 +53,7 @@ HALF_OK = {"add", "sub", "mul", "min", "max"}
 
 KEYWORDS = {"kernel", "ptr", "tmap", "shared", "align", "mbarrier", "count", "let", "if", "else",
             "for", "in", "step", "while", "return", "asm", "as", "true", "false", "pipeline",
-            "stages", "role", "warps", "regs", "unroll"}
+            "stages", "role", "warps", "regs", "unroll", "const", "async", "assert"}
 
 BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&",
                  "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "land": "&&", "lor": "||",

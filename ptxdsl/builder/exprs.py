@@ -28,19 +28,21 @@ from .common import (
     int_range,
     is_err,
     is_int,
+    untyped,
 )
+from .hints import convert, convert_hint, name_hint
 from .scope import Scope
 
 
 class Expressions(Scope):
     """Typing and construction of expressions."""
 
-    def name(self, name: str, loc: Span | None = None) -> ir.Expr:
+    def name(self, name: str, loc: Span | None = None) -> Operand:
         sym = self.lookup(name)
         if sym is None:
             known = [n for f in self.frames for n in f.names]
             hint = difflib.get_close_matches(name, known, n=1)
-            more = f"; did you mean '{hint[0]}'?" if hint else ""
+            more = name_hint(name) or (f"; did you mean '{hint[0]}'?" if hint else "")
             return self.error(f"unknown name '{name}'{more}", loc)
         if sym.kind == "shared":
             return ir.SharedBuf(name=name, type=sym.type, loc=loc)
@@ -48,6 +50,12 @@ class Expressions(Scope):
             return ir.BarrierObj(name=name, type=sym.type, loc=loc)
         if sym.kind == "pipeline":
             return ir.PipelineObj(name=name, type=sym.type, loc=loc)
+        if sym.kind == "const":
+            if sym.decl is None:  # its value was wrong, and said so
+                return ir.Const(value=0, type=T.error, loc=loc)
+            return Lit(sym.decl.value, loc, sym.decl.type)
+        if sym.kind == "async":
+            return ir.AsyncObj(name=name, type=sym.type, loc=loc)
         return ir.Var(name=name, type=sym.type, loc=loc)
 
     def sreg(self, name: str, loc: Span | None = None) -> ir.Expr:
@@ -65,6 +73,9 @@ class Expressions(Scope):
             return ir.Const(value=0, type=T.error, loc=loc)
         if not isinstance(ty, T.Scalar):
             return self.error(f"a literal cannot be used as {ty}", loc)
+        if lit.type is not None and lit.type != ty:
+            return self.error(f"expected {ty}, got the {lit.type} constant {_show(v)} (convert "
+                              f"it with 'as {ty}')", loc)
         if ty.is_pred:
             if isinstance(v, bool):
                 return ir.Const(value=v, type=ty, loc=loc)
@@ -81,6 +92,8 @@ class Expressions(Scope):
         return ir.Const(value=v, type=ty, loc=loc)
 
     def default_type(self, lit: Lit) -> T.Scalar:
+        if lit.type is not None:
+            return lit.type
         if isinstance(lit.value, bool):
             return T.pred
         return T.f32 if isinstance(lit.value, float) else T.u32
@@ -91,7 +104,7 @@ class Expressions(Scope):
             return self.lit_expr(x, want if want is not None else self.default_type(x))
         x = self.rvalue(x)
         if want is not None and not compatible(x.type, want):
-            return self.error(f"expected {want}, got {x.type}", x.loc)
+            return self.error(f"expected {want}, got {x.type}{convert_hint(x, want)}", x.loc)
         return x
 
     def rvalue(self, x: ir.Expr) -> ir.Expr:
@@ -99,8 +112,11 @@ class Expressions(Scope):
         if isinstance(ty, T.SharedRef):
             if ty.shape == ():
                 return ir.Load(ref=x, type=ty.elem, loc=x.loc)
+            idx = ", ".join("i" if k == 0 else "j" if k == 1 else f"i{k}"
+                            for k in range(len(ty.shape)))
+            how = f" ({x.name}[{idx}])" if isinstance(x, ir.SharedBuf) else ""
             return self.error(f"{describe(x)} is a shared-memory view of shape "
-                              f"{list(ty.shape)}; index it to read an element", x.loc)
+                              f"{list(ty.shape)}; index it to read an element{how}", x.loc)
         if isinstance(ty, T.GlobalRef):
             return ir.Load(ref=x, type=ty.elem, loc=x.loc)
         if isinstance(ty, T.BarrierRef):
@@ -116,18 +132,40 @@ class Expressions(Scope):
             return a, b
         if isinstance(a, Lit):
             eb = self.rvalue(b)  # type: ignore[arg-type]
+            if self._float_literal_meets_int(a, eb, what, loc):
+                return ir.Const(value=0, type=T.error), eb
             return self.lit_expr(a, eb.type), eb
         if isinstance(b, Lit):
             ea = self.rvalue(a)
+            if self._float_literal_meets_int(b, ea, what, loc):
+                return ea, ir.Const(value=0, type=T.error)
             return ea, self.lit_expr(b, ea.type)
         ea, eb = self.rvalue(a), self.rvalue(b)
         if is_err(ea.type) or is_err(eb.type):
             return ea, eb
         if ea.type != eb.type:
+            # convert the integer side to the float one, else the second to the first
+            fix = ""
+            if isinstance(ea.type, T.Scalar) and isinstance(eb.type, T.Scalar):
+                ints_first = ea.type.is_int and eb.type.is_float
+                x, ty = (ea, eb.type) if ints_first else (eb, ea.type)
+                fix = convert(x, ty)
+            how = f"; convert one: {fix}" if fix else " (convert one with 'as')"
             self.diags.error(f"operands of '{what}' have different types: {ea.type} and "
-                             f"{eb.type} (convert one with 'as')", loc)
+                             f"{eb.type}{how}", loc)
             return ir.Const(value=0, type=T.error), eb
         return ea, eb
+
+    def _float_literal_meets_int(self, lit: Lit, e: ir.Expr, what: str, loc: Span | None
+                                 ) -> bool:
+        """`n * 0.5` with an integer `n`: say so, and how to compute in floats."""
+        if not (untyped(lit) and isinstance(lit.value, float) and is_int(e.type)):
+            return False
+        fix = convert(e, T.f32)
+        how = f"; to compute in floats, convert it first: {fix}" if fix else ""
+        self.diags.error(f"'{what}' of {describe(e)} ({e.type}) and the float literal "
+                         f"{lit.value!r}: an integer operation takes no fraction{how}", loc)
+        return True
 
     def binary(self, op: str, a: Operand, b: Operand, loc: Span | None = None) -> Operand:
         sym = BINARY_SYMBOL.get(op, op)
@@ -135,13 +173,13 @@ class Expressions(Scope):
             return self._fold(op, a, b, loc)
         # pointer arithmetic: ptr + integer (in elements)
         if op in ("add", "sub") and not isinstance(a, Lit) and isinstance(a.type, T.Ptr):
-            off = self.value(b, None if not isinstance(b, Lit) else T.u64)
+            off = self.value(b, T.u64 if untyped(b) else None)
             if not is_err(off.type) and not (isinstance(off.type, T.Scalar) and off.type.is_int):
                 return self.error(f"a pointer offset must be an integer, got {off.type}", loc)
             return ir.Binary(op=op, a=a, b=off, type=a.type, loc=loc)
         if op in SHIFT_OPS:
             ea = self.value(a)
-            eb = self.value(b, T.u32) if isinstance(b, Lit) else self.rvalue(b)
+            eb = self.value(b, T.u32 if untyped(b) else None)
             for e in (ea, eb):
                 if not is_err(e.type) and not is_int(e.type):
                     return self.error(f"operands of '{sym}' must be integers, got {e.type}", loc)
@@ -173,6 +211,43 @@ class Expressions(Scope):
         return ir.Binary(op=op, a=ea, b=eb, type=ty, loc=loc)
 
     def _fold(self, op: str, a: Lit, b: Lit, loc: Span | None) -> Lit:
+        ty = self.const_type(a, b, op, loc)
+        if isinstance(ty, bool):
+            return Lit(0, loc)
+        if ty is not None:  # the untyped side takes the type, as it would for a register
+            ta = self.const_of(a, ty)
+            tb = b if op in SHIFT_OPS else self.const_of(b, ty)
+            if ta is None or tb is None:
+                return Lit(0, loc)
+            a, b = ta, tb
+        r = self._fold_value(op, a, b, loc)
+        if ty is None or op in ("land", "lor"):
+            return r
+        return self.const_of(Lit(r.value, loc), ty) or Lit(0, loc)
+
+    def const_type(self, a: Lit, b: Lit, op: str, loc: Span | None) -> T.Scalar | None | bool:
+        """The type of a constant expression of `a` and `b` (None: both untyped); False after
+        reporting operands of different types."""
+        if op in SHIFT_OPS:
+            return a.type
+        if a.type is not None and b.type is not None and a.type != b.type:
+            self.diags.error(f"operands of '{BINARY_SYMBOL.get(op, op)}' have different types: "
+                             f"{a.type} and {b.type} (convert one with 'as')", loc)
+            return False
+        return a.type or b.type
+
+    def const_of(self, lit: Lit, ty: T.Scalar) -> Lit | None:
+        """`lit` as a constant of type `ty` (range-checked), or None after an error."""
+        v = lit.value
+        if lit.type is None or lit.type == ty:
+            e = self.lit_expr(Lit(v, lit.loc), ty)
+        else:
+            e = self.lit_expr(lit, ty)
+        if not isinstance(e, ir.Const) or is_err(e.type):
+            return None
+        return Lit(e.value, lit.loc, ty)
+
+    def _fold_value(self, op: str, a: Lit, b: Lit, loc: Span | None) -> Lit:
         x, y = a.value, b.value
         try:
             if op == "add":
@@ -208,6 +283,8 @@ class Expressions(Scope):
             import operator as o
 
             f = {"eq": o.eq, "ne": o.ne, "lt": o.lt, "le": o.le, "gt": o.gt, "ge": o.ge}[op]
+            if self.const_type(a, b, op, loc) is False:
+                return Lit(False, loc)
             return Lit(bool(f(a.value, b.value)), loc)
         ea, eb = self.unify(a, b, COMPARE_SYMBOL[op], loc)
         if is_err(ea.type) or is_err(eb.type):
@@ -219,6 +296,11 @@ class Expressions(Scope):
         return ir.Compare(op=op, a=ea, b=eb, type=T.pred, loc=loc)
 
     def unary(self, op: str, x: Operand, loc: Span | None = None) -> Operand:
+        if isinstance(x, Lit) and x.type is not None:
+            if op == "neg" and (x.type.kind == "u" or x.type.is_pred or x.type.kind == "b"):
+                return self.error(f"cannot negate {x.type}; only signed integers and floats", loc)
+            r = self.unary(op, Lit(x.value, x.loc), loc)
+            return self.const_of(r, x.type) or Lit(0, loc) if isinstance(r, Lit) else r
         if isinstance(x, Lit):
             v = x.value
             if op == "neg" and not isinstance(v, bool):
@@ -240,12 +322,11 @@ class Expressions(Scope):
             return self.error(f"cannot apply '!' or '~' to {ty}", loc)
         return ir.Unary(op=op, x=e, type=ty, loc=loc)
 
-    def cast(self, x: Operand, ty: T.Type | None, loc: Span | None = None) -> ir.Expr:
+    def cast(self, x: Operand, ty: T.Type | None, loc: Span | None = None) -> Operand:
         if ty is None:
             return ir.Const(value=0, type=T.error, loc=loc)
         if isinstance(x, Lit):
-            return self.lit_expr(x, ty) if isinstance(ty, T.Scalar) else self.error(
-                f"cannot convert a literal to {ty}", loc)
+            return self.cast_const(x, ty, loc)
         e = self.rvalue(x)
         if is_err(e.type):
             return e
@@ -257,6 +338,18 @@ class Expressions(Scope):
         if e.type == ty:
             return e
         return ir.Cast(x=e, type=ty, loc=loc)
+
+    def cast_const(self, x: Lit, ty: T.Type, loc: Span | None) -> Operand:
+        """A constant converted at compile time: still a constant, now typed `ty` (a float
+        becomes an integer by truncation, as `cvt.rzi` would)."""
+        if not isinstance(ty, T.Scalar):
+            return self.error(f"cannot convert a constant to {ty}", loc)
+        v = x.value
+        if ty.is_int and isinstance(v, float) and x.type is not None:
+            v = int(v)
+        r = self.const_of(Lit(v, x.loc), ty)
+        return Lit(r.value, loc, ty) if r is not None else ir.Const(value=0, type=T.error,
+                                                                   loc=loc)
 
     def index(self, base: ir.Expr, idx: list[Operand], loc: Span | None = None) -> ir.Expr:
         ty = base.type
@@ -278,7 +371,7 @@ class Expressions(Scope):
             if len(idx) != 1:
                 return self.error(f"a pointer takes one index, got {len(idx)}", loc)
             ix = idx[0]
-            e = self.lit_expr(ix, T.u32 if 0 <= ix.value < 2**32 else T.u64) \
+            e = self.lit_expr(ix, ix.type or (T.u32 if 0 <= ix.value < 2**32 else T.u64)) \
                 if isinstance(ix, Lit) and isinstance(ix.value, int) else self.value(ix)
             if not is_err(e.type) and not is_int(e.type):
                 return self.error(f"an index must be an integer, got {e.type}", e.loc)
@@ -318,7 +411,7 @@ class Expressions(Scope):
         return False
 
     def _index_value(self, x: Operand) -> ir.Expr:
-        e = self.value(x, T.u32) if isinstance(x, Lit) else self.rvalue(x)
+        e = self.value(x, T.u32 if untyped(x) else None)
         if not is_err(e.type) and e.type not in (T.u32, T.s32):
             return self.error(f"a shared-memory index must be u32 or s32, got {e.type}", e.loc)
         return e
@@ -367,7 +460,7 @@ class Expressions(Scope):
         if fn in FLOAT_UNARY:
             if not arity(1):
                 return Lit(0, loc)
-            x = self.value(args[0], T.f32 if isinstance(args[0], Lit) else None)
+            x = self.value(args[0], T.f32 if untyped(args[0]) else None)
             ok = (T.f32, T.f64) if fn in ("sqrt", "rcp") else (T.f32,)
             if not is_err(x.type) and x.type not in ok:
                 return self.error(f"{fn}() takes {' or '.join(map(str, ok))}, got {x.type}", loc)
@@ -383,8 +476,12 @@ class Expressions(Scope):
         if fn == "fma":
             if not arity(3):
                 return Lit(0, loc)
-            typed = next((a for a in args if not isinstance(a, Lit)), None)
-            want = self.rvalue(typed).type if typed is not None else T.f32
+            typed = next((a for a in args if not untyped(a)), None)
+            want: T.Type = T.f32
+            if isinstance(typed, Lit):
+                want = typed.type or T.f32
+            elif typed is not None:
+                want = self.rvalue(typed).type
             xs = tuple(self.value(a, want) for a in args)
             if not is_err(want) and (not isinstance(want, T.Scalar) or not want.is_float):
                 return self.error(f"fma() takes floats, got {want}", loc)
@@ -406,6 +503,8 @@ class Expressions(Scope):
 
     def vload(self, place: ir.Expr, width: Operand, loc: Span | None) -> ir.Expr:
         ty = place.type
+        if is_err(ty):
+            return ir.Const(value=0, type=T.error, loc=loc)
         if not isinstance(width, Lit) or not isinstance(width.value, int):
             return self.error("the vector width of vload must be a constant", loc)
         if isinstance(ty, T.SharedRef) and ty.shape == ():
@@ -420,3 +519,7 @@ class Expressions(Scope):
             return self.error(f"no {width.value}-wide vector of {elem}: a vector is 4, 8 or 16 "
                               "bytes", loc)
         return ir.Load(ref=place, type=vt, loc=loc)
+
+
+def _show(v: object) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else repr(v)

@@ -32,6 +32,7 @@ KIND_TEXT = {
     "tmap": "a tensor map",
     "pipe": "a pipeline",
     "u32": "a u32 value",
+    "async": "a one-shot load (async name { ... })",
 }
 
 
@@ -71,7 +72,7 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
             return None
         out = []
         for c in arg:
-            e = b.value(c, T.s32) if isinstance(c, Lit) else b.rvalue(c)
+            e = b.value(c, T.s32 if isinstance(c, Lit) and c.type is None else None)
             if not isinstance(e.type, T.ErrorType) and e.type not in (T.s32, T.u32):
                 b.diags.error(f"tensor coordinates are s32 or u32, got {e.type}", e.loc)
                 return None
@@ -101,6 +102,7 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
         "gref": isinstance(ty, T.GlobalRef),
         "tmap": isinstance(ty, T.TensorMap),
         "pipe": isinstance(ty, T.PipelineRef),
+        "async": isinstance(ty, T.AsyncRef),
     }[kind]
     if not good:
         extra = ""

@@ -19,21 +19,32 @@ from .common import (
     is_err,
     is_int,
 )
-from .decls import Declarations
+from .oneshot import OneShot
 from .operands import check_op
 
 
-class KernelBuilder(Declarations):
+class KernelBuilder(OneShot):
     """Builds one ir.Kernel. Methods take IR expressions or `Lit`s and a span."""
 
     def assign(self, name: str, value: Operand, loc: Span | None = None,
                name_loc: Span | None = None) -> None:
         sym = self.lookup(name)
         if sym is None:
-            self.name(name, name_loc or loc)
+            hint = difflib.get_close_matches(name, [n for f in self.frames for n in f.names], n=1)
+            more = f"; did you mean '{hint[0]}'?" if hint else \
+                f"; declare a variable with 'let {name} = ...;' before assigning to it"
+            self.diags.error(f"unknown name '{name}'{more}", name_loc or loc)
             return
         if sym.kind != "local":
-            self.diags.error(f"cannot assign to {sym.kind} '{name}'", name_loc or loc,
+            fix = ""
+            if sym.kind == "param":
+                fix = f"; parameters are read-only: copy it (let my_{name} = {name};) and " \
+                      "assign the copy"
+            elif sym.kind == "const":
+                fix = "; a constant's value is fixed: declare a variable with 'let' instead"
+            elif sym.kind == "loopvar":
+                fix = "; the loop advances it (use 'step' to change how)"
+            self.diags.error(f"cannot assign to {sym.kind} '{name}'{fix}", name_loc or loc,
                              Note(f"'{name}' was declared here", sym.loc))
             return
         v = self.value(value, sym.type)
@@ -62,6 +73,8 @@ class KernelBuilder(Declarations):
             return
         if not isinstance(value, Lit):
             v = self.rvalue(value)
+            if is_err(v.type):
+                return
             if isinstance(v.type, T.Vector):
                 if v.type.elem != elem:
                     self.diags.error(f"cannot store {v.type} into {elem} memory", loc)
@@ -82,7 +95,7 @@ class KernelBuilder(Declarations):
             self.diags.error("role_sync() synchronises the threads of a role; use it inside a "
                              "role", loc)
             return
-        node = check_op(self, d, args, loc)
+        node = check_op(self, d, self.async_operands(d, args, loc), loc)
         if isinstance(node, (ir.Acquire, ir.Commit, ir.Wait, ir.Release)):
             self.pipeline_op(type(node), node.pipe, loc)
             return
@@ -109,7 +122,9 @@ class KernelBuilder(Declarations):
                    loc: Span | None = None, unroll: bool = False) -> tuple:
         """Types the bounds and opens the body scope with the loop variable declared."""
         typed = next((x for x in (start, stop, step) if isinstance(x, ir.Expr)), None)
-        ty = self.rvalue(typed).type if typed is not None else T.u32
+        const_ty = next((x.type for x in (start, stop, step) if isinstance(x, Lit) and x.type),
+                        T.u32)
+        ty = self.rvalue(typed).type if typed is not None else const_ty
         if not is_err(ty) and not is_int(ty):
             self.diags.error(f"loop bounds must be integers, got {ty}", loc)
             ty = T.error
@@ -118,10 +133,17 @@ class KernelBuilder(Declarations):
         sc = self.value(step if step is not None else Lit(1, loc), ty)
         if isinstance(sc, ir.Const) and sc.value == 0 and not is_err(sc.type):
             self.diags.error("loop step must not be zero", sc.loc)
-        if unroll:
+        if unroll and any(is_err(x.type) for x in (st, sp, sc)):
+            pass  # already reported
+        elif unroll:
             consts = [x for x in (st, sp, sc) if isinstance(x, ir.Const)]
             if len(consts) != 3:
-                self.diags.error("an 'unroll' loop needs constant bounds and step", loc)
+                which = next(x for x in (st, sp, sc) if not isinstance(x, ir.Const))
+                what = describe(which) if not isinstance(which, ir.Binary) else "a bound"
+                self.diags.error(f"an 'unroll' loop needs constant bounds and step, but {what} "
+                                 "is computed when the kernel runs; use numbers, constants or "
+                                 "compile-time parameters (kernel k<N: u32>), or drop 'unroll'",
+                                 loc)
             elif len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[attr-defined]
                 self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
         self.push()

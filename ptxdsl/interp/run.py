@@ -124,8 +124,8 @@ def _grid(grid: int | tuple[int, ...]) -> tuple[int, int, int]:
 
 def _holds(elem: T.Scalar, dtype: np.dtype) -> bool:
     """Whether numpy data of `dtype` may stand for elements of `elem`."""
-    if dtype == T.numpy_dtype(elem):
-        return True
+    if dtype == T.numpy_dtype(elem) or (elem == T.bf16 and dtype == np.uint16):
+        return True  # bf16 as bfloat16, or as uint16 bit patterns
     try:
         return compatible(elem, scalar_of(dtype))
     except LaunchError:
@@ -182,7 +182,9 @@ def _scalar_arg(name: str, t: T.Scalar, v: Any, problems: list[str]) -> Any:
         if isinstance(v, (bool, np.bool_)):
             return bool(v)
     elif t.is_float:
-        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+        ml_float = isinstance(v, np.generic) and v.dtype.kind == "V"  # ml_dtypes' bf16 / fp8
+        if ml_float or isinstance(v, (int, float, np.integer, np.floating)) and \
+                not isinstance(v, bool):
             return scalar.normaliser(t)(float(v))
     elif isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
         lo, hi = scalar.int_range(t)

@@ -7,4 +7,5 @@ every pass spells a node `ir.Name`.
 
 from .core import *  # noqa: F403
 from .core import Node, walk  # noqa: F401  (named for readers and type checkers)
+from .oneshot import *  # noqa: F403
 from .reduce import *  # noqa: F403

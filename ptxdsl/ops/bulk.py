@@ -22,8 +22,9 @@ def stage_barrier(values: dict[str, Any], loc: Any, syntax: str) -> str | None:
     if isinstance(dst, ir.StageBuf) and dst.side == "put":
         values["bar"] = ir.StageBarrier(pipe=dst.pipe, type=T.BarrierRef(0), loc=loc)
         return None
-    return (f"{syntax} needs an mbarrier (only copies into a pipeline stage, between acquire "
-            "and commit, derive it)")
+    return (f"{syntax} needs an mbarrier: pass one ({syntax}(..., bar)), or let one be derived "
+            "by copying into a pipeline stage (between acquire and commit) or inside an "
+            "'async name { ... }' block")
 
 
 def smem_bytes(values: dict[str, Any], key: str, loc: Any) -> None:
@@ -62,7 +63,7 @@ class _BulkCopy(OpDef):
     def omitted(self, n: Any, name: str) -> bool:
         if name == "nbytes":
             return const_int(n.nbytes) == getattr(n, self.smem_key).type.nbytes
-        return isinstance(getattr(n, name), ir.StageBarrier)
+        return isinstance(getattr(n, name), (ir.StageBarrier, ir.AsyncBarrier))
 
     def check(self, n: Any, err: ErrorFn) -> None:
         smem, size = getattr(n, self.smem_key), const_int(n.nbytes)

@@ -81,7 +81,7 @@ class TensorLoad(OpDef):
         return stage_barrier(values, loc, self.syntax) if values.get("bar") is None else None
 
     def omitted(self, n: ir.TensorLoad, name: str) -> bool:
-        return isinstance(n.bar, ir.StageBarrier)
+        return isinstance(n.bar, (ir.StageBarrier, ir.AsyncBarrier))
 
     def check(self, n: ir.TensorLoad, err: ErrorFn) -> None:
         check_tile(n, n.dst, err)

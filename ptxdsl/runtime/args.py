@@ -85,9 +85,10 @@ def _float_converter(p: ParamInfo) -> Converter:
     t = p.dtype
 
     def number(v: Any) -> float:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(
+        ml_float = isinstance(v, np.generic) and v.dtype.kind == "V"  # ml_dtypes' bf16 / fp8
+        if isinstance(v, (bool, np.bool_)) or not (ml_float or isinstance(
             v, (int, float, np.integer, np.floating)
-        ):
+        )):
             raise LaunchError(
                 f"argument '{p.name}' ({t}) must be a number, got {_describe_value(v)}"
             )

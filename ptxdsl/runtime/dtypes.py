@@ -1,7 +1,8 @@
 """Element types at the host boundary: numpy/torch dtypes to ptxdsl scalars, and bf16 bits.
 
-bf16 has no numpy dtype; ptxdsl holds bf16 data on the host as uint16 bit patterns
-(`types.numpy_dtype`), and a device array remembers that its uint16 payload is bf16.
+bf16 data lives on the host as ml_dtypes' `bfloat16` numpy dtype (`types.numpy_dtype`), and
+so do the fp8 types (`float8_e4m3fn`, `float8_e5m2`) once the language has them. uint16
+arrays are still accepted as bf16 bit patterns where bf16 data is given (`host_array`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ _FROM_NUMPY: dict[str, T.Scalar] = {
     "float16": T.f16, "float32": T.f32, "float64": T.f64, "bool": T.pred,
     "bfloat16": T.bf16,  # ml_dtypes' numpy dtype
 }  # fmt: skip
+# ml_dtypes' fp8 dtypes, for the element types of that name when the language has them
+_FP8 = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 
 _FROM_TORCH: dict[str, T.Scalar] = {
     "torch.uint8": T.u8, "torch.uint16": T.u16, "torch.uint32": T.u32, "torch.uint64": T.u64,
@@ -46,9 +49,28 @@ def scalar_of(dtype: Any) -> T.Scalar:
         raise LaunchError(
             f"unknown element type {dtype!r}; expected one of {', '.join(T.SCALARS)}"
         ) from None
+    if name in _FP8 and _FP8[name] in T.SCALARS:
+        return T.SCALARS[_FP8[name]]
     if name not in _FROM_NUMPY:
         raise LaunchError(f"numpy dtype {name} has no ptxdsl element type")
     return _FROM_NUMPY[name]
+
+
+def bits_dtype(elem: T.Scalar) -> np.dtype:
+    """The unsigned integer dtype of `elem`'s size: how its bits cross an interface that knows
+    no bf16 or fp8 (`__cuda_array_interface__`)."""
+    return np.dtype(f"<u{elem.nbytes}")
+
+
+def host_array(a: np.ndarray, elem: T.Scalar) -> np.ndarray | None:
+    """`a` viewed as the host dtype of `elem` when its data already is `elem` data (bf16
+    given as bfloat16, or as uint16 bit patterns); None when it is not."""
+    want = T.numpy_dtype(elem)
+    if a.dtype == want:
+        return a
+    if elem.kind == "f" and elem.nbytes == 2 and elem.name != "f16" and a.dtype == np.uint16:
+        return a.view(want)
+    return None
 
 
 def compatible(expected: T.Scalar, given: T.Scalar) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 from .. import types as T
 from ..errors import LaunchError
 from .driver import check, device_context, driver, ensure_current, make_current
-from .dtypes import f32_to_bf16_bits, scalar_of
+from .dtypes import bits_dtype, f32_to_bf16_bits, host_array, scalar_of
 from .interop import ArrayDesc, contiguous_strides
 
 
@@ -31,8 +31,9 @@ class DeviceArray:
     """A C-contiguous array in GPU memory.
 
     `elem` is the ptxdsl element type; `dtype` is the numpy dtype that holds it on the host
-    (bf16 is held as uint16 bit patterns). Exposes `__cuda_array_interface__`, so
-    `torch.as_tensor(a, device="cuda")` and `cupy.asarray(a)` view it without copying.
+    (bf16: ml_dtypes' bfloat16; uint16 bit patterns are accepted too). Exposes
+    `__cuda_array_interface__`, so `torch.as_tensor(a, device="cuda")` and `cupy.asarray(a)`
+    view it without copying.
     Freed by `free()`, at the end of a `with` block, or when garbage-collected.
 
     `device` is the ordinal of the GPU whose context allocated it or through which it is
@@ -95,7 +96,8 @@ class DeviceArray:
     def __cuda_array_interface__(self) -> dict:
         return {
             "shape": self.shape,
-            "typestr": self.dtype.str,
+            # bf16 crosses as its bits: cupy and torch read no ml_dtypes typestr
+            "typestr": (bits_dtype(self.elem) if self.dtype.kind == "V" else self.dtype).str,
             "data": (self.ptr, False),
             "strides": None,
             "version": 3,
@@ -103,11 +105,13 @@ class DeviceArray:
         }
 
     def copy_to_host(self, out: np.ndarray | None = None) -> np.ndarray:
-        """A numpy copy of the data (bf16 as uint16 bits); writes into `out` when given."""
+        """A numpy copy of the data (bf16 as bfloat16); writes into `out` when given (bf16
+        also into uint16 bit patterns)."""
         self._check_alive()
         if out is None:
             out = np.empty(self.shape, self.dtype)
-        elif out.dtype != self.dtype or out.nbytes != self.nbytes or not out.flags.c_contiguous:
+        elif host_array(out, self.elem) is None or out.nbytes != self.nbytes or \
+                not out.flags.c_contiguous:
             raise LaunchError(
                 f"out must be a C-contiguous {self.dtype} array of {self.nbytes} bytes, "
                 f"got {out.dtype} with {out.nbytes} bytes"
@@ -124,7 +128,7 @@ class DeviceArray:
     def copy_from_host(self, array: Any) -> None:
         """Overwrite the data with a host array of the same size and dtype."""
         src = np.ascontiguousarray(array)
-        if src.dtype != self.dtype or src.nbytes != self.nbytes:
+        if host_array(src, self.elem) is None or src.nbytes != self.nbytes:
             raise LaunchError(
                 f"cannot copy a {src.dtype} array of {src.nbytes} bytes into a device array "
                 f"of {self.elem} with {self.nbytes} bytes"
@@ -196,13 +200,16 @@ def to_device(array: Any, dtype: Any = None, device: int | None = None) -> Devic
     """Copy a host array to a new device array (on GPU `device`, default this thread's).
 
     `dtype` converts the data first; with `dtype="bf16"` a float array is rounded to bf16
-    and a uint16 array is taken as bf16 bit patterns."""
+    and a uint16 array is taken as bf16 bit patterns (a bfloat16 array is bf16 already)."""
     host = np.asarray(array)
     elem = scalar_of(host.dtype) if dtype is None else scalar_of(dtype)
-    if elem == T.bf16 and host.dtype != np.uint16:
+    if elem == T.bf16 and host_array(host, elem) is None:
         if host.dtype.kind != "f":
-            raise LaunchError(f"bf16 data must be given as floats or uint16 bits, got {host.dtype}")
+            raise LaunchError(f"bf16 data must be given as bfloat16, floats or uint16 bits, "
+                              f"got {host.dtype}")
         host = f32_to_bf16_bits(host)
+    if elem == T.bf16:
+        host = host.view(T.numpy_dtype(elem)) if host.dtype == np.uint16 else host
     host = np.asarray(host, dtype=T.numpy_dtype(elem))
     if not host.flags.c_contiguous:
         host = host.copy(order="C")

@@ -1,0 +1,186 @@
+"""Compile-time constants (`const`), compile-time kernel parameters (`kernel k<N: u32>`),
+their instantiation (-D, defines=) and compile-time assertions."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SAMPLES, sample_module
+
+import ptxdsl
+from ptxdsl import types as T
+
+NORMS = SAMPLES / "norms.ptxdsl"
+
+
+def errors(text: str, **kw) -> str:
+    with pytest.raises(ptxdsl.CompileError) as e:
+        ptxdsl.parse(text, "c.ptxdsl", **kw)
+    return e.value.render()
+
+
+def test_constants_build_the_ir_of_the_numbers_they_stand_for():
+    with_consts = ptxdsl.parse("""
+        const W = 4;
+        kernel k<N: u32 = 64>(x: ptr<f32>) threads(32 * W) {
+            const HALF: u32 = N / 2;
+            const INV: f32 = 1.0 / N as f32;
+            shared s: f32[N][W] align 16;
+            for i in 0 .. HALF / 8 unroll {
+                x[%tid.x * HALF + i] = s[i, 0] * INV;
+            }
+        }""")
+    numbers = ptxdsl.parse("""
+        kernel k(x: ptr<f32>) threads(128) {
+            shared s: f32[64][4] align 16;
+            for i in 0 .. 4 unroll {
+                x[%tid.x * 32 + i] = s[i, 0] * 0.015625;
+            }
+        }""")
+    assert with_consts == numbers
+
+
+def test_defines_instantiate_compile_time_parameters():
+    text = "kernel k<N: u32 = 8, F: f32 = 0.5, P: pred = true>(x: ptr<f32>) threads(32) " \
+           "{ if P { x[N] = F; } }"
+    base = ptxdsl.parse(text)
+    assert base == ptxdsl.parse("kernel k(x: ptr<f32>) threads(32) { if true { x[8] = 0.5; } }")
+    given = ptxdsl.parse(text, defines={"N": "0x10", "F": 2, "P": "false"})
+    assert given == ptxdsl.parse(
+        "kernel k(x: ptr<f32>) threads(32) { if false { x[16] = 2.0; } }")
+
+
+def test_printer_writes_the_instantiated_kernel_and_it_round_trips():
+    m = ptxdsl.parse_file(NORMS, defines={"N": 4096})
+    text = ptxdsl.print_module(m)
+    assert "<N" not in text and "const" not in text and "bf16[4096]" in text
+    assert ptxdsl.parse(text) == m
+
+
+@pytest.mark.parametrize("n, t", [(2048, "bf16"), (4096, "bf16"), (16384, "bf16"),
+                                  (4096, "f32"), (8192, "f16")])
+def test_norms_text_and_twin_agree_for_other_sizes_and_types(n, t):
+    twin = sample_module("norms")
+    m = ptxdsl.parse_file(NORMS, defines={"N": n, "T": t})
+    for k in m.kernels:
+        assert k == twin.make_norm(k.name, n, dtype=T.SCALARS[t], name=k.name).ir
+
+
+def test_norms_carry_no_size_literal_and_no_hand_written_mbarrier():
+    text = NORMS.read_text()
+    code = "\n".join(line.split("//")[0] for line in text.splitlines())
+    assert "mbarrier" not in code
+    assert re.findall(r"\b8192\b", code) == ["8192"] * 3  # only the defaults of N
+    assert re.findall(r"\bbf16\w*", code) == ["bf16"] * 3  # and of T
+    for literal in ("16384", "0.0001220703125", " 4 ", "2048"):
+        assert literal not in code
+
+
+def test_cli_compiles_norms_for_several_sizes(tmp_path):
+    def compile_(*extra):
+        out = tmp_path / "n.ptx"
+        r = subprocess.run([sys.executable, "-m", "ptxdsl", "compile", str(NORMS), "-o",
+                            str(out), *extra], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        return out.read_text()
+
+    default = compile_()
+    assert compile_("-D", "N=8192") == default
+    for n, t, size in ((2048, "bf16", 2), (4096, "bf16", 2), (16384, "bf16", 2),
+                       (4096, "f32", 4)):
+        ptx = compile_("-D", f"N={n}", "-D", f"T={t}")
+        # each row is one bulk copy of its bytes, armed with as many
+        assert f"], {size * n}, [" in ptx and "expect_tx.release.cta.shared::cta.b64 _, [" in ptx
+        assert f", {size * n};" in ptx
+
+
+def test_cli_rejects_bad_defines():
+    r = subprocess.run([sys.executable, "-m", "ptxdsl", "compile", str(NORMS), "-D", "N"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "-D N: expected NAME=VALUE, e.g. -D N=8192" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "ptxdsl", "check", str(NORMS), "-D", "N=3000"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "compile-time assertion failed: a row is whole 16-byte " \
+        "vectors for every consumer thread (N % (THREADS * VEC) == 0 is false)" in r.stderr
+
+
+def test_constant_folding_checks_types_and_ranges():
+    assert "expected f32, got the u32 constant 8 (convert it with 'as f32')" in errors(
+        "const N: u32 = 8; kernel k() threads(32) { let f: f32 = N; }")
+    assert "literal 4294967296 does not fit in u32" in errors(
+        "const N: u32 = 65536; kernel k() threads(32) { const M = N * N; }")
+    assert "operands of '+' have different types: u32 and s32" in errors(
+        "const A: u32 = 1; const B: s32 = 2; kernel k() threads(32) { const C = A + B; }")
+    assert "cannot negate u32" in errors("const A: u32 = 1; const B = -A; "
+                                         "kernel k() threads(32) { }")
+
+
+def test_untyped_constants_take_the_type_they_meet():
+    a = ptxdsl.parse("const H = 0.5; const N = 3; kernel k(x: ptr<f32>) threads(32) "
+                     "{ let i: u64 = N; x[i] = H * N; }")
+    b = ptxdsl.parse("kernel k(x: ptr<f32>) threads(32) { let i: u64 = 3; x[i] = 1.5; }")
+    assert a == b
+
+
+def test_float_constants_convert_to_integers_by_truncation():
+    a = ptxdsl.parse("const F: f32 = 7.9; kernel k(x: ptr<u32>) threads(32) { x[0] = F as u32; }")
+    assert a == ptxdsl.parse("kernel k(x: ptr<u32>) threads(32) { x[0] = 7; }")
+
+
+@pytest.mark.ptxas
+@pytest.mark.parametrize("n", [2048, 16384])
+def test_norms_of_other_sizes_assemble(n, tmp_path):
+    from test_ptxas import assemble
+
+    log = assemble(ptxdsl.compile(NORMS, defines={"N": n}).ptx, tmp_path)
+    assert "Used" in log and " 0 bytes spill stores" in log
+
+
+TYPED = """
+kernel k<T: type = bf16>(x: ptr<T>, y: ptr<T>) threads(32) {
+    const VEC = 16 / sizeof(T);
+    let v: vec<T, VEC> = vload(x[%tid.x * VEC], VEC);
+    let o: vec<T, VEC>;
+    for j in 0 .. VEC unroll {
+        o[j] = (v[j] as f32 * 2.0) as T;
+    }
+    y[%tid.x * VEC] = o;
+}
+"""
+
+
+def test_type_parameters_instantiate_like_the_written_types():
+    written = """
+    kernel k(x: ptr<f32>, y: ptr<f32>) threads(32) {
+        let v: f32x4 = vload(x[%tid.x * 4], 4);
+        let o: f32x4;
+        for j in 0 .. 4 unroll {
+            o[j] = v[j] * 2.0;
+        }
+        y[%tid.x * 4] = o;
+    }"""
+    assert ptxdsl.parse(TYPED, defines={"T": "f32"}) == ptxdsl.parse(written)
+    assert ptxdsl.parse(TYPED, defines={"T": ptxdsl.f32}) == ptxdsl.parse(written)
+    bf = ptxdsl.parse(TYPED).kernel()
+    assert bf.params[0].type == ptxdsl.ptr(ptxdsl.bf16)
+    assert ptxdsl.parse(ptxdsl.print_module(ptxdsl.parse(TYPED))) == ptxdsl.parse(TYPED)
+
+
+def test_type_parameter_mistakes():
+    assert "compile-time parameter 'T: type' takes a scalar type (bf16, f32, u32, ...), got " \
+           "'float'; did you mean 'f32'?" in errors(TYPED, defines={"T": "float"})
+    assert "'T' is a type, not a value (sizeof(T) is its size in bytes)" in errors(
+        "kernel k<T: type = f32>(x: ptr<T>) threads(32) { let a = T; }")
+    assert "no 3-wide vector of f32: a vector is 4, 8 or 16 bytes" in errors(
+        "kernel k<T: type = f32>() threads(32) { let a: vec<T, 3>; }")
+    assert "kernel 'k' needs a type for its compile-time parameter 'T': pass -D T=bf16" in \
+        errors("kernel k<T: type>() threads(32) { }")
+
+
+def test_interp_runs_an_instantiated_sample_with_data_sized_alike():
+    r = subprocess.run([sys.executable, "-m", "ptxdsl", "interp", str(NORMS), "-D", "N=2048",
+                        "-D", "T=f32", "--kernel", "rmsnorm"], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("PASS rmsnorm: y max |err|")
