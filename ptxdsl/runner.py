@@ -144,8 +144,8 @@ def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None 
     return out
 
 
-def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0
-                  ) -> list[tuple[str, list[CheckResult]]]:
+def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
+                  arch: str | None = None) -> list[tuple[str, list[CheckResult]]]:
     """Like run_sample, in the CPU interpreter, at the twin's SMALL example sizes."""
     from .frontend import parse_file
     from .interp import run_sample as interp_run
@@ -159,7 +159,7 @@ def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0
     for name in names:
         ex = mod.example(rng, kernel=name, **small) if len(module.kernels) > 1 else \
             mod.example(rng, **small)
-        got = interp_run(module.kernel(name), ex, seed=seed)
+        got = interp_run(module.kernel(name), ex, seed=seed, arch=arch)
         types = {p.name: getattr(p.type, "elem", None) for p in module.kernel(name).params}
         out.append((name, [compare(o, got[o], want, types.get(o), ex.get("rtol", 0.0),
                                    ex.get("atol", 0.0))
