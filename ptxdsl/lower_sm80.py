@@ -133,7 +133,9 @@ class _Widen:
 @dataclass
 class _BarFacts:
     copies: list[tuple[int, int, Span | None]] = field(default_factory=list)  # bytes, lanes
-    expects: list[tuple[int | None, Span | None]] = field(default_factory=list)
+    # (bytes armed, threads arming per phase or None, whether it also arrives, where)
+    expects: list[tuple[int | None, int | None, bool, Span | None]] = field(
+        default_factory=list)
     arrives: list[Span | None] = field(default_factory=list)
 
 
@@ -182,21 +184,27 @@ class _Sm80:
             d = decls[name]
             where = Note(f"'{name}' is declared here with count {d.count}", d.loc)
             sizes = {(b, n) for b, n, _ in f.copies}
-            expects = {e for e, _ in f.expects}
-            if f.arrives or len(sizes) != 1 or len(expects) != 1 or None in expects:
-                loc = (f.arrives or [f.copies[0][2]])[0]
+            expects = {e for e, _, _, _ in f.expects}
+            armers = {n for _, n, _, _ in f.expects}
+            if len(armers) == 1 and None not in armers:
+                per_phase = armers.pop()
+            elif not f.arrives and all(a for _, _, a, _ in f.expects):
+                per_phase = d.count  # every arrival of a phase arms it
+            else:
+                per_phase = None
+            if len(sizes) != 1 or len(expects) != 1 or None in expects or per_phase is None:
+                loc = f.copies[0][2]
                 self.diags.error(f"cannot re-derive the arrival count of mbarrier '{name}' for "
                                  f"{ARCH}: its copies must all move the same bytes from the same "
-                                 "number of lanes, and its only arrivals be "
-                                 "mbarrier_arrive_expect_tx of one constant byte count", loc,
-                                 where)
+                                 "number of lanes, armed by expect_tx of one constant byte "
+                                 "count from a known number of threads", loc, where)
                 continue
             (nbytes, lanes), (armed,) = sizes.pop(), expects
             if armed % nbytes:  # type: ignore[operator]
                 self.diags.error(f"mbarrier '{name}' is armed with {armed} bytes per arrival, "
-                                 f"not a multiple of its copies' {nbytes}", f.expects[0][1], where)
+                                 f"not a multiple of its copies' {nbytes}", f.expects[0][3], where)
                 continue
-            counts[name] = d.count + d.count * (armed // nbytes) * lanes  # type: ignore[operator]
+            counts[name] = d.count + per_phase * (armed // nbytes) * lanes  # type: ignore[operator]
         if not counts:
             return body
         out = []
@@ -240,8 +248,12 @@ class _Sm80:
             return self.bulk_store(s, widen)
         if isinstance(s, ir.TensorStore):
             return self.tensor_store(s, widen)
-        if isinstance(s, ir.MBarrierArriveExpectTx):
-            self.facts(s.bar).expects.append((const_int(s.nbytes), s.loc))
+        if isinstance(s, (ir.MBarrierArriveExpectTx, ir.MBarrierExpectTx)):
+            arrive = isinstance(s, ir.MBarrierArriveExpectTx)
+            self.facts(s.bar).expects.append((const_int(s.nbytes), self.site_threads(path, widen),
+                                              arrive, s.loc))
+            if not arrive:
+                return []  # cp.async arrive-ons carry the bytes: nothing to expect
             return self.guarded(ir.MBarrierArrive(bar=s.bar, loc=s.loc), widen)
         if isinstance(s, ir.MBarrierWait):
             return [ir.MBarrierTestWait(bar=s.bar, parity=s.parity, role=s.role, loc=s.loc)]
@@ -260,6 +272,14 @@ class _Sm80:
         if isinstance(s, _ONE_THREAD):
             return self.guarded(s, widen)
         return [s]
+
+    def site_threads(self, path: list, widen: _Widen | None) -> int | None:
+        """How many threads run a one-thread statement here (a widened block: one a warp)."""
+        try:
+            act = self.model.active(path)
+        except (_Unknown, KeyError, ZeroDivisionError, TypeError):
+            return None
+        return len({t // 32 for t in act}) if widen is not None else len(act)
 
     def guarded(self, s: ir.Stmt, widen: _Widen | None) -> list[ir.Stmt]:
         if widen is None:
@@ -499,4 +519,8 @@ def lower_sm80_module(m: ir.Module) -> ir.Module:
     diags = DiagnosticBag()
     kernels = tuple(lower_sm80_kernel(k, diags) for k in m.kernels)
     diags.raise_if_any(CompileError)
-    return dataclasses.replace(m, kernels=kernels)
+    out = dataclasses.replace(m, kernels=kernels)
+    from .verify.ampere import verify_sm80
+
+    verify_sm80(out)
+    return out
