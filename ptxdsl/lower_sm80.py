@@ -84,7 +84,7 @@ def _elect() -> ir.Expr:
 
 
 _BITS = {1: T.u8, 2: T.u16, 4: T.u32, 8: T.u64}
-WORDS = T.vector_type(U32, 4)  # a 16-byte chunk moved bit for bit (no float canonicalising)
+WORDS = T.Vector(U32, 4)  # a 16-byte chunk moved bit for bit (no float canonicalising)
 
 
 def _bar_name(bar: ir.Expr) -> str:

@@ -47,14 +47,15 @@ class _CpAsync(OpDef):
         size = const_int(n.nbytes)
         allowed = (16,) if self.default else CP_SIZES
         if size not in allowed:
-            err(f"{self.syntax} copies {' or '.join(map(str, allowed))} bytes, got {size}",
+            want = "16" if self.default else "4, 8 or 16"
+            err(f"{self.syntax} copies {want} bytes, got {size}",
                 n.nbytes.loc or n.loc)
             return
         if n.dst.type.shape and size > n.dst.type.nbytes:
             err(f"{self.syntax} copies {size} bytes but its destination holds "
                 f"{n.dst.type.nbytes}", n.loc)
         sb = const_int(n.src_bytes)
-        if sb is not None and sb > size:
+        if sb is not None and size is not None and sb > size:
             err(f"{self.syntax} reads at most its {size} bytes, got src_bytes {sb}",
                 n.src_bytes.loc or n.loc)
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from .. import ir
 from ..errors import CompileError, Diagnostic, DiagnosticBag
+from .ampere import check_cp_async
 from .barriers import (
     check_arrival_counts,
     check_expect_tx,
@@ -18,7 +19,6 @@ from .barriers import (
     check_stage_rotation,
     check_waits,
 )
-from .ampere import check_cp_async
 from .copies import check_bulk_stores, check_issuers
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
