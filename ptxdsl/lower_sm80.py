@@ -39,7 +39,9 @@ from .opdef import const_int
 ARCH = "sm_80"
 U32, S32, U64 = T.u32, T.s32, T.u64
 CHUNK = 16
-UNROLL_LIMIT = 64
+UNROLL_LIMIT = 32  # chunks per lane; unrolled, ptxas folds the index arithmetic
+FULL = -1
+TILE_UNROLL = 8  # tensor tiles: blocks of 8 chunks (their index arithmetic compiles slowly)
 
 # Hopper statements that simply vanish on sm_80
 _DROPPED = (ir.FenceProxyAsync, ir.FenceMBarrierInit, ir.BulkCommit, ir.BulkWait,
@@ -327,18 +329,28 @@ class _Sm80:
         return 32, ir.SReg(name="laneid", type=U32)
 
     def chunk_loop(self, nchunks: int, widen: _Widen | None, body_of, loc: Span | None,
-                   unroll: bool) -> list[ir.Stmt]:
-        """for each 16-byte chunk c of this lane: body_of(c)."""
+                   unroll: int) -> list[ir.Stmt]:
+        """for each 16-byte chunk c of this lane: body_of(c). `unroll`: FULL unrolls up to
+        UNROLL_LIMIT chunks a lane, k > 1 unrolls blocks of k inside a loop, 0 not at all."""
         lanes, lane = self.lanes(widen)
         per = -(-nchunks // lanes)
         var = self.fresh("i")
-        it = ir.Var(name=var, type=U32)
+        it: ir.Expr = ir.Var(name=var, type=U32)
+        block = unroll if unroll > 1 and per % unroll == 0 and per > unroll else 1
+        if block > 1:
+            inner = self.fresh("u")
+            it = _b("add", _b("mul", it, _c(block)), ir.Var(name=inner, type=U32))
         c = _b("add", _b("mul", it, _c(lanes)), lane) if lanes > 1 else it
         body = tuple(body_of(c))
         if nchunks % lanes:
             body = (ir.If(cond=_cmp("lt", c, _c(nchunks)), then=body, orelse=(), loc=loc),)
+        if block > 1:
+            body = (ir.For(var=inner, var_type=U32, start=_c(0), stop=_c(block), step=_c(1),
+                           body=body, unroll=True, loc=loc),)
+            per //= block
+        full = unroll == FULL and per <= UNROLL_LIMIT
         return [ir.For(var=var, var_type=U32, start=_c(0), stop=_c(per), step=_c(1), body=body,
-                       unroll=unroll and per <= UNROLL_LIMIT, loc=loc)]
+                       unroll=full, loc=loc)]
 
     def load(self, s: ir.BulkLoad | ir.TensorLoad, widen: _Widen | None) -> list[ir.Stmt]:
         dst = s.dst
@@ -356,14 +368,15 @@ class _Sm80:
                                  f"cp.async for {ARCH}", s.loc)
                 return []
             stmts = self.chunk_loop(nbytes // CHUNK, widen, lambda c: self.bulk_chunk(s, c),
-                                    s.loc, True)
+                                    s.loc, FULL)
         else:
             tile = self.tile(s, s.tmap, s.coords, st)
             if tile is None:
                 return []
             nbytes = st.nbytes
             stmts = self.chunk_loop(nbytes // CHUNK, widen,
-                                    lambda c: [self.tile_load_chunk(s, tile, c)], s.loc, False)
+                                    lambda c: [self.tile_load_chunk(s, tile, c)], s.loc,
+                                    TILE_UNROLL)
         lanes, _ = self.lanes(widen)
         self.facts(s.bar).copies.append((nbytes, lanes, s.loc))
         return stmts + [ir.CpAsyncArriveNoinc(bar=s.bar, loc=s.loc)]
@@ -401,7 +414,7 @@ class _Sm80:
             return [ir.Store(ref=self.global_chunk(s.dst, c), value=ir.Load(ref=src, type=vt),
                              loc=s.loc)]
 
-        return self.chunk_loop(nbytes // CHUNK, widen, chunk, s.loc, True)
+        return self.chunk_loop(nbytes // CHUNK, widen, chunk, s.loc, FULL)
 
     # ------------------------------------------------------------------ tensor tiles
 
@@ -500,13 +513,13 @@ class _Sm80:
                                          type=bits), loc=s.loc)
             edge = ir.For(var=jv, var_type=U32, start=_c(0), stop=_c(q), step=_c(1),
                           body=(ir.If(cond=_cmp("lt", xj, dim0), then=(one,), orelse=()),),
-                          unroll=True, loc=s.loc)
+                          loc=s.loc)
             inner: ir.Stmt = ir.If(cond=full, then=(vec,), orelse=(edge,), loc=s.loc)
             if inb is not None:
                 inner = ir.If(cond=inb, then=(inner,), orelse=(), loc=s.loc)
             return [inner]
 
-        return self.chunk_loop(st.nbytes // CHUNK, widen, chunk, s.loc, False)
+        return self.chunk_loop(st.nbytes // CHUNK, widen, chunk, s.loc, TILE_UNROLL)
 
 
 def lower_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag) -> ir.Kernel:

@@ -391,7 +391,7 @@ def _gpu_outputs(program, ex: dict) -> dict:
             args.append(TensorMap(dev, dtype=p.dtype, **ex.get("tensor_maps", {}).get(p.name, {})))
         else:
             args.append(dev)
-    program.kernel(info.name)[ex["grid"]](*args)
+    program.kernel(info.name)[ex["grid"], None, None](*args)
     synchronize()
     out = {n: device[n].copy_to_host() for n in ex.get("outputs", {})}
     for d in device.values():

@@ -21,6 +21,9 @@ CP_SIZES = (4, 8, 16)
 #   32 u64 strides[5] in elements (innermost first)
 DESC_BASE, DESC_DIMS, DESC_SWIZZLE, DESC_STRIDES = 0, 8, 28, 32
 SWIZZLE_MASK = {"none": 0, "32B": 1, "64B": 3, "128B": 7}
+# test_wait spins (try_wait, which suspends the thread, is sm_90): between polls a waiting
+# thread sleeps this long, leaving issue slots to the warps that do the work (0: pure spin)
+WAIT_BACKOFF_NS = 256  # measured on the H200: best for spin-heavy waits, neutral elsewhere
 
 
 class _CpAsync(OpDef):
@@ -194,7 +197,14 @@ class MBarrierTestWait(OpDef):
         top = w.label("wait")
         w.place_label(top)
         w.instr("mbarrier.test_wait.parity.shared::cta.b64", p, a, parity)
-        w.instr("bra", top, guard=f"!{p}")
+        if WAIT_BACKOFF_NS:
+            done = w.label("waited")
+            w.instr("bra", done, guard=p)
+            w.instr("nanosleep.u32", str(WAIT_BACKOFF_NS))
+            w.instr("bra.uni", top)
+            w.place_label(done)
+        else:
+            w.instr("bra", top, guard=f"!{p}")
 
     def interp(self, c: Program, n: ir.MBarrierTestWait) -> Step:
         return definition(ir.MBarrierWait).interp(c, n)
