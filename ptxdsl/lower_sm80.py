@@ -55,6 +55,9 @@ _ONE_THREAD = (ir.Store, ir.MBarrierArrive, ir.MBarrierInit, ir.MBarrierInval, i
                ir.Asm, ir.CpAsync, ir.CpAsyncCg, ir.CpAsyncCommit, ir.CpAsyncWait,
                ir.CpAsyncWaitAll, ir.CpAsyncArrive, ir.CpAsyncArriveNoinc)
 _COPIES = (ir.BulkLoad, ir.TensorLoad, ir.BulkStore, ir.TensorStore)
+# plain statements every target has
+_CORE = (ir.SharedDecl, ir.BarrierDecl, ir.Let, ir.Assign, ir.SetElem, ir.Store, ir.Return,
+         ir.Asm)
 
 
 def is_sm80(arch: str | None) -> bool:
@@ -240,6 +243,7 @@ class _Sm80:
         return tuple(out)
 
     def stmt(self, s: ir.Stmt, path: list, widen: _Widen | None) -> list[ir.Stmt]:
+        self.check_sregs(s)
         if isinstance(s, ir.If):
             return self.branch(s, path, widen)
         if isinstance(s, (ir.For, ir.While)):
@@ -271,9 +275,24 @@ class _Sm80:
             return []
         if isinstance(s, ir.CpAsyncArriveNoinc):
             self.facts(s.bar).arrives.append(s.loc)
+        if not isinstance(s, (*_CORE, *_KEPT)):
+            self.error(f"'{type(s).__name__}'", s.loc)
+            return []
         if isinstance(s, _ONE_THREAD):
             return self.guarded(s, widen)
         return [s]
+
+    def check_sregs(self, s: ir.Stmt) -> None:
+        """Cluster special registers exist from sm_90 on."""
+        stack: list[object] = [getattr(s, f) for f in s.__dataclass_fields__ if f != "loc"]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, ir.SReg) and "cluster" in x.name:
+                self.error(f"'%{x.name}'", x.loc or s.loc)
+            elif isinstance(x, ir.Expr):
+                stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f != "loc")
+            elif isinstance(x, tuple):
+                stack.extend(x)
 
     def site_threads(self, path: list, widen: _Widen | None) -> int | None:
         """How many threads run a one-thread statement here (a widened block: one a warp)."""

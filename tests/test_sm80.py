@@ -2,6 +2,7 @@
 forms for `--arch sm_80`, its errors, the interpreter on both builds, the runtime's tensor
 descriptors, and (marked gpu) both builds on the H200."""
 
+import re
 import subprocess
 
 import numpy as np
@@ -11,6 +12,7 @@ from conftest import SAMPLES, ptxas_path, sample_module, sample_names
 import ptxdsl
 from ptxdsl import ir
 from ptxdsl.cli import main
+from ptxdsl.compiler import Program
 from ptxdsl.errors import CompileError
 from ptxdsl.interp import InterpError, TensorMapModel, run_sample
 from ptxdsl.lower import lower_module
@@ -38,11 +40,42 @@ def sm80_error(text: str) -> str:
 # ----------------------------------------------------------------------------- samples
 
 
+HOPPER_ONLY_ERROR = re.compile(r":\d+:\d+: error: .* has no sm_80 form \(it needs sm_90")
+
+
+def lowers_to_sm80(k: ir.Kernel) -> bool:
+    """Whether a kernel has an sm_80 build; if not, the error must be located and name what
+    needs Hopper (what `ptxdsl compile --arch sm_80` reports for such a sample)."""
+    try:
+        lower_sm80_module(lower_module(ir.Module(kernels=(k,), loc=k.loc)))
+    except CompileError as e:
+        assert HOPPER_ONLY_ERROR.search(e.render()), e.render()
+        return False
+    return True
+
+
+def sm80_kernels(name: str) -> list[ir.Kernel]:
+    return [k for k in ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl").kernels
+            if lowers_to_sm80(k)]
+
+
 @pytest.mark.ptxas
 @pytest.mark.parametrize("name", sample_names())
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_every_sample_compiles_and_assembles_for_both_targets(name, arch, tmp_path):
-    ptx = ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch).ptx
+    """Every sample has both builds, or (sm_80) a located error naming its Hopper-only part."""
+    if arch == "sm_80":
+        kernels = tuple(sm80_kernels(name))
+        module = ir.Module(kernels=kernels)
+        if len(kernels) < len(ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl").kernels):
+            with pytest.raises(CompileError) as info:
+                ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch)
+            assert HOPPER_ONLY_ERROR.search(info.value.render())
+        if not kernels:
+            return
+        ptx = ptxdsl.compile_module(module, arch=arch).ptx
+    else:
+        ptx = ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch).ptx
     assert f".target {arch}\n" in ptx
     if arch == "sm_80":
         used = [m for m in HOPPER_ONLY if m in ptx]
@@ -51,14 +84,14 @@ def test_every_sample_compiles_and_assembles_for_both_targets(name, arch, tmp_pa
 
 
 def _interp_cases() -> list:
-    return [pytest.param(name, k.name, arch, id=f"{name}-{k.name}-{arch}")
-            for name in sample_names()
-            for k in ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl").kernels
-            for arch in ("sm_80", "sm_90a")]
+    return [pytest.param(name, k.name, "sm_80", id=f"{name}-{k.name}-sm_80")
+            for name in sample_names() for k in sm80_kernels(name)]
 
 
 @pytest.mark.parametrize("name, kname, arch", _interp_cases())
-def test_every_sample_runs_in_the_interpreter_for_both_targets(name, kname, arch):
+def test_every_sample_runs_in_the_interpreter_as_built_for_sm80(name, kname, arch):
+    """The sm_80 build of every sample kernel against its numpy reference (the sm_90a build
+    of every sample runs in test_interp.py)."""
     module = ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl")
     twin = sample_module(name)
     kwargs = dict(twin.SMALL)
@@ -205,6 +238,12 @@ def test_a_cluster_beyond_one_cta_is_a_located_sm80_error():
     assert ptxdsl.compile(CLUSTER, arch="sm_90a").ptx  # fine on Hopper
 
 
+def test_samples_with_hopper_only_kernels_get_the_located_error():
+    """How the sample tests treat a kernel without an sm_80 build."""
+    assert not lowers_to_sm80(ptxdsl.parse(CLUSTER).kernels[0])
+    assert lowers_to_sm80(ptxdsl.parse(TILE).kernels[0])
+
+
 def test_arrive_with_a_count_is_a_located_sm80_error():
     text = """
 kernel k() threads(32) {
@@ -222,6 +261,12 @@ kernel k() threads(32) {
 """
     msg = sm80_error(text)
     assert ":10:9:" in msg and "mbarrier_arrive with a count has no sm_80 form" in msg
+
+
+def test_cluster_special_registers_are_located_sm80_errors():
+    msg = sm80_error("kernel k(o: ptr<u32>) threads(32) {\n    if %cluster_ctarank == 0 {\n"
+                     "        o[%tid.x] = 1;\n    }\n}")
+    assert ":2:8: error: '%cluster_ctarank' has no sm_80 form" in msg
 
 
 def test_any_other_hopper_only_operation_is_named_in_the_error():
@@ -325,6 +370,21 @@ def test_tile_load_zero_fills_outside_the_tensor_on_sm80():
     np.testing.assert_array_equal(dst, want)
 
 
+def test_nan_fill_has_no_sm80_form():
+    k = ptxdsl.parse(TILE).kernels[0]
+    src = np.ones((8, 32), np.float32)
+    with pytest.raises(InterpError, match="on sm_80 cp.async zero-fills"):
+        ptxdsl.interp.run(k, 1, {"src": TensorMapModel(src, box=(8, 32), oob_fill="nan"),
+                                 "dst": TensorMapModel(src.copy(), box=(8, 32))}, arch="sm_80")
+
+
+@pytest.mark.ptxas
+def test_watchdog_bounds_the_sm80_test_wait(tmp_path):
+    ptx = ptxdsl.compile(SAMPLES / "stream_copy.ptxdsl", arch="sm_80", watchdog_ms=100).ptx
+    assert "try_wait" not in ptx and "%globaltimer" in ptx and "trap" in ptx
+    assemble(ptx, tmp_path, "sm_80")
+
+
 # ----------------------------------------------------------------------------- runtime
 
 
@@ -402,7 +462,7 @@ def _gpu_outputs(program, ex: dict) -> dict:
 def _gpu_cases() -> list:
     return [pytest.param(name, k.name, id=f"{name}-{k.name}")
             for name in ("add_one", "stream_copy", "norms", "memcpy_async", "pipeline")
-            for k in ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl").kernels]
+            for k in sm80_kernels(name)]
 
 
 @pytest.mark.gpu
@@ -413,8 +473,8 @@ def test_both_builds_give_identical_results_on_the_gpu(name, kname):
     multi = len(ptxdsl.parse_file(path).kernels) > 1
     ex = twin.example(np.random.default_rng(11), **({"kernel": kname} if multi else {}))
     ex.setdefault("kernel", kname)
-    outs = {arch: _gpu_outputs(ptxdsl.compile(path, arch=arch), ex)
-            for arch in ("sm_80", "sm_90a")}
+    one = ir.Module(kernels=(ptxdsl.parse_file(path).kernel(kname),))
+    outs = {arch: _gpu_outputs(Program(one, arch), ex) for arch in ("sm_80", "sm_90a")}
     types = {p.name: getattr(p.type, "elem", None)
              for p in ptxdsl.parse_file(path).kernel(kname).params}
     for param, want in ex["expected"].items():

@@ -191,6 +191,9 @@ class MBarrierTestWait(OpDef):
     operands = (("bar", "bar", False), ("parity", "u32", False))
 
     def emit(self, e, n: ir.MBarrierTestWait) -> None:
+        if e.watchdog_ns:
+            e.bounded_wait(n, poll="mbarrier.test_wait.parity.shared::cta.b64")
+            return
         w = e.w
         a, parity = e.bar_addr(n.bar), e.ev(n.parity)
         p = w.reg(T.pred)
@@ -253,6 +256,9 @@ class TensorDescFields(OpDef):
 
         def load(th: Thread) -> None:
             model = model_of(th)
+            if model.oob_fill != "zero":
+                fail("unsupported", f"tensor map '{n.tmap.name}' fills out-of-bounds elements "  # type: ignore[attr-defined]
+                     f"with {model.oob_fill}; on sm_80 cp.async zero-fills them", n)
             a = model.array
             bases = th.cta.gmem.__dict__.setdefault("tensor_bases", {})
             if id(a) not in bases:

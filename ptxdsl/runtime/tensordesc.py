@@ -51,6 +51,10 @@ def desc_converter(p: ParamInfo):
             if s.mode != "tiled":
                 raise LaunchError(f"argument '{p.name}': an {s.mode} tensor map has no sm_80 "
                                   "form")
+            if s.oob_fill != "zero":
+                raise LaunchError(f"argument '{p.name}': the tensor map fills out-of-bounds "
+                                  f"elements with {s.oob_fill}; on sm_80 cp.async zero-fills "
+                                  "them")
             addr, shape, strides, elem, swz = s.address, s.shape, s.strides, s.elem, s.swizzle
         else:
             d = describe(v, f"argument '{p.name}' ({want})")
