@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 from .errors import PtxdslError
 
+ARCHS = ["sm_80", "sm_90", "sm_90a"]
+
 DESCRIPTION = """\
 ptxdsl compiles .ptxdsl kernels (Hopper mbarrier pipelines and bulk/TMA copies) to PTX.
 
@@ -36,9 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                        description="Compile FILE; print the result or write it to OUT.")
     c.add_argument("file", metavar="FILE", help="the .ptxdsl source")
     c.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
-    c.add_argument("--arch", choices=["sm_90a", "sm_90"], default=None,
+    c.add_argument("--arch", choices=ARCHS, default=None,
                    help="PTX target (default: sm_90, or sm_90a when an sm_90a-only feature "
-                        "is used)")
+                        "is used); sm_80 lowers bulk and tensor copies to Ampere cp.async")
     c.add_argument("--emit", choices=["ptx", "ir", "ast"], default="ptx",
                    help="what to write: PTX (default), the checked IR, or the parse tree")
     c.add_argument("--watchdog", metavar="MS", type=int, default=0,
@@ -48,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="parse and verify a .ptxdsl file",
                        description="Report every problem in FILE; write nothing.")
     k.add_argument("file", metavar="FILE")
+    k.add_argument("--arch", choices=ARCHS, default=None,
+                   help="also report what does not lower to this target (sm_80: Hopper-only "
+                        "operations)")
 
     f = sub.add_parser("fmt", help="print a .ptxdsl file in canonical form")
     f.add_argument("file", metavar="FILE")
@@ -66,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--sanitize", metavar="TOOLS", default=None,
                    help="run under compute-sanitizer: 'all' or a comma-separated list of "
                         "memcheck, racecheck, synccheck, initcheck")
+    r.add_argument("--arch", choices=ARCHS, default=None, help="PTX target (see compile)")
 
     i = sub.add_parser("interp", help="run a sample in the CPU interpreter and check it",
                        description="Like `run`, on the CPU: threads in warps, async copies that "
@@ -78,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("-D", dest="defines", metavar="NAME=VALUE", action="append",
                          default=[], help="give compile-time kernel parameter NAME (kernel "
                                           "k<NAME: u32>(...)) its value; repeatable")
+    i.add_argument("--arch", choices=ARCHS, default=None,
+                   help="run the kernel as compiled for this target (sm_80: cp.async)")
     return p
 
 
@@ -150,10 +158,16 @@ def run(argv: Sequence[str] | None = None) -> int:
         from .lower import lower_module
         from .verify import verify_module
 
-        for w in verify_module(lower_module(module)):
+        lowered = lower_module(module)
+        for w in verify_module(lowered):
             print(w.render(), file=sys.stderr)
+        if args.arch == "sm_80":
+            from .lower_sm80 import lower_sm80_module
+
+            lower_sm80_module(lowered)
         n = len(module.kernels)
-        print(f"{src.name}: ok ({n} kernel{'s' if n != 1 else ''})")
+        target = f", lowers to {args.arch}" if args.arch else ""
+        print(f"{src.name}: ok ({n} kernel{'s' if n != 1 else ''}{target})")
         return 0
     if args.emit == "ir":
         from .lower import lower_module
@@ -176,9 +190,9 @@ def _run(args: argparse.Namespace) -> int:
         return _sanitize(args)
     if args.command == "interp":
         runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed,
-                             defines=_defines(args.defines))
+                             defines=_defines(args.defines), arch=args.arch)
     else:
-        runs = run_sample(args.file, kernel=args.kernel, seed=args.seed,
+        runs = run_sample(args.file, kernel=args.kernel, seed=args.seed, arch=args.arch,
                           watchdog_ms=max(0, args.watchdog), small=args.small,
                           defines=_defines(args.defines))
     failed = 0
@@ -195,8 +209,10 @@ def _run(args: argparse.Namespace) -> int:
 def _sanitize(args: argparse.Namespace) -> int:
     from .sanitize import parse_tools, sanitize
 
-    extra = [a for flag, v in (("--kernel", args.kernel), ("--seed", args.seed)) if v is not None
-             for a in (flag, str(v))] + (["--small"] if args.small else [])
+    given = (("--kernel", args.kernel), ("--seed", args.seed), ("--arch", args.arch),
+             *(("-D", d) for d in args.defines))
+    extra = [a for flag, v in given if v is not None for a in (flag, str(v))] + \
+        (["--small"] if args.small else [])
     failed = 0
     for r in sanitize(args.file, parse_tools(args.sanitize), extra):
         failed += r.returncode != 0

@@ -170,7 +170,8 @@ def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None 
 
 
 def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
-                  defines: dict | None = None) -> list[tuple[str, list[CheckResult]]]:
+                  defines: dict | None = None, arch: str | None = None
+                  ) -> list[tuple[str, list[CheckResult]]]:
     """Like run_sample, in the CPU interpreter, at the twin's SMALL example sizes."""
     from .frontend import parse_file
     from .interp import run_sample as interp_run
@@ -184,7 +185,7 @@ def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
     for name in names:
         ex = _example(mod, rng, defines, **small,
                       **({"kernel": name} if len(module.kernels) > 1 else {}))
-        got = interp_run(module.kernel(name), ex, seed=seed)
+        got = interp_run(module.kernel(name), ex, seed=seed, arch=arch)
         types = {p.name: getattr(p.type, "elem", None) for p in module.kernel(name).params}
         out.append((name, [compare(o, got[o], want, types.get(o), ex.get("rtol", 0.0),
                                    ex.get("atol", 0.0))

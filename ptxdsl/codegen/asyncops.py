@@ -31,7 +31,8 @@ class AsyncOps:
         r, off = self.shared_addr(bar)
         return f"[{r}+{off}]" if off else f"[{r}]"
 
-    def bounded_wait(self, s: ir.MBarrierWait) -> None:
+    def bounded_wait(self, s: ir.MBarrierWait,
+                     poll: str = "mbarrier.try_wait.parity.shared::cta.b64") -> None:
         """A wait that gives up after the watchdog time: the first thread to time out writes
         (site + 1, parity, block, thread, barrier offset) to the host-mapped report, then traps."""
         from ..printer import expr_text
@@ -48,7 +49,7 @@ class AsyncOps:
         top, done = w.label("wait"), w.label("waited")
         w.instr("mov.u64", t0, "%globaltimer")
         w.place_label(top)
-        w.instr("mbarrier.try_wait.parity.shared::cta.b64", p, a, parity)
+        w.instr(poll, p, a, parity)
         w.instr("bra", done, guard=p)
         w.instr("mov.u64", now, "%globaltimer")
         w.instr("sub.u64", now, now, t0)

@@ -43,8 +43,10 @@ _SHFL_PTX = {
 class KernelEmitter(AsyncOps):
     """Emits one ir.Kernel as a PTX `.entry`."""
 
-    def __init__(self, kernel: ir.Kernel, layout: Layout, watchdog_ms: int = 0):
+    def __init__(self, kernel: ir.Kernel, layout: Layout, watchdog_ms: int = 0,
+                 arch: str = "sm_90a"):
         self.k = kernel
+        self.arch = arch
         self.layout = layout
         self.w = PtxWriter()
         self.scopes: list[dict[str, object]] = [{}]
@@ -555,6 +557,14 @@ class KernelEmitter(AsyncOps):
             # lane does next (e.g. its release arrive for the whole warp); elect.sync alone
             # only elects
             w.instr("bar.warp.sync", "0xffffffff")
+            if self.arch == "sm_80":  # no elect.sync: the lowest active lane
+                m, lane = w.reg(T.u32), w.reg(T.u32)
+                w.instr("activemask.b32", m)
+                w.instr("brev.b32", m, m)
+                w.instr("bfind.shiftamt.u32", m, m)
+                w.instr("mov.u32", lane, "%laneid")
+                w.instr("setp.eq.u32", r, m, lane)
+                return r
             w.instr("elect.sync", f"_|{r}", "0xffffffff")
             return r
         args = [self.ev_reg(a) for a in e.args]
@@ -611,7 +621,7 @@ def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None =
         parts.append(f".visible .global .align 8 .u64 {WATCHDOG_SYMBOL};\n")
     for k in m.kernels:
         layout = layout_kernel(k)
-        em = KernelEmitter(k, layout, watchdog_ms)
+        em = KernelEmitter(k, layout, watchdog_ms, arch)
         parts.append(em.emit())
         infos.append(kernel_info(k, layout, arch, tuple(em.sites), watchdog_ms))
     return PtxModule("\n".join(parts), tuple(infos), arch)

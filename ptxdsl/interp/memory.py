@@ -184,9 +184,10 @@ class SharedMemory:
         ids = self.loading[sel]
         if ids.any():
             load = self.loads[int(ids[np.argmax(ids != 0)])]
+            hint = getattr(load, "hint", None) or f"wait on mbarrier {load.bar.label}"
             fail("race", f"race: {th.name} {verb} {self.where(first_offset(sel, ids != 0))} "
-                 f"while a {load.op} into it is in flight (wait on mbarrier {load.bar.label} "
-                 "first)", node, note(f"the {load.op} was issued here", load.node))
+                 f"while a {load.op} into it is in flight ({hint} first)", node,
+                 note(f"the {load.op} was issued here", load.node))
 
     def _store_at(self, off: int) -> AsyncStore:
         for s in self.stores.values():

@@ -13,6 +13,7 @@ from .. import types as T
 from ..errors import CompileError, Diagnostic, DiagnosticBag, LaunchError
 from ..limits import MAX_SMEM_BYTES
 from ..lower import lower_kernel
+from ..lower_sm80 import is_sm80, lower_sm80_kernel
 from ..runtime.dtypes import compatible, scalar_of
 from . import scalar
 from .cta import CTA
@@ -23,11 +24,11 @@ from .tensormap import TensorMapModel
 
 DEFAULT_MAX_STEPS = 1_000_000
 
-_programs: dict[int, tuple[ir.Kernel, Program]] = {}
+_programs: dict[tuple[int, str | None], tuple[ir.Kernel, Program]] = {}
 
 
 def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed: int = 0,
-        max_steps: int = DEFAULT_MAX_STEPS) -> None:
+        max_steps: int = DEFAULT_MAX_STEPS, arch: str | None = None) -> None:
     """Run `kernel` (an ir.Kernel, or a @ptxdsl.kernel / one-kernel module) over `grid` CTAs.
 
     `args` maps every parameter name to its value: a numpy array for a `ptr<T>` (written in
@@ -35,13 +36,14 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     one after another; inside a CTA the threads and the asynchronous copies interleave in an
     order drawn from `seed` (same seed, same schedule). `max_steps` bounds the work of one
     CTA. Raises InterpError on a deadlock, race, missing fence or other kernel bug, and
-    LaunchError when the arguments do not fit the kernel."""
+    LaunchError when the arguments do not fit the kernel. `arch="sm_80"` runs the kernel as
+    compiled for Ampere (cp.async in place of bulk and tensor copies)."""
     k = _kernel_of(kernel)
     if k.cluster is not None and prod(k.cluster) > 1:
         raise InterpError("unsupported", Diagnostic(
             f"kernel '{k.name}' declares clusters of {prod(k.cluster)} CTAs; the interpreter "
             "runs single-CTA clusters only (clusters are future work)", k.loc))
-    prog = _program(k)
+    prog = _program(k, arch)
     if prog.layout.request_bytes > MAX_SMEM_BYTES:
         raise LaunchError(Diagnostic(
             f"kernel '{k.name}' needs {prog.layout.request_bytes} bytes of shared memory "
@@ -57,7 +59,8 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
                 CTA(prog, (x, y, z), dims, gmem, params, seed, max_steps, warned).run()
 
 
-def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,
+               arch: str | None = None) -> dict[str, np.ndarray]:
     """Run the dict a sample's `example(rng)` returns and return its outputs.
 
     The dict follows `ptxdsl.runner`: "grid", "inputs", "outputs" (templates, poisoned with
@@ -80,7 +83,7 @@ def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0) -> dict[str,
         elem = t.elem if isinstance(t, T.TensorMap) else None
         opts = {o: v for o, v in opts.items() if o != "l2_promotion"}  # a cache hint only
         arrays[n] = TensorMapModel(arrays[n], dtype=elem, **opts)
-    run(k, example["grid"], arrays, seed=seed)
+    run(k, example["grid"], arrays, seed=seed, arch=arch)
     # inputs a kernel updates in place (a reduction's target) are results too
     updated = {n: getattr(arrays[n], "array", arrays[n]) for n in example.get("expected", {})
                if n in arrays and n not in outputs}
@@ -101,17 +104,20 @@ def _kernel_of(kernel: Any, name: str | None = None) -> ir.Kernel:
     return k
 
 
-def _program(k: ir.Kernel) -> Program:
+def _program(k: ir.Kernel, arch: str | None = None) -> Program:
     """The kernel with pipelines and roles lowered to the base IR, compiled (cached)."""
     # Keyed by identity: equal kernels from different sources must keep their own spans.
-    hit = _programs.get(id(k))
+    hit = _programs.get((id(k), arch))
     if hit is None or hit[0] is not k:
         if len(_programs) > 64:
             _programs.clear()
         diags = DiagnosticBag()
         lowered = lower_kernel(k, diags)
         diags.raise_if_any(CompileError)
-        hit = _programs[id(k)] = (k, Program(lowered))
+        if is_sm80(arch):
+            lowered = lower_sm80_kernel(lowered, diags)
+            diags.raise_if_any(CompileError)
+        hit = _programs[(id(k), arch)] = (k, Program(lowered))
     return hit[1]
 
 

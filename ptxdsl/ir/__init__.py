@@ -5,6 +5,7 @@ operation family puts its nodes in a module of its own here and is re-exported b
 every pass spells a node `ir.Name`.
 """
 
+from .ampere import *  # noqa: F403
 from .core import *  # noqa: F403
 from .core import Node, walk  # noqa: F401  (named for readers and type checkers)
 from .oneshot import *  # noqa: F403

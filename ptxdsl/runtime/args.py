@@ -198,11 +198,15 @@ def _tmap_converter(p: ParamInfo) -> Converter:
     return conv
 
 
-def _converter(p: ParamInfo) -> tuple[str, int, Converter]:
+def _converter(p: ParamInfo, arch: str = "") -> tuple[str, int, Converter]:
     """struct code, alignment and converter of one parameter."""
     if p.kind == "ptr":
         return "Q", 8, _ptr_converter(p)
     if p.kind == "tmap":
+        if arch == "sm_80":  # cp.async reads a tensor descriptor where TMA reads a map
+            from .tensordesc import desc_converter
+
+            return "128s", 64, desc_converter(p)
         return "128s", 64, _tmap_converter(p)
     if p.kind != "scalar":
         raise LaunchError(f"parameter '{p.name}' has unknown kind {p.kind!r}")
@@ -219,7 +223,7 @@ class ArgPacker:
         self._index = {n: i for i, n in enumerate(self.names)}
         fmt, offsets, convs, size = ["<"], [], [], 0
         for p in info.params:
-            code, align, conv = _converter(p)
+            code, align, conv = _converter(p, info.arch)
             pad = -size % align
             if pad:
                 fmt.append(f"{pad}x")

@@ -77,7 +77,10 @@ def load(ptx_module: PtxModule, device: int | None = None) -> LoadedModule:
         hit = _loaded.get(loaded_key)
     if hit is not None:
         return hit
-    cubin, info_log = ptx_to_cubin(ptx_module.ptx, ptx_module.arch, names)
+    if ptx_module.arch == "sm_80":  # the driver JIT-compiles Ampere PTX for this device
+        cubin, info_log = ptx_module.ptx.encode() + b"\0", ""
+    else:
+        cubin, info_log = ptx_to_cubin(ptx_module.ptx, ptx_module.arch, names)
     with _lock:
         mod = _modules.get((ctx_id, key))
         if mod is None:

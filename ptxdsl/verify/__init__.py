@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from .. import ir
 from ..errors import CompileError, Diagnostic, DiagnosticBag
+from .ampere import check_cp_async
 from .barriers import (
     check_arrival_counts,
     check_expect_tx,
@@ -36,6 +37,7 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_stage_rotation,
     check_issuers,
     check_bulk_stores,
+    check_cp_async,
 )
 
 
