@@ -23,6 +23,7 @@ from .driver import (
     synchronize,
 )
 from .dtypes import bf16_bits_to_f32, f32_to_bf16_bits
+from .graphs import Graph, capture
 from .interop import DevicePointer, as_device_pointer
 from .launch import Kernel, LaunchPlan, plan_launch
 from .memory import DeviceArray, empty, to_device, zeros
@@ -38,6 +39,7 @@ __all__ = [
     "DeviceInfo",
     "DevicePointer",
     "Event",
+    "Graph",
     "Kernel",
     "LaunchPlan",
     "LoadedModule",
@@ -45,6 +47,7 @@ __all__ = [
     "TensorMap",
     "as_device_pointer",
     "benchmark",
+    "capture",
     "bf16_bits_to_f32",
     "check",
     "clear_encode_cache",

@@ -11,6 +11,7 @@ import operator
 import threading
 from dataclasses import dataclass
 from math import prod
+from threading import get_ident
 from typing import Any
 
 from ..errors import DeviceError, LaunchError
@@ -24,6 +25,7 @@ _SMEM_OPTIN = {"sm_90": 232448, "sm_90a": 232448}
 _MAX_CLUSTER = 16
 _PORTABLE_CLUSTER = 8
 _CONFIG_CACHE_SIZE = 256
+_MAX_THREAD_PACKERS = 64
 
 
 def _index(v: Any) -> int | None:
@@ -184,17 +186,20 @@ class Kernel:
     Arguments are matched to the KernelInfo's parameters by position or by name and
     checked (count, kind, range, element type) before anything reaches the driver. Without a
     loaded `function` (a KernelInfo alone) every check still runs, and a launch that passes
-    them raises DeviceError. One Kernel may be launched from several threads; launches of
-    the same Kernel are serialised while their arguments are packed."""
+    them raises DeviceError. One Kernel may be launched from several threads at once: each
+    thread packs its arguments into its own parameter storage."""
 
     def __init__(self, info: KernelInfo, function: LoadedFunction | None = None):
         self.info = info
         self.function = function
         self._packer = ArgPacker(info)
-        self._lock = threading.Lock()
+        # one packer (parameter storage) per launching thread, so launches need no lock
+        self._packers: dict[int, ArgPacker] = {get_ident(): self._packer}
+        self._nparams = len(info.params)
         self._configs: dict[tuple, Any] = {}
         self._max_smem = device_info().max_smem_optin if function is not None else None
         self._launch_ex: Any = None
+        self._handle: Any = None  # function.handle, once a launch has been prepared
         self.watchdog: Any = None  # a watchdog.Report when compiled with the hang watchdog
 
     @property
@@ -249,7 +254,8 @@ class Kernel:
         cluster: Any,
         smem: Any,
         stream: Any,
-    ) -> None:
+    ) -> Any:
+        """Check, pack and launch; returns the launch configuration used (for _Launcher)."""
         sh = stream if stream is None or type(stream) is int else stream_handle(stream)
         key = (grid, block, cluster, smem, sh)
         try:
@@ -262,13 +268,13 @@ class Kernel:
                 args, kwargs, grid, block, cluster, smem, sh, key if cacheable else None
             )
         ensure_current()  # the context is per thread; a new thread must make it current
-        with self._lock:
-            params = self._packer.pack(args, kwargs)
-            err = self._launch_ex(cfg, self.function.handle, params, 0)[0]  # type: ignore[union-attr]
+        params = self._thread_packer().pack(args, kwargs)
+        err = self._launch_ex(cfg, self._handle, params, 0)[0]
         if err != 0:
             raise DeviceError(failure_message(err, f"cuLaunchKernelEx({self.name})"))
         if self.watchdog is not None:  # debug builds launch synchronously to report hangs
             self.watchdog.after_launch(self.info, sh or 0)
+        return cfg
 
     def _prepare(
         self,
@@ -282,8 +288,7 @@ class Kernel:
         key: tuple | None,
     ) -> Any:
         plan = plan_launch(self.info, grid, block, cluster, smem, max_smem=self._max_smem)
-        with self._lock:
-            self._packer.pack(args, kwargs)  # argument errors come before "not loaded"
+        self._thread_packer().pack(args, kwargs)  # argument errors come before "not loaded"
         if self.function is None:
             raise DeviceError(
                 f"kernel '{self.name}' is not loaded; get launchable kernels from "
@@ -292,11 +297,21 @@ class Kernel:
         self.function.prepare(plan, self.name)
         cfg = _launch_config(plan, stream or 0)
         self._launch_ex = driver().cuLaunchKernelEx
+        self._handle = self.function.handle
         if key is not None:
             if len(self._configs) >= _CONFIG_CACHE_SIZE:
                 self._configs.clear()
             self._configs[key] = cfg
         return cfg
+
+    def _thread_packer(self) -> ArgPacker:
+        ident = get_ident()
+        packer = self._packers.get(ident)
+        if packer is None:
+            if len(self._packers) >= _MAX_THREAD_PACKERS:  # threads come and go
+                self._packers.clear()
+            packer = self._packers[ident] = self._packer.copy()
+        return packer
 
     def __repr__(self) -> str:
         params = ", ".join(f"{p.name}: {p.kind}<{p.dtype}>" for p in self.info.params)
@@ -304,12 +319,25 @@ class Kernel:
 
 
 class _Launcher:
-    """The callable of `k[grid, block, stream]`."""
+    """The callable of `k[grid, block, stream]`.
 
-    __slots__ = ("kernel", "grid", "block", "stream")
+    Bound once (`launch = k[grid]`), it keeps the checked launch configuration after its
+    first call, so a repeated `launch(*args)` costs the argument checks and packing and the
+    driver call, nothing else."""
+
+    __slots__ = ("kernel", "grid", "block", "stream", "_cfg")
 
     def __init__(self, kernel: Kernel, grid: Any, block: Any, stream: Any):
         self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
+        self._cfg: Any = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.kernel._launch(args, kwargs, self.grid, self.block, None, None, self.stream)
+        k, cfg = self.kernel, self._cfg
+        if cfg is None or kwargs or len(args) != k._nparams or k.watchdog is not None:
+            self._cfg = k._launch(args, kwargs, self.grid, self.block, None, None, self.stream)
+            return
+        ensure_current()
+        packer = k._packers.get(get_ident()) or k._thread_packer()
+        err = k._launch_ex(cfg, k._handle, packer.fast(*args), 0)[0]
+        if err != 0:
+            raise DeviceError(failure_message(err, f"cuLaunchKernelEx({k.name})"))
