@@ -142,12 +142,13 @@ def torch_norm(kind, n, w, b, eps):
     return lambda x: f.layer_norm(x, (n,), w, b, eps)
 
 
-def compiled_norm(kind, n, w, b, eps):
-    """torch.compile (Inductor) of the same op written out in float32 math, or None."""
+def compiled_norms(kind, n, w, b, eps):
+    """torch.compile (Inductor) of the op two ways: torch's own op, and the math written out
+    in float32; (description, compiled function) pairs, empty without Inductor."""
     try:
         import torch._inductor  # noqa: F401
     except Exception:
-        return None
+        return []
 
     def rms(x):
         xf = x.float()
@@ -162,8 +163,9 @@ def compiled_norm(kind, n, w, b, eps):
         var = (xf - mean).pow(2).mean(-1, keepdim=True)
         return ((xf - mean) * torch.rsqrt(var + eps) * w.float() + b.float()).to(x.dtype)
 
-    fn = {"rmsnorm": rms, "softmax": smax, "layernorm": ln}[kind]
-    return torch.compile(fn, dynamic=False)
+    written = {"rmsnorm": rms, "softmax": smax, "layernorm": ln}[kind]
+    return [("torch op", torch.compile(torch_norm(kind, n, w, b, eps), dynamic=False)),
+            ("f32 math written out", torch.compile(written, dynamic=False))]
 
 
 CUPY_PROBE = r"""
