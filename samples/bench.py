@@ -166,19 +166,30 @@ def bench_copy(total_bytes: int, reps: int) -> Table:
     words = src.view(torch.uint32).view(-1)
     dwords = dst.view(torch.uint32).view(-1)
     variants = []
-    for threads, unroll in ((256, 4), (256, 8), (512, 4), (512, 8), (1024, 4), (128, 8)):
-        for hints in (False, True):
-            kd = vc.make_vector_copy(threads, unroll, hints,
-                                     name=f"vcopy_{threads}_{unroll}_{int(hints)}")
-            k = kd.program().kernel()
-            nchunks = words.numel() // vc.chunk_words(threads, unroll)
-            assert nchunks * vc.chunk_words(threads, unroll) == words.numel()
-            for per_sm in sorted({ctas_per_sm(k.info), max(1, ctas_per_sm(k.info) // 2)}):
-                grid = SMS * per_sm
-                launch = k[grid]
-                ms = checked(kd.name, lambda la=launch, c=nchunks: la(words, dwords, c))
-                variants.append((ms, f"ptxdsl vector_copy: {threads} threads, {unroll} x 16 B "
-                                 f"in flight{', .nc/.cs hints' if hints else ''}, grid {grid}"))
+
+    def vector(threads, unroll, load="", store="", grids=("full",)):
+        kd = vc.make_vector_copy(threads, unroll, load, store,
+                                 name=f"vcopy_{threads}_{unroll}_{len(variants)}")
+        k = kd.program().kernel()
+        nchunks = words.numel() // vc.chunk_words(threads, unroll)
+        assert nchunks * vc.chunk_words(threads, unroll) == words.numel()
+        for g in grids:
+            grid = {"full": SMS * ctas_per_sm(k.info),
+                    "half": SMS * max(1, ctas_per_sm(k.info) // 2), "all": nchunks}[g]
+            launch = k[grid]
+            ms = checked(kd.name, lambda la=launch, c=nchunks: la(words, dwords, c))
+            quals = f", ld{load or ''} st{store or ''}" if load or store else ""
+            variants.append((ms, f"ptxdsl vector_copy: {threads} threads, {unroll} x 16 B in "
+                             f"flight{quals}, grid {grid}"
+                             f"{' (one chunk per CTA)' if g == 'all' else ''}"))
+
+    for threads, unroll in ((256, 4), (256, 8), (512, 4), (512, 8), (1024, 4), (128, 8),
+                            (128, 16)):
+        vector(threads, unroll, grids=("full", "half", "all"))
+    for threads, unroll in ((256, 8), (512, 4), (128, 16)):
+        for load, store in ((".nc.L1::no_allocate", ".cs"), (".L2::256B", ""),
+                            (".nc.L1::no_allocate.L2::256B", ""), ("", ".cs"), (".lu", ".cs")):
+            vector(threads, unroll, load, store)
     for stages, box_rows, l2 in ((4, 32, "none"), (3, 128, "256B"), (8, 16, "256B")):
         kd = sc.make_stream_copy(stages, box_rows)
         k = kd.program().kernel()

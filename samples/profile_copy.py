@@ -4,7 +4,7 @@
         --section MemoryWorkloadAnalysis python samples/profile_copy.py [MiB]
 
 Copies, in order: cudaMemcpy D2D (torch copy_), the Triton load/store copy, ptxdsl's
-vector_copy (256 threads x 8 loads in flight; and with .nc/.cs hints), and the TMA
+vector_copy (256 threads x 8 loads in flight; and with .nc/.cs qualifiers), and the TMA
 stream_copy (4 stages of 32 x 256). Each is warmed up and checked before the profiled run."""
 
 import sys
@@ -31,8 +31,8 @@ runs = [("memcpy", lambda: dst.copy_(src))]
 tri = bench_refs.triton_copy()
 if tri is not None:
     runs.append(("triton", lambda: tri(src, dst, 8192, 8)))
-for hints in (False, True):
-    k = vector_copy.make_vector_copy(256, 8, hints, name=f"vcopy_256_8_{int(hints)}")
+for hints in (("", ""), (".nc.L1::no_allocate", ".cs")):
+    k = vector_copy.make_vector_copy(256, 8, *hints, name=f"vcopy_256_8_{int(bool(hints[0]))}")
     launch = k.program().kernel()[sms * 8]
     n = words.numel() // vector_copy.chunk_words(256, 8)
     runs.append((k.name, lambda la=launch, n=n: la(words, dwords, n)))

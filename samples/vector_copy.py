@@ -2,8 +2,8 @@
 
 `make_vector_copy(threads, unroll)` builds it for any CTA size and number of 16-byte loads in
 flight per thread; the module-level kernel is the 256-thread, 4-deep one of the .ptxdsl file.
-`hints=True` marks the loads `.nc.L1::no_allocate` and the stores `.cs` (streaming: evict
-first) through `asm`, for the benchmark to measure what cache hints are worth."""
+`load` / `store` add PTX qualifiers to the loads and stores (e.g. ".nc.L1::no_allocate",
+".L2::256B", ".cs"), written through `asm`, for the benchmark to measure what they are worth."""
 
 import numpy as np
 
@@ -16,7 +16,7 @@ def chunk_words(threads: int = 256, unroll: int = 4) -> int:
     return threads * unroll * 4
 
 
-def make_vector_copy(threads: int = 256, unroll: int = 4, hints: bool = False,
+def make_vector_copy(threads: int = 256, unroll: int = 4, load: str = "", store: str = "",
                      name: str = "vector_copy") -> ptxdsl.KernelDef:
     words = chunk_words(threads, unroll)
 
@@ -24,17 +24,18 @@ def make_vector_copy(threads: int = 256, unroll: int = 4, hints: bool = False,
         with k.for_("c", k.ctaid.x, nchunks, k.nctaid.x) as c:
             base = k.let("base", c * words + k.tid.x * 4)
             offs = [base if j == 0 else base + j * threads * 4 for j in range(unroll)]
-            if not hints:
+            if not (load or store):
                 vs = [k.let(f"v{j}", k.vload(src[o], 4), type=u32x4) for j, o in enumerate(offs)]
                 for o, v in zip(offs, vs, strict=True):
                     dst[o] = v
                 return
             regs = [[k.let(f"w{j}_{e}", 0, type=u32) for e in range(4)] for j in range(unroll)]
             for o, w in zip(offs, regs, strict=True):
-                k.asm("ld.global.nc.L1::no_allocate.v4.u32 {{0}, {1}, {2}, {3}}, [{4}];",
-                      w, [src + o])
+                k.asm(f"ld.global{load}.v4.u32 {{{{0}}, {{1}}, {{2}}, {{3}}}}, [{{4}}];", w,
+                      [src + o])
             for o, w in zip(offs, regs, strict=True):
-                k.asm("st.global.cs.v4.u32 [{0}], {{1}, {2}, {3}, {4}};", [], [dst + o, *w])
+                k.asm(f"st.global{store}.v4.u32 [{{0}}], {{{{1}}, {{2}}, {{3}}, {{4}}}};", [],
+                      [dst + o, *w])
 
     return ptxdsl.kernel(vector_copy, threads=threads, name=name)
 
