@@ -328,17 +328,17 @@ def _inline(i: int, p: ParamInfo) -> list[str]:
     if p.kind == "ptr":
         return [
             f"t = type({a})",
-            f"if t is DeviceArray and {a}.ptr and {a}.elem.name in c{i}.ok:",
-            f"    {r} = {a}.ptr",
-            f"elif t in TORCH_TYPES and {a}.dtype in tr{i}.torch and {a}.is_cuda:",
+            f"if t in TORCH_TYPES and {a}.dtype in torch{i} and {a}.is_cuda:",
             f"    {r} = {a}.data_ptr()",
-            f"elif t in CUPY_TYPES and {a}.dtype in tr{i}.cupy:",
+            f"elif t is DeviceArray and {a}.ptr and {a}.elem.name in ok{i}:",
+            f"    {r} = {a}.ptr",
+            f"elif t in CUPY_TYPES and {a}.dtype in cupy{i}:",
             f"    {r} = {a}.data.ptr",
             "else:",
             f"    {r} = {c}",
         ]
     if p.kind == "tmap":
-        return [f"{r} = {a}.raw if type({a}) is TensorMap and {a}.sig in c{i}.sigs else {c}"]
+        return [f"{r} = {a}.raw if type({a}) is TensorMap and {a}.sig in sigs{i} else {c}"]
     t = p.dtype
     if t.is_float:
         if t.name == "f64":
@@ -373,6 +373,8 @@ def _generate(info: KernelInfo, convs: tuple, trusted: list, pack_into: Any, buf
         "buffer": buffer, "address": address, "raise_all": raise_all,
     }  # fmt: skip
     for i, (conv, tr) in enumerate(zip(convs, trusted, strict=True)):
-        env[f"c{i}"], env[f"tr{i}"] = conv, tr
+        # each name the generated code reads is bound here, so a check is a global load
+        env[f"c{i}"], env[f"torch{i}"], env[f"cupy{i}"] = conv, tr.torch, tr.cupy
+        env[f"ok{i}"], env[f"sigs{i}"] = getattr(conv, "ok", None), getattr(conv, "sigs", None)
     exec(compile(src, f"<ptxdsl packer for {info.name}>", "exec"), env)  # noqa: S102
     return env["pack"]

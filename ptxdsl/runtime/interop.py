@@ -128,13 +128,15 @@ def array_family(tp: type) -> str | None:
 def layout_key(obj: Any) -> tuple | None:
     """A hashable (address, shape, strides, dtype) of a torch tensor, cupy array or ptxdsl
     DeviceArray, read without building an ArrayDesc; None for other objects."""
+    family = array_family(type(obj))  # first: a missed attribute on a tensor is slow
+    if family == "torch":
+        return _torch_key(obj)
+    if family == "cupy":
+        return _cupy_key(obj)
     own = getattr(obj, "__ptxdsl_array__", None)
     if own is not None:
         return (own.ptr, own.shape, own.strides, own.elem)
-    family = array_family(type(obj))
-    if family is None:
-        return None
-    return _torch_key(obj) if family == "torch" else _cupy_key(obj)
+    return None
 
 
 def as_device_pointer(obj: Any) -> DevicePointer:

@@ -193,7 +193,8 @@ class Kernel:
         self.info = info
         self.function = function
         self._packer = ArgPacker(info)
-        # one packer (parameter storage) per launching thread, so launches need no lock
+        # one packer (parameter storage) per launching thread, so launches need no lock; a
+        # thread that has one has made the context current (load() did, or _launch)
         self._packers: dict[int, ArgPacker] = {get_ident(): self._packer}
         self._nparams = len(info.params)
         self._configs: dict[tuple, Any] = {}
@@ -310,6 +311,8 @@ class Kernel:
         if packer is None:
             if len(self._packers) >= _MAX_THREAD_PACKERS:  # threads come and go
                 self._packers.clear()
+            if self.function is not None:  # see _packers: a packer means a current context
+                ensure_current()
             packer = self._packers[ident] = self._packer.copy()
         return packer
 
@@ -336,7 +339,6 @@ class _Launcher:
         if cfg is None or kwargs or len(args) != k._nparams or k.watchdog is not None:
             self._cfg = k._launch(args, kwargs, self.grid, self.block, None, None, self.stream)
             return
-        ensure_current()
         packer = k._packers.get(get_ident()) or k._thread_packer()
         err = k._launch_ex(cfg, k._handle, packer.fast(*args), 0)[0]
         if err != 0:
