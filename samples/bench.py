@@ -482,11 +482,13 @@ def machine() -> str:
     except OSError:
         pass
     versions = [f"torch {torch.__version__}"]
-    for dist in ("triton", "cupy", "liger-kernel"):
-        try:
-            versions.append(f"{dist} {importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            versions.append(f"{dist} not installed")
+    for mod in ("triton", "cupy", "liger_kernel"):
+        try:  # liger_kernel has no __version__; cupy's distribution is named cupy-cuda13x
+            version = getattr(__import__(mod), "__version__", None) or \
+                importlib.metadata.version(mod.replace("_", "-"))
+            versions.append(f"{mod} {version}")
+        except (ImportError, importlib.metadata.PackageNotFoundError):
+            versions.append(f"{mod} not installed")
     return (f"{smi}; CUDA driver API {drv.cuDriverGetVersion()[1]}; CPU {cpu} "
             f"({os.cpu_count()} threads); Python {platform.python_version()}; "
             + ", ".join(versions))

@@ -233,6 +233,10 @@ class ArgPacker:
     in a few attribute reads, and anything else goes through the full converter, which
     checks everything and reports every bad argument at once."""
 
+    _convs: tuple[Converter, ...]
+    _trusted: list[_Trusted]
+    _layout: tuple[list[str], list[int], int]
+
     def __init__(self, info: KernelInfo, _shared: ArgPacker | None = None):
         self.info = info
         self.names = tuple(p.name for p in info.params)

@@ -45,6 +45,7 @@ class TensorMap:
     inputs that describe the same memory share one driver encoding (see `encode_cache_info`)."""
 
     __slots__ = ("spec", "raw", "sig", "_buffer", "_key")
+    _key: Any  # the cache key while building, then _BUILT
 
     def __new__(cls, source: Any, box: Any = None, **options: Any) -> TensorMap:
         key = _map_key(source, box, options)
