@@ -413,7 +413,7 @@ def bench_launch(n: int) -> Table:
           us(tp) if tp else None)
 
     launch = k[1]
-    t.add("ptxdsl k[1](tmap, torch tensor, u32), launcher made per call", 0,
+    t.add("ptxdsl k[1](tmap, torch tensor, u32), k[1] indexed on every call", 0,
           us(lambda: k[1](tm, dst, 7)), ours=True)
     t.add("ptxdsl launch(tmap, torch tensor, u32), launcher bound once", 0,
           us(lambda: launch(tm, dst, 7)), ours=True)

@@ -1135,3 +1135,23 @@ def test_graph_capture_needs_a_created_stream(stream):
 
     with pytest.raises(LaunchError, match="not the default stream"):
         capture(stream)
+
+
+def test_launchers_are_kept_per_key_but_not_per_stream_object():
+    k = Kernel(INFO)
+    assert k[4] is k[4] and k[(2, 2), None] is k[(2, 2), None]
+    assert k[4] is not k[5]
+    assert k[[2, 2],] is not k[[2, 2],]  # unhashable settings: a new launcher each time
+
+    class FakeStream:
+        handle = 0x1234
+
+    s = FakeStream()
+    assert k[4, None, s] is not k[4, None, s]
+
+
+def test_tensor_map_with_an_unhashable_option_is_built_uncached(fake_encoder):
+    src = _FakeTensor(0x7F00_0000_0000, shape=(64, 64))
+    a = TensorMap(src, (32, 32), element_strides=[1, 1])
+    b = TensorMap(src, (32, 32), element_strides=[1, 1])
+    assert a is not b and a.raw == b.raw

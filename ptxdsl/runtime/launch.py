@@ -197,6 +197,7 @@ class Kernel:
         # thread that has one has made the context current (load() did, or _launch)
         self._packers: dict[int, ArgPacker] = {get_ident(): self._packer}
         self._nparams = len(info.params)
+        self._launchers: dict[Any, _Launcher] = {}  # k[key] -> its launcher (see __getitem__)
         self._configs: dict[tuple, Any] = {}
         self._max_smem = device_info().max_smem_optin if function is not None else None
         self._launch_ex: Any = None
@@ -227,7 +228,16 @@ class Kernel:
 
     def __getitem__(self, key: Any) -> _Launcher:
         """`k[grid]`, `k[grid, block]` or `k[grid, block, stream]`, as in numba: a tuple key
-        lists settings, so a 2-D grid is written `k[(gx, gy),]` or `k[(gx, gy), None]`."""
+        lists settings, so a 2-D grid is written `k[(gx, gy),]` or `k[(gx, gy), None]`.
+
+        The launcher is kept per key (when the stream is None or an int handle), so
+        `k[grid](args)` in a loop reuses one launcher and its checked configuration."""
+        try:
+            hit = self._launchers.get(key)
+        except TypeError:  # unhashable settings (lists)
+            hit = None
+        if hit is not None:
+            return hit
         items = key if isinstance(key, tuple) else (key,)
         if not 1 <= len(items) <= 3:
             raise LaunchError(
@@ -244,7 +254,16 @@ class Kernel:
                 f"{tuple(self.info.threads)}; for a multi-dimensional grid write "
                 f"k[{tuple(items)},]"
             )
-        return _Launcher(self, grid, block, stream)
+        launcher = _Launcher(self, grid, block, stream)
+        # a stream object is not kept: it could be destroyed while its launcher is cached
+        if stream is None or type(stream) is int:
+            try:
+                if len(self._launchers) >= _CONFIG_CACHE_SIZE:
+                    self._launchers.clear()
+                self._launchers[key] = launcher
+            except TypeError:
+                pass
+        return launcher
 
     def _launch(
         self,

@@ -50,7 +50,10 @@ class TensorMap:
     def __new__(cls, source: Any, box: Any = None, **options: Any) -> TensorMap:
         key = _map_key(source, box, options)
         if key is not None:
-            hit = _maps.get(key)
+            try:
+                hit = _maps.get(key)
+            except TypeError:  # an unhashable option: build without caching
+                hit = key = None
             if hit is not None and type(hit) is cls:
                 _stats[0] += 1
                 return hit
@@ -165,8 +168,8 @@ _stats = [0, 0]  # hits (either cache), misses (driver called)
 
 
 def _map_key(source: Any, box: Any, options: dict) -> tuple | None:
-    """What a TensorMap is built from, hashable and cheap to compute; None when it cannot be
-    (an unhashable option, an unknown source type)."""
+    """What a TensorMap is built from, cheap to compute (hashable unless an option is not);
+    None for an unknown source type."""
     if type(source) is int:
         src: Any = ("address", source)
     elif type(source) is DevicePointer:
@@ -175,12 +178,7 @@ def _map_key(source: Any, box: Any, options: dict) -> tuple | None:
         src = layout_key(source)
         if src is None:
             return None
-    try:
-        key = (src, box if type(box) is not list else tuple(box), *options.items())
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return (src, box if type(box) is not list else tuple(box), *options.items())
 
 
 def encode_cache_info() -> functools._CacheInfo:
