@@ -23,7 +23,7 @@ __all__ = [
 
 
 _RUNTIME = {"to_device", "empty", "zeros", "TensorMap", "DevicePointer", "DeviceArray",
-            "synchronize", "Stream", "Event", "benchmark"}
+            "synchronize", "Stream", "Event", "benchmark", "capture", "Graph"}
 
 
 def __getattr__(name: str):

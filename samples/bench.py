@@ -1,28 +1,47 @@
-"""Benchmark ptxdsl kernels against their references in one process on the GPU.
+"""Benchmark ptxdsl kernels against every reference, side by side in one process on the GPU.
 
-    python samples/bench.py [--quick] [--out results.md]
+    python samples/bench.py [--quick] [--only copy,norms,launch] [--no-compile] [--out FILE]
 
-Every kernel is checked against its reference on the same random inputs before it is timed;
-times are medians of many CUDA-event-timed runs; bandwidth counts bytes read plus written.
-References: cudaMemcpy device-to-device (torch's copy_), torch, and Triton kernels written
-here (one row per program)."""
+One table per kernel: each reference and ptxdsl's best variant on the same inputs, results
+checked first, times the median of many CUDA-event-timed runs, bandwidth counting bytes read
+plus written; each table ends with ptxdsl's ratio to the best reference and says plainly
+when ptxdsl is behind. The launch table times every launcher the same way (each call timed
+on its own, the queue drained every 50 calls). References are in samples/bench_refs.py; the
+C launch loop is samples/bench_launch.c (built here with `cc` when one is installed)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import importlib.util
+import os
+import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import bench_refs as refs  # noqa: E402
 
 import ptxdsl  # noqa: E402
-from ptxdsl.runtime import TensorMap, launch_overhead_us  # noqa: E402
+from ptxdsl import b16, bf16, ptr, tmap, u32  # noqa: E402
+from ptxdsl.runtime import (  # noqa: E402
+    Stream,
+    TensorMap,
+    capture,
+    launch_overhead_us,
+    synchronize,
+    to_device,
+)
 
 
 def _twin(name: str):
@@ -32,7 +51,7 @@ def _twin(name: str):
     return mod
 
 
-def median_ms(fn, reps: int, warmup: int = 5) -> float:
+def median_ms(fn, reps: int, warmup: int = 3) -> float:
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -48,7 +67,7 @@ def median_ms(fn, reps: int, warmup: int = 5) -> float:
 
 
 def ctas_per_sm(info) -> int:
-    by_smem = 233472 // (info.smem_bytes + 1024)  # the driver reserves 1 KiB per CTA
+    by_smem = 233472 // (info.smem_bytes + 1024) if info.smem_bytes else 32
     by_threads = 2048 // (info.threads[0] * info.threads[1] * info.threads[2])
     return max(1, min(by_smem, by_threads, 32))
 
@@ -56,61 +75,161 @@ def ctas_per_sm(info) -> int:
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
 
 
+class Table:
+    """Rows of (name, ms, GB/s or us, ptxdsl?, ranked?); renders markdown with ratios.
+
+    Unranked rows (a floor, a breakdown, a CUDA graph) are shown but not compared."""
+
+    def __init__(self, title: str, unit: str = "GB/s"):
+        self.title, self.unit, self.rows, self.notes = title, unit, [], []
+
+    def add(self, name: str, ms: float, value: float | None, ours: bool = False,
+            ranked: bool = True) -> None:
+        self.rows.append((name, ms, value, ours, ranked))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def best(self, ours: bool):
+        rows = [r for r in self.rows if r[3] == ours and r[4] and r[2] is not None]
+        if not rows:
+            return None
+        key = (lambda r: r[2]) if self.unit == "GB/s" else (lambda r: -r[2])
+        return max(rows, key=key)
+
+    def render(self) -> list[str]:
+        higher = self.unit == "GB/s"  # bandwidth: more is better; microseconds: less is
+        best_ours, best_ref = self.best(True), self.best(False)
+        col = "ms" if higher else "us per call"
+        out = [f"### {self.title}", "", f"| implementation | {col} | {self.unit} | "
+               f"ptxdsl best / this |", "|---|---|---|---|"]
+        for name, ms, value, _, ranked in self.rows:
+            if value is None:
+                out.append(f"| {name} | n/a | n/a | |")
+                continue
+            ratio = ""
+            if best_ours is not None and ranked:
+                ratio = f"{best_ours[2] / value if higher else value / best_ours[2]:.3f}"
+            mark = "**" if best_ours is not None and best_ours[0] == name else ""
+            shown = f"{ms:.3f}" if higher else f"{value:.2f}"
+            val = f"{value:.0f}" if higher else f"{value:.2f}"
+            out.append(f"| {mark}{name}{mark} | {shown} | {val} | {ratio} |")
+        out.append("")
+        if best_ours and best_ref:
+            r = best_ours[2] / best_ref[2] if higher else best_ref[2] / best_ours[2]
+            verdict = "ahead of" if r >= 1.0 else "BEHIND"
+            out.append(f"ptxdsl best ({best_ours[0]}): {r:.3f}x the best reference "
+                       f"({best_ref[0]}): ptxdsl is {verdict} it.")
+        out += self.notes
+        out.append("")
+        return out
+
+
 # ----------------------------------------------------------------------------- copy
 
 
-def bench_copy(total_bytes: int, reps: int) -> list[tuple]:
-    mod = _twin("stream_copy")
-    rows = total_bytes // (2 * mod.COLS)
-    src = torch.randint(-30000, 30000, (rows, mod.COLS), dtype=torch.int16, device="cuda") \
+def bench_copy(total_bytes: int, reps: int) -> Table:
+    sc, vc = _twin("stream_copy"), _twin("vector_copy")
+    rows = total_bytes // (2 * sc.COLS)
+    src = torch.randint(-30000, 30000, (rows, sc.COLS), dtype=torch.int16, device="cuda") \
         .view(torch.bfloat16)
     nbytes = 2 * src.numel() * 2
-    ref_dst = torch.empty_like(src)
-    memcpy_ms = median_ms(lambda: ref_dst.copy_(src), reps)
-    out = [("cudaMemcpy D2D (torch copy_)", total_bytes, memcpy_ms, nbytes / memcpy_ms / 1e6,
-            1.0)]
-    for stages, box_rows, l2 in ((4, 32, "128B"), (4, 32, "256B"), (4, 32, "none"),
-                                 (3, 64, "256B"), (3, 128, "256B"), (8, 16, "256B")):
-        kd = mod.make_stream_copy(stages, box_rows)
+    dst = torch.empty_like(src)
+    t = Table(f"Streaming copy, {total_bytes >> 20} MiB (bytes read + written)")
+
+    def gbs(ms):
+        return nbytes / ms / 1e6
+
+    def checked(name, fn):
+        dst.view(torch.int16).fill_(-1)
+        fn()
+        torch.cuda.synchronize()
+        if not torch.equal(dst.view(torch.int16), src.view(torch.int16)):
+            raise SystemExit(f"{name} gave a wrong result")
+        return median_ms(fn, reps)
+
+    ms = checked("memcpy", lambda: dst.copy_(src))
+    t.add("cudaMemcpy D2D (torch copy_)", ms, gbs(ms))
+    tri = refs.triton_copy()
+    if tri is None:
+        t.add("Triton load/store copy: not installed", 0, None)
+    else:
+        s16, d16 = src.view(torch.int16).view(-1), dst.view(torch.int16).view(-1)
+        best = None
+        for block, warps in ((4096, 4), (8192, 8), (16384, 8)):
+            ms = checked("triton copy", lambda b=block, w=warps: tri(s16, d16, b, w))
+            if best is None or ms < best[0]:
+                best = (ms, block, warps)
+        ms, block, warps = best
+        t.add(f"Triton load/store copy (best of 3: BLOCK {block}, {warps} warps)", ms, gbs(ms))
+
+    words = src.view(torch.uint32).view(-1)
+    dwords = dst.view(torch.uint32).view(-1)
+    variants = []
+
+    def vector(threads, unroll, load="", store="", grids=("full",)):
+        kd = vc.make_vector_copy(threads, unroll, load, store,
+                                 name=f"vcopy_{threads}_{unroll}_{len(variants)}")
         k = kd.program().kernel()
-        dst = torch.full_like(src, float("nan"))
-        tm_src = TensorMap(src, box=(box_rows, mod.COLS), dtype=ptxdsl.bf16, l2_promotion=l2)
-        tm_dst = TensorMap(dst, box=(box_rows, mod.COLS), dtype=ptxdsl.bf16, l2_promotion=l2)
-        grid = SMS * ctas_per_sm(k.info)
+        nchunks = words.numel() // vc.chunk_words(threads, unroll)
+        assert nchunks * vc.chunk_words(threads, unroll) == words.numel()
+        for g in grids:
+            grid = {"full": SMS * ctas_per_sm(k.info),
+                    "half": SMS * max(1, ctas_per_sm(k.info) // 2), "all": nchunks}[g]
+            launch = k[grid]
+            ms = checked(kd.name, lambda la=launch, c=nchunks: la(words, dwords, c))
+            quals = f", ld{load or ''} st{store or ''}" if load or store else ""
+            variants.append((ms, f"ptxdsl vector_copy: {threads} threads, {unroll} x 16 B in "
+                             f"flight{quals}, grid {grid}"
+                             f"{' (one chunk per CTA)' if g == 'all' else ''}"))
+
+    for threads, unroll in ((256, 4), (256, 8), (512, 4), (512, 8), (1024, 4), (128, 8),
+                            (128, 16)):
+        vector(threads, unroll, grids=("full", "half", "all"))
+    for threads, unroll in ((256, 8), (512, 4), (128, 16)):
+        for load, store in ((".nc.L1::no_allocate", ".cs"), (".L2::256B", ""),
+                            (".nc.L1::no_allocate.L2::256B", ""), ("", ".cs"), (".lu", ".cs")):
+            vector(threads, unroll, load, store)
+    # TMA tensor tiles and 1D bulk copies: persistent pipelines ("full" occupancy grid) and
+    # one tile per CTA ("all": grid = number of tiles, the pipeline never wraps)
+    for stages, box_rows, l2, g in ((4, 32, "none", "full"), (3, 128, "256B", "full"),
+                                    (8, 16, "256B", "full"), (1, 32, "none", "all"),
+                                    (1, 64, "256B", "all"), (1, 128, "256B", "all")):
+        kd = sc.make_stream_copy(stages, box_rows)
+        k = kd.program().kernel()
+        tm_src = TensorMap(src, box=(box_rows, sc.COLS), dtype=ptxdsl.bf16, l2_promotion=l2)
+        tm_dst = TensorMap(dst, box=(box_rows, sc.COLS), dtype=ptxdsl.bf16, l2_promotion=l2)
         ntiles = rows // box_rows
+        grid = SMS * ctas_per_sm(k.info) if g == "full" else ntiles
         launch = k[grid]
-        launch(tm_src, tm_dst, ntiles)
-        torch.cuda.synchronize()
-        if not torch.equal(dst.view(torch.int16), src.view(torch.int16)):
-            raise SystemExit(f"stream_copy with {stages} stages gave a wrong result")
-        ms = median_ms(lambda: launch(tm_src, tm_dst, ntiles), reps)  # noqa: B023 (called at once)
-        out.append((f"ptxdsl stream_copy, {stages} stages of {box_rows}x256, L2 promotion {l2}, "
-                    f"grid {grid}",
-                    total_bytes, ms,
-                    nbytes / ms / 1e6, memcpy_ms / ms))
-        del dst
-    for stages, chunk in ((4, 16384), (3, 32768), (2, 65536)):
-        kd = make_bulk_copy(stages, chunk)
-        k = kd.program().kernel()
-        dst = torch.full_like(src, float("nan"))
-        grid = SMS * ctas_per_sm(k.info)
-        n = src.numel() * 2 // chunk
+        ms = checked("stream_copy", lambda la=launch, a=tm_src, b=tm_dst, n=ntiles: la(a, b, n))
+        variants.append((ms, f"ptxdsl stream_copy (TMA): {stages} stage{'s' * (stages > 1)} "
+                         f"of {box_rows}x256, L2 promotion {l2}, grid {grid}"
+                         f"{' (one tile per CTA)' if g == 'all' else ''}"))
+    s8, d8 = src.view(torch.uint8).view(-1), dst.view(torch.uint8).view(-1)
+    bytes_ = s8.numel()
+    for stages, chunk, g in ((4, 16384, "full"), (2, 65536, "full"), (1, 16384, "all"),
+                             (1, 32768, "all")):
+        k = make_bulk_copy(stages, chunk).program().kernel()
+        grid = SMS * ctas_per_sm(k.info) if g == "full" else bytes_ // chunk
         launch = k[grid]
-        launch(src.view(torch.uint8).view(-1), dst.view(torch.uint8).view(-1), n)
-        torch.cuda.synchronize()
-        if not torch.equal(dst.view(torch.int16), src.view(torch.int16)):
-            raise SystemExit(f"bulk_copy with {stages} stages gave a wrong result")
-        s8, d8 = src.view(torch.uint8).view(-1), dst.view(torch.uint8).view(-1)
-        ms = median_ms(lambda: launch(s8, d8, n), reps)  # noqa: B023 (called at once)
-        out.append((f"ptxdsl 1D bulk copy, {stages} stages of {chunk >> 10} KiB, grid {grid}",
-                    total_bytes, ms, nbytes / ms / 1e6, memcpy_ms / ms))
-        del dst
-    return out
+        ms = checked("bulk copy", lambda la=launch, n=bytes_ // chunk: la(s8, d8, n))
+        variants.append((ms, f"ptxdsl 1D bulk copy: {stages} stage{'s' * (stages > 1)} of "
+                         f"{chunk >> 10} KiB, grid {grid}"
+                         f"{' (one chunk per CTA)' if g == 'all' else ''}"))
+    variants.sort()
+    for ms, name in variants[:6]:
+        t.add(name, ms, gbs(ms), ours=True)
+    t.note(f"{len(variants)} ptxdsl variants measured, the 6 fastest above; all of them, "
+           "fastest first (GB/s):")
+    t.note("")
+    t.notes += [f"- {gbs(ms):.0f}: {name}" for ms, name in variants]
+    return t
 
 
 def make_bulk_copy(stages: int, chunk: int) -> ptxdsl.KernelDef:
-    """The same pipeline with 1D bulk copies of contiguous chunks instead of tensor tiles."""
-    from ptxdsl import ptr, u8, u32
+    """The TMA pipeline with 1D bulk copies of contiguous chunks instead of tensor tiles."""
+    from ptxdsl import u8
 
     @ptxdsl.kernel(threads=64, name=f"bulk_copy_{stages}x{chunk}")
     def bulk_copy(k, src: ptr(u8), dst: ptr(u8), nchunks: u32):
@@ -134,60 +253,7 @@ def make_bulk_copy(stages: int, chunk: int) -> ptxdsl.KernelDef:
 # ----------------------------------------------------------------------------- norms
 
 
-def triton_kernels():
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError:
-        return None
-
-    @triton.jit
-    def rms(x_ptr, w_ptr, y_ptr, n, eps, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        m = cols < n
-        x = tl.load(x_ptr + row * n + cols, mask=m, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
-        inv = tl.rsqrt(tl.sum(x * x, axis=0) / n + eps)
-        tl.store(y_ptr + row * n + cols, (x * inv * w).to(y_ptr.dtype.element_ty), mask=m)
-
-    @triton.jit
-    def smax(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        m = cols < n
-        x = tl.load(x_ptr + row * n + cols, mask=m, other=-float("inf")).to(tl.float32)
-        e = tl.exp(x - tl.max(x, axis=0))
-        tl.store(y_ptr + row * n + cols, (e / tl.sum(e, axis=0)).to(y_ptr.dtype.element_ty),
-                 mask=m)
-
-    @triton.jit
-    def lnorm(x_ptr, w_ptr, b_ptr, y_ptr, n, eps, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        m = cols < n
-        x = tl.load(x_ptr + row * n + cols, mask=m, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=0) / n
-        d = tl.where(m, x - mean, 0.0)
-        rstd = tl.rsqrt(tl.sum(d * d, axis=0) / n + eps)
-        w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=m, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * n + cols, (d * rstd * w + b).to(y_ptr.dtype.element_ty), mask=m)
-
-    def run(kind, x, w, b, y, eps):
-        rows, n = x.shape
-        block = triton.next_power_of_2(n)
-        if kind == "rmsnorm":
-            rms[(rows,)](x, w, y, n, eps, BLOCK=block, num_warps=16)
-        elif kind == "softmax":
-            smax[(rows,)](x, y, n, BLOCK=block, num_warps=16)
-        else:
-            lnorm[(rows,)](x, w, b, y, n, eps, BLOCK=block, num_warps=16)
-
-    return run
-
-
-def bench_norms(rows: int, n: int, reps: int, dtype) -> list[tuple]:
+def bench_norms(rows: int, n: int, reps: int, dtype, use_compile: bool) -> list[Table]:
     mod = _twin("norms")
     tdt = torch.bfloat16 if dtype == ptxdsl.bf16 else torch.float32
     eps = 1e-5
@@ -195,104 +261,267 @@ def bench_norms(rows: int, n: int, reps: int, dtype) -> list[tuple]:
     w = (1 + 0.1 * torch.randn(n, device="cuda")).to(tdt)
     b = (0.1 * torch.randn(n, device="cuda")).to(tdt)
     nbytes = 2 * x.numel() * x.element_size()
-    refs = {
-        "rmsnorm": lambda y: y.copy_(torch.nn.functional.rms_norm(x, (n,), w, eps)),
-        "softmax": lambda y: y.copy_(torch.softmax(x, dim=-1)),
-        "layernorm": lambda y: y.copy_(torch.nn.functional.layer_norm(x, (n,), w, b, eps)),
-    }
-    torch_fn = {
-        "rmsnorm": lambda: torch.nn.functional.rms_norm(x, (n,), w, eps),
-        "softmax": lambda: torch.softmax(x, dim=-1),
-        "layernorm": lambda: torch.nn.functional.layer_norm(x, (n,), w, b, eps),
-    }
-    tri = triton_kernels()
-    out = []
-    for kind in ("rmsnorm", "softmax", "layernorm"):
-        want = torch.empty_like(x)
-        refs[kind](want)
-        want64 = want.double()
-        t_ms = median_ms(torch_fn[kind], reps)
-        tri_ms = None
-        if tri is not None:
-            yt = torch.empty_like(x)
-            tri(kind, x, w, b, yt, eps)
-            torch.cuda.synchronize()
-            err = ((yt.double() - want64).norm() / want64.norm()).item()
-            if err > 2e-2:
-                raise SystemExit(f"triton {kind} disagrees with torch: rel err {err:.3g}")
-            tri_ms = median_ms(lambda: tri(kind, x, w, b, yt, eps), reps)  # noqa: B023 (called at once)
+    ctx = dict(mod=mod, x=x, w=w, b=b, eps=eps, reps=reps, nbytes=nbytes, dtype=dtype,
+               use_compile=use_compile, tri=refs.triton_norms(),
+               fused=refs.triton_fused_softmax(), liger=refs.liger_norms())
+    return [norm_table(kind, **ctx) for kind in ("rmsnorm", "softmax", "layernorm")]
+
+
+def norm_table(kind, *, mod, x, w, b, eps, reps, nbytes, dtype, use_compile, tri, fused,
+               liger) -> Table:
+    rows, n = x.shape
+    t = Table(f"{kind}, {str(x.dtype).split('.')[1]} {rows} x {n} (bytes read + written)")
+    eager = refs.torch_norm(kind, n, w, b, eps)
+    want64 = eager(x).double()
+
+    def check(name, y):
+        torch.cuda.synchronize()
+        err = ((y.double() - want64).norm() / want64.norm()).item()
+        if not err < 2e-2:
+            raise SystemExit(f"{name} {kind} disagrees with torch: rel err {err:.3g}")
+        return err
+
+    def row(name, fn, ours=False):
+        ms = median_ms(fn, reps)
+        t.add(name, ms, nbytes / ms / 1e6, ours)
+
+    row("torch (eager)", lambda: eager(x))
+    if use_compile:
         best = None
-        for stages, warps in ((2, 8), (3, 8), (4, 8), (2, 16), (3, 16), (4, 16)):
-            if stages * n * x.element_size() > 200 * 1024:
+        for form, comp in refs.compiled_norms(kind, n, w, b, eps):
+            try:
+                check("torch.compile", comp(x))
+                ms = median_ms(lambda c=comp: c(x), reps)
+            except Exception as e:  # report, do not hide: the table says why it is missing
+                t.add(f"torch.compile of {form}: failed ({type(e).__name__}: {str(e)[:80]})",
+                      0, None)
                 continue
-            kd = mod.make_norm(kind, n=n, dtype=dtype, stages=stages, consumer_warps=warps,
-                               eps=eps)
-            k = kd.program().kernel()
-            grid = SMS * ctas_per_sm(k.info)
-            y = torch.full_like(x, float("nan"))
-            args = {"rmsnorm": (x, w, y, rows), "softmax": (x, y, rows),
-                    "layernorm": (x, w, b, y, rows)}[kind]
-            launch = k[grid]
-            launch(*args)
-            torch.cuda.synchronize()
-            err = ((y.double() - want64).norm() / want64.norm()).item()
-            if not err < 2e-2:
-                raise SystemExit(f"ptxdsl {kind} ({stages} stages, {warps} warps) disagrees "
-                                 f"with torch: rel err {err:.3g}")
-            ms = median_ms(lambda: launch(*args), reps)  # noqa: B023 (called at once)
             if best is None or ms < best[0]:
-                best = (ms, stages, warps, grid, err)
-        ms, stages, warps, grid, err = best
-        gbs = nbytes / ms / 1e6
-        row = (f"{kind} {tdt} {rows}x{n}: ptxdsl ({stages} stages, {warps} consumer warps, "
-               f"grid {grid}, rel err {err:.1e})", gbs, nbytes / t_ms / 1e6,
-               nbytes / tri_ms / 1e6 if tri_ms else None)
-        out.append(row)
-    return out
+                best = (ms, form)
+        if best:
+            t.add(f"torch.compile (Inductor), best of 2 forms: {best[1]}", best[0],
+                  nbytes / best[0] / 1e6)
+    else:
+        t.add("torch.compile: skipped (--no-compile)", 0, None)
+    y = torch.empty_like(x)
+    if tri is not None:
+        tri(kind, x, w, b, y, eps)
+        check("triton", y)
+        row("Triton, one row per program, 16 warps (this benchmark's)",
+            lambda: tri(kind, x, w, b, y, eps))
+    else:
+        t.add("Triton: not installed", 0, None)
+    if kind == "softmax" and fused is not None:
+        best = None
+        for per_sm in (2, 4, 8):
+            for stages in (2, 4):
+                fused(x, y, SMS * per_sm, stages)
+                check("triton fused softmax", y)
+                ms = median_ms(lambda p=per_sm, s=stages: fused(x, y, SMS * p, s), reps)
+                if best is None or ms < best[0]:
+                    best = (ms, per_sm, stages)
+        ms, per_sm, stages = best
+        t.add(f"Triton tutorial fused softmax (persistent, 8 warps; best: grid "
+              f"{SMS * per_sm}, {stages} stages)", ms, nbytes / ms / 1e6)
+    if liger is None:
+        t.add("Liger-Kernel: not installed", 0, None)
+    elif kind in liger:
+        try:
+            fn = liger[kind]
+            check("liger", fn(x, w, b, eps))
+            row("Liger-Kernel", lambda: fn(x, w, b, eps))
+        except Exception as e:
+            t.add(f"Liger-Kernel: failed ({type(e).__name__}: {str(e)[:80]})", 0, None)
+    best = None
+    for stages, warps in ((2, 8), (3, 8), (4, 8), (2, 16), (3, 16), (4, 16)):
+        if stages * n * x.element_size() > 200 * 1024:
+            continue
+        kd = mod.make_norm(kind, n=n, dtype=dtype, stages=stages, consumer_warps=warps, eps=eps)
+        k = kd.program().kernel()
+        grid = SMS * ctas_per_sm(k.info)
+        yy = torch.full_like(x, float("nan"))
+        args = {"rmsnorm": (x, w, yy, rows), "softmax": (x, yy, rows),
+                "layernorm": (x, w, b, yy, rows)}[kind]
+        launch = k[grid]
+        launch(*args)
+        err = check(f"ptxdsl ({stages} stages, {warps} warps)", yy)
+        ms = median_ms(lambda la=launch, a=args: la(*a), reps)
+        if best is None or ms < best[0]:
+            best = (ms, stages, warps, grid, err)
+    ms, stages, warps, grid, err = best
+    t.add(f"ptxdsl ({stages} stages, {warps} consumer warps, grid {grid}, rel err {err:.1e})",
+          ms, nbytes / ms / 1e6, ours=True)
+    return t
+
+
+# ----------------------------------------------------------------------------- launch
+
+
+@ptxdsl.kernel(threads=128)
+def launch_probe(k, m: tmap(bf16, 2), p: ptr(b16), n: u32):
+    """Does nothing unless n == 12345: the launch is all there is to time. (`p` is b16 so
+    that bf16 torch tensors and uint16 cupy arrays both fit it.)"""
+    with k.if_(n == 12345):
+        k.tma_prefetch_desc(m)
+        p[0] = p[1]
+
+
+def c_launch_floor(cubin: bytes, name: str, n: int) -> float | str:
+    """Median us of cuLaunchKernel from C (samples/bench_launch.c), or why it did not run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        exe, cub = Path(tmp) / "bench_launch", Path(tmp) / "probe.cubin"
+        cub.write_bytes(cubin)
+        try:
+            subprocess.run(["cc", "-O2", "-o", str(exe), str(HERE / "bench_launch.c"), "-ldl"],
+                           check=True, capture_output=True, text=True)
+            out = subprocess.run([str(exe), str(cub), name, str(n)], check=True,
+                                 capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"did not run ({type(e).__name__}: {getattr(e, 'stderr', '') or e})"
+        return float(out.stdout.strip())
+
+
+def bench_launch(n: int) -> Table:
+    t = Table("Host launch: a tensor map, a tensor and a u32 (median us per call, each call "
+              "timed alone, queue drained every 50)", unit="us")
+    prog = launch_probe.program()
+    k = prog.kernel()
+    src = torch.zeros(64, 256, dtype=torch.bfloat16, device="cuda")
+    dst = torch.zeros_like(src)
+    tm = TensorMap(src, box=(32, 256))
+    arr = to_device(np.zeros((64, 256), np.uint16), dtype="bf16")
+
+    def us(fn):
+        return launch_overhead_us(fn, n=n)
+
+    floor = c_launch_floor(ptxdsl.runtime.load(prog.ptx_module).cubin, k.name, n)
+    if isinstance(floor, float):
+        t.add("C loop of cuLaunchKernel (the driver's floor on this machine; not ranked)", 0,
+              floor, ranked=False)
+    else:
+        t.add(f"C loop of cuLaunchKernel: {floor}", 0, None)
+    cp = refs.cupy_probe()
+    if cp is None:
+        t.add("cupy RawKernel: not installed", 0, None)
+    else:
+        for name, fn in cp:
+            t.add(name, 0, us(fn) if fn else None)
+    x = torch.zeros(64, device="cuda")
+    t.add("torch elementwise (x.add_(1), 64 floats)", 0, us(lambda: x.add_(1)))
+    tp = refs.triton_probe()
+    t.add("Triton launch (a tensor + an int)" if tp else "Triton: not installed", 0,
+          us(tp) if tp else None)
+
+    launch = k[1]
+    t.add("ptxdsl k[1](tmap, torch tensor, u32), k[1] indexed on every call", 0,
+          us(lambda: k[1](tm, dst, 7)), ours=True)
+    t.add("ptxdsl launch(tmap, torch tensor, u32), launcher bound once", 0,
+          us(lambda: launch(tm, dst, 7)), ours=True)
+    t.add("ptxdsl launch(TensorMap(src, box) built per call (cached), torch tensor, u32)", 0,
+          us(lambda: launch(TensorMap(src, box=(32, 256)), dst, 7)), ours=True)
+    t.add("ptxdsl launch(tmap, ptxdsl DeviceArray, u32), bound once", 0,
+          us(lambda: launch(tm, arr, 7)), ours=True)
+    try:
+        import cupy
+
+        carr = cupy.zeros(64 * 256, dtype=cupy.uint16)
+        t.add("ptxdsl launch(tmap, cupy array, u32), bound once", 0,
+              us(lambda: launch(tm, carr, 7)), ours=True)
+    except ImportError:
+        t.add("ptxdsl launch with a cupy array: cupy not installed", 0, None)
+    packer = k._packers.get(__import__("threading").get_ident())
+    t.add("ptxdsl argument checks + packing alone (no driver call; not ranked)", 0,
+          us(lambda: packer.fast(tm, dst, 7)), ranked=False)
+    cfg, handle, drv_launch = launch._cfg, k._handle, k._launch_ex
+    addr = packer.params_address
+    t.add("cuda-bindings cuLaunchKernelEx with pre-packed parameters (Python's floor; not "
+          "ranked)", 0, us(lambda: drv_launch(cfg, handle, addr, 0)), ranked=False)
+    # CUDA graph: 100 launches captured once, replayed; per-launch cost = replay / 100
+    s = Stream(non_blocking=True)
+    on_s = k[1, None, s]
+    on_s(tm, dst, 7)  # checked and prepared before the capture
+    s.synchronize()
+    with capture(s) as g:
+        for _ in range(100):
+            on_s(tm, dst, 7)
+    replay_us = us(g.replay)
+    t.add("ptxdsl CUDA graph of 100 captured launches: one replay / 100 (not ranked)", 0,
+          replay_us / 100, ours=True, ranked=False)
+    t.note(f"One replay of the 100-launch graph costs {replay_us:.2f} us of host time.")
+    ours = next(r for r in t.rows if r[0].startswith("ptxdsl launch(tmap, torch tensor"))
+    cupy_rows = [r for r in t.rows if r[0].startswith("cupy") and r[2]]
+    if ours[2] is not None:
+        cupy_best = min((r[2] for r in cupy_rows), default=None)
+        t.note(f"Targets, for a bound launcher with a tensor map and a torch tensor: < 5 us: "
+               f"{'met' if ours[2] < 5 else 'MISSED'} ({ours[2]:.2f} us); at or below cupy's "
+               f"RawKernel: " + ("cupy not measured" if cupy_best is None else
+                                 f"{'met' if ours[2] <= cupy_best else 'MISSED'} "
+                                 f"({cupy_best:.2f} us)") + ".")
+    g.close()
+    s.close()
+    synchronize()
+    return t
+
+
+def machine() -> str:
+    from cuda.bindings import driver as drv
+
+    drv.cuInit(0)
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,"
+                              "memory.total", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        smi = torch.cuda.get_device_name(0)
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = [f"torch {torch.__version__}"]
+    for mod in ("triton", "cupy", "liger_kernel"):
+        try:  # liger_kernel has no __version__; cupy's distribution is named cupy-cuda13x
+            version = getattr(__import__(mod), "__version__", None) or \
+                importlib.metadata.version(mod.replace("_", "-"))
+            versions.append(f"{mod} {version}")
+        except (ImportError, importlib.metadata.PackageNotFoundError):
+            versions.append(f"{mod} not installed")
+    return (f"{smi}; CUDA driver API {drv.cuDriverGetVersion()[1]}; CPU {cpu} "
+            f"({os.cpu_count()} threads); Python {platform.python_version()}; "
+            + ", ".join(versions))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer runs")
+    ap.add_argument("--only", default="copy,norms,launch", help="comma-separated tables")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile references")
     ap.add_argument("--out", help="also write the tables (markdown) to this file")
     a = ap.parse_args()
-    reps = 20 if a.quick else 50
-    dev = torch.cuda.get_device_name(0)
-    from cuda.bindings import driver as drv
+    only = set(a.only.split(","))
+    reps = 10 if a.quick else 30
+    lines = [f"## ptxdsl benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
+             " UTC", "", f"Machine: {machine()}", ""]
 
-    drv.cuInit(0)
-    lines = [f"# ptxdsl benchmark, {datetime.date.today()}, {dev}, driver API "
-             f"{drv.cuDriverGetVersion()[1]}, torch {torch.__version__}", ""]
-    copy_bytes = (256 if a.quick else 2048) << 20
-    lines += ["## Streaming copy (bytes read + written)", "",
-              "| kernel | buffer | median ms | GB/s | vs memcpy |", "|---|---|---|---|---|"]
-    for name, size, ms, gbs, ratio in bench_copy(copy_bytes, reps):
-        lines.append(f"| {name} | {size >> 20} MiB | {ms:.3f} | {gbs:.0f} | {ratio:.3f} |")
-    rows = 4096 if a.quick else 16384
-    lines += ["", "## Row normalisations (bytes read + written)", "",
-              "| kernel | ptxdsl GB/s | torch GB/s | Triton GB/s | vs torch | vs Triton |",
-              "|---|---|---|---|---|---|"]
-    for dtype in (ptxdsl.bf16, ptxdsl.f32):
-        for name, gbs, tg, trg in bench_norms(rows, 8192, reps, dtype):
-            tri = f"{trg:.0f}" if trg else "n/a"
-            vs_tri = f"{gbs / trg:.2f}" if trg else "n/a"
-            lines.append(f"| {name} | {gbs:.0f} | {tg:.0f} | {tri} | {gbs / tg:.2f} | "
-                         f"{vs_tri} |")
-    mod = _twin("stream_copy")
-    k = mod.stream_copy.program().kernel()
-    src = torch.zeros(64, 256, dtype=torch.bfloat16, device="cuda")
-    dst = torch.zeros_like(src)
-    tm_s = TensorMap(src, box=(32, 256), dtype=ptxdsl.bf16)
-    tm_d = TensorMap(dst, box=(32, 256), dtype=ptxdsl.bf16)
-    launch = k[8]
-    us = launch_overhead_us(lambda: launch(tm_s, tm_d, 2), n=5000)
-    torch.cuda.synchronize()
-    lines += ["", f"Host launch overhead (k[grid](args), cached tensor maps, 5000 launches): "
-              f"{us:.2f} us per launch", ""]
-    text = "\n".join(lines)
-    print(text)
+    def emit(t: Table) -> None:
+        text = t.render()
+        print("\n".join(text), flush=True)
+        lines.extend(text)
+
+    if "copy" in only:
+        emit(bench_copy((256 if a.quick else 2048) << 20, reps))
+    if "launch" in only:
+        emit(bench_launch(1000 if a.quick else 5000))
+    if "norms" in only:
+        rows = 4096 if a.quick else 16384
+        for dtype in (ptxdsl.bf16, ptxdsl.f32):
+            for t in bench_norms(rows, 8192, reps, dtype, not a.no_compile):
+                emit(t)
     if a.out:
-        Path(a.out).write_text(text + "\n")
+        Path(a.out).write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -1034,3 +1034,127 @@ def test_function_attributes_are_raised_once(fake_gpu):
     # The kernel's 16 bytes of static shared memory count against the opt-in maximum.
     with pytest.raises(LaunchError, match="smem can be at most 232432"):
         k.launch(a, a, a, 1.0, 0, grid=1, smem=232448)
+
+
+# ---------------------------------------------------------------- fast launch paths
+
+
+class _FakeDtype:
+    """Stands in for a torch dtype: hashable, prints as torch prints it."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return f"torch.{self.name}"
+
+
+FLOAT32, FLOAT16 = _FakeDtype("float32"), _FakeDtype("float16")
+
+
+class _FakeTensor:
+    """The part of torch.Tensor that ptxdsl reads (recognised by its module's name)."""
+
+    is_cuda = True
+    full_checks = 0  # element_size() is read only by the full check (ptxdsl's describe)
+
+    def __init__(self, ptr, dtype=FLOAT32, shape=(8,), is_cuda=True):
+        self._ptr, self.dtype, self.shape, self.is_cuda = ptr, dtype, shape, is_cuda
+
+    def data_ptr(self):
+        return self._ptr
+
+    def element_size(self):
+        _FakeTensor.full_checks += 1
+        return 4 if self.dtype is FLOAT32 else 2
+
+    def stride(self):
+        return tuple(int(np.prod(self.shape[i + 1 :])) for i in range(len(self.shape)))
+
+    device = "cpu"
+
+
+_FakeTensor.__module__ = "torch.fake"
+
+
+def _pointer_slot(packer, args):
+    addr = packer.pack(args, {})
+    ptrs = np.ctypeslib.as_array((ctypes.c_uint64 * 1).from_address(addr))
+    return int.from_bytes(ctypes.string_at(int(ptrs[0]), 8), "little")
+
+
+def test_torch_tensors_pass_on_their_address_once_their_dtype_is_checked():
+    info = KernelInfo("t", (ParamInfo("p", "ptr", T.f32),), (32, 1, 1), None, 0, "sm_90a")
+    packer = ArgPacker(info)
+    checks = _FakeTensor.full_checks
+    assert _pointer_slot(packer, (_FakeTensor(0x1000),)) == 0x1000  # full check, dtype trusted
+    assert _FakeTensor.full_checks == checks + 1
+    assert _pointer_slot(packer, (_FakeTensor(0x2000, shape=(3, 3)),)) == 0x2000  # fast path
+    assert _FakeTensor.full_checks == checks + 1
+    # a trusted dtype does not let a CPU tensor or another dtype through
+    with pytest.raises(LaunchError, match="torch tensor on cpu"):
+        packer.pack((_FakeTensor(0x3000, is_cuda=False),), {})
+    with pytest.raises(LaunchError, match="points to f16 elements"):
+        packer.pack((_FakeTensor(0x3000, FLOAT16),), {})
+    # each parameter trusts on its own: an f16 parameter still checks f32 tensors
+    info16 = KernelInfo("h", (ParamInfo("p", "ptr", T.f16),), (32, 1, 1), None, 0, "sm_90a")
+    with pytest.raises(LaunchError, match="points to f32 elements"):
+        ArgPacker(info16).pack((_FakeTensor(0x1000),), {})
+
+
+def test_a_packer_per_thread_keeps_launches_apart():
+    info = KernelInfo("t", (ParamInfo("p", "ptr", T.f32),), (32, 1, 1), None, 0, "sm_90a")
+    a = ArgPacker(info)
+    b = a.copy()
+    assert a.params_address != b.params_address
+    _pointer_slot(a, (fake_array(ptr=0x1000),))
+    assert _pointer_slot(b, (fake_array(ptr=0x2000),)) == 0x2000
+    ptrs = np.ctypeslib.as_array((ctypes.c_uint64 * 1).from_address(a.params_address))
+    assert int.from_bytes(ctypes.string_at(int(ptrs[0]), 8), "little") == 0x1000
+
+
+def test_generated_packer_reports_every_bad_argument(bf16_map):
+    # the inline fast path falls back to the converters, which report all problems at once
+    msg = launch_error(fake_array(T.s32), -1, "x", 1.0, bf16_map)
+    assert "points to s32" in msg and "'n' (u32) must be in" in msg and "'alpha'" in msg
+
+
+def test_tensor_maps_are_cached_by_their_inputs(fake_encoder):
+    before = encode_cache_info()
+    a = TensorMap(_FakeTensor(0x7F00_0000_0000, shape=(64, 64)), (32, 32))
+    assert TensorMap(_FakeTensor(0x7F00_0000_0000, shape=(64, 64)), [32, 32]) is a
+    assert encode_cache_info().hits == before.hits + 1 and len(fake_encoder) == 1
+    # another address, box or option builds (and checks) a new map
+    b = TensorMap(_FakeTensor(0x7F00_0000_1000, shape=(64, 64)), (32, 32))
+    c = TensorMap(_FakeTensor(0x7F00_0000_0000, shape=(64, 64)), (32, 32), swizzle="128B")
+    assert len({id(a), id(b), id(c)}) == 3 and len(fake_encoder) == 3
+    with pytest.raises(LaunchError, match="box"):
+        TensorMap(_FakeTensor(0x7F00_0000_0000, shape=(64, 64)), (32, 300))
+
+
+@pytest.mark.parametrize("stream", [None, 0, 1, 2])
+def test_graph_capture_needs_a_created_stream(stream):
+    from ptxdsl.runtime import capture
+
+    with pytest.raises(LaunchError, match="not the default stream"):
+        capture(stream)
+
+
+def test_launchers_are_kept_per_key_but_not_per_stream_object():
+    k = Kernel(INFO)
+    assert k[4] is k[4] and k[(2, 2), None] is k[(2, 2), None]
+    assert k[4] is not k[5]
+    assert k[[2, 2],] is not k[[2, 2],]  # unhashable settings: a new launcher each time
+
+    class FakeStream:
+        handle = 0x1234
+
+    s = FakeStream()
+    assert k[4, None, s] is not k[4, None, s]
+
+
+def test_tensor_map_with_an_unhashable_option_is_built_uncached(fake_encoder):
+    src = _FakeTensor(0x7F00_0000_0000, shape=(64, 64))
+    a = TensorMap(src, (32, 32), element_strides=[1, 1])
+    b = TensorMap(src, (32, 32), element_strides=[1, 1])
+    assert a is not b and a.raw == b.raw

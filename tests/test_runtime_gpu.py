@@ -19,6 +19,7 @@ from ptxdsl.runtime import (
     Stream,
     TensorMap,
     benchmark,
+    capture,
     clear_encode_cache,
     device_info,
     empty,
@@ -574,3 +575,96 @@ def test_host_launch_overhead():
     us_kw = launch_overhead_us(lambda: k.launch(ma, mb, a, 7, grid=1), n=2000)
     print(f"\nhost launch overhead: {us:.2f} us (k[grid]), {us_kw:.2f} us (k.launch)")
     assert us < 50 and us_kw < 50
+
+
+def test_graph_capture_replays_the_captured_launches(rng):
+    k = load(AXPY)["axpy"]
+    n = 10_000
+    x = to_device(rng.standard_normal(n, np.float32))
+    acc = zeros(n, "f32")
+    with Stream(non_blocking=True) as s:
+        launch = k[(n + 127) // 128, None, s]
+        with capture(s) as g:
+            launch(x, acc, acc, 1.0, n)  # acc += x, twice
+            launch(x, acc, acc, 1.0, n)
+        s.synchronize()
+        assert g.nodes == 2
+        assert not acc.numpy().any()  # captured, not run
+        for _ in range(3):
+            g.replay()
+        s.synchronize()
+        np.testing.assert_allclose(acc.numpy(), 6 * x.numpy(), rtol=1e-5)
+        launch(x, acc, acc, -6.0, n)  # the launcher still launches directly after capture
+        s.synchronize()
+        np.testing.assert_allclose(acc.numpy(), 0, atol=1e-4)
+        g.close()
+        with pytest.raises(LaunchError, match="no instantiated capture"):
+            g.replay()
+
+
+def test_graph_capture_of_torch_tensors_on_a_torch_stream():
+    torch = pytest.importorskip("torch")
+    k = load(AXPY)["axpy"]
+    n = 4096
+    x = torch.randn(n, device="cuda")
+    acc = torch.zeros(n, device="cuda")
+    s = torch.cuda.Stream()
+    with capture(s) as g:
+        k[n // 128, None, s](x, acc, acc, 2.0, n)
+    for _ in range(5):
+        g.replay()
+    s.synchronize()
+    torch.testing.assert_close(acc, 10 * x)
+
+
+def test_launches_from_several_threads_at_once(rng):
+    import threading
+
+    k = load(AXPY)["axpy"]
+    n = 1 << 16
+    x = to_device(rng.standard_normal(n, np.float32))
+    outs = [zeros(n, "f32") for _ in range(4)]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(200):
+                k[n // 128](x, x, outs[i], float(i), n)
+            synchronize()
+        except Exception as e:  # reported below: a thread's exception would be lost
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i, out in enumerate(outs):
+        np.testing.assert_allclose(out.numpy(), (i + 1) * x.numpy(), rtol=1e-6)
+
+
+def test_torch_and_cupy_fast_paths_pass_the_right_address():
+    torch = pytest.importorskip("torch")
+    k = load(AXPY)["axpy"]
+    n = 1024
+    base = torch.arange(4 * n, device="cuda", dtype=torch.float32)
+    out = torch.zeros(n, device="cuda")
+    launch = k[n // 128]
+    for i in range(4):  # views at offsets: the address must be each view's, not the first's
+        launch(base[i * n : (i + 1) * n], base[:n], out, 1.0, n)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, base[i * n : (i + 1) * n] + base[:n])
+    with pytest.raises(LaunchError, match="points to f16 elements"):
+        launch(base[:n].half(), base[:n], out, 1.0, n)
+    with pytest.raises(LaunchError, match="torch tensor on cpu"):
+        launch(base[:n].cpu(), base[:n], out, 1.0, n)
+    cupy = pytest.importorskip("cupy")
+    cx = cupy.arange(2 * n, dtype=cupy.float32)
+    cout = cupy.zeros(n, dtype=cupy.float32)
+    for i in range(2):
+        launch(cx[i * n :], cx, cout, 2.0, n)
+        cupy.cuda.runtime.deviceSynchronize()
+        assert bool((cout == 2 * cx[i * n : i * n + n] + cx[:n]).all())
+    with pytest.raises(LaunchError, match="points to s32 elements"):
+        launch(cx.astype(cupy.int32), cx, cout, 2.0, n)

@@ -30,6 +30,7 @@ from .driver import (
     use_device,
 )
 from .dtypes import bf16_bits_to_f32, f32_to_bf16_bits
+from .graphs import Graph, capture
 from .interop import DevicePointer, as_device_pointer
 from .launch import Kernel, LaunchPlan, plan_launch
 from .memory import DeviceArray, empty, to_device, zeros
@@ -54,6 +55,7 @@ __all__ = [
     "DeviceInfo",
     "DevicePointer",
     "Event",
+    "Graph",
     "Kernel",
     "LaunchPlan",
     "LoadedModule",
@@ -64,6 +66,7 @@ __all__ = [
     "VmmAllocation",
     "as_device_pointer",
     "benchmark",
+    "capture",
     "bf16_bits_to_f32",
     "can_access_peer",
     "check_reachable",

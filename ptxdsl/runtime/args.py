@@ -9,7 +9,6 @@ values at launch, so the buffer can be reused by the next launch at once.
 from __future__ import annotations
 
 import math
-import operator
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from .. import types as T
 from ..errors import Diagnostic, LaunchError
 from ..kernelinfo import KernelInfo, ParamInfo
 from .dtypes import compatible
-from .interop import DevicePointer, describe
+from .interop import CUPY_TYPES, TORCH_TYPES, DevicePointer, array_family, describe
 from .memory import DeviceArray
 from .tensormap import TensorMap
 
@@ -146,7 +145,19 @@ def _bf16_bits(x: float, p: ParamInfo) -> int:
     return rounded & 0xFFFF
 
 
-def _ptr_converter(p: ParamInfo) -> Converter:
+class _Trusted:
+    """dtypes of torch tensors and cupy arrays already checked against one `ptr` parameter:
+    a later array of a trusted dtype (a torch tensor also on the GPU) passes on its address
+    alone."""
+
+    __slots__ = ("torch", "cupy")
+
+    def __init__(self) -> None:
+        self.torch: set = set()
+        self.cupy: set = set()
+
+
+def _ptr_converter(p: ParamInfo, trusted: _Trusted) -> Converter:
     t = p.dtype
     ok = frozenset(name for name, s in T.SCALARS.items() if compatible(t, s))
 
@@ -155,7 +166,9 @@ def _ptr_converter(p: ParamInfo) -> Converter:
             f"argument '{p.name}' points to {given} elements; the kernel expects ptr<{t}>"
         )
 
-    def slow(v: Any) -> int:
+    def conv(v: Any) -> int:
+        if type(v) is DeviceArray and v.ptr and v.elem.name in ok:
+            return v.ptr
         if isinstance(v, DevicePointer):
             if v.dtype is not None and v.dtype.name not in ok:
                 raise mismatch(v.dtype)
@@ -168,13 +181,14 @@ def _ptr_converter(p: ParamInfo) -> Converter:
         desc = describe(v, f"argument '{p.name}' (ptr<{t}>)")
         if desc.elem.name not in ok:
             raise mismatch(desc.elem)
+        family = array_family(type(v))
+        if family == "torch":
+            trusted.torch.add(v.dtype)
+        elif family == "cupy":
+            trusted.cupy.add(v.dtype)
         return desc.ptr
 
-    def conv(v: Any) -> int:
-        if type(v) is DeviceArray and v.ptr and v.elem.name in ok:
-            return v.ptr
-        return slow(v)
-
+    conv.ok = ok  # type: ignore[attr-defined]
     return conv
 
 
@@ -195,13 +209,14 @@ def _tmap_converter(p: ParamInfo) -> Converter:
             f"argument '{p.name}' ({want}) must be a ptxdsl TensorMap, got {_describe_value(v)}"
         )
 
+    conv.sigs = frozenset((name, p.rank) for name in ok)  # type: ignore[attr-defined]
     return conv
 
 
-def _converter(p: ParamInfo, arch: str = "") -> tuple[str, int, Converter]:
+def _converter(p: ParamInfo, trusted: _Trusted, arch: str = "") -> tuple[str, int, Converter]:
     """struct code, alignment and converter of one parameter."""
     if p.kind == "ptr":
-        return "Q", 8, _ptr_converter(p)
+        return "Q", 8, _ptr_converter(p, trusted)
     if p.kind == "tmap":
         if arch == "sm_80":  # cp.async reads a tensor descriptor where TMA reads a map
             from .tensordesc import desc_converter
@@ -215,25 +230,41 @@ def _converter(p: ParamInfo, arch: str = "") -> tuple[str, int, Converter]:
 
 
 class ArgPacker:
-    """Checks a kernel's arguments and packs them into reusable parameter storage."""
+    """Checks a kernel's arguments and packs them into reusable parameter storage.
 
-    def __init__(self, info: KernelInfo):
+    The packing function is generated once per kernel signature: each argument of the
+    common kinds (a DeviceArray, torch tensor or cupy array of an already checked dtype; a
+    TensorMap of the right element type and rank; an in-range int or float) is checked inline
+    in a few attribute reads, and anything else goes through the full converter, which
+    checks everything and reports every bad argument at once."""
+
+    _convs: tuple[Converter, ...]
+    _trusted: list[_Trusted]
+    _layout: tuple[list[str], list[int], int]
+
+    def __init__(self, info: KernelInfo, _shared: ArgPacker | None = None):
         self.info = info
         self.names = tuple(p.name for p in info.params)
         self._index = {n: i for i, n in enumerate(self.names)}
-        fmt, offsets, convs, size = ["<"], [], [], 0
-        for p in info.params:
-            code, align, conv = _converter(p, info.arch)
-            pad = -size % align
-            if pad:
-                fmt.append(f"{pad}x")
-            size += pad
-            offsets.append(size)
-            fmt.append(code)
-            size += p.nbytes
-            convs.append(conv)
-        self._pack_into = struct.Struct("".join(fmt)).pack_into
-        self._convs = tuple(convs)
+        if _shared is not None:  # a copy with its own storage, for another thread
+            self._convs, self._trusted = _shared._convs, _shared._trusted
+            fmt, offsets, size = _shared._layout
+        else:
+            self._trusted = [_Trusted() for _ in info.params]
+            fmt, offsets, convs, size = ["<"], [], [], 0
+            for p, tr in zip(info.params, self._trusted, strict=True):
+                code, align, conv = _converter(p, tr, info.arch)
+                pad = -size % align
+                if pad:
+                    fmt.append(f"{pad}x")
+                size += pad
+                offsets.append(size)
+                fmt.append(code)
+                size += p.nbytes
+                convs.append(conv)
+            self._convs = tuple(convs)
+        self._layout = (fmt, offsets, size)
+        pack_into = struct.Struct("".join(fmt)).pack_into
         store = np.zeros(size + 64, np.uint8)
         start = -store.ctypes.data % 64
         aligned = store[start : start + max(size, 1)]
@@ -242,18 +273,18 @@ class ArgPacker:
         self._pointers = np.array([base + off for off in offsets], np.uint64)
         # The driver takes the array's address as an int: the cheapest kernelParams form.
         self.params_address = int(self._pointers.ctypes.data) if offsets else 0
+        self.fast = _generate(info, self._convs, self._trusted, pack_into, self._buffer,
+                              self.params_address, self._raise_all)
+
+    def copy(self) -> ArgPacker:
+        """A packer for the same kernel with its own storage (one per launching thread)."""
+        return ArgPacker(self.info, self)
 
     def pack(self, args: tuple, kwargs: dict) -> int:
         """Check and store the arguments; returns the address of the `void*[]` array."""
         if kwargs or len(args) != len(self._convs):
             args = self.bind(args, kwargs)
-        try:
-            # map() with a C-level call keeps the per-launch cost well under a microsecond.
-            self._pack_into(self._buffer, 0, *map(_call, self._convs, args))
-        except LaunchError:
-            self._raise_all(args)
-            raise
-        return self.params_address
+        return self.fast(*args)
 
     def bind(self, args: tuple, kwargs: dict) -> tuple:
         """Positional and keyword arguments in parameter order, or a LaunchError naming every
@@ -298,4 +329,63 @@ class ArgPacker:
 
 
 _MISSING = object()
-_call = getattr(operator, "call", lambda f, v: f(v))  # operator.call is new in 3.11
+
+
+def _inline(i: int, p: ParamInfo, arch: str = "") -> list[str]:
+    """Source lines that set r{i} from a{i}: the common cases inline, else c{i}(a{i})."""
+    a, r, c = f"a{i}", f"r{i}", f"c{i}({'a' + str(i)})"
+    if p.kind == "ptr":
+        return [
+            f"t = type({a})",
+            f"if t in TORCH_TYPES and {a}.dtype in torch{i} and {a}.is_cuda:",
+            f"    {r} = {a}.data_ptr()",
+            f"elif t is DeviceArray and {a}.ptr and {a}.elem.name in ok{i}:",
+            f"    {r} = {a}.ptr",
+            f"elif t in CUPY_TYPES and {a}.dtype in cupy{i}:",
+            f"    {r} = {a}.data.ptr",
+            "else:",
+            f"    {r} = {c}",
+        ]
+    if p.kind == "tmap" and arch == "sm_80":  # a tensor descriptor, built per call
+        return [f"{r} = {c}"]
+    if p.kind == "tmap":
+        return [f"{r} = {a}.raw if type({a}) is TensorMap and {a}.sig in sigs{i} else {c}"]
+    t = p.dtype
+    if t.is_float:
+        if t.name == "f64":
+            return [f"{r} = {a} if type({a}) is float else {c}"]
+        if t.name == "f32":
+            return [f"{r} = {a} if type({a}) is float and -{_F32_MAX!r} <= {a} <= "
+                    f"{_F32_MAX!r} else {c}"]
+        return [f"{r} = {c}"]
+    hi = _int_range(t)[1]
+    return [f"{r} = {a} if type({a}) is int and 0 <= {a} <= {hi} else {c}"]
+
+
+def _generate(info: KernelInfo, convs: tuple, trusted: list, pack_into: Any, buffer: Any,
+              address: int, raise_all: Any) -> Callable[..., int]:
+    """`pack(a0, a1, ...) -> address`: check, convert and pack one launch's arguments."""
+    params = [f"a{i}" for i in range(len(convs))]
+    body = [line for i, p in enumerate(info.params) for line in _inline(i, p, info.arch)]
+    results = "".join(f", r{i}" for i in range(len(convs)))
+    src = "\n".join([
+        f"def pack({', '.join(params)}):",
+        "    try:",
+        *(f"        {line}" for line in body),
+        f"        pack_into(buffer, 0{results})",
+        "    except LaunchError:",
+        f"        raise_all(({''.join(a + ', ' for a in params)}))",
+        "        raise",
+        "    return address",
+    ])
+    env: dict[str, Any] = {
+        "DeviceArray": DeviceArray, "TensorMap": TensorMap, "TORCH_TYPES": TORCH_TYPES,
+        "CUPY_TYPES": CUPY_TYPES, "LaunchError": LaunchError, "pack_into": pack_into,
+        "buffer": buffer, "address": address, "raise_all": raise_all,
+    }  # fmt: skip
+    for i, (conv, tr) in enumerate(zip(convs, trusted, strict=True)):
+        # each name the generated code reads is bound here, so a check is a global load
+        env[f"c{i}"], env[f"torch{i}"], env[f"cupy{i}"] = conv, tr.torch, tr.cupy
+        env[f"ok{i}"], env[f"sigs{i}"] = getattr(conv, "ok", None), getattr(conv, "sigs", None)
+    exec(compile(src, f"<ptxdsl packer for {info.name}>", "exec"), env)  # noqa: S102
+    return env["pack"]

@@ -89,6 +89,56 @@ def describe(obj: Any, what: str = "argument") -> ArrayDesc:
     )
 
 
+def _torch_key(t: Any) -> tuple:
+    return t.data_ptr(), t.shape, t.stride(), t.dtype, t.is_cuda
+
+
+def _cupy_key(a: Any) -> tuple:
+    return a.data.ptr, a.shape, a.strides, a.dtype
+
+
+# Array types recognised so far (by module name, so torch and cupy are never imported here).
+# Their device address costs a few attribute reads: torch `t.data_ptr()` (with `t.dtype` and
+# `t.is_cuda` to check), cupy `a.data.ptr` (with `a.dtype`); no DLPack, no ArrayDesc.
+TORCH_TYPES: set[type] = set()
+CUPY_TYPES: set[type] = set()
+_OTHER_TYPES: set[type] = set()
+
+
+def array_family(tp: type) -> str | None:
+    """"torch" for torch tensor types, "cupy" for cupy arrays, None for anything else;
+    the answer is remembered in TORCH_TYPES / CUPY_TYPES."""
+    if tp in TORCH_TYPES:
+        return "torch"
+    if tp in CUPY_TYPES:
+        return "cupy"
+    if tp in _OTHER_TYPES:
+        return None
+    top = (tp.__module__ or "").split(".")[0]
+    if top == "torch" and hasattr(tp, "data_ptr") and hasattr(tp, "is_cuda"):
+        TORCH_TYPES.add(tp)
+        return "torch"
+    if top == "cupy" and tp.__name__ == "ndarray":
+        CUPY_TYPES.add(tp)
+        return "cupy"
+    _OTHER_TYPES.add(tp)
+    return None
+
+
+def layout_key(obj: Any) -> tuple | None:
+    """A hashable (address, shape, strides, dtype) of a torch tensor, cupy array or ptxdsl
+    DeviceArray, read without building an ArrayDesc; None for other objects."""
+    family = array_family(type(obj))  # first: a missed attribute on a tensor is slow
+    if family == "torch":
+        return _torch_key(obj)
+    if family == "cupy":
+        return _cupy_key(obj)
+    own = getattr(obj, "__ptxdsl_array__", None)
+    if own is not None:
+        return (own.ptr, own.shape, own.strides, own.elem)
+    return None
+
+
 def as_device_pointer(obj: Any) -> DevicePointer:
     """A DevicePointer to the data of a DeviceArray, torch tensor, cupy array or int address,
     without copying; its dtype is the array's element type."""

@@ -11,6 +11,7 @@ import operator
 import threading
 from dataclasses import dataclass
 from math import prod
+from threading import get_ident
 from typing import Any
 
 from ..errors import DeviceError, LaunchError
@@ -32,6 +33,7 @@ _SMEM_OPTIN = {"sm_90": 232448, "sm_90a": 232448}
 _MAX_CLUSTER = 16
 _PORTABLE_CLUSTER = 8
 _CONFIG_CACHE_SIZE = 256
+_MAX_THREAD_PACKERS = 64
 
 
 def _index(v: Any) -> int | None:
@@ -192,17 +194,22 @@ class Kernel:
     Arguments are matched to the KernelInfo's parameters by position or by name and
     checked (count, kind, range, element type) before anything reaches the driver. Without a
     loaded `function` (a KernelInfo alone) every check still runs, and a launch that passes
-    them raises DeviceError. One Kernel may be launched from several threads; launches of
-    the same Kernel are serialised while their arguments are packed."""
+    them raises DeviceError. One Kernel may be launched from several threads at once: each
+    thread packs its arguments into its own parameter storage."""
 
     def __init__(self, info: KernelInfo, function: LoadedFunction | None = None):
         self.info = info
         self.function = function
         self._packer = ArgPacker(info)
-        self._lock = threading.Lock()
+        # one packer (parameter storage) per launching thread, so launches need no lock; a
+        # thread that has one has made the context current (load() did, or _launch)
+        self._packers: dict[int, ArgPacker] = {get_ident(): self._packer}
+        self._nparams = len(info.params)
+        self._launchers: dict[Any, _Launcher] = {}  # k[key] -> its launcher (see __getitem__)
         self._configs: dict[tuple, Any] = {}
         self._max_smem = device_info().max_smem_optin if function is not None else None
         self._launch_ex: Any = None
+        self._handle: Any = None  # function.handle, once a launch has been prepared
         self.watchdog: Any = None  # a watchdog.Report when compiled with the hang watchdog
         self.context: Any = None  # the driver.Context it was loaded in (set by load)
 
@@ -235,7 +242,16 @@ class Kernel:
 
     def __getitem__(self, key: Any) -> _Launcher:
         """`k[grid]`, `k[grid, block]` or `k[grid, block, stream]`, as in numba: a tuple key
-        lists settings, so a 2-D grid is written `k[(gx, gy),]` or `k[(gx, gy), None]`."""
+        lists settings, so a 2-D grid is written `k[(gx, gy),]` or `k[(gx, gy), None]`.
+
+        The launcher is kept per key (when the stream is None or an int handle), so
+        `k[grid](args)` in a loop reuses one launcher and its checked configuration."""
+        try:
+            hit = self._launchers.get(key)
+        except TypeError:  # unhashable settings (lists)
+            hit = None
+        if hit is not None:
+            return hit
         items = key if isinstance(key, tuple) else (key,)
         if not 1 <= len(items) <= 3:
             raise LaunchError(
@@ -252,7 +268,16 @@ class Kernel:
                 f"{tuple(self.info.threads)}; for a multi-dimensional grid write "
                 f"k[{tuple(items)},]"
             )
-        return _Launcher(self, grid, block, stream)
+        launcher = _Launcher(self, grid, block, stream)
+        # a stream object is not kept: it could be destroyed while its launcher is cached
+        if stream is None or type(stream) is int:
+            try:
+                if len(self._launchers) >= _CONFIG_CACHE_SIZE:
+                    self._launchers.clear()
+                self._launchers[key] = launcher
+            except TypeError:
+                pass
+        return launcher
 
     def _launch(
         self,
@@ -263,7 +288,8 @@ class Kernel:
         cluster: Any,
         smem: Any,
         stream: Any,
-    ) -> None:
+    ) -> Any:
+        """Check, pack and launch; returns the launch configuration used (for _Launcher)."""
         sh = stream if stream is None or type(stream) is int else stream_handle(stream)
         key = (grid, block, cluster, smem, sh)
         try:
@@ -280,13 +306,13 @@ class Kernel:
             ensure_current()
         else:
             make_current(self.context)
-        with self._lock:
-            params = self._packer.pack(args, kwargs)
-            err = self._launch_ex(cfg, self.function.handle, params, 0)[0]  # type: ignore[union-attr]
+        params = self._thread_packer().pack(args, kwargs)
+        err = self._launch_ex(cfg, self._handle, params, 0)[0]
         if err != 0:
             raise DeviceError(failure_message(err, f"cuLaunchKernelEx({self.name})"))
         if self.watchdog is not None:  # debug builds launch synchronously to report hangs
             self.watchdog.after_launch(self.info, sh or 0)
+        return cfg
 
     def _prepare(
         self,
@@ -300,8 +326,7 @@ class Kernel:
         key: tuple | None,
     ) -> Any:
         plan = plan_launch(self.info, grid, block, cluster, smem, max_smem=self._max_smem)
-        with self._lock:
-            self._packer.pack(args, kwargs)  # argument errors come before "not loaded"
+        self._thread_packer().pack(args, kwargs)  # argument errors come before "not loaded"
         if self.function is None:
             raise DeviceError(
                 f"kernel '{self.name}' is not loaded; get launchable kernels from "
@@ -310,11 +335,26 @@ class Kernel:
         self.function.prepare(plan, self.name)
         cfg = _launch_config(plan, stream or 0)
         self._launch_ex = driver().cuLaunchKernelEx
+        self._handle = self.function.handle
         if key is not None:
             if len(self._configs) >= _CONFIG_CACHE_SIZE:
                 self._configs.clear()
             self._configs[key] = cfg
         return cfg
+
+    def _thread_packer(self) -> ArgPacker:
+        ident = get_ident()
+        packer = self._packers.get(ident)
+        if packer is None:
+            if len(self._packers) >= _MAX_THREAD_PACKERS:  # threads come and go
+                self._packers.clear()
+            if self.function is not None:  # see _packers: a packer means a current context
+                if self.context is None:
+                    ensure_current()
+                else:
+                    make_current(self.context)
+            packer = self._packers[ident] = self._packer.copy()
+        return packer
 
     def __repr__(self) -> str:
         params = ", ".join(f"{p.name}: {p.kind}<{p.dtype}>" for p in self.info.params)
@@ -322,12 +362,26 @@ class Kernel:
 
 
 class _Launcher:
-    """The callable of `k[grid, block, stream]`."""
+    """The callable of `k[grid, block, stream]`.
 
-    __slots__ = ("kernel", "grid", "block", "stream")
+    Bound once (`launch = k[grid]`), it keeps the checked launch configuration after its
+    first call, so a repeated `launch(*args)` costs the argument checks and packing and the
+    driver call, nothing else."""
+
+    __slots__ = ("kernel", "grid", "block", "stream", "_cfg")
 
     def __init__(self, kernel: Kernel, grid: Any, block: Any, stream: Any):
         self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
+        self._cfg: Any = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.kernel._launch(args, kwargs, self.grid, self.block, None, None, self.stream)
+        k, cfg = self.kernel, self._cfg
+        if cfg is None or kwargs or len(args) != k._nparams or k.watchdog is not None:
+            self._cfg = k._launch(args, kwargs, self.grid, self.block, None, None, self.stream)
+            return
+        packer = k._packers.get(get_ident()) or k._thread_packer()
+        if k.context is not None:  # another device's kernel may have launched in between
+            make_current(k.context)
+        err = k._launch_ex(cfg, k._handle, packer.fast(*args), 0)[0]
+        if err != 0:
+            raise DeviceError(failure_message(err, f"cuLaunchKernelEx({k.name})"))

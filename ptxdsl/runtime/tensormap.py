@@ -18,7 +18,7 @@ from .. import types as T
 from ..errors import Diagnostic, LaunchError
 from .driver import check, driver, ensure_current
 from .dtypes import scalar_of
-from .interop import DevicePointer, contiguous_strides, describe, host_array_error
+from .interop import DevicePointer, contiguous_strides, describe, host_array_error, layout_key
 from .tensormap_rules import TMA_DATA_TYPE, TensorMapSpec, validate
 
 
@@ -39,14 +39,31 @@ class TensorMap:
     swizzle: "none", "32B", "64B", "128B"; interleave: "none", "16B", "32B";
     l2_promotion: "none", "64B", "128B", "256B"; oob_fill: "zero" or "nan".
 
-    Encodings are cached by all inputs: building the same map again does not call the
-    driver (see `encode_cache_info`).
+    Maps are cached by their inputs: building the same map again (same source address,
+    shape, strides, dtype, box and options) returns the map built before, without checking
+    or encoding again, so `k[grid](TensorMap(x, box), ...)` per call is cheap; different
+    inputs that describe the same memory share one driver encoding (see `encode_cache_info`).
 
     `device`: the GPU whose kernels will use the map. When given, the memory is checked to
     be reachable from it (its own, VMM memory mapped for it, or a peer's with peer access
     enabled) and PeerAccessError names the fix otherwise; see peer.check_reachable."""
 
-    __slots__ = ("spec", "raw", "device", "_buffer")
+    __slots__ = ("spec", "raw", "sig", "device", "_buffer", "_key")
+    _key: Any  # the cache key while building, then _BUILT
+
+    def __new__(cls, source: Any, box: Any = None, **options: Any) -> TensorMap:
+        key = _map_key(source, box, options)
+        if key is not None:
+            try:
+                hit = _maps.get(key)
+            except TypeError:  # an unhashable option: build without caching
+                hit = key = None
+            if hit is not None and type(hit) is cls:
+                _stats[0] += 1
+                return hit
+        self = object.__new__(cls)
+        self._key = key
+        return self
 
     def __init__(
         self,
@@ -68,6 +85,8 @@ class TensorMap:
         pixels_per_column: int | None = None,
         device: Any = None,
     ):
+        if self._key is _BUILT:  # a cached map returned by __new__
+            return
         address, elem, shape_t, strides_t = _resolve_source(source, dtype, shape, strides)
         rank = len(shape_t)
         spec = TensorMapSpec(
@@ -105,7 +124,13 @@ class TensorMap:
 
             check_reachable(address, device, "the tensor map's memory")
         self.raw: bytes = _encode(spec)
+        self.sig = (elem.name, rank)  # what a kernel's tmap parameter checks, in one hash
         self._buffer: np.ndarray | None = None
+        key, self._key = self._key, _BUILT
+        if key is not None:
+            if len(_maps) >= _CACHE_SIZE:
+                _maps.clear()
+            _maps[key] = self
 
     @property
     def dtype(self) -> T.Scalar:
@@ -145,14 +170,36 @@ class TensorMap:
         )
 
 
+_CACHE_SIZE = 4096
+_BUILT = object()  # TensorMap._key once the map is built
+_maps: dict[tuple, TensorMap] = {}  # (source layout, box, options) -> map
+_encodings: dict[TensorMapSpec, bytes] = {}  # spec -> the driver's 128 bytes
+_stats = [0, 0]  # hits (either cache), misses (driver called)
+
+
+def _map_key(source: Any, box: Any, options: dict) -> tuple | None:
+    """What a TensorMap is built from, cheap to compute (hashable unless an option is not);
+    None for an unknown source type."""
+    if type(source) is int:
+        src: Any = ("address", source)
+    elif type(source) is DevicePointer:
+        src = ("address", source.address, source.dtype)
+    else:
+        src = layout_key(source)
+        if src is None:
+            return None
+    return (src, box if type(box) is not list else tuple(box), *options.items())
+
+
 def encode_cache_info() -> functools._CacheInfo:
-    """Hits and misses of the encoding cache (a hit means the driver was not called)."""
-    return _encode.cache_info()
+    """Hits and misses of the tensor-map caches (a hit means the driver was not called)."""
+    return functools._CacheInfo(_stats[0], _stats[1], _CACHE_SIZE, len(_encodings))
 
 
 def clear_encode_cache() -> None:
-    """Forget cached encodings."""
-    _encode.cache_clear()
+    """Forget cached maps and encodings."""
+    _maps.clear()
+    _encodings.clear()
 
 
 def _is_int(v: Any) -> bool:
@@ -216,9 +263,17 @@ def _resolve_source(
     return desc.ptr, elem, desc.shape, desc.strides
 
 
-@functools.lru_cache(maxsize=4096)
 def _encode(spec: TensorMapSpec) -> bytes:
-    return _driver_encode(spec)
+    raw = _encodings.get(spec)
+    if raw is not None:
+        _stats[0] += 1
+        return raw
+    raw = _driver_encode(spec)
+    _stats[1] += 1
+    if len(_encodings) >= _CACHE_SIZE:
+        _encodings.clear()
+    _encodings[spec] = raw
+    return raw
 
 
 def _driver_encode(spec: TensorMapSpec) -> bytes:
