@@ -176,10 +176,18 @@ class _Walker:
         for a in attrs:
             key_tok, *vals = a.children
             key = str(key_tok)
-            nums = tuple(int(str(v), 0) for v in vals)
-            if key not in ("threads", "cluster", "maxnreg", "minctas"):
+            nums = tuple(int(str(v), 0) for v in vals if v is not None)
+            if key not in ("threads", "cluster", "maxnreg", "minctas", "nonportable"):
                 self.diags.error(f"unknown kernel attribute '{key}'; expected threads, cluster, "
-                                 "maxnreg or minctas", self.span(key_tok))
+                                 "nonportable, maxnreg or minctas", self.span(key_tok))
+                continue
+            if (key == "nonportable") != (not nums):
+                self.diags.error(f"attribute '{key}' takes "
+                                 f"{'no values' if key == 'nonportable' else 'values'}",
+                                 self.span(a))
+                continue
+            if key == "nonportable":
+                settings[key] = True
                 continue
             if key in settings:
                 self.diags.error(f"attribute '{key}' is given twice", self.span(key_tok))

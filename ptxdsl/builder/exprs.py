@@ -29,6 +29,7 @@ from .common import (
     is_err,
     is_int,
 )
+from .cluster import CLUSTER_FUNCTIONS, cluster_call, peer_index
 from .scope import Scope
 
 
@@ -262,6 +263,8 @@ class Expressions(Scope):
         ty = base.type
         if is_err(ty):
             return base
+        if isinstance(base, ir.Peer):
+            return peer_index(self, base, idx, loc)
         if isinstance(ty, T.SharedRef):
             if len(idx) > len(ty.shape):
                 return self.error(f"{describe(base)} has {len(ty.shape)} dimension(s), "
@@ -342,6 +345,8 @@ class Expressions(Scope):
                 return False
             return True
 
+        if fn in CLUSTER_FUNCTIONS:
+            return cluster_call(self, fn, args, loc)
         if fn in ("min", "max"):
             return self.binary(fn, args[0], args[1], loc) if arity(2) else Lit(0, loc)
         if fn == "select":

@@ -15,8 +15,8 @@ from ..limits import MAX_SMEM_BYTES
 from ..lower import lower_kernel
 from ..runtime.dtypes import compatible, scalar_of
 from . import scalar
+from .cluster import Cluster
 from .cta import CTA
-from .errors import InterpError
 from .memory import GlobalMemory
 from .program import Program
 from .tensormap import TensorMapModel
@@ -37,10 +37,6 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     CTA. Raises InterpError on a deadlock, race, missing fence or other kernel bug, and
     LaunchError when the arguments do not fit the kernel."""
     k = _kernel_of(kernel)
-    if k.cluster is not None and prod(k.cluster) > 1:
-        raise InterpError("unsupported", Diagnostic(
-            f"kernel '{k.name}' declares clusters of {prod(k.cluster)} CTAs; the interpreter "
-            "runs single-CTA clusters only (clusters are future work)", k.loc))
     prog = _program(k)
     if prog.layout.request_bytes > MAX_SMEM_BYTES:
         raise LaunchError(Diagnostic(
@@ -51,10 +47,31 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     gmem = GlobalMemory()
     params = _bind(k, args, gmem)
     warned: set[int] = set()
+    cl = k.cluster if k.cluster is not None else (1, 1, 1)
+    if prod(cl) > 1:
+        run_clusters(prog, cl, dims, gmem, params, seed, max_steps, warned)
+        return
     for z in range(dims[2]):
         for y in range(dims[1]):
             for x in range(dims[0]):
                 CTA(prog, (x, y, z), dims, gmem, params, seed, max_steps, warned).run()
+
+
+def run_clusters(prog: Program, cl: tuple[int, int, int], dims: tuple[int, int, int],
+                 gmem: GlobalMemory, params: list[Any], seed: int, max_steps: int,
+                 warned: set[int]) -> None:
+    """Clusters one after another; the CTAs of a cluster together, interleaved."""
+    k = prog.kernel
+    if any(d % c for d, c in zip(dims, cl, strict=True)):
+        raise LaunchError(Diagnostic(f"grid {dims} is not divisible by the cluster shape {cl} "
+                                     f"of kernel '{k.name}'", k.loc))
+    for cz in range(0, dims[2], cl[2]):
+        for cy in range(0, dims[1], cl[1]):
+            for cx in range(0, dims[0], cl[0]):
+                ctas = [CTA(prog, (cx + x, cy + y, cz + z), dims, gmem, params, seed, max_steps,
+                            warned, cl)
+                        for z in range(cl[2]) for y in range(cl[1]) for x in range(cl[0])]
+                Cluster(ctas, seed, cx + dims[0] * (cy + dims[1] * cz)).run()
 
 
 def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
