@@ -108,7 +108,7 @@ class Cluster:
         for c in self.ctas:
             for bars in c.barriers.values():
                 for b in bars:
-                    if b.initialised and b.fenced:
+                    if b.initialised and (id(b), b.base) in c.cluster_fenced:
                         self.published.add((id(b), b.base))
 
     def peer(self, th: Thread, rank: int, node: Any) -> CTA:
@@ -139,8 +139,17 @@ class Cluster:
             raise InterpError("deadlock", diags)
 
     def exited(self, cta: CTA) -> None:
-        """A thread of `cta` exited: it no longer holds up the cluster barrier."""
+        """A thread of `cta` exited: it no longer holds up the cluster barrier; when it was
+        the last, no copy may still be reading the CTA's shared memory."""
         self.barrier.check()
+        if cta.live:
+            return
+        for other in self.ctas:
+            for copy in other.inflight:
+                if isinstance(copy, PeerLoad) and copy.source is cta:
+                    fail("cluster", f"CTA {cta.label} has exited while this {copy.op} it "
+                         f"issued into cluster rank {other.rank} still reads its shared "
+                         "memory: end the kernel with cluster_sync()", copy.node)
 
 
 # ----------------------------------------------------------------------------- remote use
@@ -154,7 +163,8 @@ def check_remote_barrier(th: Thread, b: MBarrier, node: Any, verb: str) -> None:
              "which is not initialised", node)
     cluster = b.cta.cluster
     if cluster is not None and (id(b), b.base) not in cluster.published:
-        why = ("its initialising thread never ran fence_mbarrier_init()" if not b.fenced
+        why = ("its initialising thread never ran fence_mbarrier_init()"
+               if (id(b), b.base) not in b.cta.cluster_fenced
                else "no cluster barrier (cluster_sync) has passed since")
         fail("mbarrier", f"{th.name} {verb} mbarrier {b.label} of cluster rank {b.cta.rank} "
              f"before its initialisation is visible to the cluster: {why}; initialise, "
@@ -185,9 +195,10 @@ class PeerLoad(AsyncLoad):
     completing on that CTA's mbarrier. Its order relative to the destination's threads is
     checked through the barrier protocol, not through happens-before."""
 
-    __slots__ = ()
+    __slots__ = ("source",)
 
     def start(self, th: Thread) -> None:
+        self.source = th.cta if self.op == "bulk_copy_cluster" else None
         smem, sel = self.cta.smem, self.dst
         self.vc = self.cta.clocks.zeros()
         busy = smem.loading[sel]

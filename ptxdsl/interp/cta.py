@@ -87,6 +87,7 @@ class CTA:
         cid = tuple(c % n for c, n in zip(ctaid, cluster, strict=True))
         self.rank = cid[0] + cluster[0] * (cid[1] + cluster[1] * cid[2])
         self.cluster: Any = None  # the Cluster running this CTA with its peers, if any
+        self.cluster_fenced: set[tuple[int, int]] = set()  # (id(mbarrier), init generation)
         self.label = str(ctaid[0]) if grid[1:] == (1, 1) else str(ctaid)
         if cluster != (1, 1, 1):
             self.label += f" (cluster rank {self.rank})"

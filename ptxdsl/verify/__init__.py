@@ -18,6 +18,7 @@ from .barriers import (
     check_stage_rotation,
     check_waits,
 )
+from .cluster import check_clusters
 from .copies import check_bulk_stores, check_issuers
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
@@ -36,6 +37,7 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_stage_rotation,
     check_issuers,
     check_bulk_stores,
+    check_clusters,
 )
 
 
