@@ -57,7 +57,8 @@ kernel ping(src: ptr<f32>, out: ptr<f32>) threads(32) cluster(@CLUSTER@) {
 
 def ping(cluster: int = 2, gate: int = 1, fence: str = "fence_mbarrier_init();",
          sync: str = "cluster_sync();", tail: str = "cluster_sync();") -> str:
-    return (PING.replace("@CLUSTER@", str(cluster)).replace("@GATE@", str(gate))
+    shape = f"{cluster}) nonportable" if cluster > 8 else f"{cluster})"
+    return (PING.replace("@CLUSTER@)", shape).replace("@GATE@", str(gate))
             .replace("@FENCE@", fence).replace("@SYNC@", sync).replace("@TAIL@", tail))
 
 
@@ -242,3 +243,33 @@ def test_misuse_is_a_located_error(text, message):
 def test_nonportable_clusters_of_sixteen():
     m = ptxdsl.parse("kernel k() threads(32) cluster(16) nonportable { }")
     assert m.kernels[0].nonportable and ptxdsl.parse(print_module(m)) == m
+
+
+# ----------------------------------------------------------------------------- samples
+
+
+MULTICAST_VARIANTS = [
+    dict(cluster=2), dict(cluster=8), dict(cluster=16), dict(cluster=4, copy="bulk"),
+    dict(cluster=(2, 2), mask="row"), dict(cluster=(4, 2), mask="row", copy="bulk"),
+]
+
+
+@pytest.mark.parametrize("opts", MULTICAST_VARIANTS, ids=str)
+def test_multicast_pipeline_variants_in_the_interpreter(opts):
+    from conftest import sample_module
+
+    mod = sample_module("multicast_pipeline")
+    kd = mod.build(**opts)
+    ex = mod.example(np.random.default_rng(3), nclusters=1, ntiles=3, **opts)
+    out = ptxdsl.interp.run_sample(kd.ir, ex, seed=1)
+    np.testing.assert_array_equal(out["out"], ex["expected"]["out"])
+
+
+@pytest.mark.parametrize("cluster", [2, 4, 8, 16])
+def test_dsmem_exchange_cluster_sizes_in_the_interpreter(cluster):
+    from conftest import sample_module
+
+    mod = sample_module("dsmem_exchange")
+    ex = mod.example(np.random.default_rng(0), nctas=cluster, cluster=cluster)
+    out = ptxdsl.interp.run_sample(mod.build(cluster).ir, ex)
+    np.testing.assert_array_equal(out["dst"], ex["expected"]["dst"])

@@ -173,7 +173,11 @@ def check_remote_barrier(th: Thread, b: MBarrier, node: Any, verb: str) -> None:
 
 
 def remote_arrive(th: Thread, b: MBarrier, count: int, node: Any) -> None:
-    """`mbarrier.arrive.release.cluster` on a peer's barrier."""
+    """`mbarrier.arrive.release.cluster` on a peer's barrier (or, through the CTA's own rank,
+    on its own: then it orders like a local arrive)."""
+    if b.cta is th.cta:
+        b.arrive(th, count, node)
+        return
     check_remote_barrier(th, b, node, "arrives on")
     if count < 1 or count > b.pending:
         fail("mbarrier", f"too many arrivals: {th.name} arrives remotely on {b.label} of "
@@ -185,6 +189,9 @@ def remote_arrive(th: Thread, b: MBarrier, count: int, node: Any) -> None:
 
 
 def remote_expect_tx(th: Thread, b: MBarrier, nbytes: int, node: Any) -> None:
+    if b.cta is th.cta:
+        b.expect_tx(th, nbytes, node)
+        return
     check_remote_barrier(th, b, node, "sets expect_tx on")
     b._add_tx(nbytes, node)
     b._advance()
