@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from . import ir
 from . import types as T
 from .errors import CompileError, DiagnosticBag, Note, Span
-from .multicast import MULTICAST_COPIES, group_size, remote_release, stage_view_root
+from .multicast import MULTICAST_COPIES, group_size, remote_release
 
 REGISTER_FILE = 65536
 
@@ -305,9 +305,10 @@ class _Lowerer:
                     stores.discard(name)
                 arrive: ir.Stmt = ir.MBarrierArrive(bar=self.stage_bar(name, "empty", "get"),
                                                     loc=s.loc)
-                if self.pipes[name].mask is not None:
-                    arrive = remote_release(self.stage_bar(name, "empty", "get"),
-                                            self.pipes[name].mask, self.k.cluster, s.loc)
+                mask = self.pipes[name].mask
+                if mask is not None:
+                    arrive = remote_release(self.stage_bar(name, "empty", "get"), mask,
+                                            self.k.cluster, s.loc)
                 if self.pipes[name].release_per_warp.get(id(s)):
                     elect = ir.Call(fn="elect", args=(), type=T.pred)
                     out.append(ir.If(cond=elect, then=(arrive,), orelse=(), loc=s.loc))

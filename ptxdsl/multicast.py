@@ -49,13 +49,6 @@ def _only_cluster_regs(e: ir.Expr) -> bool:
     return False
 
 
-def stage_view_root(e: ir.Expr) -> ir.Expr:
-    """The StageBuf under a view of a stage buffer (`ring.tile[r]`)."""
-    while isinstance(e, ir.Index):
-        e = e.base
-    return e
-
-
 def remote_release(empty: ir.Expr, mask: ir.Expr, cluster: tuple[int, int, int] | None,
                    loc) -> ir.Stmt:
     """`mbarrier_arrive(peer(empty, r))` for every rank r of the mask."""

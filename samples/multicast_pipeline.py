@@ -5,8 +5,6 @@
 each tile; "row": each cluster row shares its own tiles, a subset multicast) and `copy`
 ("tma": 2D tensor tiles, x a tensor map; "bulk": 1D bulk copies, x a pointer)."""
 
-from __future__ import annotations
-
 import numpy as np
 
 import ptxdsl
@@ -20,8 +18,9 @@ def build(cluster=4, mask: str = "all", copy: str = "tma") -> ptxdsl.KernelDef:
     group = nx if mask == "row" else nx * ny
     part_rows = ROWS // group
 
-    def multicast_pipeline(k, x: tmap(f32, 2) if copy == "tma" else ptr(f32), out: ptr(f32),
-                           ntiles: u32):
+    xtype = tmap(f32, 2) if copy == "tma" else ptr(f32)
+
+    def multicast_pipeline(k, x: xtype, out: ptr(f32), ntiles: u32):
         ring = k.pipeline("ring", 3, tile=(f32, [group, part_rows, COLS], 128))
         with k.role("producer", 0, 1):
             with k.if_(k.elect()):

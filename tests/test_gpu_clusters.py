@@ -68,3 +68,17 @@ def test_cluster_pipeline(opts):
     mod = sample_module("multicast_pipeline")
     ex = mod.example(np.random.default_rng(), nclusters=8, ntiles=40, **opts)
     assert_ok(run_example(mod.build(**opts), ex))
+
+
+LONGROW = [("rmsnorm", 65536, 2), ("rmsnorm", 65536, 4), ("rmsnorm", 65536, 8),
+           ("rmsnorm", 262144, 8), ("rmsnorm", 262144, 16), ("softmax", 65536, 2),
+           ("softmax", 65536, 4), ("softmax", 65536, 8), ("softmax", 262144, 8),
+           ("softmax", 262144, 16)]
+
+
+@pytest.mark.parametrize("kind, n, cluster", LONGROW)
+def test_long_row_norms_against_numpy(kind, n, cluster):
+    mod = sample_module("longrow")
+    kd = mod.make_longrow(kind, n=n, cluster=cluster)
+    ex = mod.example(np.random.default_rng(), kernel=kd.name, rows=37, n=n, cluster=cluster)
+    assert_ok(run_example(kd, ex))

@@ -10,6 +10,7 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..errors import Span
+from .cluster import CLUSTER_FUNCTIONS, cluster_call, peer_index
 from .common import (
     ARITH_OPS,
     BINARY_SYMBOL,
@@ -29,7 +30,6 @@ from .common import (
     is_err,
     is_int,
 )
-from .cluster import CLUSTER_FUNCTIONS, cluster_call, peer_index
 from .scope import Scope
 
 

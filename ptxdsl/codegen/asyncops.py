@@ -66,7 +66,7 @@ class AsyncOps:
 
     def peer_addr(self, p: ir.Peer) -> str:
         """`mapa`: the shared::cluster address of place `p.ref` in the CTA of rank `p.rank`."""
-        r, off = self.shared_addr(p.ref)
+        r, off = self.shared_addr(p.ref)  # type: ignore[attr-defined]
         w = self.w
         if off:
             a = w.reg(T.u32)

@@ -5,6 +5,6 @@ operation family puts its nodes in a module of its own here and is re-exported b
 every pass spells a node `ir.Name`.
 """
 
+from .cluster import *  # noqa: F403
 from .core import *  # noqa: F403
 from .core import Node, walk  # noqa: F401  (named for readers and type checkers)
-from .cluster import *  # noqa: E402,F403

@@ -9,6 +9,7 @@ cannot see the arrivals and bytes that come from other CTAs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 
 from .. import ir
@@ -30,7 +31,8 @@ class _Unknown(Exception):
     pass
 
 
-_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+_OPS: dict[str, Callable[[int, int], int]] = {
+        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
         "div": lambda a, b: a // b, "rem": lambda a, b: a % b, "and": lambda a, b: a & b,
         "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b, "shl": lambda a, b: a << b,
         "shr": lambda a, b: a >> b, "min": min, "max": max}
