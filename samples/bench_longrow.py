@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import ptxdsl  # noqa: E402, F401
+from ptxdsl.runtime.occupancy import max_active_clusters  # noqa: E402
 
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
 
@@ -176,11 +177,17 @@ def bench_shape(kind: str, rows: int, n: int, clusters: list[int], reps: int, qu
                 lines.append((f"ptxdsl cluster {c}, {stages} stages, {warps} warps: {why}",
                               float("nan"), float("nan"), float("nan")))
                 continue
-            for mult in (1, 2, 4, 8) if not quick else (2,):
-                nclusters = max(1, SMS * mult // c)
+            try:  # the persistent grid: as many clusters as fit at once
+                resident = max_active_clusters(k)
+            except Exception:
+                resident = 0
+            grids = {max(1, SMS * m // c) for m in ((1, 2, 4) if not quick else (2,))}
+            grids |= {g for g in (resident, 2 * resident) if g > 0}
+            for nclusters in sorted(grids):
                 args = (x, w, y, rows) if kind == "rmsnorm" else (x, y, rows)
+                tag = " (all resident)" if nclusters == resident else ""
                 record(f"ptxdsl cluster {c}, {stages} stages, {warps} consumer warps, "
-                       f"{nclusters} clusters", lambda k=k, g=nclusters * c, a=args: k[g](*a))
+                       f"{nclusters} clusters{tag}", lambda k=k, g=nclusters * c, a=args: k[g](*a))
     return lines
 
 

@@ -6,11 +6,11 @@ Marked `gpu`: skipped where no CUDA GPU is present; run them with `pytest -m gpu
 
 import numpy as np
 import pytest
-from conftest import sample_module
+from conftest import SAMPLES, sample_module
 from test_clusters import MULTICAST, ping, ping_reference
 
 import ptxdsl
-from ptxdsl.runner import run_example
+from ptxdsl.runner import run_example, run_sample
 
 pytestmark = pytest.mark.gpu
 
@@ -19,6 +19,12 @@ def assert_ok(results):
     assert results, "nothing was checked"
     for r in results:
         assert r.ok, f"{r.name}: {r.detail} (max abs err {r.max_abs_err:.3g})"
+
+
+@pytest.mark.parametrize("name", ["dsmem_exchange", "multicast_pipeline", "longrow"])
+def test_cluster_sample_matches_numpy(name):
+    for _kernel, results in run_sample(SAMPLES / f"{name}.ptxdsl"):
+        assert_ok(results)
 
 
 @pytest.mark.parametrize("cluster", [2, 4, 8, 16])
@@ -82,3 +88,15 @@ def test_long_row_norms_against_numpy(kind, n, cluster):
     kd = mod.make_longrow(kind, n=n, cluster=cluster)
     ex = mod.example(np.random.default_rng(), kernel=kd.name, rows=37, n=n, cluster=cluster)
     assert_ok(run_example(kd, ex))
+
+
+def test_max_active_clusters_sizes_a_persistent_grid():
+    from ptxdsl.runtime.driver import device_info
+    from ptxdsl.runtime.occupancy import max_active_clusters
+
+    mod = sample_module("longrow")
+    k = mod.make_longrow("softmax", n=262144, cluster=8).program().kernel()
+    n8 = max_active_clusters(k)  # 1 CTA (131 KB of shared memory) per SM
+    assert 1 <= n8 <= device_info().sm_count // 8
+    small = sample_module("dsmem_exchange").build(2).program().kernel()
+    assert max_active_clusters(small) >= device_info().sm_count // 2
