@@ -14,6 +14,7 @@ import ptxdsl
 from ptxdsl.errors import CompileError
 from ptxdsl.interp import InterpError, InterpWarning, TensorMapModel, run
 from ptxdsl.printer import print_module
+from ptxdsl.verify import verify_module
 
 # Every CTA sends its partner (rank ^ 1) 64 floats with a bulk copy shared::cta ->
 # shared::cluster and 32 more with st.async, both completing on the partner's mbarrier, which
@@ -273,3 +274,66 @@ def test_dsmem_exchange_cluster_sizes_in_the_interpreter(cluster):
     ex = mod.example(np.random.default_rng(0), nctas=cluster, cluster=cluster)
     out = ptxdsl.interp.run_sample(mod.build(cluster).ir, ex)
     np.testing.assert_array_equal(out["dst"], ex["expected"]["dst"])
+
+
+SUBSET = """
+kernel subset(src: ptr<f32>, out: ptr<f32>) threads(32) cluster(4) {
+    shared row: f32[32] align 128;
+    mbarrier full count 1;
+    let tid = %tid.x;
+    let rank = %cluster_ctarank;
+    if tid == 0 {
+        mbarrier_init(full);
+        fence_mbarrier_init();
+    }
+    cluster_sync();
+    if tid == 0 {
+        mbarrier_arrive_expect_tx(full, 128);
+        // rank 0 feeds ranks 0 and 2, rank 1 feeds ranks 1 and 3
+        if rank == 0 {
+            bulk_load_multicast(row, src[%clusterid.x * 64], cta_mask(0, 2), full);
+        } else if rank == 1 {
+            bulk_load_multicast(row, src[%clusterid.x * 64 + 32], cta_mask(1, 3), full);
+        }
+    }
+    mbarrier_wait(full, 0);
+    out[%ctaid.x * 32 + tid] = row[tid];
+    cluster_sync();
+}
+"""
+
+
+def test_multicast_to_a_subset_with_constant_masks():
+    src = np.arange(2 * 64, dtype=np.float32)
+    out = np.zeros(8 * 32, np.float32)
+    for seed in range(3):
+        run(ptxdsl.parse(SUBSET), 8, {"src": src, "out": out}, seed=seed)
+        got = out.reshape(2, 4, 32)
+        for c in range(2):
+            for r in range(4):
+                np.testing.assert_array_equal(got[c, r], src[c * 64 + (r & 1) * 32:][:32])
+
+
+def test_multicast_mask_bits_outside_the_cluster_fail_at_run_time_too():
+    text = SUBSET.replace("cta_mask(1, 3)", "((1 << rank) | 16) as u16")
+    with pytest.raises(InterpError) as info:
+        run(ptxdsl.parse(text, "subset.ptxdsl"), 4,
+            {"src": np.zeros(64, np.float32), "out": np.zeros(128, np.float32)})
+    assert "names CTAs outside the cluster of 4" in str(info.value)
+    assert "subset.ptxdsl:18:" in str(info.value)
+    with pytest.raises(CompileError) as static:  # and the verifier, for every rank
+        verify_module(ptxdsl.parse(text, "subset.ptxdsl"))
+    assert "multicast mask 0x0012 (in the CTA of cluster rank 1)" in str(static.value)
+    assert "cluster rank 0)" not in str(static.value)  # rank 0 does not run that copy
+
+
+def test_peer_ranks_are_checked_only_where_they_are_used():
+    ok = """kernel k() threads(32) cluster(4) {
+        shared a: u32[32];
+        cluster_sync();
+        if %cluster_ctarank < 2 && %tid.x < 32 { peer(a, %cluster_ctarank + 2)[%tid.x] = 1; }
+        cluster_sync();
+    }"""
+    verify_module(ptxdsl.parse(ok))
+    with pytest.raises(CompileError, match=r"peer rank 4 \(in the CTA of cluster rank 2\)"):
+        verify_module(ptxdsl.parse(ok.replace("< 2", "< 3")))

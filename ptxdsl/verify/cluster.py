@@ -66,28 +66,69 @@ class _RankEval:
             return _OPS[e.op](self.value(e.a, rank), self.value(e.b, rank))
         raise _Unknown
 
-    def over_cluster(self, e: ir.Expr) -> list[tuple[int, int]] | None:
-        """(rank, value) for every CTA of the cluster, or None if it depends on more."""
+    def over_cluster(self, e: ir.Expr, ranks: list[int]) -> list[tuple[int, int]]:
+        """(rank, value) for each of `ranks`; none if the value depends on more."""
         try:
-            return [(r, self.value(e, r)) for r in range(prod(self.shape))]
+            return [(r, self.value(e, r)) for r in ranks]
+        except (_Unknown, ZeroDivisionError):
+            return []
+
+
+def _guarded(stmts: tuple[ir.Stmt, ...], path: tuple = ()):
+    """Every statement with the (condition, polarity) pairs of the ifs around it."""
+    for s in stmts:
+        yield s, path
+        if isinstance(s, ir.If):
+            yield from _guarded(s.then, (*path, (s.cond, True)))
+            yield from _guarded(s.orelse, (*path, (s.cond, False)))
+        elif isinstance(s, (ir.For, ir.While, ir.Role)):
+            yield from _guarded(s.body, path)
+
+
+_COMPARE = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+            "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+
+
+def _holds(ev: _RankEval, e: ir.Expr, rank: int) -> bool | None:
+    """Whether condition `e` holds in the CTA of `rank`; None when that depends on more."""
+    if isinstance(e, ir.Compare):
+        try:
+            return bool(_COMPARE[e.op](ev.value(e.a, rank), ev.value(e.b, rank)))
         except (_Unknown, ZeroDivisionError):
             return None
+    if isinstance(e, ir.Unary) and e.op == "not":
+        x = _holds(ev, e.x, rank)
+        return None if x is None else not x
+    if isinstance(e, ir.Binary) and e.op in ("and", "or"):
+        a, b = _holds(ev, e.a, rank), _holds(ev, e.b, rank)
+        if e.op == "and":
+            return False if False in (a, b) else (None if None in (a, b) else True)
+        return True if True in (a, b) else (None if None in (a, b) else False)
+    if isinstance(e, ir.Var) and e.name in ev.env:
+        return _holds(ev, ev.env[e.name], rank)
+    return None
 
 
 def check_ranks_and_masks(facts: Facts, out: Report) -> None:
-    """Peer ranks and multicast masks name CTAs of the cluster, in every CTA of it."""
+    """Peer ranks and multicast masks name CTAs of the cluster, in every CTA of it that may
+    run the statement (conditions on the cluster registers are followed)."""
     k = facts.kernel
     n = prod(k.cluster or (1, 1, 1))
     ev = _RankEval(k)
-    for s in ir.walk(k.body):
-        for p in (e for e in _exprs(s) if isinstance(e, ir.Peer)):
-            for r, v in ev.over_cluster(p.rank) or []:
+    for s, path in _guarded(k.body):
+        peers = [e for e in _exprs(s) if isinstance(e, ir.Peer)]
+        if not peers and not isinstance(s, _MULTICAST):
+            continue
+        ranks = [r for r in range(n)
+                 if all(_holds(ev, c, r) is not (not want) for c, want in path)]
+        for p in peers:
+            for r, v in ev.over_cluster(p.rank, ranks):
                 if not 0 <= v < n:
                     out.error(f"peer rank {v} (in the CTA of cluster rank {r}) is outside the "
                               f"cluster of {n} CTA(s)", p.rank.loc or p.loc or s.loc)
                     break
         if isinstance(s, _MULTICAST):
-            for r, v in ev.over_cluster(s.mask) or []:
+            for r, v in ev.over_cluster(s.mask, ranks):
                 if v == 0 or v >> n:
                     out.error(f"multicast mask {v:#06x} (in the CTA of cluster rank {r}) names "
                               f"CTAs outside the cluster of {n} (ranks 0..{n - 1})"
