@@ -158,23 +158,17 @@ class _Lowerer:
                 facts.release_per_warp[id(s)] = per_warp
                 n = len(warps) if per_warp else len(threads)
                 facts.release_threads[id(s)] = (n, s.loc)
-            elif isinstance(s, MULTICAST_COPIES) and isinstance(s.bar, ir.StageBarrier):
+            elif isinstance(s, (ir.BulkLoad, ir.TensorLoad, *MULTICAST_COPIES)) and \
+                    isinstance(s.bar, ir.StageBarrier):
                 name = s.bar.pipe
                 if name not in local:
                     self.diags.error(f"a copy into a stage of '{name}' must be issued in the same "
                                      f"block as its acquire({name}) and commit({name}), so the "
                                      "bytes it delivers can be derived", s.loc)
                     continue
-                local[name] += self.copy_bytes(s) * self.multicast_group(name, s)
-            elif isinstance(s, (ir.BulkLoad, ir.TensorLoad)) and isinstance(s.bar,
-                                                                             ir.StageBarrier):
-                name = s.bar.pipe
-                if name not in local:
-                    self.diags.error(f"a copy into a stage of '{name}' must be issued in the same "
-                                     f"block as its acquire({name}) and commit({name}), so the "
-                                     "bytes it delivers can be derived", s.loc)
-                    continue
-                local[name] += self.copy_bytes(s)
+                # a multicast stage fills with the copies of every CTA of its group
+                group = self.multicast_group(name, s) if isinstance(s, MULTICAST_COPIES) else 1
+                local[name] += self.copy_bytes(s) * group
 
     def multicast_group(self, name: str, s: ir.TensorLoadMulticast | ir.BulkLoadMulticast) -> int:
         """The group size of a multicast into a stage; every such copy of a pipeline shares

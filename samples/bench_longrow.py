@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
-import statistics
 import sys
 from pathlib import Path
 
@@ -22,33 +20,14 @@ import triton.language as tl
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from bench import _twin, median_ms  # noqa: E402  (samples/bench.py: the shared harness)
 
 import ptxdsl  # noqa: E402, F401
 from ptxdsl.runtime.occupancy import max_active_clusters  # noqa: E402
 
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
-
-
-def _twin(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", HERE / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def median_ms(fn, reps: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 # ----------------------------------------------------------------------------- Triton

@@ -119,8 +119,7 @@ kernel mcast(x: tmap<f32, 2>, src: ptr<f32>, out: ptr<f32>) threads(32) cluster(
     }
     cluster_sync();
     if tid == 0 {
-        // 2 tile rows from each CTA to all 4, one 32-float row from ranks 0 and 1 to
-        // the CTAs of their cluster row (a 2 x 2 cluster is not used: rows are 4 wide)
+        // 2 tile rows from each CTA to all 4; one 32-float row from rank 0 to all 4
         mbarrier_arrive_expect_tx(full, 1024 + 128);
         tma_load_multicast(tile[rank], x, [0, %clusterid.x * 8 + rank * 2], cluster_mask(), full);
         if rank == 0 {

@@ -8,17 +8,12 @@ import numpy as np
 import pytest
 from conftest import SAMPLES, sample_module
 from test_clusters import MULTICAST, ping, ping_reference
+from test_gpu import assert_ok
 
 import ptxdsl
 from ptxdsl.runner import run_example, run_sample
 
 pytestmark = pytest.mark.gpu
-
-
-def assert_ok(results):
-    assert results, "nothing was checked"
-    for r in results:
-        assert r.ok, f"{r.name}: {r.detail} (max abs err {r.max_abs_err:.3g})"
 
 
 @pytest.mark.parametrize("name", ["dsmem_exchange", "multicast_pipeline", "longrow"])

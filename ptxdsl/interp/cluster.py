@@ -31,12 +31,15 @@ class ClusterBarrier:
     """`barrier.cluster`: one arrival per thread per generation; a wait returns once the
     generation of the thread's arrival has completed."""
 
-    __slots__ = ("cluster", "generation", "arrived", "vcs", "released", "waiters")
+    __slots__ = ("cluster", "generation", "arrived", "exited", "total", "vcs", "released",
+                 "waiters")
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self.generation = 0
         self.arrived: set[tuple[int, int]] = set()  # (rank, tid) arrived in this generation
+        self.exited: set[tuple[int, int]] = set()  # (rank, tid) of the threads that exited
+        self.total = sum(c.nthreads for c in cluster.ctas)
         self.vcs: dict[int, np.ndarray] = {}  # rank -> what that CTA's release arrivals published
         self.released: dict[int, dict[int, np.ndarray]] = {}  # generation -> vcs
         self.waiters: list[Thread] = []
@@ -56,11 +59,8 @@ class ClusterBarrier:
 
     def check(self) -> None:
         """Complete the generation once every live thread of the cluster has arrived."""
-        for cta in self.cluster.ctas:
-            for t in cta.threads:
-                if not t.exited and (cta.rank, t.tid) not in self.arrived:
-                    return
-        if not self.arrived:
+        if not self.arrived or \
+                len(self.arrived) + len(self.exited - self.arrived) < self.total:
             return
         self.released = {g: v for g, v in self.released.items() if g >= self.generation - 2}
         self.released[self.generation] = self.vcs
@@ -102,6 +102,7 @@ class Cluster:
         self.published: set[tuple[int, int]] = set()  # (id(mbarrier), init generation)
         for c in ctas:
             c.cluster = self
+            self.barrier.exited.update((c.rank, t.tid) for t in c.threads if t.exited)
 
     def publish_inits(self) -> None:
         """A completed cluster barrier makes every fenced mbarrier init visible to peers."""
@@ -138,9 +139,11 @@ class Cluster:
                     diags.extend(c.deadlock().diagnostics)
             raise InterpError("deadlock", diags)
 
-    def exited(self, cta: CTA) -> None:
-        """A thread of `cta` exited: it no longer holds up the cluster barrier; when it was
-        the last, no copy may still be reading the CTA's shared memory."""
+    def exited(self, th: Thread) -> None:
+        """Thread `th` exited: it no longer holds up the cluster barrier; when it was the
+        last of its CTA, no copy may still be reading that CTA's shared memory."""
+        cta = th.cta
+        self.barrier.exited.add((cta.rank, th.tid))
         self.barrier.check()
         if cta.live:
             return
