@@ -331,11 +331,11 @@ class KernelContext:
 
 def build_kernel(fn: Callable[..., None], *, name: str | None = None, threads: Any,
                  cluster: Any = None, maxnreg: int | None = None,
-                 minctas: int | None = None) -> ir.Kernel:
+                 minctas: int | None = None, nonportable: bool = False) -> ir.Kernel:
     """Run a kernel function once against a builder and return its IR (or raise every error)."""
     loc = user_span()
     b = KernelBuilder(name or fn.__name__, threads=threads, cluster=cluster, maxnreg=maxnreg,
-                      minctas=minctas, loc=loc)
+                      minctas=minctas, nonportable=nonportable, loc=loc)
     k = KernelContext(b)
     try:
         sig = inspect.signature(fn, eval_str=True, locals=_caller_locals())

@@ -141,11 +141,12 @@ class KernelDef:
 
 def kernel(fn: Callable[..., None] | None = None, *, threads: Any = None, cluster: Any = None,
            maxnreg: int | None = None, minctas: int | None = None,
-           name: str | None = None) -> Any:
+           name: str | None = None, nonportable: bool = False) -> Any:
     """Decorator: build a kernel from a Python function `f(k, param: type, ...)`.
 
     `threads` is the exact CTA shape; `cluster` the cluster shape; `maxnreg` and `minctas`
-    the register cap and the minimum CTAs per SM."""
+    the register cap and the minimum CTAs per SM; `nonportable` allows clusters of more than
+    8 (up to 16) CTAs."""
 
     def wrap(f: Callable[..., None]) -> KernelDef:
         if threads is None:
@@ -153,6 +154,7 @@ def kernel(fn: Callable[..., None] | None = None, *, threads: Any = None, cluste
 
             raise CompileError(_diag("@ptxdsl.kernel needs threads=N (the CTA shape)"))
         return KernelDef(build_kernel(f, name=name, threads=threads, cluster=cluster,
-                                      maxnreg=maxnreg, minctas=minctas))
+                                      maxnreg=maxnreg, minctas=minctas,
+                                      nonportable=nonportable))
 
     return wrap(fn) if fn is not None else wrap

@@ -212,12 +212,21 @@ class _Walker(CompileTimeWalker):
         for a in attrs:
             key_tok, vals = a.children
             key = str(key_tok)
-            nums = tuple(self.const_int(v, f"{key}()") for v in vals.children)
+            nums = tuple(self.const_int(v, f"{key}()") for v in vals.children) \
+                if vals is not None else ()
             if any(n is None for n in nums):
                 continue
-            if key not in ("threads", "cluster", "maxnreg", "minctas"):
+            if key not in ("threads", "cluster", "maxnreg", "minctas", "nonportable"):
                 self.diags.error(f"unknown kernel attribute '{key}'; expected threads, cluster, "
-                                 "maxnreg or minctas", self.span(key_tok))
+                                 "nonportable, maxnreg or minctas", self.span(key_tok))
+                continue
+            if (key == "nonportable") != (not nums):
+                self.diags.error(f"attribute '{key}' takes "
+                                 f"{'no values' if key == 'nonportable' else 'values'}",
+                                 self.span(a))
+                continue
+            if key == "nonportable":
+                settings[key] = True
                 continue
             if key in settings:
                 self.diags.error(f"attribute '{key}' is given twice", self.span(key_tok))

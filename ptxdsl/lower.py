@@ -20,6 +20,7 @@ from . import ir
 from . import types as T
 from .errors import CompileError, DiagnosticBag, Note, Span
 from .lower_oneshot import OneShots
+from .multicast import MULTICAST_COPIES, group_size, remote_release
 
 REGISTER_FILE = 65536
 
@@ -108,6 +109,8 @@ class _PipeFacts:
     release_threads: dict[int, tuple[int, Span | None]] = field(default_factory=dict)
     release_per_warp: dict[int, bool] = field(default_factory=dict)
     commit_bytes: dict[int, int] = field(default_factory=dict)
+    mask: ir.Expr | None = None  # multicast group of a cluster pipeline (see multicast.py)
+    group: int = 1  # CTAs whose copies fill each stage
 
 
 class _Lowerer:
@@ -157,18 +160,36 @@ class _Lowerer:
                 facts.release_per_warp[id(s)] = per_warp
                 n = len(warps) if per_warp else len(threads)
                 facts.release_threads[id(s)] = (n, s.loc)
-            elif isinstance(s, (ir.BulkLoad, ir.TensorLoad)) and isinstance(s.bar,
-                                                                             ir.StageBarrier):
+            elif isinstance(s, (ir.BulkLoad, ir.TensorLoad, *MULTICAST_COPIES)) and \
+                    isinstance(s.bar, ir.StageBarrier):
                 name = s.bar.pipe
                 if name not in local:
                     self.diags.error(f"a copy into a stage of '{name}' must be issued in the same "
                                      f"block as its acquire({name}) and commit({name}), so the "
                                      "bytes it delivers can be derived", s.loc)
                     continue
-                local[name] += self.copy_bytes(s)
+                # a multicast stage fills with the copies of every CTA of its group
+                group = self.multicast_group(name, s) if isinstance(s, MULTICAST_COPIES) else 1
+                local[name] += self.copy_bytes(s) * group
 
-    def copy_bytes(self, s: ir.BulkLoad | ir.TensorLoad) -> int:
-        if isinstance(s, ir.TensorLoad):
+    def multicast_group(self, name: str, s: ir.TensorLoadMulticast | ir.BulkLoadMulticast) -> int:
+        """The group size of a multicast into a stage; every such copy of a pipeline shares
+        one mask."""
+        facts = self.pipes[name]
+        g = group_size(s.mask, self.k.cluster)
+        if g is None:
+            self.diags.error("a multicast into a pipeline stage needs a group mask that every "
+                             "CTA of the group uses alike: cluster_mask(), cluster_row_mask() or "
+                             "cluster_col_mask()", s.mask.loc or s.loc)
+            return 1
+        if facts.mask is not None and facts.mask != s.mask:
+            self.diags.error(f"every multicast into '{name}' must use the same mask",
+                             s.mask.loc or s.loc)
+        facts.mask, facts.group = s.mask, g
+        return g
+
+    def copy_bytes(self, s) -> int:
+        if isinstance(s, (ir.TensorLoad, ir.TensorLoadMulticast)):
             return s.dst.type.nbytes  # type: ignore[attr-defined]
         if isinstance(s.nbytes, ir.Const):
             return int(s.nbytes.value)
@@ -281,7 +302,12 @@ class _Lowerer:
                 if name in stores:  # the stage is reused only once the store has read it
                     out.append(ir.BulkWaitRead(n=_c(0), loc=s.loc))
                     stores.discard(name)
-                arrive = ir.MBarrierArrive(bar=self.stage_bar(name, "empty", "get"), loc=s.loc)
+                arrive: ir.Stmt = ir.MBarrierArrive(bar=self.stage_bar(name, "empty", "get"),
+                                                    loc=s.loc)
+                mask = self.pipes[name].mask
+                if mask is not None:
+                    arrive = remote_release(self.stage_bar(name, "empty", "get"), mask,
+                                            self.k.cluster, s.loc)
                 if self.pipes[name].release_per_warp.get(id(s)):
                     elect = ir.Call(fn="elect", args=(), type=T.pred)
                     out.append(ir.If(cond=elect, then=(arrive,), orelse=(), loc=s.loc))
@@ -350,7 +376,7 @@ class _Lowerer:
         for name, facts in self.pipes.items():
             d = facts.decl
             full = self.arrivals(facts.commit_threads, "commit", name)
-            empty = self.arrivals(facts.release_threads, "release", name)
+            empty = self.arrivals(facts.release_threads, "release", name) * facts.group
             for b in d.buffers:
                 top.append(dataclasses.replace(b, name=f"{name}.{b.name}",
                                                shape=(d.stages, *b.shape)))
@@ -365,6 +391,7 @@ class _Lowerer:
                 for what in ("stage", "phase"):
                     cursors.append(ir.Let(name=f"{name}.{side}_{what}", var_type=T.u32,
                                           value=_c(0), loc=d.loc))
+        clustered = any(f.mask is not None for f in self.pipes.values())
         body: list[ir.Stmt] = []
         for st in self.k.body:
             if not isinstance(st, ir.PipelineDecl):
@@ -376,9 +403,12 @@ class _Lowerer:
             leader = _cmp("eq", ir.SReg(name="warp", type=T.u32), _c(0))
             leader = _and(leader, _cmp("eq", ir.SReg(name="laneid", type=T.u32), _c(0)))
             prologue.append(ir.If(cond=leader, then=(*inits, ir.FenceMBarrierInit()), orelse=()))
-            prologue.append(ir.BarSync(id=_c(0)))
+            # a cluster pipeline publishes its barriers to the peers that multicast into them
+            prologue.append(ir.ClusterSync() if clustered else ir.BarSync(id=_c(0)))
         lowered = self.block(tuple(rest), None)
         lowered = self.role_chains(lowered, maxnreg)
+        if clustered:  # no CTA leaves while a peer may still write to it or arrive on it
+            lowered = (*lowered, ir.ClusterSync())
         new_body = (*decls, *top, *cursors, *prologue, *lowered)
         return dataclasses.replace(self.k, body=new_body, maxnreg=maxnreg)
 

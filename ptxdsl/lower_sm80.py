@@ -92,6 +92,22 @@ _BITS = {1: T.u8, 2: T.u16, 4: T.u32, 8: T.u64}
 WORDS = T.Vector(U32, 4)  # a 16-byte chunk moved bit for bit (no float canonicalising)
 
 
+def _operands(s: ir.Stmt) -> list[ir.Expr]:
+    """The expressions a statement names directly, and their sub-places (not nested bodies)."""
+    out: list[ir.Expr] = []
+    todo = [getattr(s, f.name) for f in dataclasses.fields(s)
+            if f.name not in ("then", "orelse", "body", "loc")]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, tuple):
+            todo.extend(e)
+        elif isinstance(e, ir.Expr):
+            out.append(e)
+            todo.extend(getattr(e, f.name) for f in dataclasses.fields(e)
+                        if f.name not in ("type", "loc"))
+    return out
+
+
 def _bar_name(bar: ir.Expr) -> str:
     while isinstance(bar, ir.Index):
         bar = bar.base
@@ -244,6 +260,9 @@ class _Sm80:
 
     def stmt(self, s: ir.Stmt, path: list, widen: _Widen | None) -> list[ir.Stmt]:
         self.check_sregs(s)
+        if any(isinstance(e, ir.Peer) for e in _operands(s)):
+            self.error("peer() (another CTA's shared memory)", s.loc)
+            return []
         if isinstance(s, ir.If):
             return self.branch(s, path, widen)
         if isinstance(s, (ir.For, ir.While)):

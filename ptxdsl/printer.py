@@ -91,6 +91,8 @@ def expr_text(e: ir.Expr, prec: int = 0, typed: bool = False) -> str:
         big = isinstance(e.base.type, T.Ptr)
         idx = ", ".join(expr_text(i, 0, not big or i.type != T.u64) for i in e.indices)
         return f"{base}[{idx}]"
+    if isinstance(e, ir.Peer):
+        return f"peer({expr_text(e.ref)}, {expr_text(e.rank, 0, True)})"
     if isinstance(e, ir.Load):
         if isinstance(e.type, T.Vector):
             return f"vload({expr_text(e.ref)}, {e.type.n})"
@@ -120,6 +122,8 @@ class _Printer:
         attrs = [f"threads({_dims(k.threads)})"]
         if k.cluster is not None:
             attrs.append(f"cluster({_dims(k.cluster)})")
+        if k.nonportable:
+            attrs.append("nonportable")
         if k.maxnreg is not None:
             attrs.append(f"maxnreg({k.maxnreg})")
         if k.minctas is not None:

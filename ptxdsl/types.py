@@ -159,6 +159,24 @@ class BarrierRef(Type):
 
 
 @dataclass(frozen=True, slots=True)
+class PeerShared(SharedRef):
+    """A view of a shared-memory buffer in another CTA of the cluster (distributed shared
+    memory, reached through `mapa`); loads and stores use `.shared::cluster`."""
+
+    def __str__(self) -> str:
+        dims = "".join(f"[{d}]" for d in self.shape)
+        return f"cluster shared {self.elem}{dims}"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerBarrier(BarrierRef):
+    """An mbarrier of another CTA of the cluster (remote arrive, expect_tx, completion)."""
+
+    def __str__(self) -> str:
+        return "cluster mbarrier"
+
+
+@dataclass(frozen=True, slots=True)
 class PipelineRef(Type):
     """A declared pipeline: its stage count."""
 

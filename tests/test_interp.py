@@ -494,8 +494,8 @@ def test_launch_problems():
         run(k, 1, {"a": np.zeros(4, np.float32)})
     with pytest.raises(LaunchError, match="'a' is a float64 array; ptr<f32> needs float32"):
         run(k, 1, {"a": np.zeros(4), "n": 1})
-    with pytest.raises(InterpError, match="clusters are future work"):
-        run(kernel("kernel c() threads(32) cluster(2) { }"), 2, {})
+    with pytest.raises(LaunchError, match="not divisible by the cluster shape"):
+        run(kernel("kernel c() threads(32) cluster(2) { }"), 3, {})
     big = kernel("kernel big() threads(32) { shared a: u8[232000] align 1024; }")
     with pytest.raises(LaunchError, match="a CTA has at most 232448"):
         run(big, 1, {})

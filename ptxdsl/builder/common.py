@@ -45,6 +45,7 @@ FLOAT_UNARY = {"ex2", "lg2", "rsqrt", "sqrt", "rcp", "sin", "cos", "tanh"}
 SHUFFLES = {"shfl_xor", "shfl_down", "shfl_up", "shfl_idx"}
 VALUE_FUNCTIONS = FLOAT_UNARY | SHUFFLES | {"abs", "min", "max", "fma", "elect", "select",
                                             "vload", "sizeof"}
+VALUE_FUNCTIONS |= {"peer", "cta_mask", "cluster_mask", "cluster_row_mask", "cluster_col_mask"}
 
 ARITH_OPS = {"add", "sub", "mul", "div", "rem", "min", "max"}
 BIT_OPS = {"and", "or", "xor"}

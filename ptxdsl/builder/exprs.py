@@ -10,6 +10,7 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..errors import Span
+from .cluster import CLUSTER_FUNCTIONS, cluster_call, peer_index
 from .common import (
     ARITH_OPS,
     BINARY_SYMBOL,
@@ -355,6 +356,8 @@ class Expressions(Scope):
         ty = base.type
         if is_err(ty):
             return base
+        if isinstance(base, ir.Peer):
+            return peer_index(self, base, idx, loc)
         if isinstance(ty, T.SharedRef):
             if len(idx) > len(ty.shape):
                 return self.error(f"{describe(base)} has {len(ty.shape)} dimension(s), "
@@ -436,6 +439,8 @@ class Expressions(Scope):
                 return False
             return True
 
+        if fn in CLUSTER_FUNCTIONS:
+            return cluster_call(self, fn, args, loc)
         if fn in ("min", "max"):
             return self.binary(fn, args[0], args[1], loc) if arity(2) else Lit(0, loc)
         if fn == "select":

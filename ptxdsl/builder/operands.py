@@ -9,6 +9,10 @@ Kinds:
   tmap    a tensor-map parameter
   pipe    a pipeline
   coords  a list `[c0, c1, ...]` of 32-bit integer coordinates, innermost first
+  rbar    one mbarrier of this CTA or, through peer(bar, rank), of another CTA of the cluster
+  peer    a shared-memory place of another CTA of the cluster (`peer(buf[i], rank)`)
+  u16     a u16 value (a multicast CTA mask; literals allowed)
+  val     a scalar or vector value (literals typed u32 / f32)
 Omitted optional operands are derived by the OpDef (`derive`) or left None.
 """
 
@@ -33,6 +37,8 @@ KIND_TEXT = {
     "pipe": "a pipeline",
     "u32": "a u32 value",
     "async": "a one-shot load (async name { ... })",
+    "rbar": "an mbarrier (or peer(bar, rank))",
+    "peer": "shared memory of another CTA (peer(place, rank))",
 }
 
 
@@ -81,9 +87,17 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
     if isinstance(arg, list):
         b.diags.error(f"{where} cannot be a list", loc)
         return None
-    if kind == "u32":
-        e = b.value(arg, T.u32)
+    if kind in ("u32", "u16"):
+        e = b.value(arg, T.u32 if kind == "u32" else T.u16)
         return None if isinstance(e.type, T.ErrorType) else e
+    if kind == "val":
+        e = b.value(arg)
+        if isinstance(e.type, T.ErrorType):
+            return None
+        if not isinstance(e.type, (T.Scalar, T.Vector)) or e.type == T.pred:
+            b.diags.error(f"{where} must be a value, got {e.type}", aloc)
+            return None
+        return e
     if kind == "const":
         if not isinstance(arg, Lit) or not isinstance(arg.value, int) or isinstance(
                 arg.value, bool) or arg.value < 0:
@@ -97,8 +111,10 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
     if isinstance(ty, T.ErrorType):
         return None
     good = {
-        "bar": isinstance(ty, T.BarrierRef) and ty.n == 0,
-        "smem": isinstance(ty, T.SharedRef),
+        "bar": isinstance(ty, T.BarrierRef) and ty.n == 0 and not isinstance(ty, T.PeerBarrier),
+        "rbar": isinstance(ty, T.BarrierRef) and ty.n == 0,
+        "smem": isinstance(ty, T.SharedRef) and not isinstance(ty, T.PeerShared),
+        "peer": isinstance(ty, T.PeerShared),
         "gref": isinstance(ty, T.GlobalRef),
         "tmap": isinstance(ty, T.TensorMap),
         "pipe": isinstance(ty, T.PipelineRef),

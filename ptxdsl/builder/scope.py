@@ -3,11 +3,13 @@ and the statement lists being built. Every error goes to a DiagnosticBag with it
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
+from ..limits import PORTABLE_CLUSTER
 from ..opdef import BY_SYNTAX
 from .common import KEYWORDS, REGION_CLOSER, REGION_OPENER, VALUE_FUNCTIONS, Frame, Symbol
 
@@ -23,6 +25,7 @@ class Scope:
         cluster: tuple[int, ...] | int | None = None,
         maxnreg: int | None = None,
         minctas: int | None = None,
+        nonportable: bool = False,
         loc: Span | None = None,
         diags: DiagnosticBag | None = None,
     ):
@@ -39,6 +42,7 @@ class Scope:
                         if cluster is not None else None)
         self.maxnreg = maxnreg
         self.minctas = minctas
+        self.nonportable = nonportable
         if self.threads[0] * self.threads[1] * self.threads[2] > 1024:
             self.diags.error(f"threads: a CTA has at most 1024 threads, got "
                              f"{self.threads[0] * self.threads[1] * self.threads[2]}", loc)
@@ -48,6 +52,11 @@ class Scope:
             self.diags.error(f"minctas must be at least 1, got {minctas}", loc)
         if self.cluster is not None and self.cluster[0] * self.cluster[1] * self.cluster[2] > 16:
             self.diags.error("cluster: at most 16 CTAs per cluster", loc)
+        elif self.cluster is not None and prod(self.cluster) > PORTABLE_CLUSTER and \
+                not nonportable:
+            self.diags.error(f"cluster: {prod(self.cluster)} CTAs exceed the portable cluster "
+                             f"size of {PORTABLE_CLUSTER}; mark the kernel nonportable (clusters "
+                             "of up to 16 CTAs)", loc)
 
     def _dims(self, what: str, v: Any, loc: Span | None, upper: int) -> tuple[int, int, int] | None:
         dims = (v,) if isinstance(v, int) else tuple(v)

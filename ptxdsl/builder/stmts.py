@@ -166,5 +166,6 @@ class KernelBuilder(OneShot):
             self.diags.error(f"kernel '{self.kernel_name}' declares {self.smem_total} bytes of "
                              f"shared memory; a CTA has at most {MAX_SMEM_BYTES}", self.loc)
         return ir.Kernel(name=self.kernel_name, params=tuple(self.params), threads=self.threads,
-                         cluster=self.cluster, maxnreg=self.maxnreg, minctas=self.minctas,
+                         cluster=self.cluster, nonportable=self.nonportable,
+                         maxnreg=self.maxnreg, minctas=self.minctas,
                          body=tuple(self.frames[0].stmts), loc=self.loc)

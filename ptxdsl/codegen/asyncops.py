@@ -72,6 +72,18 @@ class AsyncOps:
         w.instr("trap")
         w.place_label(done)
 
+    def peer_addr(self, p: ir.Peer) -> str:
+        """`mapa`: the shared::cluster address of place `p.ref` in the CTA of rank `p.rank`."""
+        r, off = self.shared_addr(p.ref)  # type: ignore[attr-defined]
+        w = self.w
+        if off:
+            a = w.reg(T.u32)
+            w.instr("add.u32", a, r, str(off))
+            r = a
+        out = w.reg(T.u32)
+        w.instr("mapa.shared::cluster.u32", out, r, self.ev(p.rank))  # type: ignore[attr-defined]
+        return out
+
     def decl_count(self, bar: ir.Expr) -> int:
         while isinstance(bar, ir.Index):
             bar = bar.base

@@ -46,7 +46,8 @@ class Thread:
     """One thread of a CTA: registers, special registers and synchronisation bookkeeping."""
 
     __slots__ = ("cta", "tid", "lane", "name", "regs", "sregs", "gen", "wait", "exited",
-                 "bulk", "unfenced", "inits", "loops", "warp_threads", "warp_gathers")
+                 "bulk", "unfenced", "inits", "loops", "warp_threads", "warp_gathers",
+                 "cluster_gen")
 
     def __init__(self, cta: CTA, tid: int, sregs: dict[str, int], regs: list[Any]):
         self.cta = cta
@@ -64,6 +65,7 @@ class Thread:
         self.warp_threads: list[Thread] = []
         self.warp_gathers: dict[int, Gather] = {}
         self.gen: Any = None
+        self.cluster_gen = -1  # the cluster-barrier generation of its pending arrival
 
     def fence_inits(self) -> None:
         """A fence after mbarrier_init: the async proxy may now use those barriers."""
@@ -77,12 +79,18 @@ class CTA:
 
     def __init__(self, prog: Program, ctaid: tuple[int, int, int], grid: tuple[int, int, int],
                  gmem: GlobalMemory, params: list[Any], seed: int, max_steps: int,
-                 warned: set[int]):
+                 warned: set[int], cluster: tuple[int, int, int] = (1, 1, 1)):
         k = prog.kernel
         self.gmem = gmem
         self.nthreads = k.nthreads
         linear = ctaid[0] + grid[0] * (ctaid[1] + grid[1] * ctaid[2])
+        cid = tuple(c % n for c, n in zip(ctaid, cluster, strict=True))
+        self.rank = cid[0] + cluster[0] * (cid[1] + cluster[1] * cid[2])
+        self.cluster: Any = None  # the Cluster running this CTA with its peers, if any
+        self.cluster_fenced: set[tuple[int, int]] = set()  # (id(mbarrier), init generation)
         self.label = str(ctaid[0]) if grid[1:] == (1, 1) else str(ctaid)
+        if cluster != (1, 1, 1):
+            self.label += f" (cluster rank {self.rank})"
         self.suffix = f" of CTA {self.label}" if grid != (1, 1, 1) else ""
         self.rng = random.Random(seed * 1_000_003 + linear)
         self.max_steps = max_steps
@@ -106,11 +114,15 @@ class CTA:
         base = {"ntid.x": nx, "ntid.y": ny, "ntid.z": k.threads[2],
                 "ctaid.x": ctaid[0], "ctaid.y": ctaid[1], "ctaid.z": ctaid[2],
                 "nctaid.x": grid[0], "nctaid.y": grid[1], "nctaid.z": grid[2],
-                "clusterid.x": ctaid[0], "clusterid.y": ctaid[1], "clusterid.z": ctaid[2],
-                "nclusterid.x": grid[0], "nclusterid.y": grid[1], "nclusterid.z": grid[2],
-                "cluster_ctaid.x": 0, "cluster_ctaid.y": 0, "cluster_ctaid.z": 0,
-                "cluster_nctaid.x": 1, "cluster_nctaid.y": 1, "cluster_nctaid.z": 1,
-                "cluster_ctarank": 0, "cluster_nctarank": 1,
+                "clusterid.x": ctaid[0] // cluster[0], "clusterid.y": ctaid[1] // cluster[1],
+                "clusterid.z": ctaid[2] // cluster[2],
+                "nclusterid.x": grid[0] // cluster[0], "nclusterid.y": grid[1] // cluster[1],
+                "nclusterid.z": grid[2] // cluster[2],
+                "cluster_ctaid.x": cid[0], "cluster_ctaid.y": cid[1], "cluster_ctaid.z": cid[2],
+                "cluster_nctaid.x": cluster[0], "cluster_nctaid.y": cluster[1],
+                "cluster_nctaid.z": cluster[2],
+                "cluster_ctarank": self.rank,
+                "cluster_nctarank": cluster[0] * cluster[1] * cluster[2],
                 "dynamic_smem_size": prog.layout.request_bytes}  # fmt: skip
         for tid in range(self.nthreads):
             sregs = dict(base, **{"tid.x": tid % nx, "tid.y": tid // nx % ny,
@@ -126,6 +138,7 @@ class CTA:
             t.gen = prog.body(t)
         self.runnable = list(self.threads)
         self.live = self.nthreads
+        self.delay = self.rng.choice(COPY_DELAYS)
 
     def new_copy_id(self) -> int:
         self.copy_ids += 1
@@ -142,36 +155,41 @@ class CTA:
     # ------------------------------------------------------------------ scheduler
 
     def run(self) -> None:
-        rng, runnable, inflight = self.rng, self.runnable, self.inflight
-        delay = rng.choice(COPY_DELAYS)
-        while True:
-            if inflight and (not runnable or rng.random() * delay * len(runnable) < 1.0):
-                i = rng.randrange(len(inflight))
-                if inflight[i].step():
-                    inflight[i] = inflight[-1]
-                    inflight.pop()
-                continue
-            if not runnable:
-                break
-            i = rng.randrange(len(runnable))
-            th = runnable[i]
-            runnable[i] = runnable[-1]
-            runnable.pop()
-            self.tick(th)
-            try:
-                y = th.gen.send(None)
-            except StopIteration:
-                self.exit(th, None)
-                continue
-            except ThreadExit as e:
-                self.exit(th, e.node)
-                continue
-            if y is PREEMPT:
-                runnable.append(th)
-            else:
-                y.waiters.append(th)
+        while self.step():
+            pass
         if self.live:
             raise self.deadlock()
+
+    def step(self) -> bool:
+        """One scheduling event: a copy advances or a thread runs to its next switch point;
+        False when nothing can run."""
+        rng, runnable, inflight = self.rng, self.runnable, self.inflight
+        if inflight and (not runnable or rng.random() * self.delay * len(runnable) < 1.0):
+            i = rng.randrange(len(inflight))
+            if inflight[i].step():
+                inflight[i] = inflight[-1]
+                inflight.pop()
+            return True
+        if not runnable:
+            return False
+        i = rng.randrange(len(runnable))
+        th = runnable[i]
+        runnable[i] = runnable[-1]
+        runnable.pop()
+        self.tick(th)
+        try:
+            y = th.gen.send(None)
+        except StopIteration:
+            self.exit(th, None)
+            return True
+        except ThreadExit as e:
+            self.exit(th, e.node)
+            return True
+        if y is PREEMPT:
+            runnable.append(th)
+        else:
+            y.waiters.append(th)
+        return True
 
     def tick(self, th: Thread) -> None:
         """Count one unit of work; past `max_steps` the kernel is taken to loop forever."""
@@ -193,6 +211,8 @@ class CTA:
                  "shared-memory source may be released before the copy has read it",
                  store.node, *([note("the thread exits here", node)] if node else []))
         finish(self, th.warp_threads, th.warp_gathers)
+        if self.cluster is not None:
+            self.cluster.exited(th)
         if not self.live:
             loads = [c for c in self.inflight if isinstance(c, AsyncLoad)]
             if loads:

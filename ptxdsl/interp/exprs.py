@@ -123,6 +123,19 @@ def _load(c: Program, e: ir.Load) -> Fn:
     t = e.type
     read, _ = scalar.codec(t)
     n = t.nbytes  # type: ignore[attr-defined]
+    if isinstance(e.ref, ir.Peer):
+        where, _ = peer_place(c, e.ref)
+
+        def peer_load(th: Thread) -> Any:
+            cta, o = where(th)
+            if cta is th.cta:
+                return th.cta.smem.read(th, o, n, read, e)
+            if isinstance(t, T.Vector):
+                check_aligned(th, o, n, e)
+            cta.smem._check_in_flight(th, slice(o, o + n), e, "reads")
+            return read(cta.smem.buf, o)
+
+        return peer_load
     if isinstance(e.ref.type, T.SharedRef):
         off, _ = shared_place(c, e.ref)
         if not isinstance(t, T.Vector):
@@ -205,6 +218,24 @@ def shared_place(c: Program, ref: ir.Expr) -> tuple[Fn, int]:
     return offset, view
 
 
+def peer_place(c: Program, ref: ir.Peer) -> tuple[Callable[[Thread], tuple[Any, int]], int]:
+    """(the CTA and byte offset of a place in a peer CTA, bytes of the view)."""
+    off, view = shared_place(c, ref.ref)
+    rank = compile_expr(c, ref.rank)
+
+    def where(th: Thread) -> tuple[Any, int]:
+        r = rank(th)
+        cl = th.cta.cluster
+        if cl is None:
+            if r != 0:
+                fail("cluster", f"{th.name} names cluster rank {r}, but the kernel runs "
+                     "clusters of one CTA", ref)
+            return th.cta, off(th)
+        return cl.peer(th, r, ref), off(th)
+
+    return where, view
+
+
 def global_place(c: Program, ref: ir.Expr) -> tuple[Fn, int]:
     """(address of `ptr[i]`, element size)."""
     assert isinstance(ref, ir.Index) and isinstance(ref.type, T.GlobalRef), ref
@@ -214,7 +245,22 @@ def global_place(c: Program, ref: ir.Expr) -> tuple[Fn, int]:
 
 
 def barrier_place(c: Program, e: ir.Expr) -> Callable[[Thread], MBarrier]:
-    """The mbarrier object that `bar` or `bars[i]` names."""
+    """The mbarrier object that `bar` or `bars[i]` names (`peer(bar, r)`: that of a peer)."""
+    if isinstance(e, ir.Peer):
+        local, rank = barrier_place(c, e.ref), compile_expr(c, e.rank)
+
+        def remote(th: Thread) -> MBarrier:
+            r, cl = rank(th), th.cta.cluster
+            if cl is None:
+                if r != 0:
+                    fail("cluster", f"{th.name} names cluster rank {r}, but the kernel runs "
+                         "clusters of one CTA", e)
+                return local(th)
+            p = cl.peer(th, r, e)
+            mine = local(th)
+            return p.barriers[mine.label.split("[")[0]][_element(mine)]
+
+        return remote
     if isinstance(e, ir.BarrierObj):
         name = e.name
         return lambda th: th.cta.barriers[name][0]
@@ -230,3 +276,9 @@ def barrier_place(c: Program, e: ir.Expr) -> Callable[[Thread], MBarrier]:
         return th.cta.barriers[name][i]
 
     return element
+
+
+def _element(b: MBarrier) -> int:
+    """The index of a barrier in its array (0 for a single barrier)."""
+    label = b.label
+    return int(label[label.index("[") + 1 : -1]) if "[" in label else 0

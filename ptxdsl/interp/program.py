@@ -20,6 +20,7 @@ from .. import types as T
 from ..codegen.layout import layout_kernel
 from ..opdef import definition
 from . import scalar
+from .cluster import remote_write
 from .cta import PREEMPT, Thread, ThreadExit
 from .errors import fail
 from .exprs import (
@@ -28,6 +29,7 @@ from .exprs import (
     check_aligned,
     compile_expr,
     global_place,
+    peer_place,
     shared_place,
     subexprs,
 )
@@ -205,6 +207,19 @@ def _store(c: Program, s: ir.Store) -> Step:
     t = s.value.type
     _, write = scalar.codec(t)
     n, v = t.nbytes, c.expr(s.value)  # type: ignore[attr-defined]
+    if isinstance(s.ref, ir.Peer):
+        where, _ = peer_place(c, s.ref)
+
+        def peer_store(th: Thread) -> None:
+            cta, o = where(th)
+            if isinstance(t, T.Vector):
+                check_aligned(th, o, n, s)
+            if cta is th.cta:
+                th.cta.smem.write(th, o, n, write, v(th), s)
+            else:
+                remote_write(th, cta, o, n, write, v(th), s)
+
+        return PLAIN, True, peer_store
     if isinstance(s.ref.type, T.SharedRef):
         off, _ = c.shared_place(s.ref)
         vec = isinstance(t, T.Vector)

@@ -16,8 +16,8 @@ from ..lower import lower_kernel
 from ..lower_sm80 import is_sm80, lower_sm80_kernel
 from ..runtime.dtypes import compatible, scalar_of
 from . import scalar
+from .cluster import Cluster
 from .cta import CTA
-from .errors import InterpError
 from .memory import GlobalMemory
 from .program import Program
 from .tensormap import TensorMapModel
@@ -39,10 +39,6 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     LaunchError when the arguments do not fit the kernel. `arch="sm_80"` runs the kernel as
     compiled for Ampere (cp.async in place of bulk and tensor copies)."""
     k = _kernel_of(kernel)
-    if k.cluster is not None and prod(k.cluster) > 1:
-        raise InterpError("unsupported", Diagnostic(
-            f"kernel '{k.name}' declares clusters of {prod(k.cluster)} CTAs; the interpreter "
-            "runs single-CTA clusters only (clusters are future work)", k.loc))
     prog = _program(k, arch)
     if prog.layout.request_bytes > MAX_SMEM_BYTES:
         raise LaunchError(Diagnostic(
@@ -53,10 +49,31 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     gmem = GlobalMemory()
     params = _bind(k, args, gmem)
     warned: set[int] = set()
+    cl = k.cluster if k.cluster is not None else (1, 1, 1)
+    if prod(cl) > 1:
+        run_clusters(prog, cl, dims, gmem, params, seed, max_steps, warned)
+        return
     for z in range(dims[2]):
         for y in range(dims[1]):
             for x in range(dims[0]):
                 CTA(prog, (x, y, z), dims, gmem, params, seed, max_steps, warned).run()
+
+
+def run_clusters(prog: Program, cl: tuple[int, int, int], dims: tuple[int, int, int],
+                 gmem: GlobalMemory, params: list[Any], seed: int, max_steps: int,
+                 warned: set[int]) -> None:
+    """Clusters one after another; the CTAs of a cluster together, interleaved."""
+    k = prog.kernel
+    if any(d % c for d, c in zip(dims, cl, strict=True)):
+        raise LaunchError(Diagnostic(f"grid {dims} is not divisible by the cluster shape {cl} "
+                                     f"of kernel '{k.name}'", k.loc))
+    for cz in range(0, dims[2], cl[2]):
+        for cy in range(0, dims[1], cl[1]):
+            for cx in range(0, dims[0], cl[0]):
+                ctas = [CTA(prog, (cx + x, cy + y, cz + z), dims, gmem, params, seed, max_steps,
+                            warned, cl)
+                        for z in range(cl[2]) for y in range(cl[1]) for x in range(cl[0])]
+                Cluster(ctas, seed, cx + dims[0] * (cy + dims[1] * cz)).run()
 
 
 def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,

@@ -575,6 +575,7 @@ class Kernel(Node):
     params: tuple[Param, ...]
     threads: tuple[int, int, int]
     cluster: tuple[int, int, int] | None = None
+    nonportable: bool = False  # clusters of more than 8 CTAs (up to 16) are allowed
     maxnreg: int | None = None
     minctas: int | None = None
     body: tuple[Stmt, ...]

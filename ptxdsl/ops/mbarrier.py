@@ -6,6 +6,7 @@ from collections.abc import Callable, Generator
 
 from .. import ir
 from .. import types as T
+from ..interp.cluster import remote_arrive, remote_expect_tx
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import GEN, PLAIN, Program, Step
@@ -50,10 +51,15 @@ class MBarrierInit(OpDef):
         return PLAIN, True, lambda th: bar(th).init(th, count(th), n)
 
 
+def _remote(n: ir.Expr) -> bool:
+    """A barrier of a peer CTA (`peer(bar, rank)`): the `.cluster` / `shared::cluster` forms."""
+    return isinstance(n, ir.Peer)
+
+
 @register
 class MBarrierArrive(OpDef):
     node = ir.MBarrierArrive
-    operands = (("bar", "bar", False), ("count", "u32", True))
+    operands = (("bar", "rbar", False), ("count", "u32", True))
 
     def check(self, n: ir.MBarrierArrive, err: ErrorFn) -> None:
         if n.count is not None:
@@ -61,27 +67,45 @@ class MBarrierArrive(OpDef):
 
     def emit(self, e, n: ir.MBarrierArrive) -> None:
         extra = [e.ev(n.count)] if n.count is not None else []
+        if _remote(n.bar):
+            e.w.instr("mbarrier.arrive.release.cluster.shared::cluster.b64", "_",
+                      e.bar_addr(n.bar), *extra)
+            return
         e.w.instr("mbarrier.arrive.release.cta.shared::cta.b64", "_", e.bar_addr(n.bar), *extra)
 
     def interp(self, c: Program, n: ir.MBarrierArrive) -> Step:
         bar, count = c.barrier_place(n.bar), _count(c, n.count, 1)
+        if _remote(n.bar):
+            return PLAIN, True, lambda th: remote_arrive(th, bar(th), count(th), n)
         return PLAIN, True, lambda th: bar(th).arrive(th, count(th), n)
 
 
 @register
 class MBarrierArriveExpectTx(OpDef):
     node = ir.MBarrierArriveExpectTx
-    operands = (("bar", "bar", False), ("nbytes", "u32", False))
+    operands = (("bar", "rbar", False), ("nbytes", "u32", False))
 
     def check(self, n: ir.MBarrierArriveExpectTx, err: ErrorFn) -> None:
         _check_tx(n, err)
 
     def emit(self, e, n: ir.MBarrierArriveExpectTx) -> None:
+        if _remote(n.bar):
+            e.w.instr("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64", "_",
+                      e.bar_addr(n.bar), e.ev(n.nbytes))
+            return
         e.w.instr("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64", "_",
                   e.bar_addr(n.bar), e.ev(n.nbytes))
 
     def interp(self, c: Program, n: ir.MBarrierArriveExpectTx) -> Step:
         bar, nbytes = c.barrier_place(n.bar), c.expr(n.nbytes)
+        if _remote(n.bar):
+
+            def remote(th: Thread) -> None:
+                b = bar(th)
+                remote_expect_tx(th, b, nbytes(th), n)
+                remote_arrive(th, b, 1, n)
+
+            return PLAIN, True, remote
 
         def arrive(th: Thread) -> None:
             b = bar(th)
@@ -94,17 +118,23 @@ class MBarrierArriveExpectTx(OpDef):
 @register
 class MBarrierExpectTx(OpDef):
     node = ir.MBarrierExpectTx
-    operands = (("bar", "bar", False), ("nbytes", "u32", False))
+    operands = (("bar", "rbar", False), ("nbytes", "u32", False))
 
     def check(self, n: ir.MBarrierExpectTx, err: ErrorFn) -> None:
         _check_tx(n, err)
 
     def emit(self, e, n: ir.MBarrierExpectTx) -> None:
+        if _remote(n.bar):
+            e.w.instr("mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64",
+                      e.bar_addr(n.bar), e.ev(n.nbytes))
+            return
         e.w.instr("mbarrier.expect_tx.relaxed.cta.shared::cta.b64", e.bar_addr(n.bar),
                   e.ev(n.nbytes))
 
     def interp(self, c: Program, n: ir.MBarrierExpectTx) -> Step:
         bar, nbytes = c.barrier_place(n.bar), c.expr(n.nbytes)
+        if _remote(n.bar):
+            return PLAIN, True, lambda th: remote_expect_tx(th, bar(th), nbytes(th), n)
         return PLAIN, True, lambda th: bar(th).expect_tx(th, nbytes(th), n)
 
 

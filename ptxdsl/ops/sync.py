@@ -36,8 +36,16 @@ class FenceMBarrierInit(OpDef):
         e.w.instr("fence.mbarrier_init.release.cluster")
 
     def interp(self, c: Program, n: ir.FenceMBarrierInit) -> Step:
-        # Publication to other threads is modelled by the barrier that must follow the fence.
-        return PLAIN, False, lambda th: th.fence_inits()
+        # Publication to other threads is modelled by the barrier that must follow the fence;
+        # to peer CTAs, by the cluster barrier that must follow it (interp/cluster.py).
+        def fence(th: Thread) -> None:
+            th.fence_inits()
+            for bars in th.cta.barriers.values():
+                for b in bars:
+                    if b.initialised and b.init_tid == th.tid:
+                        th.cta.cluster_fenced.add((id(b), b.base))
+
+        return PLAIN, False, fence
 
 
 def _check_named(n: ir.BarSync | ir.BarArrive, err: ErrorFn) -> None:

@@ -19,6 +19,7 @@ from .barriers import (
     check_stage_rotation,
     check_waits,
 )
+from .cluster import check_clusters
 from .copies import check_bulk_stores, check_issuers
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
@@ -38,6 +39,7 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_issuers,
     check_bulk_stores,
     check_cp_async,
+    check_clusters,
 )
 
 

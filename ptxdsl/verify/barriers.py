@@ -454,6 +454,8 @@ class _Init:
 
 def is_cta_sync(v: Visit, n: int) -> bool:
     s = v.stmt
+    if isinstance(s, (ir.ClusterSync, ir.ClusterWait)):  # every thread of the cluster
+        return True
     if not isinstance(s, ir.BarSync):
         return False
     cnt = v.args.get("nthreads")

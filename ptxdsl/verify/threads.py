@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import ir
 from .. import types as T
+from .remote import remote_barriers
 from .values import Evaluator, Val, const, join, top
 
 # Each loop level runs its body up to 2 + FIXPOINT_ROUNDS times; below MAX_LOOP_DEPTH only
@@ -176,7 +177,9 @@ class Interpreter:
         self.ev = Evaluator(k.threads)
         self.n = self.ev.n
         self.shared = {s.name: s for s in k.body if isinstance(s, ir.SharedDecl)}
-        self.barriers = {s.name: s for s in k.body if isinstance(s, ir.BarrierDecl)}
+        hidden = remote_barriers(k)  # checked by verify/cluster.py
+        self.barriers = {s.name: s for s in k.body
+                         if isinstance(s, ir.BarrierDecl) and s.name not in hidden}
         self.visits: list[Visit] = []
         self._assigned: dict[int, set[str]] = {}
         self._recordable: dict[int, bool] = {}

@@ -1,0 +1,245 @@
+"""A thread-block cluster at run time: its CTAs run together, interleaved, and reach each
+other's shared memory and mbarriers.
+
+The scheduler picks a CTA with work from a seeded stream and lets it take one scheduling
+step (a thread step or a copy event), so the CTAs' threads and copies interleave. The
+cluster barrier (`barrier.cluster.arrive/wait`) completes when every thread of the cluster
+has arrived or exited. Happens-before is tracked inside each CTA (`hb.py`); accesses that
+cross CTAs (DSMEM loads and stores, remote arrivals, multicast and peer copies) are checked
+for what the hardware requires of them instead: the peer CTA must still be running, its
+mbarrier must be initialised, fenced with fence_mbarrier_init() and published by a cluster
+barrier before a peer uses it, and a remote arrival must fit in the barrier's count.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import Diagnostic, Note
+from .copies import AsyncLoad
+from .errors import InterpError, fail, id_ranges, note, threads_phrase
+
+if TYPE_CHECKING:
+    from .cta import CTA, Thread
+    from .mbarrier import MBarrier
+
+
+class ClusterBarrier:
+    """`barrier.cluster`: one arrival per thread per generation; a wait returns once the
+    generation of the thread's arrival has completed."""
+
+    __slots__ = ("cluster", "generation", "arrived", "exited", "total", "vcs", "released",
+                 "waiters")
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.generation = 0
+        self.arrived: set[tuple[int, int]] = set()  # (rank, tid) arrived in this generation
+        self.exited: set[tuple[int, int]] = set()  # (rank, tid) of the threads that exited
+        self.total = sum(c.nthreads for c in cluster.ctas)
+        self.vcs: dict[int, np.ndarray] = {}  # rank -> what that CTA's release arrivals published
+        self.released: dict[int, dict[int, np.ndarray]] = {}  # generation -> vcs
+        self.waiters: list[Thread] = []
+
+    def arrive(self, th: Thread, release: bool, node: Any) -> None:
+        key = (th.cta.rank, th.tid)
+        if key in self.arrived:
+            fail("barrier", f"{th.name} arrives on the cluster barrier twice without waiting "
+                 "in between (cluster_wait)", node)
+        self.arrived.add(key)
+        th.cluster_gen = self.generation
+        if release:
+            vc = th.cta.clocks.release(th.tid)
+            old = self.vcs.get(th.cta.rank)
+            self.vcs[th.cta.rank] = vc if old is None else np.maximum(old, vc)
+        self.check()
+
+    def check(self) -> None:
+        """Complete the generation once every live thread of the cluster has arrived."""
+        if not self.arrived or \
+                len(self.arrived) + len(self.exited - self.arrived) < self.total:
+            return
+        self.released = {g: v for g, v in self.released.items() if g >= self.generation - 2}
+        self.released[self.generation] = self.vcs
+        self.generation += 1
+        self.arrived = set()
+        self.vcs = {}
+        self.cluster.publish_inits()
+        waiters, self.waiters = self.waiters, []
+        for t in waiters:
+            t.cta.runnable.append(t)
+
+    def done(self, th: Thread) -> bool:
+        return th.cluster_gen < self.generation
+
+    def acquire(self, th: Thread) -> None:
+        vc = self.released.get(th.cluster_gen, {}).get(th.cta.rank)
+        if vc is not None:
+            th.cta.clocks.acquire(th.tid, vc)
+        th.cluster_gen = -1
+
+    def explain(self, cta: CTA, tids: list[int], detail: Any) -> tuple[str, list[Note]]:
+        missing = []
+        for c in self.cluster.ctas:
+            absent = [t.tid for t in c.threads if not t.exited
+                      and (c.rank, t.tid) not in self.arrived]
+            if absent:
+                missing.append(f"threads {id_ranges(absent)} of cluster rank {c.rank}")
+        return (f"{threads_phrase(tids, 'wait')} on the cluster barrier, but "
+                f"{'; '.join(missing) or 'no thread'} never arrive", [])
+
+
+class Cluster:
+    """The CTAs of one cluster and the scheduler that interleaves them."""
+
+    def __init__(self, ctas: list[CTA], seed: int, first: int):
+        self.ctas = ctas
+        self.rng = random.Random(seed * 7_919 + first)
+        self.barrier = ClusterBarrier(self)
+        self.published: set[tuple[int, int]] = set()  # (id(mbarrier), init generation)
+        for c in ctas:
+            c.cluster = self
+            self.barrier.exited.update((c.rank, t.tid) for t in c.threads if t.exited)
+
+    def publish_inits(self) -> None:
+        """A completed cluster barrier makes every fenced mbarrier init visible to peers."""
+        for c in self.ctas:
+            for bars in c.barriers.values():
+                for b in bars:
+                    if b.initialised and (id(b), b.base) in c.cluster_fenced:
+                        self.published.add((id(b), b.base))
+
+    def peer(self, th: Thread, rank: int, node: Any) -> CTA:
+        """The CTA of cluster rank `rank`, which must still be running."""
+        if not 0 <= rank < len(self.ctas):
+            fail("cluster", f"{th.name} names cluster rank {rank}, but the cluster has "
+                 f"{len(self.ctas)} CTA(s)", node)
+        p = self.ctas[rank]
+        if p is not th.cta and not p.live:
+            fail("cluster", f"{th.name} accesses the shared memory of cluster rank {rank}, "
+                 f"which has exited (CTA {p.label}): a CTA must not exit while peers may "
+                 "still access its shared memory or mbarriers (end it with cluster_sync())",
+                 node)
+        return p
+
+    def run(self) -> None:
+        ctas, rng = self.ctas, self.rng
+        while True:
+            busy = [c for c in ctas if c.runnable or c.inflight]
+            if not busy:
+                break
+            rng.choice(busy).step()
+        if any(c.live for c in ctas):
+            diags: list[Diagnostic] = []
+            for c in ctas:
+                if c.live:
+                    diags.extend(c.deadlock().diagnostics)
+            raise InterpError("deadlock", diags)
+
+    def exited(self, th: Thread) -> None:
+        """Thread `th` exited: it no longer holds up the cluster barrier; when it was the
+        last of its CTA, no copy may still be reading that CTA's shared memory."""
+        cta = th.cta
+        self.barrier.exited.add((cta.rank, th.tid))
+        self.barrier.check()
+        if cta.live:
+            return
+        for other in self.ctas:
+            for copy in other.inflight:
+                if isinstance(copy, PeerLoad) and copy.source is cta:
+                    fail("cluster", f"CTA {cta.label} has exited while this {copy.op} it "
+                         f"issued into cluster rank {other.rank} still reads its shared "
+                         "memory: end the kernel with cluster_sync()", copy.node)
+
+
+# ----------------------------------------------------------------------------- remote use
+
+
+def check_remote_barrier(th: Thread, b: MBarrier, node: Any, verb: str) -> None:
+    """A thread of another CTA (or the copy engine on its behalf) uses mbarrier `b`: its
+    init must be fenced at cluster scope and published by a cluster barrier."""
+    if not b.initialised:
+        fail("mbarrier", f"{th.name} {verb} mbarrier {b.label} of cluster rank {b.cta.rank}, "
+             "which is not initialised", node)
+    cluster = b.cta.cluster
+    if cluster is not None and (id(b), b.base) not in cluster.published:
+        why = ("its initialising thread never ran fence_mbarrier_init()"
+               if (id(b), b.base) not in b.cta.cluster_fenced
+               else "no cluster barrier (cluster_sync) has passed since")
+        fail("mbarrier", f"{th.name} {verb} mbarrier {b.label} of cluster rank {b.cta.rank} "
+             f"before its initialisation is visible to the cluster: {why}; initialise, "
+             "fence_mbarrier_init(), then cluster_sync() before peers use it", node,
+             note(f"'{b.label}' was initialised here", b.init_node))
+
+
+def remote_arrive(th: Thread, b: MBarrier, count: int, node: Any) -> None:
+    """`mbarrier.arrive.release.cluster` on a peer's barrier (or, through the CTA's own rank,
+    on its own: then it orders like a local arrive)."""
+    if b.cta is th.cta:
+        b.arrive(th, count, node)
+        return
+    check_remote_barrier(th, b, node, "arrives on")
+    if count < 1 or count > b.pending:
+        fail("mbarrier", f"too many arrivals: {th.name} arrives remotely on {b.label} of "
+             f"cluster rank {b.cta.rank} with count {count}, but {b.label} is in {b.state()} "
+             "(does its count include the peers' arrivals?)", node,
+             note(f"'{b.label}' was initialised here", b.init_node))
+    b.pending -= count
+    b._advance()
+
+
+def remote_expect_tx(th: Thread, b: MBarrier, nbytes: int, node: Any) -> None:
+    if b.cta is th.cta:
+        b.expect_tx(th, nbytes, node)
+        return
+    check_remote_barrier(th, b, node, "sets expect_tx on")
+    b._add_tx(nbytes, node)
+    b._advance()
+
+
+class PeerLoad(AsyncLoad):
+    """A copy into another CTA's shared memory (multicast, st.async, peer bulk copy),
+    completing on that CTA's mbarrier. Its order relative to the destination's threads is
+    checked through the barrier protocol, not through happens-before."""
+
+    __slots__ = ("source",)
+
+    def start(self, th: Thread) -> None:
+        self.source = th.cta if self.op == "bulk_copy_cluster" else None
+        smem, sel = self.cta.smem, self.dst
+        self.vc = self.cta.clocks.zeros()
+        busy = smem.loading[sel]
+        if busy.any():
+            other = smem.loads[int(busy[np.argmax(busy != 0)])]
+            fail("race", f"race: a {self.op} from {th.name} writes into cluster rank "
+                 f"{self.cta.rank} while another {other.op} into the same bytes is in flight",
+                 self.node, note(f"the other {other.op} was issued here", other.node))
+        smem.loading[sel] = self.id
+        smem.loads[self.id] = self
+        self.bar.copies += 1
+
+
+def issue_remote(th: Thread, dst: CTA, node: Any, bar: MBarrier, sel: Any, nbytes: int,
+                 fetch: Any) -> None:
+    """A copy issued by `th` that lands in CTA `dst` (its own CTA included)."""
+    if dst is th.cta:
+        bar.check_async_use(th, node)
+        dst.issue(th, AsyncLoad(dst, node, bar, sel, nbytes, fetch))
+    else:
+        check_remote_barrier(th, bar, node, f"issues a {node.syntax} completing on")
+        dst.issue(th, PeerLoad(dst, node, bar, sel, nbytes, fetch))
+
+
+def remote_write(th: Thread, cta: CTA, off: int, n: int, write: Any, value: Any,
+                 node: Any) -> None:
+    """`st.shared::cluster` into a peer's shared memory."""
+    smem, sel = cta.smem, slice(off, off + n)
+    smem._check_in_flight(th, sel, node, "writes")
+    write(smem.buf, off, value)
+    smem.written[sel] = True
+    smem.w_agent[sel] = -1  # ordered through the cluster barrier protocol, not tracked here
+    smem.r_agent[sel] = -1
+    smem.gw_owner[sel] = 0

@@ -1,0 +1,28 @@
+"""How many clusters of a kernel fit on the device at once: the persistent grid of a
+cluster kernel (a grid of more clusters runs in waves; a loop over work items then splits
+them unevenly)."""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from ..errors import DeviceError
+from .driver import check, driver, ensure_current
+from .launch import Kernel, _launch_config, plan_launch
+
+
+def max_active_clusters(kernel: Kernel, cluster: Any = None) -> int:
+    """`cuOccupancyMaxActiveClusters` for `kernel` launched with its cluster shape (or
+    `cluster`), its block and its dynamic shared memory."""
+    if kernel.function is None:
+        raise DeviceError(f"kernel '{kernel.info.name}' is not loaded on a device")
+    info = kernel.info
+    shape = cluster if cluster is not None else (info.cluster or (1, 1, 1))
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    plan = plan_launch(info, prod(dims), cluster=dims)
+    ensure_current()
+    kernel.function.prepare(plan, info.name)
+    cfg = _launch_config(plan, 0)
+    return int(check(driver().cuOccupancyMaxActiveClusters(kernel.function.handle, cfg),
+                     f"cuOccupancyMaxActiveClusters({info.name})"))

@@ -1,0 +1,54 @@
+"""Which barriers and statements of a kernel reach other CTAs of its cluster (shared by the
+thread trace, which leaves such barriers to the cluster checks, and by those checks)."""
+
+from __future__ import annotations
+
+import functools
+
+from .. import ir
+from .. import types as T
+
+MULTICAST = (ir.TensorLoadMulticast, ir.BulkLoadMulticast)
+
+
+def exprs(x: object):
+    """Every expression inside a node or a tuple of them, depth-first."""
+    if isinstance(x, tuple):
+        for y in x:
+            yield from exprs(y)
+        return
+    if not isinstance(x, ir.Node):
+        return
+    if isinstance(x, ir.Expr):
+        yield x
+    for name in x.__dataclass_fields__:  # type: ignore[attr-defined]
+        if name != "loc" and not (isinstance(x, ir.Stmt) and name in ("then", "orelse", "body")):
+            yield from exprs(getattr(x, name))
+
+
+def root(e: ir.Expr) -> str | None:
+    """The declared name under a place (`bars[i]` -> "bars")."""
+    while isinstance(e, (ir.Index, ir.Peer)):
+        e = e.base if isinstance(e, ir.Index) else e.ref
+    return getattr(e, "name", None)
+
+
+def remote_uses(s: ir.Stmt) -> list[str]:
+    """Barriers of peer CTAs that statement `s` uses (a multicast completes on the barrier
+    of the same name in every CTA of its mask)."""
+    out = [n for p in exprs(s) if isinstance(p, ir.Peer)
+           and isinstance(p.type, T.PeerBarrier) and (n := root(p.ref)) is not None]
+    if isinstance(s, MULTICAST) and (n := root(s.bar)) is not None:
+        out.append(n)
+    return out
+
+
+@functools.cache
+def remote_barriers(k: ir.Kernel) -> frozenset[str]:
+    """Names of the mbarriers that other CTAs of the cluster arrive on or complete bytes on."""
+    return frozenset(n for s in ir.walk(k.body) for n in remote_uses(s))
+
+
+def touches_peers(s: ir.Stmt) -> bool:
+    return isinstance(s, (*MULTICAST, ir.BulkCopyCluster, ir.StAsync)) or any(
+        isinstance(e, ir.Peer) for e in exprs(s))
