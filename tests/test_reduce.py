@@ -25,10 +25,14 @@ kernel {name}(g: ptr<{elem}>, m: tmap<{elem}, 2>) threads(32) {{
     if %tid.x == 0 {{
         mbarrier_init(bar);
         fence_mbarrier_init();
+    }}
+    cluster_sync();
+    if %tid.x == 0 {{
 {stmts}
         bulk_commit();
         bulk_wait(0);
     }}
+    cluster_sync();
 }}
 """
 
@@ -40,7 +44,7 @@ def _every_form(elem: str) -> str:
             lines.append(f"        bulk_reduce_{op}(g[0], t);")
             lines.append(f"        tma_reduce_{op}(m, [0, 0], t);")
         if elem in CLUSTER_TYPES[op]:
-            lines.append(f"        cluster_reduce_{op}(c, t, 0, bar, 256);")
+            lines.append(f"        cluster_reduce_{op}(peer(c, 0), t, peer(bar, 0), 256);")
     return "\n".join(lines)
 
 
@@ -62,18 +66,19 @@ def test_every_accepted_operation_and_type_assembles(tmp_path):
 
 
 def test_a_pair_ptx_rejects_is_a_located_error():
-    src = _kernel("        bulk_reduce_max(g[0], t);\n        cluster_reduce_add(c, t, 1, bar);",
+    src = _kernel("        bulk_reduce_max(g[0], t);\n"
+                  "        cluster_reduce_add(peer(c, 0), t, peer(bar, 0), 256);",
                   "f32")
     with pytest.raises(ptxdsl.CompileError) as e:
         ptxdsl.parse(src, "r.ptxdsl")
     assert e.value.render() == """\
-r.ptxdsl:9:31: error: bulk_reduce_max cannot reduce f32 elements; max takes f16, bf16, u32, \
+r.ptxdsl:12:31: error: bulk_reduce_max cannot reduce f32 elements; max takes f16, bf16, u32, \
 s32, u64, s64
         bulk_reduce_max(g[0], t);
                               ^
-r.ptxdsl:10:31: error: cluster_reduce_add cannot reduce f32 elements; add takes u32, s32, u64
-        cluster_reduce_add(c, t, 1, bar);
-                              ^
+r.ptxdsl:13:40: error: cluster_reduce_add cannot reduce f32 elements; add takes u32, s32, u64
+        cluster_reduce_add(peer(c, 0), t, peer(bar, 0), 256);
+                                       ^
 2 errors generated."""
 
 
@@ -185,3 +190,59 @@ def test_gpu_reductions_from_many_ctas_into_one_place(op, t):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-2)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+_CLUSTER_SUM = """
+kernel csum(src: ptr<u32>, out: ptr<u32>) threads(64) cluster(4) {
+    shared acc: u32[64] align 128;
+    shared part: u32[64] align 128;
+    mbarrier bar count 1;
+    let tid = %tid.x;
+    let rank = %cluster_ctarank;
+    acc[tid] = 0;
+    part[tid] = src[%ctaid.x * 64 + tid];
+    fence_proxy_async();
+    if tid == 0 {
+        mbarrier_init(bar);
+        fence_mbarrier_init();
+    }
+    cluster_sync();
+    if rank == 0 && tid == 0 {
+        mbarrier_arrive_expect_tx(bar, 4 * sizeof(part));
+    }
+    if tid == 0 {
+        cluster_reduce_add(peer(acc, 0), part, peer(bar, 0));
+    }
+    if rank == 0 {
+        mbarrier_wait(bar, 0);
+        out[%clusterid.x * 64 + tid] = acc[tid];
+    }
+    cluster_sync();
+}
+"""
+
+
+def _cluster_sum_data(rng: np.random.Generator):
+    src = rng.integers(0, 1 << 32, 8 * 64, dtype=np.uint64).astype(np.uint32)
+    want = src.reshape(2, 4, 64).sum(axis=1, dtype=np.uint64).astype(np.uint32)  # wraps
+    return src, want.reshape(-1)
+
+
+def test_cluster_reduce_sums_every_ctas_part_in_the_interpreter():
+    from ptxdsl.interp import run
+
+    src, want = _cluster_sum_data(np.random.default_rng(1))
+    out = np.zeros(128, np.uint32)
+    run(ptxdsl.parse(_CLUSTER_SUM).kernels[0], 8, {"src": src, "out": out}, seed=2)
+    assert (out == want).all()
+
+
+@pytest.mark.gpu
+def test_cluster_reduce_sums_every_ctas_part_on_the_gpu():
+    from ptxdsl.runtime import synchronize, to_device, zeros
+
+    src, want = _cluster_sum_data(np.random.default_rng())
+    d_out = zeros(128, "u32")
+    ptxdsl.compile(_CLUSTER_SUM)[8](to_device(src), d_out)
+    synchronize()
+    np.testing.assert_array_equal(d_out.copy_to_host(), want)

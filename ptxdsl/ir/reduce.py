@@ -41,13 +41,12 @@ class TensorReduce(Op):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterReduce(Op):
     """`cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes.<op>.
-    <type> [dst], [src], nbytes, [bar]`: the same buffer `dst` of the cluster's CTA `rank`
-    op= shared[src ..], completing (complete_tx) on that CTA's mbarrier `bar`."""
+    <type> [dst], [src], nbytes, [bar]`: `dst` (a `peer(place, rank)` view) op= shared[src ..],
+    completing (complete_tx) on that CTA's mbarrier `bar` (`peer(bar, rank)`)."""
 
     op: ClassVar[str] = ""
     dst: Expr
     src: Expr
-    rank: Expr
     bar: Expr
     nbytes: Expr
 

@@ -205,7 +205,7 @@ class BulkCopyCluster(OpDef):
             err(f"a bulk copy moves a positive multiple of 16 bytes, got {size}",
                 n.nbytes.loc or n.loc)
         elif size > room:
-            err(f"bulk_copy_cluster moves {size} bytes, but its shared-memory operands hold "
+            err(f"{self.syntax} moves {size} bytes, but its shared-memory operands hold "
                 f"{room}", n.nbytes.loc or n.loc)
 
     def emit(self, e, n: ir.BulkCopyCluster) -> None:
@@ -213,6 +213,11 @@ class BulkCopyCluster(OpDef):
         _, src = e.addr(n.src)
         e.w.instr("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes",
                   dst, src, e.ev(n.nbytes), e.bar_addr(n.bar))
+
+    def fetcher(self, n: Any, mine: np.ndarray, src: slice, cta: Any, off: int
+                ) -> Callable[[], np.ndarray]:
+        """What the copy delivers into the peer at `off`, read when its bytes land."""
+        return lambda: mine[src].copy()
 
     def interp(self, c: Program, n: ir.BulkCopyCluster) -> Step:
         from ..interp.exprs import peer_place
@@ -225,17 +230,13 @@ class BulkCopyCluster(OpDef):
             k, s, b = nbytes(th), src(th), bar(th)
             _same_cta(th, cta, b, n)
             if k <= 0 or k % 16 or k > min(sview, dview):
-                fail("copy", f"{th.name}: bulk_copy_cluster moves a positive multiple of 16 "
+                fail("copy", f"{th.name}: {n.syntax} moves a positive multiple of 16 "
                      f"bytes within its operands ({min(sview, dview)} bytes), got {k}", n)
             check_smem_aligned(th, n, s, 16)
             check_smem_aligned(th, n, off, 16)
             th.cta.smem.check_async_read(th, slice(s, s + k), n, n.syntax)
-            mine = th.cta.smem
-
-            def fetch() -> np.ndarray:
-                return mine.u8[s : s + k].copy()
-
-            issue_remote(th, cta, n, b, slice(off, off + k), k, fetch)
+            issue_remote(th, cta, n, b, slice(off, off + k), k,
+                         self.fetcher(n, th.cta.smem.u8, slice(s, s + k), cta, off))
 
         return PLAIN, True, copy
 

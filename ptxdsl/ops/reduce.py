@@ -10,18 +10,21 @@ element type; anything else is a located error that lists what the operation acc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .. import ir
 from .. import types as T
-from ..interp.copies import AsyncLoad, AsyncStore
+from ..interp.cluster import PeerLoad, check_remote_barrier
+from ..interp.copies import AsyncStore, _part
 from ..interp.cta import Thread
-from ..interp.errors import fail
+from ..interp.errors import fail, note
 from ..interp.program import PLAIN, Program, Step
 from ..opdef import ErrorFn, OpDef, register
 from .bulk import _BulkCopy, _check_bulk
+from .cluster import BulkCopyCluster
 from .tensor import check_tile, tensor_operands, tmap_operand
 
 _BITWISE = {"and", "or", "xor"}
@@ -165,11 +168,8 @@ class _TensorReduce(OpDef):
         return PLAIN, True, reduce
 
 
-class _ClusterReduce(_BulkCopy):
-    operands = (("dst", "smem", False), ("src", "smem", False), ("rank", "u32", False),
-                ("bar", "bar", False), ("nbytes", "u32", True))
-    async_reads = True
-    smem_key = "src"
+class _ClusterReduce(BulkCopyCluster):
+    """Like bulk_copy_cluster, but what lands in the peer is its buffer op= the source."""
 
     def check(self, n: Any, err: ErrorFn) -> None:
         super().check(n, err)
@@ -181,44 +181,72 @@ class _ClusterReduce(_BulkCopy):
         check_reduce(self.syntax, n.op, s, CLUSTER_TYPES, n.src, err, n.loc)
 
     def emit(self, e: Any, n: Any) -> None:
-        w = e.w
-        rank = e.ev(n.rank)
-        remote = []
-        for place in (n.dst, n.bar):
-            r, off = e.shared_addr(place)
-            local, peer = w.reg(T.u32), w.reg(T.u32)
-            w.instr("add.u32", local, r, str(off))
-            w.instr("mapa.shared::cluster.u32", peer, local, rank)
-            remote.append(f"[{peer}]")
+        _, dst = e.addr(n.dst)
         _, src = e.addr(n.src)
         ty = CLUSTER_TYPES[n.op][_elem(n.src).name]  # type: ignore[union-attr]
-        w.instr(f"cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes"
-                f".{n.op}.{ty}", remote[0], src, e.ev(n.nbytes), remote[1])
+        e.w.instr(f"cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes"
+                  f".{n.op}.{ty}", dst, src, e.ev(n.nbytes), e.bar_addr(n.bar))
 
     def interp(self, c: Program, n: Any) -> Step:
-        (dst, dview), (src, view) = c.shared_place(n.dst), c.shared_place(n.src)
-        rank, bar, nbytes, elem = c.expr(n.rank), c.barrier_place(n.bar), c.expr(n.nbytes), \
-            _elem(n.src)
+        from ..interp.exprs import peer_place
+
+        where, dview = peer_place(c, n.dst)
+        (src, sview), bar, nbytes = c.shared_place(n.src), c.barrier_place(n.bar), c.expr(n.nbytes)
+        elem = _elem(n.src)
 
         def reduce(th: Thread) -> None:
-            k, off, doff, b = nbytes(th), src(th), dst(th), bar(th)
-            if rank(th) != th.sregs["cluster_ctarank"]:
-                fail("unsupported", f"{th.name}: {n.syntax} into CTA {rank(th)} of its "
-                     "cluster; the interpreter runs one CTA at a time, so only a reduction "
-                     "into the CTA's own shared memory is modelled", n)
-            _check_bulk(th, n, k, off, view)
-            _check_bulk(th, n, k, doff, dview)
-            th.cta.smem.check_async_read(th, slice(off, off + k), n, n.syntax)
-            b.check_async_use(th, n)
-            smem = th.cta.smem.u8
-            source = smem[off : off + k].copy()
-
-            def fetch() -> np.ndarray:
-                return combine(n.op, elem, smem[doff : doff + k].copy(), source)  # type: ignore[arg-type]
-
-            th.cta.issue(th, AsyncLoad(th.cta, n, b, slice(doff, doff + k), k, fetch))
+            cta, off = where(th)
+            k, s, b = nbytes(th), src(th), bar(th)
+            _check_bulk(th, n, k, s, sview)
+            _check_bulk(th, n, k, off, dview)
+            th.cta.smem.check_async_read(th, slice(s, s + k), n, n.syntax)
+            if cta is th.cta:
+                b.check_async_use(th, n)
+            else:
+                check_remote_barrier(th, b, n, f"issues a {n.syntax} completing on")
+            source = th.cta.smem.u8[s : s + k].copy()
+            load = ReduceLoad(cta, n, b, slice(off, off + k), k, lambda: source)
+            load.combine = lambda old, new: combine(n.op, elem, old, new)  # type: ignore[arg-type]
+            cta.issue(th, load)
 
         return PLAIN, True, reduce
+
+
+class ReduceLoad(PeerLoad):
+    """A reduction landing in a CTA's shared memory: each chunk combines with the bytes it
+    lands on at that moment (element-wise atomic), and reductions into the same bytes may
+    be in flight together; any other copy into them still races."""
+
+    __slots__ = ("combine",)
+    combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+    def start(self, th: Thread) -> None:
+        smem, sel = self.cta.smem, self.dst
+        self.source, self.vc = None, self.cta.clocks.zeros()
+        busy = smem.loading[sel]
+        for i in {int(x) for x in np.unique(busy) if x}:
+            other = smem.loads[i]
+            if not isinstance(other, ReduceLoad):
+                fail("race", f"race: a {self.op} from {th.name} lands on bytes of CTA rank "
+                     f"{self.cta.rank} while a {other.op} into them is in flight", self.node,
+                     note(f"the {other.op} was issued here", other.node))
+        smem.loading[sel] = np.where(busy == 0, self.id, busy)
+        smem.loads[self.id] = self
+        self.bar.copies += 1
+
+    def step(self) -> bool:
+        if self.data is None:
+            self.data = self.fetch()
+        a, b = self.chunks.pop(self.cta.rng.randrange(len(self.chunks)))
+        part, bar = _part(self.dst, a, b), self.bar
+        landed = self.combine(self.cta.smem.u8[part].copy(), self.data[a:b])
+        self.cta.smem.deliver(self, part, landed, bar.agent, bar.delivery_clock())
+        done = not self.chunks
+        if done:
+            bar.copies -= 1
+            self.cta.smem.end_load(self)
+        bar.complete_tx(b - a, self.node, self.vc)
+        return done
 
 
 def _definitions() -> None:
