@@ -214,6 +214,9 @@ class _Walker:
         if elem is None or elem.is_pred:
             self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
             return None
+        if kind == "array_type":
+            return self.b.reg_array_type(elem, tuple(int(str(d), 0) for d in
+                                                      tree.children[1].children), self.span(tree))
         if kind == "ptr_type":
             return T.Ptr(elem)
         return T.TensorMap(elem, int(str(tree.children[1]), 0))
@@ -232,13 +235,15 @@ class _Walker:
 
     def buffer_spec(self, t: lark.Tree) -> tuple | None:
         """(name, elem, shape, align or None, span) of `name: T[d0]... [align A]`."""
-        name, elem_tok, dims, align = t.children
+        name, elem_tok, dims, align, swizzle = t.children
         elem = T.SCALARS.get(str(elem_tok))
         if elem is None:
             self.diags.error(f"unknown element type '{elem_tok}'", self.span(elem_tok))
             return None
         shape = tuple(int(str(d), 0) for d in dims.children)
-        return str(name), elem, shape, int(str(align), 0) if align else None, self.span(t)
+        swz = int(str(swizzle.children[0]), 0) if swizzle is not None else 0
+        return (str(name), elem, shape, int(str(align), 0) if align else None, self.span(t),
+                swz)
 
     def s_shared_decl(self, t: lark.Tree) -> None:
         spec = self.buffer_spec(t)

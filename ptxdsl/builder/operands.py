@@ -9,6 +9,9 @@ Kinds:
   tmap    a tensor-map parameter
   pipe    a pipeline
   coords  a list `[c0, c1, ...]` of 32-bit integer coordinates, innermost first
+  pred    a pred value (literals allowed)
+  regs    a register array (`let acc: f32[128];`)
+  mma_a   a wgmma A operand: a shared-memory place or a register array
 Omitted optional operands are derived by the OpDef (`derive`) or left None.
 """
 
@@ -32,6 +35,8 @@ KIND_TEXT = {
     "tmap": "a tensor map",
     "pipe": "a pipeline",
     "u32": "a u32 value",
+    "regs": "a register array",
+    "mma_a": "a shared-memory place or a register array",
 }
 
 
@@ -80,8 +85,8 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
     if isinstance(arg, list):
         b.diags.error(f"{where} cannot be a list", loc)
         return None
-    if kind == "u32":
-        e = b.value(arg, T.u32)
+    if kind in ("u32", "pred"):
+        e = b.value(arg, T.u32 if kind == "u32" else T.pred)
         return None if isinstance(e.type, T.ErrorType) else e
     if kind == "const":
         if not isinstance(arg, Lit) or not isinstance(arg.value, int) or isinstance(
@@ -101,6 +106,9 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
         "gref": isinstance(ty, T.GlobalRef),
         "tmap": isinstance(ty, T.TensorMap),
         "pipe": isinstance(ty, T.PipelineRef),
+        "regs": isinstance(ty, T.RegArray) and isinstance(arg, ir.Var),
+        "mma_a": isinstance(ty, T.SharedRef) or (isinstance(ty, T.RegArray)
+                                                 and isinstance(arg, ir.Var)),
     }[kind]
     if not good:
         extra = ""

@@ -14,6 +14,7 @@ from .. import ir
 from .. import types as T
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
 from ..opdef import definition
+from ..swizzle import mask
 from .asyncops import AsyncOps
 from .layout import Layout, layout_kernel
 from .writer import (
@@ -64,7 +65,7 @@ class KernelEmitter(AsyncOps):
         raise KeyError(name)
 
     def new_regs(self, t: T.Type):
-        if isinstance(t, T.Vector):
+        if isinstance(t, (T.Vector, T.RegArray)):
             return [self.w.reg(t.elem) for _ in range(t.n)]
         return self.w.reg(t)
 
@@ -142,7 +143,12 @@ class KernelEmitter(AsyncOps):
         if isinstance(s, ir.Let):
             regs = self.new_regs(s.var_type)
             self.bind(s.name, regs)
-            if s.value is not None:
+            if isinstance(s.var_type, T.RegArray):
+                if s.value is not None:  # a literal broadcast to every element
+                    v = self.ev(s.value)
+                    for r in regs:
+                        w.instr(f"mov.{mem_type(s.var_type.elem)}", r, v)
+            elif s.value is not None:
                 self.move_into(regs, s.value, s.var_type)
         elif isinstance(s, ir.Assign):
             self.move_into(self.lookup(s.name), s.value, s.value.type)
@@ -300,7 +306,27 @@ class KernelEmitter(AsyncOps):
         else:
             r, off = self.shared_addr(ref)
             space = "shared"
+            swz = self.swizzle_of(ref)
+            if swz and ref.type.shape == ():  # type: ignore[attr-defined]
+                r, off = self.swizzled(r, off, swz), 0
         return space, (f"[{r}+{off}]" if off else f"[{r}]")
+
+    def swizzle_of(self, ref: ir.Expr) -> int:
+        while isinstance(ref, ir.Index):
+            ref = ref.base
+        decl = self.layout.decl(ref.name)  # type: ignore[attr-defined]
+        return getattr(decl, "swizzle", 0)
+
+    def swizzled(self, r: str, off: int, swz: int) -> str:
+        """The swizzled address of logical shared address r + off: the base is aligned to
+        the pattern, so the XOR applies to the absolute address (see ptxdsl.swizzle)."""
+        w = self.w
+        a, t = w.reg(T.u32), w.reg(T.u32)
+        w.instr("add.u32", a, r, str(off))
+        w.instr("shr.u32", t, a, "3")
+        w.instr("and.b32", t, t, str(mask(swz) << 4))
+        w.instr("xor.b32", a, a, t)
+        return a
 
     def load(self, e: ir.Load):
         space, a = self.addr(e.ref)
@@ -428,9 +454,11 @@ class KernelEmitter(AsyncOps):
             return int(self.lookup(e.name))
         if isinstance(e, ir.Binary):
             a, b = self.const_index(e.a), self.const_index(e.b)
-            return {"add": a + b, "sub": a - b, "mul": a * b, "div": a // b, "rem": a % b,
-                    "and": a & b, "or": a | b, "xor": a ^ b, "shl": a << b,
-                    "shr": a >> b, "min": min(a, b), "max": max(a, b)}[e.op]
+            ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+                   "div": lambda: a // b, "rem": lambda: a % b, "and": lambda: a & b,
+                   "or": lambda: a | b, "xor": lambda: a ^ b, "shl": lambda: a << b,
+                   "shr": lambda: a >> b, "min": lambda: min(a, b), "max": lambda: max(a, b)}
+            return ops[e.op]()
         raise TypeError(f"vector index is not constant: {type(e).__name__}")
 
     def sreg(self, e: ir.SReg) -> str:
@@ -592,8 +620,20 @@ def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] 
 
 
 def needs_sm90a(m: ir.Module) -> bool:
-    """Whether any arch-specific (sm_90a-only) feature is used: setmaxnreg."""
-    return any(isinstance(s, ir.SetMaxNReg) for k in m.kernels for s in ir.walk(k.body))
+    """Whether any arch-specific (sm_90a-only) feature is used: setmaxnreg, wgmma."""
+    sm90a = (ir.SetMaxNReg, ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)
+    return any(isinstance(s, sm90a) for k in m.kernels for s in ir.walk(k.body))
+
+
+def _require_sm90a(m: ir.Module, arch: str) -> None:
+    """wgmma exists only on sm_90a: a located error rather than a ptxas failure."""
+    from ..errors import CompileError, Diagnostic
+
+    for k in m.kernels:
+        for s in ir.walk(k.body):
+            if isinstance(s, (ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)):
+                raise CompileError(Diagnostic(f"{s.syntax} needs the sm_90a target, but the "
+                                              f"module is compiled for {arch}", s.loc))
 
 
 def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None = None,
@@ -601,6 +641,8 @@ def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None =
     """PTX text for every kernel of a module, with each kernel's launch contract.
     `watchdog_ms` > 0 bounds every mbarrier wait (see KernelEmitter.bounded_wait)."""
     arch = arch or ("sm_90a" if needs_sm90a(m) else "sm_90")
+    if arch != "sm_90a":
+        _require_sm90a(m, arch)
     target = Target(arch=arch)
     parts = [f"// Generated by ptxdsl{f' from {source_name}' if source_name else ''}. "
              "Do not edit.", target.header()]

@@ -46,7 +46,8 @@ class Thread:
     """One thread of a CTA: registers, special registers and synchronisation bookkeeping."""
 
     __slots__ = ("cta", "tid", "lane", "name", "regs", "sregs", "gen", "wait", "exited",
-                 "bulk", "unfenced", "inits", "loops", "warp_threads", "warp_gathers")
+                 "bulk", "unfenced", "inits", "loops", "warp_threads", "warp_gathers",
+                 "wgmma")
 
     def __init__(self, cta: CTA, tid: int, sregs: dict[str, int], regs: list[Any]):
         self.cta = cta
@@ -64,6 +65,7 @@ class Thread:
         self.warp_threads: list[Thread] = []
         self.warp_gathers: dict[int, Gather] = {}
         self.gen: Any = None
+        self.wgmma: Any = None  # interp.wgmma.WgmmaState once the thread fences or issues
 
     def fence_inits(self) -> None:
         """A fence after mbarrier_init: the async proxy may now use those barriers."""

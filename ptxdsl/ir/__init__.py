@@ -7,3 +7,4 @@ every pass spells a node `ir.Name`.
 
 from .core import *  # noqa: F403
 from .core import Node, walk  # noqa: F401  (named for readers and type checkers)
+from .wgmma import *  # noqa: F403

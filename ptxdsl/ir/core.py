@@ -158,12 +158,16 @@ class Stmt(Node):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SharedDecl(Stmt):
-    """A shared-memory buffer, placed by the compiler in dynamic shared memory."""
+    """A shared-memory buffer, placed by the compiler in dynamic shared memory. `swizzle`
+    (0, 32, 64 or 128 bytes) declares the TMA/wgmma swizzled layout: rows of the last
+    dimension are `swizzle` bytes whose 16-byte chunks are permuted by the row index; every
+    access through the buffer (generic, TMA, wgmma descriptor) uses that one layout."""
 
     name: str
     elem: T.Scalar
     shape: tuple[int, ...]
     align: int
+    swizzle: int = 0
 
     @property
     def nbytes(self) -> int:

@@ -7,6 +7,6 @@ emitter and interpreter need no change; the verifier and lowering only where the
 takes part in a whole-kernel rule (a barrier it completes on, a buffer it reads).
 """
 
-from . import bulk, mbarrier, pipeline, sync, tensor
+from . import bulk, mbarrier, pipeline, sync, tensor, wgmma
 
-__all__ = ["bulk", "mbarrier", "pipeline", "sync", "tensor"]
+__all__ = ["bulk", "mbarrier", "pipeline", "sync", "tensor", "wgmma"]

@@ -1,0 +1,42 @@
+"""The swizzled shared-memory layouts that TMA writes and wgmma reads, in one place.
+
+A buffer declared `swizzle S` (S = 32, 64 or 128 bytes) holds rows of exactly S bytes (its
+last dimension); inside every aligned group of 8 rows the 16-byte chunks of a row are permuted
+by XOR with address bits [7, 10): physical = a ^ (((a >> 7) & mask) << 4), on the absolute
+shared address, which is why the buffer is aligned to 8 * S bytes. The wgmma matrix
+descriptor of a K-major operand in such a buffer (PTX ISA, "Matrix Descriptor Format"):
+  bits  0-13  start address >> 4      (the operand's first row, k offset included)
+  bits 16-29  leading byte offset >> 4 (unused for swizzled K-major layouts: 1)
+  bits 32-45  stride byte offset >> 4  (8 rows: 8 * S bytes between 8-row core groups)
+  bits 49-51  base offset             (0: the buffer is aligned to the pattern)
+  bits 62-63  layout: 1 = 128B, 2 = 64B, 3 = 32B swizzle
+"""
+
+from __future__ import annotations
+
+SWIZZLES = (32, 64, 128)
+_MASK = {32: 1, 64: 3, 128: 7}
+_MODE = {128: 1, 64: 2, 32: 3}
+LBO_FIELD = 1
+
+
+def mask(swizzle: int) -> int:
+    """Bits of (address >> 7) that are XORed into the 16-byte chunk index."""
+    return _MASK[swizzle]
+
+
+def physical(addr: int, swizzle: int) -> int:
+    """The swizzled shared address of logical address `addr` (absolute)."""
+    if not swizzle:
+        return addr
+    return addr ^ (((addr >> 7) & _MASK[swizzle]) << 4)
+
+
+def desc_lo(addr: int) -> int:
+    """Low word of a descriptor: start address and leading byte offset."""
+    return ((addr & 0x3FFFF) >> 4) | (LBO_FIELD << 16)
+
+
+def desc_hi(swizzle: int) -> int:
+    """High word of a descriptor of a K-major operand with rows of `swizzle` bytes."""
+    return ((8 * swizzle) >> 4) | (_MODE[swizzle] << 30)

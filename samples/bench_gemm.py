@@ -1,0 +1,142 @@
+"""GEMM benchmark: ptxdsl's warp-specialised wgmma GEMM against cuBLAS (torch.matmul), side by
+side in one process on the same inputs, correctness checked first.
+
+    python samples/bench_gemm.py [--quick] [--variants] [--out results.md]
+
+C = A @ B^T with A (M x K) and B (N x K) row-major bf16, f32 accumulation, bf16 C; cuBLAS runs
+torch.matmul(A, B.T) (the same product, which it computes with a transposed-operand GEMM).
+Times are medians of CUDA-event-timed runs; TFLOP/s count 2 M N K."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import ptxdsl  # noqa: E402
+from ptxdsl.runtime import TensorMap  # noqa: E402
+
+SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 32768), (4096, 4096, 512)]
+
+
+def _twin():
+    spec = importlib.util.spec_from_file_location("bench_gemm_twin", HERE / "gemm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def median_ms(fn, reps: int, warmup: int = 10) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def gemm_launcher(kdef, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int = 128,
+                  bn: int = 256):
+    """A closure launching `kdef` on (a, b) into c, with its tensor maps built once."""
+    m, k = a.shape
+    n = b.shape[0]
+    ta = TensorMap(a, box=(bm, 64), swizzle="128B")
+    tb = TensorMap(b, box=(bn, 64), swizzle="128B")
+    tc = TensorMap(c, box=(64, 64), swizzle="128B")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    grid = min(sms, -(-m // bm) * -(-n // bn))
+    launch = kdef[grid]
+    return lambda: launch(ta, tb, tc, m, n, k)
+
+
+def check(kdef, m: int, n: int, k: int, bm: int = 128, bn: int = 256, seed: int = 0) -> float:
+    """Run once on random data; return max |err| / tolerance against an f32 reference
+    (<= 1 passes: rtol 2^-7 for the bf16 output rounding, atol for values near zero)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemm_launcher(kdef, a, b, c, bm, bn)()
+    torch.cuda.synchronize()
+    ref = a.float() @ b.float().T
+    tol = 2 ** -7 * ref.abs() + 1e-3 * k ** 0.5
+    return float(((c.float() - ref).abs() / tol).max())
+
+
+def bench(kdef, shapes, reps: int, bm: int = 128, bn: int = 256) -> list[tuple]:
+    rows = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        mine = gemm_launcher(kdef, a, b, c, bm, bn)
+        mine()
+        torch.cuda.synchronize()
+        ref = torch.matmul(a, b.T)
+        err = float((c.float() - ref.float()).abs().max() / ref.float().abs().max())
+        flops = 2 * m * n * k
+        # interleave the two so clocks and thermals treat them alike
+        t_ptx, t_cub = [], []
+        for _ in range(3):
+            t_ptx.append(median_ms(mine, reps))
+            t_cub.append(median_ms(lambda: torch.matmul(a, b.T), reps))
+        tp, tc = min(t_ptx), min(t_cub)
+        rows.append((m, n, k, flops / tp / 1e9, flops / tc / 1e9, tc / tp, err))
+        print(f"{m}x{n}x{k}: ptxdsl {flops / tp / 1e9:7.1f} TFLOP/s  cuBLAS "
+              f"{flops / tc / 1e9:7.1f} TFLOP/s  ratio {tc / tp:.3f}  (max rel diff {err:.2e})",
+              flush=True)
+        del a, b, c
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--variants", action="store_true", help="also time other tile configs")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    twin = _twin()
+    reps = 10 if args.quick else 30
+    t0 = time.perf_counter()
+    ptx = twin.gemm.ptx()
+    print(f"compile (build + emit, first call) {1e3 * (time.perf_counter() - t0):.1f} ms")
+    lines = [f"## GEMM (bf16, C = A @ B^T), {datetime.date.today()}, "
+             f"{torch.cuda.get_device_name(0)}", "",
+             "| config | M x N x K | ptxdsl TFLOP/s | cuBLAS TFLOP/s | ratio |",
+             "|---|---|---|---|---|"]
+    configs = [("128x256x64 s3 g8", twin.gemm, 128, 256)]
+    if args.variants:
+        configs += [
+            ("128x256x64 s3 g16", twin.make_gemm(group=16), 128, 256),
+            ("128x256x64 s3 r24/240", twin.make_gemm(producer_regs=24, consumer_regs=240),
+             128, 256),
+            ("128x128x64 s6", twin.make_gemm(bn=128, stages=6), 128, 128),
+        ]
+    for label, kdef, bm, bn in configs:
+        print(f"# {label}", flush=True)
+        for m, n, k, tp, tc, ratio, _ in bench(kdef, SHAPES, reps, bm, bn):
+            lines.append(f"| {label} | {m} x {n} x {k} | {tp:.1f} | {tc:.1f} | {ratio:.3f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    del ptx
+
+
+if __name__ == "__main__":
+    main()
