@@ -62,3 +62,59 @@ def test_gemm_sample_text_runs(bench):
 
     for _, results in run_sample(ROOT / "samples" / "gemm.ptxdsl", seed=0):
         assert all(r.ok for r in results), [r.detail for r in results]
+
+
+def test_gemm_simple_sample_runs(bench):
+    from ptxdsl.runner import run_sample
+
+    for _, results in run_sample(ROOT / "samples" / "gemm_simple.ptxdsl", seed=1):
+        assert all(r.ok for r in results), [r.detail for r in results]
+
+
+def _forms():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from wgmma_cases import FORMS
+
+    return FORMS
+
+
+@pytest.mark.parametrize("form", _forms(), ids=str)
+def test_every_wgmma_form_on_the_gpu(bench, form):
+    """Each form (N, swizzle, input type, A in registers, negation) against numpy: the
+    interpreter tests check the same kernels against the same reference."""
+    import numpy as np
+    from wgmma_cases import inputs, make_mma, reference
+
+    import ptxdsl
+
+    n, swizzle, dtype, a_regs, neg_a, neg_b = form
+    bk = swizzle // (4 if dtype == "tf32" else 2)
+    kdim = 4 * bk
+    a, b, af, bf = inputs(np.random.default_rng(2), n, kdim, dtype)
+    t = {"bf16": "bf16", "f16": "f16", "tf32": "f32"}[dtype]
+    da, db = ptxdsl.to_device(a, dtype=t), ptxdsl.to_device(b, dtype=t)
+    c = ptxdsl.to_device(np.full(64 * n, np.nan, np.float32))
+    sw = f"{swizzle}B"
+    make_mma(*form)[1](ptxdsl.TensorMap(da, box=(64, bk), swizzle=sw),
+                       ptxdsl.TensorMap(db, box=(n, bk), swizzle=sw), c, kdim)
+    ptxdsl.synchronize()
+    got = c.copy_to_host().reshape(64, n)
+    ref = reference(af, bf, neg_a, neg_b)
+    assert np.allclose(got, ref, rtol=1e-4, atol=1e-3 * kdim ** 0.5), np.abs(got - ref).max()
+
+
+def test_launch_rejects_a_tensor_map_whose_swizzle_disagrees_with_the_buffer(bench):
+    import torch
+
+    import ptxdsl
+
+    twin = bench._twin()
+    a = torch.zeros(256, 256, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
+    ta = ptxdsl.TensorMap(a, box=(128, 64), swizzle="none")
+    tb = ptxdsl.TensorMap(a, box=(256, 64), swizzle="128B")
+    tc = ptxdsl.TensorMap(c, box=(64, 64), swizzle="128B")
+    with pytest.raises(ptxdsl.LaunchError, match="declares swizzle 128"):
+        twin.gemm[2](ta, tb, tc, 256, 256, 256)

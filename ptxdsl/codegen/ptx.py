@@ -280,6 +280,11 @@ class KernelEmitter(AsyncOps):
         w = self.w
         if isinstance(idx, ir.Const):
             return base, off + int(idx.value) * stride
+        if t == T.u32 and idx.type == T.u32:
+            c, rest = self.split_const(idx)
+            if rest is None:
+                return base, off + c * stride
+            off, idx = off + c * stride, rest
         i = self.ev_reg(idx)
         r = w.reg(t)
         it = idx.type
@@ -446,6 +451,30 @@ class KernelEmitter(AsyncOps):
             return self.call(e)
         raise TypeError(f"no PTX value for {type(e).__name__}")
 
+    def immediate_of(self, e: ir.Expr) -> int | None:
+        """The value of a u32 expression of constants and unrolled loop variables, or None."""
+        if e.type != T.u32 or not isinstance(e, (ir.Const, ir.Var, ir.Binary)):
+            return None
+        try:
+            v = self.const_index(e)
+        except (TypeError, ValueError, KeyError, ZeroDivisionError):
+            return None
+        return v if 0 <= v < 1 << 32 else None
+
+    def split_const(self, e: ir.Expr) -> tuple[int, ir.Expr | None]:
+        """A u32 index as (constant part, the rest or None): `row + i * 8` with `i` unrolled
+        gives (8 i, row), so the constant goes into the address offset."""
+        v = self.immediate_of(e)
+        if v is not None:
+            return v, None
+        if isinstance(e, ir.Binary) and e.op == "add":
+            ca, ra = self.split_const(e.a)
+            cb, rb = self.split_const(e.b)
+            if ra is None or rb is None:
+                return ca + cb, ra if rb is None else rb
+            return ca + cb, ir.Binary(op="add", a=ra, b=rb, type=e.type)
+        return 0, e
+
     def const_index(self, e: ir.Expr) -> int:
         """The value of a vector index: constants and unrolled loop variables only."""
         if isinstance(e, ir.Const):
@@ -497,6 +526,9 @@ class KernelEmitter(AsyncOps):
                 return r2
             return r
         assert isinstance(t, T.Scalar)
+        v = self.immediate_of(e)  # constants and unrolled loop variables fold
+        if v is not None:
+            return str(v)
         a = self.ev_reg(e.a)  # immediates only as the second operand
         b = self.ev(e.b)
         r = w.reg(t)
@@ -604,13 +636,34 @@ def _vec_operands(kind: str, a: str, regs: list[str]) -> tuple[str, str]:
     return (group, a) if kind.startswith("ld") else (a, group)
 
 
+def tmap_swizzles(k: ir.Kernel, layout: Layout) -> dict[str, tuple[int | None, str]]:
+    """For each tensor-map parameter that TMA copies use with swizzle-declaring buffers:
+    (the swizzle they declare, a buffer name); (None, "") where two buffers disagree."""
+    out: dict[str, tuple[int | None, str]] = {}
+    for s in ir.walk(k.body):
+        if isinstance(s, (ir.TensorLoad, ir.TensorStore)) and isinstance(s.tmap, ir.Var):
+            smem = s.dst if isinstance(s, ir.TensorLoad) else s.src
+            while isinstance(smem, ir.Index):
+                smem = smem.base
+            decl = layout.decl(smem.name)  # type: ignore[attr-defined]
+            swz = getattr(decl, "swizzle", 0)
+            if not swz:
+                continue
+            prev = out.get(s.tmap.name)
+            name = smem.name.split(".")[-1]  # type: ignore[attr-defined]
+            out[s.tmap.name] = (swz, name) if prev is None or prev[0] == swz else (None, "")
+    return out
+
+
 def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] = (),
                 watchdog_ms: int = 0) -> KernelInfo:
     params = []
+    swizzles = tmap_swizzles(k, layout)
     for p in k.params:
         t = p.type
         if isinstance(t, T.TensorMap):
-            params.append(ParamInfo(p.name, "tmap", t.elem, t.rank))
+            swz, buf = swizzles.get(p.name, (None, ""))
+            params.append(ParamInfo(p.name, "tmap", t.elem, t.rank, swz, buf))
         elif isinstance(t, T.Ptr):
             params.append(ParamInfo(p.name, "ptr", t.elem))
         else:

@@ -118,12 +118,15 @@ def scatter(th: Thread, prod: np.ndarray) -> np.ndarray:
     return prod[rows, cols].reshape(-1)
 
 
-def a_from_regs(th: Thread, regs: list, kind: str) -> np.ndarray:
-    """The (2, 16) rows of A that a thread's 8-register fragment holds."""
-    lane = th.tid % 32
+def a_from_regs(th: Thread, quad: dict[int, list], kind: str) -> np.ndarray:
+    """The (2, 16) rows of A that a thread's rows hold, from the 8-register fragments of the
+    four lanes of its quad (`quad`: lane -> fragment, gathered across the warp)."""
+    first = th.tid % 32 // 4 * 4
     out = np.zeros((2, 16), np.float32)
-    for h in range(2):
-        for i in range(2):
-            for c in range(2):
-                out[i, 8 * h + 2 * (lane % 4) + c] = regs[4 * h + 2 * i + c]
+    for lane in range(first, first + 4):
+        regs = quad[lane]
+        for h in range(2):
+            for i in range(2):
+                for c in range(2):
+                    out[i, 8 * h + 2 * (lane % 4) + c] = regs[4 * h + 2 * i + c]
     return out

@@ -6,6 +6,7 @@ from the declaration by `ptxdsl.swizzle`, so nobody encodes them by hand."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,8 @@ from .. import types as T
 from ..interp import wgmma as W
 from ..interp.cta import Thread
 from ..interp.errors import fail, note
-from ..interp.program import PLAIN, Program, Step
+from ..interp.program import GEN, PLAIN, Program, Step
+from ..interp.sync import collective
 from ..opdef import ErrorFn, OpDef, const_int, register
 from ..swizzle import LBO_FIELD, desc_hi
 
@@ -113,7 +115,7 @@ class Wgmma(OpDef):
         sign = np.float32((-1.0 if n.neg_a is not None and const_int(n.neg_a) else 1.0)
                           * (-1.0 if n.neg_b is not None and const_int(n.neg_b) else 1.0))
 
-        def issue(th: Thread) -> None:
+        def issue(th: Thread, quad: dict | None = None) -> None:
             st = W.state(th)
             if not st.fenced:
                 fail("wgmma", f"{th.name}: wgmma without a wgmma_fence() before it", n)
@@ -125,19 +127,14 @@ class Wgmma(OpDef):
             if isinstance(cur, list):
                 cur = W.Pending(name, cur, slot, n)
                 th.regs[slot] = cur
-            if a_reg:
-                a_vals = th.regs[a_slot]
-                if not isinstance(a_vals, list):
-                    a_vals.touched(th, n)
-                a_vals = list(a_vals)
-            else:
+            if not a_reg:
                 ao = a_off(th)
             bo, keep, pend = b_off(th), bool(acc(th)), cur
 
             def run() -> None:
                 rows = W.rows_of(th)
                 if a_reg:
-                    a = W.a_from_regs(th, a_vals, kind)
+                    a = W.a_from_regs(th, quad, kind)  # type: ignore[arg-type]
                 else:
                     a = W.tile(th, ao, rows, kdim, esz, a_swz, kind)
                 b = W.tile(th, bo, np.arange(ncols), kdim, esz, b_swz, kind)
@@ -150,7 +147,20 @@ class Wgmma(OpDef):
             pend.todo += 1
             st.open.append((pend, run))
 
-        return PLAIN, True, issue
+        if not a_reg:
+            return PLAIN, True, issue
+        c.sites += 1
+        site = c.sites
+
+        def issue_with_fragments(th: Thread) -> Generator:
+            # a thread's rows of A are spread over the fragments of its quad's four lanes
+            frag = th.regs[a_slot]
+            if not isinstance(frag, list):
+                frag.touched(th, n)
+            quad = yield from collective(th, site, "gather", (list(frag),), n)
+            issue(th, quad)
+
+        return GEN, True, issue_with_fragments
 
 
 def operand_place(c: Program, place: ir.Expr):

@@ -184,6 +184,13 @@ def _tmap_converter(p: ParamInfo) -> Converter:
     def conv(v: Any) -> bytes:
         if type(v) is TensorMap:
             s = v.spec
+            if p.swizzle is not None and s.swizzle != (f"{p.swizzle}B" if p.swizzle else "none"):
+                raise LaunchError(
+                    f"argument '{p.name}' is a tensor map with swizzle {s.swizzle}, but the "
+                    f"kernel's buffer '{p.buffer}' declares "
+                    f"{f'swizzle {p.swizzle}' if p.swizzle else 'no swizzle'}: TMA would lay "
+                    "the tile out differently from what the kernel reads"
+                )
             if s.elem.name in ok and len(s.shape) == p.rank:
                 return v.raw
             raise LaunchError(

@@ -1,0 +1,101 @@
+"""Single-warpgroup wgmma kernels over the forms the language offers (tile width N, swizzle,
+input type, A from shared memory or registers, negation), with their numpy references; run
+by the interpreter tests (test_wgmma.py) and on the GPU (test_gemm_gpu.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import ptxdsl
+from ptxdsl import array, bf16, f16, f32, ptr, tmap, u32
+
+TYPES = {"bf16": bf16, "f16": f16, "tf32": f32}
+
+
+def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool = False,
+             neg_a: int = 0, neg_b: int = 0) -> ptxdsl.KernelDef:
+    """C (64 x n, f32) = A (64 x K) @ B (n x K)^T, K a multiple of the tile width, by one
+    warpgroup: TMA loads K-tiles of `swizzle` bytes per row, wgmma accumulates them."""
+    t = TYPES[dtype]
+    bk = swizzle // t.nbytes  # k per tile: one swizzle row
+    kstep = 32 // t.nbytes  # k per wgmma
+    name = f"mma_{dtype}_n{n}_sw{swizzle}{'_areg' if a_regs else ''}_neg{neg_a}{neg_b}"
+
+    @ptxdsl.kernel(threads=128, name=name)
+    def mma(k, a: tmap(t, 2), b: tmap(t, 2), c: ptr(f32), kdim: u32):
+        sa = k.shared("sa", t, [64, bk], swizzle=swizzle)
+        sb = k.shared("sb", t, [n, bk], swizzle=swizzle)
+        bar = k.mbarrier("bar", count=1)
+        tid = k.let("tid", k.tid.x)
+        with k.if_(tid == 0):
+            k.mbarrier_init(bar)
+            k.fence_mbarrier_init()
+        k.bar_sync(0)
+        acc = k.let("acc", 0.0, array(f32, n // 2))
+        phase = k.let("phase", 0)
+        q = k.let("q", tid / 32)
+        lane = k.let("lane", k.laneid)
+        frag = k.let("frag", type=array(t, 8)) if a_regs else None
+        with k.for_("kt", 0, kdim / bk) as kt:
+            with k.if_(tid == 0):
+                k.mbarrier_arrive_expect_tx(bar, 64 * bk * t.nbytes + n * bk * t.nbytes)
+                k.tma_load(sa, a, [(kt * bk).to(ptxdsl.s32), 0], bar)
+                k.tma_load(sb, b, [(kt * bk).to(ptxdsl.s32), 0], bar)
+            k.mbarrier_wait(bar, phase)
+            k.assign(phase, phase ^ 1)
+            with k.for_("kk", 0, bk // kstep, unroll=True) as kk:
+                if a_regs:
+                    with k.for_("e", 0, 8, unroll=True) as e:
+                        frag[e] = sa[16 * q + lane / 4 + e / 2 % 2 * 8,
+                                     kk * kstep + e / 4 * 8 + lane % 4 * 2 + e % 2]
+                    k.wgmma_fence()
+                    k.wgmma(acc, frag, sb[0, kk * kstep], True, neg_a, neg_b)
+                    k.wgmma_commit()
+                    k.wgmma_wait(0)
+                else:
+                    k.wgmma_fence()
+                    k.wgmma(acc, sa[0, kk * kstep], sb[0, kk * kstep], True, neg_a, neg_b)
+            if not a_regs:
+                k.wgmma_commit()
+                k.wgmma_wait(0)
+            k.bar_sync(0)
+        row = k.let("row", 16 * q + lane / 4)
+        with k.for_("j", 0, n // 8, unroll=True) as j:
+            with k.for_("i", 0, 2, unroll=True) as i:
+                with k.for_("h", 0, 2, unroll=True) as h:
+                    c[(row + i * 8) * n + j * 8 + lane % 4 * 2 + h] = acc[4 * j + 2 * i + h]
+
+    return mma
+
+
+def inputs(rng: np.random.Generator, n: int, kdim: int, dtype: str):
+    """(A, B) as the arrays TMA reads (bf16 as uint16 bits) and (A, B) as float64 values."""
+    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+
+    a = rng.standard_normal((64, kdim), np.float32)
+    b = rng.standard_normal((n, kdim), np.float32)
+    if dtype == "bf16":
+        ab, bb = f32_to_bf16(a), f32_to_bf16(b)
+        return ab, bb, bf16_to_f32(ab).astype(np.float64), bf16_to_f32(bb).astype(np.float64)
+    if dtype == "f16":
+        ah, bh = a.astype(np.float16), b.astype(np.float16)
+        return ah, bh, ah.astype(np.float64), bh.astype(np.float64)
+    trunc = np.uint32(0xFFFFE000)  # tf32: the tensor cores read 10 mantissa bits
+    at, bt = (a.view(np.uint32) & trunc).view(np.float32), (b.view(np.uint32) & trunc).view(
+        np.float32)
+    return at, bt, at.astype(np.float64), bt.astype(np.float64)
+
+
+def reference(a: np.ndarray, b: np.ndarray, neg_a: int, neg_b: int) -> np.ndarray:
+    sign = (-1.0) ** (neg_a + neg_b)
+    return sign * (a @ b.T)
+
+
+# the forms exercised: (n, swizzle, dtype, a_regs, neg_a, neg_b)
+FORMS = [
+    (64, 128, "bf16", False, 0, 0), (256, 128, "bf16", False, 0, 0),
+    (8, 128, "bf16", False, 0, 0), (136, 64, "bf16", False, 0, 0),
+    (32, 32, "bf16", False, 0, 0), (128, 128, "f16", False, 0, 0),
+    (64, 128, "tf32", False, 0, 0), (64, 128, "bf16", True, 0, 0),
+    (64, 128, "bf16", False, 1, 0), (48, 64, "f16", True, 0, 1),
+]
