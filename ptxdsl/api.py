@@ -224,11 +224,12 @@ class KernelContext:
 
     # -- declarations
     def shared(self, name: str, elem: T.Scalar, shape: int | list[int] | tuple[int, ...],
-               align: int | None = None, swizzle: int = 0) -> Value:
+               align: int | None = None, swizzle: int = 0, major: str = "k") -> Value:
         """A shared-memory buffer of `elem` with `shape` (outermost first); `swizzle` (32, 64
-        or 128 bytes) declares the TMA / wgmma swizzled layout of its rows."""
+        or 128 bytes) declares the TMA / wgmma swizzled layout of its rows, `major` ("k" or
+        "mn") whether wgmma reads a row along K or along M / N."""
         dims = (shape,) if isinstance(shape, int) else tuple(shape)
-        return Value(self, self._b.shared(name, elem, dims, align, user_span(), swizzle))
+        return Value(self, self._b.shared(name, elem, dims, align, user_span(), swizzle, major))
 
     def mbarrier(self, name: str, count: int = 1, n: int = 0) -> Value:
         """An mbarrier expecting `count` arrivals per phase (`n` > 0: an array of n)."""
@@ -236,7 +237,8 @@ class KernelContext:
 
     def pipeline(self, name: str, stages: int, **buffers: tuple) -> Value:
         """A pipeline of `stages` stages; each keyword names a stage buffer as
-        (elem, shape), (elem, shape, align) or (elem, shape, align, swizzle):
+        (elem, shape), (elem, shape, align), (elem, shape, align, swizzle) or
+        (elem, shape, align, swizzle, major):
         `k.pipeline("ring", 4, row=(bf16, [8192]))`."""
         loc = user_span()
         specs = []
@@ -244,7 +246,7 @@ class KernelContext:
             elem, shape, *rest = spec
             dims = (shape,) if isinstance(shape, int) else tuple(shape)
             specs.append((bname, elem, dims, rest[0] if rest else None, loc,
-                          rest[1] if len(rest) > 1 else 0))
+                          rest[1] if len(rest) > 1 else 0, rest[2] if len(rest) > 2 else "k"))
         return Value(self, self._b.pipeline(name, stages, specs, loc))
 
     @contextlib.contextmanager

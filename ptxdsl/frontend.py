@@ -242,8 +242,9 @@ class _Walker:
             return None
         shape = tuple(int(str(d), 0) for d in dims.children)
         swz = int(str(swizzle.children[0]), 0) if swizzle is not None else 0
+        major = "mn" if swizzle is not None and swizzle.children[1] is not None else "k"
         return (str(name), elem, shape, int(str(align), 0) if align else None, self.span(t),
-                swz)
+                swz, major)
 
     def s_shared_decl(self, t: lark.Tree) -> None:
         spec = self.buffer_spec(t)

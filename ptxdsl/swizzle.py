@@ -6,8 +6,10 @@ by XOR with address bits [7, 10): physical = a ^ (((a >> 7) & mask) << 4), on th
 shared address, which is why the buffer is aligned to 8 * S bytes. The wgmma matrix
 descriptor of a K-major operand in such a buffer (PTX ISA, "Matrix Descriptor Format"):
   bits  0-13  start address >> 4      (the operand's first row, k offset included)
-  bits 16-29  leading byte offset >> 4 (unused for swizzled K-major layouts: 1)
-  bits 32-45  stride byte offset >> 4  (8 rows: 8 * S bytes between 8-row core groups)
+  bits 16-29  leading byte offset >> 4 (unused for swizzled K-major layouts: 1; MN-major:
+              the bytes between blocks of S bytes along M / N, the buffer's third-last stride)
+  bits 32-45  stride byte offset >> 4  (8 rows: 8 * S bytes between 8-row core groups, along
+              M / N for K-major rows, along K for MN-major rows)
   bits 49-51  base offset             (0: the buffer is aligned to the pattern)
   bits 62-63  layout: 1 = 128B, 2 = 64B, 3 = 32B swizzle
 """
@@ -32,11 +34,19 @@ def physical(addr: int, swizzle: int) -> int:
     return addr ^ (((addr >> 7) & _MASK[swizzle]) << 4)
 
 
-def desc_lo(addr: int) -> int:
-    """Low word of a descriptor: start address and leading byte offset."""
-    return ((addr & 0x3FFFF) >> 4) | (LBO_FIELD << 16)
+def lbo_field(decl_shape: tuple[int, ...], esz: int, major: str) -> int:
+    """The leading-byte-offset field: 1 (unused) for K-major rows; for MN-major rows the
+    stride (>> 4) between blocks of one row's width along M / N (the third-last dimension)."""
+    if major != "mn" or len(decl_shape) < 3:
+        return LBO_FIELD
+    return (decl_shape[-2] * decl_shape[-1] * esz) >> 4
+
+
+def desc_lo(addr: int, lbo: int = LBO_FIELD) -> int:
+    """Low word of a descriptor: start address and leading byte offset field."""
+    return ((addr & 0x3FFFF) >> 4) | (lbo << 16)
 
 
 def desc_hi(swizzle: int) -> int:
-    """High word of a descriptor of a K-major operand with rows of `swizzle` bytes."""
+    """High word of a descriptor with rows of `swizzle` bytes (8-row groups 8 S apart)."""
     return ((8 * swizzle) >> 4) | (_MODE[swizzle] << 30)

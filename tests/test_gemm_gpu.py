@@ -85,20 +85,21 @@ def test_every_wgmma_form_on_the_gpu(bench, form):
     """Each form (N, swizzle, input type, A in registers, negation) against numpy: the
     interpreter tests check the same kernels against the same reference."""
     import numpy as np
-    from wgmma_cases import inputs, make_mma, reference
+    from wgmma_cases import boxes, inputs, make_mma, operands, reference
 
     import ptxdsl
 
-    n, swizzle, dtype, a_regs, neg_a, neg_b = form
-    bk = swizzle // (4 if dtype == "tf32" else 2)
+    n, swizzle, dtype, a_regs, neg_a, neg_b = form[:6]
+    box_a, box_b, bk = boxes(form)
     kdim = 4 * bk
     a, b, af, bf = inputs(np.random.default_rng(2), n, kdim, dtype)
+    a, b = operands(a, b, form)
     t = {"bf16": "bf16", "f16": "f16", "tf32": "f32"}[dtype]
     da, db = ptxdsl.to_device(a, dtype=t), ptxdsl.to_device(b, dtype=t)
     c = ptxdsl.to_device(np.full(64 * n, np.nan, np.float32))
     sw = f"{swizzle}B"
-    make_mma(*form)[1](ptxdsl.TensorMap(da, box=(64, bk), swizzle=sw),
-                       ptxdsl.TensorMap(db, box=(n, bk), swizzle=sw), c, kdim)
+    make_mma(*form)[1](ptxdsl.TensorMap(da, box=box_a, swizzle=sw),
+                       ptxdsl.TensorMap(db, box=box_b, swizzle=sw), c, kdim)
     ptxdsl.synchronize()
     got = c.copy_to_host().reshape(64, n)
     ref = reference(af, bf, neg_a, neg_b)

@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 from conftest import ptxas_path
-from wgmma_cases import FORMS, inputs, make_mma, reference
+from wgmma_cases import FORMS, boxes, inputs, make_mma, operands, reference
 
 import ptxdsl
 from ptxdsl.interp import run
@@ -55,9 +55,31 @@ def test_builder_rejects(body, message):
     ("shared s: bf16[64][32] swizzle 128;", "rows (last dimension) must be 128 bytes = 64 bf16"),
     ("shared s: bf16[64][64] align 128 swizzle 128;", "it needs align 1024, got 128"),
     ("shared s: bf16[64][64] swizzle 48;", "swizzle must be 32, 64 or 128"),
+    ("shared s: bf16[64][64] swizzle 128 mn;", "is declared [blocks][k][row]"),
 ])
 def test_swizzle_declarations_are_checked(decl, message):
     assert message in errors(f"kernel k() threads(32) {{ {decl} }}")
+
+
+def test_mn_major_declaration_roundtrips():
+    text = """kernel k() threads(32) {
+    shared s: bf16[2][64][64] align 1024 swizzle 128 mn;
+    pipeline ring stages 2 {
+        t: f16[1][32][32] align 512 swizzle 64 mn;
+    }
+}
+"""
+    m = ptxdsl.parse(text)
+    assert ptxdsl.print_module(m) == text
+    assert m.kernels[0].body[0].major == "mn"
+
+
+def test_mn_major_operand_must_span_its_blocks():
+    text = KERNEL.format(body="""shared bt: bf16[1][64][64] swizzle 128 mn;
+    let acc: f32[64];
+    wgmma_fence();
+    wgmma(acc, sa[0, 0], bt[0, 8, 0], false);""")
+    assert "spans 128 elements along M / N, but 'bt' holds 64" in errors(text)
 
 
 def test_register_array_roundtrips_and_indexes_by_dimension():
@@ -111,14 +133,15 @@ def test_every_form_assembles(form, tmp_path):
 
 @pytest.mark.parametrize("form", FORMS, ids=str)
 def test_interpreter_wgmma_matches_numpy(form):
-    n, swizzle, dtype, a_regs, neg_a, neg_b = form
-    bk = swizzle // (4 if dtype == "tf32" else 2)
+    n, swizzle, dtype, a_regs, neg_a, neg_b = form[:6]
+    box_a, box_b, bk = boxes(form)
     kdim = 2 * bk
     a, b, af, bf = inputs(np.random.default_rng(1), n, kdim, dtype)
+    a, b = operands(a, b, form)
     c = np.zeros(64 * n, np.float32)
     sw = f"{swizzle}B"
-    run(make_mma(*form), 1, {"a": TensorMapModel(a, (64, bk), swizzle=sw),
-                             "b": TensorMapModel(b, (n, bk), swizzle=sw), "c": c, "kdim": kdim})
+    run(make_mma(*form), 1, {"a": TensorMapModel(a, box_a, swizzle=sw),
+                             "b": TensorMapModel(b, box_b, swizzle=sw), "c": c, "kdim": kdim})
     ref = reference(af, bf, neg_a, neg_b)
     assert np.allclose(c.reshape(64, n), ref, rtol=1e-5, atol=1e-4)
 

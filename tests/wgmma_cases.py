@@ -12,19 +12,31 @@ from ptxdsl import array, bf16, f16, f32, ptr, tmap, u32
 TYPES = {"bf16": bf16, "f16": f16, "tf32": f32}
 
 
+def tile_k(swizzle: int, dtype: str, both_mn: bool) -> int:
+    """K per tile: one swizzle row of a K-major operand; 64 rows when both are MN-major."""
+    return 64 if both_mn else swizzle // TYPES[dtype].nbytes
+
+
 def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool = False,
-             neg_a: int = 0, neg_b: int = 0) -> ptxdsl.KernelDef:
+             neg_a: int = 0, neg_b: int = 0, a_mn: bool = False,
+             b_mn: bool = False) -> ptxdsl.KernelDef:
     """C (64 x n, f32) = A (64 x K) @ B (n x K)^T, K a multiple of the tile width, by one
-    warpgroup: TMA loads K-tiles of `swizzle` bytes per row, wgmma accumulates them."""
+    warpgroup: TMA loads K-tiles, wgmma accumulates them. K-major operands are tiles of
+    `swizzle`-byte rows of K; MN-major ones (A stored K x 64, B stored K x n in global memory)
+    are blocks of `swizzle`-byte rows along M / N, one row per k."""
     t = TYPES[dtype]
-    bk = swizzle // t.nbytes  # k per tile: one swizzle row
+    bk = tile_k(swizzle, dtype, a_mn and b_mn)
+    width = swizzle // t.nbytes  # elements per row
     kstep = 32 // t.nbytes  # k per wgmma
-    name = f"mma_{dtype}_n{n}_sw{swizzle}{'_areg' if a_regs else ''}_neg{neg_a}{neg_b}"
+    name = (f"mma_{dtype}_n{n}_sw{swizzle}{'_areg' if a_regs else ''}_neg{neg_a}{neg_b}"
+            f"{'_amn' if a_mn else ''}{'_bmn' if b_mn else ''}")
 
     @ptxdsl.kernel(threads=128, name=name)
     def mma(k, a: tmap(t, 2), b: tmap(t, 2), c: ptr(f32), kdim: u32):
-        sa = k.shared("sa", t, [64, bk], swizzle=swizzle)
-        sb = k.shared("sb", t, [n, bk], swizzle=swizzle)
+        sa = k.shared("sa", t, [64 // width, bk, width], swizzle=swizzle, major="mn") if a_mn \
+            else k.shared("sa", t, [64, bk], swizzle=swizzle)
+        sb = k.shared("sb", t, [n // width, bk, width], swizzle=swizzle, major="mn") if b_mn \
+            else k.shared("sb", t, [n, bk], swizzle=swizzle)
         bar = k.mbarrier("bar", count=1)
         tid = k.let("tid", k.tid.x)
         with k.if_(tid == 0):
@@ -39,8 +51,17 @@ def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool 
         with k.for_("kt", 0, kdim / bk) as kt:
             with k.if_(tid == 0):
                 k.mbarrier_arrive_expect_tx(bar, 64 * bk * t.nbytes + n * bk * t.nbytes)
-                k.tma_load(sa, a, [(kt * bk).to(ptxdsl.s32), 0], bar)
-                k.tma_load(sb, b, [(kt * bk).to(ptxdsl.s32), 0], bar)
+                kc = (kt * bk).to(ptxdsl.s32)
+                if a_mn:
+                    for blk in range(64 // width):
+                        k.tma_load(sa[blk], a, [blk * width, kc], bar)
+                else:
+                    k.tma_load(sa, a, [kc, 0], bar)
+                if b_mn:
+                    for blk in range(n // width):
+                        k.tma_load(sb[blk], b, [blk * width, kc], bar)
+                else:
+                    k.tma_load(sb, b, [kc, 0], bar)
             k.mbarrier_wait(bar, phase)
             k.assign(phase, phase ^ 1)
             with k.for_("kk", 0, bk // kstep, unroll=True) as kk:
@@ -49,12 +70,15 @@ def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool 
                         frag[e] = sa[16 * q + lane / 4 + e / 2 % 2 * 8,
                                      kk * kstep + e / 4 * 8 + lane % 4 * 2 + e % 2]
                     k.wgmma_fence()
-                    k.wgmma(acc, frag, sb[0, kk * kstep], True, neg_a, neg_b)
+                    pb = sb[0, kk * kstep, 0] if b_mn else sb[0, kk * kstep]
+                    k.wgmma(acc, frag, pb, True, neg_a, neg_b)
                     k.wgmma_commit()
                     k.wgmma_wait(0)
                 else:
+                    pa = sa[0, kk * kstep, 0] if a_mn else sa[0, kk * kstep]
+                    pb = sb[0, kk * kstep, 0] if b_mn else sb[0, kk * kstep]
                     k.wgmma_fence()
-                    k.wgmma(acc, sa[0, kk * kstep], sb[0, kk * kstep], True, neg_a, neg_b)
+                    k.wgmma(acc, pa, pb, True, neg_a, neg_b)
             if not a_regs:
                 k.wgmma_commit()
                 k.wgmma_wait(0)
@@ -91,11 +115,29 @@ def reference(a: np.ndarray, b: np.ndarray, neg_a: int, neg_b: int) -> np.ndarra
     return sign * (a @ b.T)
 
 
-# the forms exercised: (n, swizzle, dtype, a_regs, neg_a, neg_b)
+def operands(a: np.ndarray, b: np.ndarray, form: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """A and B as global memory holds them: MN-major operands transposed (K x 64, K x n)."""
+    a_mn, b_mn = (form[6], form[7]) if len(form) > 6 else (False, False)
+    return (np.ascontiguousarray(a.T) if a_mn else a), (np.ascontiguousarray(b.T) if b_mn
+                                                        else b)
+
+
+def boxes(form: tuple) -> tuple[tuple[int, int], tuple[int, int], int]:
+    """The TMA boxes of A and B (outermost first) and K per tile, for a form."""
+    n, swizzle, dtype = form[:3]
+    a_mn, b_mn = (form[6], form[7]) if len(form) > 6 else (False, False)
+    width = swizzle // TYPES[dtype].nbytes
+    bk = tile_k(swizzle, dtype, a_mn and b_mn)
+    return ((bk, width) if a_mn else (64, bk)), ((bk, width) if b_mn else (n, bk)), bk
+
+
+# the forms exercised: (n, swizzle, dtype, a_regs, neg_a, neg_b[, a_mn, b_mn])
 FORMS = [
     (64, 128, "bf16", False, 0, 0), (256, 128, "bf16", False, 0, 0),
     (8, 128, "bf16", False, 0, 0), (136, 64, "bf16", False, 0, 0),
     (32, 32, "bf16", False, 0, 0), (128, 128, "f16", False, 0, 0),
     (64, 128, "tf32", False, 0, 0), (64, 128, "bf16", True, 0, 0),
     (64, 128, "bf16", False, 1, 0), (48, 64, "f16", True, 0, 1),
+    (256, 128, "bf16", False, 0, 0, False, True), (64, 128, "bf16", False, 0, 0, True, False),
+    (128, 64, "f16", False, 0, 0, True, True), (64, 32, "bf16", True, 0, 0, False, True),
 ]

@@ -59,8 +59,26 @@ class Declarations(Expressions):
             return None
         return atom if align is None else align
 
+    def major_ok(self, name: str, swizzle: int, major: str, loc: Span | None) -> bool:
+        if major not in ("k", "mn"):
+            self.diags.error(f"buffer '{name}': major is 'k' or 'mn', got {major!r}", loc)
+            return False
+        if major == "mn" and not swizzle:
+            self.diags.error(f"buffer '{name}' is MN-major, a property of swizzled wgmma "
+                             "layouts: declare its swizzle too (swizzle 128 mn)", loc)
+            return False
+        return True
+
+    def mn_shape_ok(self, name: str, shape: tuple[int, ...], major: str,
+                    loc: Span | None) -> bool:
+        if major == "mn" and len(shape) < 3:
+            self.diags.error(f"MN-major buffer '{name}' is declared [blocks][k][row]: blocks of "
+                             f"one swizzle row along M / N, got {len(shape)} dimension(s)", loc)
+            return False
+        return True
+
     def shared(self, name: str, elem: T.Type | None, shape: tuple[int, ...], align: int | None,
-               loc: Span | None = None, swizzle: int = 0) -> ir.Expr:
+               loc: Span | None = None, swizzle: int = 0, major: str = "k") -> ir.Expr:
         if not self.at_top:
             return self.error("shared memory is declared at the top level of the kernel body",
                               loc)
@@ -80,8 +98,11 @@ class Declarations(Expressions):
         if not shape or any((not isinstance(d, int)) or d < 1 for d in shape):
             return self.error(f"shared buffer '{name}' needs positive dimensions, got "
                               f"{list(shape)}", loc)
+        if not self.major_ok(name, swizzle, major, loc) or \
+                not self.mn_shape_ok(name, tuple(shape), major, loc):
+            return ir.Const(value=0, type=T.error, loc=loc)
         decl = ir.SharedDecl(name=name, elem=elem, shape=tuple(shape), align=align, loc=loc,
-                             swizzle=swizzle)
+                             swizzle=swizzle, major=major)
         if decl.nbytes > MAX_SMEM_BYTES:
             return self.error(f"shared buffer '{name}' is {decl.nbytes} bytes; a CTA has at "
                               f"most {MAX_SMEM_BYTES}", loc)
@@ -120,6 +141,10 @@ class Declarations(Expressions):
         seen: set[str] = set()
         for bname, elem, shape, align, bloc, *rest in buffers:
             swizzle = rest[0] if rest else 0
+            major = rest[1] if len(rest) > 1 else "k"
+            if not self.major_ok(bname, swizzle, major, bloc) or \
+                    not self.mn_shape_ok(bname, tuple(shape), major, bloc):
+                continue
             if bname in seen:
                 self.diags.error(f"pipeline '{name}' declares buffer '{bname}' twice", bloc)
                 continue
@@ -135,7 +160,7 @@ class Declarations(Expressions):
                                  "dimensions and a power-of-two alignment in [16, 1024]", bloc)
                 continue
             d = ir.SharedDecl(name=bname, elem=elem, shape=tuple(shape), align=align, loc=bloc,
-                              swizzle=swizzle)
+                              swizzle=swizzle, major=major)
             if d.nbytes % align:
                 self.diags.error(f"stage buffer '{bname}' is {d.nbytes} bytes, not a multiple of "
                                  f"its alignment {align}, so later stages would be misaligned",

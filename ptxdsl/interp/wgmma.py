@@ -78,15 +78,22 @@ def wait(th: Thread, n: int) -> None:
                 th.regs[pend.slot] = pend.values
 
 
-def tile(th: Thread, off: int, rows: np.ndarray, kdim: int, esz: int, swz: int,
+def tile(th: Thread, off: int, rows: np.ndarray, kdim: int, esz: int, layout: tuple,
          kind: str) -> np.ndarray:
-    """Elements [rows, 0:kdim] of the K-major operand whose first element is at logical
-    shared offset `off`, as float32 (bf16 / f16 widened, tf32 as its f32 value)."""
+    """Elements [rows, 0:kdim] (rows along M / N) of the operand whose first element is at
+    logical shared offset `off`, as float32 (bf16 / f16 widened, tf32 as its f32 value).
+    `layout` = (swizzle, major, block bytes): K-major rows hold K; MN-major rows hold
+    `swizzle` bytes along M / N, step along K, and blocks of them lie `block bytes` apart."""
+    swz, major, block = layout
     smem = th.cta.smem
-    pitch = swz if swz else kdim * esz
-    lin = smem.base + off + rows[:, None] * pitch + np.arange(kdim)[None, :] * esz
-    if swz:
-        lin = lin ^ (((lin >> 7) & S.mask(swz)) << 4)
+    k = np.arange(kdim)[None, :]
+    if major == "mn":
+        width = swz // esz
+        r = rows[:, None]
+        lin = smem.base + off + (r // width) * block + k * swz + (r % width) * esz
+    else:
+        lin = smem.base + off + rows[:, None] * swz + k * esz
+    lin = lin ^ (((lin >> 7) & S.mask(swz)) << 4)
     p = lin - smem.base
     if p.min() < 0 or p.max() + esz > len(smem.u8):
         fail("bounds", f"{th.name}: a wgmma operand reaches outside shared memory", None)

@@ -19,7 +19,7 @@ from ..interp.errors import fail, note
 from ..interp.program import GEN, PLAIN, Program, Step
 from ..interp.sync import collective
 from ..opdef import ErrorFn, OpDef, const_int, register
-from ..swizzle import LBO_FIELD, desc_hi
+from ..swizzle import desc_hi, lbo_field
 
 _INPUTS = {"bf16": "bf16", "f16": "f16", "f32": "tf32"}
 
@@ -92,9 +92,10 @@ class Wgmma(OpDef):
         p = e.ev_reg(acc)
         sa = "-1" if n.neg_a is not None and const_int(n.neg_a) else "1"
         sb = "-1" if n.neg_b is not None and const_int(n.neg_b) else "1"
-        # K-major operands: no transpose (tf32 has no transpose operands at all)
-        trans = [] if kind == "tf32" else (["0"] if isinstance(n.a.type, T.RegArray)
-                                           else ["0", "0"])
+        # the transpose operands say MN-major (tf32 has none: its operands are K-major)
+        tb = str(int(major_of(e.layout, n.b) == "mn"))
+        trans = [] if kind == "tf32" else ([tb] if isinstance(n.a.type, T.RegArray)
+                                           else [str(int(major_of(e.layout, n.a) == "mn")), tb])
         shape = f"m64n{2 * len(regs)}k{k_of(elem)}"
         w.instr(f"wgmma.mma_async.sync.aligned.{shape}.f32.{kind}.{kind}", d, a, b, p, sa, sb,
                 *trans)
@@ -105,12 +106,12 @@ class Wgmma(OpDef):
         elem = n.b.type.elem  # type: ignore[attr-defined]
         kind, kdim, esz = _INPUTS[elem.name], k_of(elem), elem.nbytes
         ncols = 2 * n.d.type.n  # type: ignore[attr-defined]
-        b_off, b_swz = operand_place(c, n.b)
+        b_off, b_layout = operand_place(c, n.b)
         a_reg = isinstance(n.a.type, T.RegArray)
         if a_reg:
             a_slot = c.slots[n.a.name]  # type: ignore[attr-defined]
         else:
-            a_off, a_swz = operand_place(c, n.a)
+            a_off, a_layout = operand_place(c, n.a)
         acc = c.expr(n.accumulate) if n.accumulate is not None else (lambda th: True)
         sign = np.float32((-1.0 if n.neg_a is not None and const_int(n.neg_a) else 1.0)
                           * (-1.0 if n.neg_b is not None and const_int(n.neg_b) else 1.0))
@@ -136,8 +137,8 @@ class Wgmma(OpDef):
                 if a_reg:
                     a = W.a_from_regs(th, quad, kind)  # type: ignore[arg-type]
                 else:
-                    a = W.tile(th, ao, rows, kdim, esz, a_swz, kind)
-                b = W.tile(th, bo, np.arange(ncols), kdim, esz, b_swz, kind)
+                    a = W.tile(th, ao, rows, kdim, esz, a_layout, kind)
+                b = W.tile(th, bo, np.arange(ncols), kdim, esz, b_layout, kind)
                 prod = (a @ b.T) * sign
                 frag = W.scatter(th, prod.astype(np.float32))
                 if keep:
@@ -164,11 +165,17 @@ class Wgmma(OpDef):
 
 
 def operand_place(c: Program, place: ir.Expr):
-    """(logical shared offset closure, swizzle) of a wgmma shared-memory operand."""
+    """(logical shared offset closure, layout) of a wgmma shared-memory operand; the layout
+    is (swizzle, major, bytes between blocks along M / N for MN-major rows)."""
     buf = buffer_of(place)
     decl = c.decls[buf.name]  # type: ignore[attr-defined]
     off, _ = c.shared_place(place, logical=True)
-    return off, decl.swizzle  # type: ignore[union-attr]
+    lbo = lbo_field(decl.shape, decl.elem.nbytes, decl.major) << 4  # type: ignore[union-attr]
+    return off, (decl.swizzle, decl.major, lbo)  # type: ignore[union-attr]
+
+
+def major_of(layout: Any, place: ir.Expr) -> str:
+    return getattr(layout.decl(buffer_of(place).name), "major", "k")  # type: ignore[attr-defined]
 
 
 def descriptor(e: Any, place: ir.Expr) -> str:
@@ -183,7 +190,8 @@ def descriptor(e: Any, place: ir.Expr) -> str:
         w.instr("shr.u32", lo, lo, "4")
     else:
         w.instr("shr.u32", lo, reg, "4")
-    w.instr("or.b32", lo, lo, str(LBO_FIELD << 16))
+    lbo = lbo_field(decl.shape, decl.elem.nbytes, decl.major)
+    w.instr("or.b32", lo, lo, str(lbo << 16))
     hi = w.reg(T.u32)
     w.instr("mov.u32", hi, str(desc_hi(decl.swizzle)))
     desc = w.reg(T.u64)

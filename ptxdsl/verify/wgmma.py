@@ -258,6 +258,9 @@ def check_wgmma_operands(facts: Facts, out: Report) -> None:
             r, c = const_int(row) if row is not None else None, \
                 const_int(col) if col is not None else None
             nrows = decl.shape[-2] if len(decl.shape) >= 2 else 1
+            if decl.major == "mn":
+                _check_mn(out, s, which, place, decl, shown, r, c, rows)
+                continue
             if r is not None and r % 8:
                 out.error(f"the wgmma {which} operand starts at row {r} of '{shown}'; a "
                           "descriptor addresses groups of 8 rows, so the row must be a "
@@ -269,6 +272,31 @@ def check_wgmma_operands(facts: Facts, out: Report) -> None:
                 out.error(f"the wgmma {which} operand starts at k offset {c}; each k-step "
                           f"is 32 bytes, so it must be a multiple of {32 // decl.elem.nbytes}",
                           place.loc or s.loc)
+
+
+def _check_mn(out: Report, s: ir.Wgmma, which: str, place: ir.Expr, decl: ir.SharedDecl,
+              shown: str, k0: int | None, c: int | None, extent: int) -> None:
+    """An MN-major operand `buf[..., k0, 0]`: rows step along K (8-row groups), each holds
+    one block of `swizzle` bytes along M / N; wider operands span the third-last dimension."""
+    loc = place.loc or s.loc
+    if decl.elem.nbytes != 2:
+        out.error(f"the wgmma {which} operand is MN-major, which PTX allows for 16-bit inputs "
+                  f"only, got {decl.elem}", loc)
+        return
+    width = decl.swizzle // decl.elem.nbytes
+    nrows = decl.shape[-2] if len(decl.shape) >= 2 else 1
+    if k0 is not None and (k0 % 8 or k0 + 16 > nrows):
+        out.error(f"the MN-major wgmma {which} operand starts at k row {k0} of '{shown}'; it "
+                  f"reads 16 rows from a multiple of 8, and '{shown}' has {nrows}", loc)
+    if c is not None and c != 0:
+        out.error(f"the MN-major wgmma {which} operand must start at the beginning of a row "
+                  f"(last index 0), got {c}", loc)
+    blocks = decl.shape[-3] if len(decl.shape) >= 3 else 1
+    if extent > width * blocks:
+        out.error(f"the MN-major wgmma {which} operand spans {extent} elements along M / N, "
+                  f"but '{shown}' holds {width * blocks} ({blocks} block(s) of {width}); give "
+                  f"it an outer dimension of blocks ({shown}: {decl.elem}[{-(-extent // width)}]"
+                  f"[{nrows}][{width}])", loc)
 
 
 def _indices(place: ir.Expr) -> list[ir.Expr]:
