@@ -38,8 +38,9 @@ def test_gemm_matches_torch(bench, m, n, k):
 
 @pytest.mark.parametrize("cfg", [dict(bn=128, stages=6), dict(group=1), dict(dtype="f16")])
 def test_gemm_variants(bench, cfg):
-    import ptxdsl
     import torch
+
+    import ptxdsl
 
     twin = bench._twin()
     if cfg.get("dtype") == "f16":

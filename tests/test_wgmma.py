@@ -102,7 +102,7 @@ def test_register_array_roundtrips_and_indexes_by_dimension():
                                          (32, 16 | 3 << 30)])
 def test_descriptor_strides_and_mode_come_from_the_declaration(swizzle, hi):
     ptx = make_mma(64, swizzle).ptx()
-    assert f"mov.u32 %r" in ptx and f", {hi};" in ptx
+    assert "mov.u32 %r" in ptx and f", {hi};" in ptx
     assert "or.b32" in ptx and ", 65536;" in ptx  # leading byte offset field 1
 
 

@@ -6,8 +6,10 @@ Until then the accumulator register array is a `Pending` object: any read or wri
 reported, as is a wgmma whose accumulator was written since the last `wgmma_fence`.
 
 Fragment layout of an m64nN f32 accumulator (PTX ISA, "Register Fragments"): thread t of the
-warpgroup (warp q = t / 32 % 4, lane l) holds d[4j + 2i + c] = D[16q + l/4 + 8i, 8j + 2(l%4) + c];
-an A fragment in registers (m64k16, 16-bit) holds a[4h + 2i + c] = A[16q + l/4 + 8i, 8h + 2(l%4) + c].
+warpgroup (warp q = t / 32 % 4, lane l) holds
+    d[4j + 2i + c] = D[16q + l/4 + 8i, 8j + 2(l%4) + c];
+an A fragment in registers (m64k16, 16-bit) holds
+    a[4h + 2i + c] = A[16q + l/4 + 8i, 8h + 2(l%4) + c].
 """
 
 from __future__ import annotations

@@ -54,8 +54,9 @@ class _State:
 
 def _join(a: _State, b: _State) -> _State:
     n = max(len(a.groups), len(b.groups))
-    ga = (frozenset(),) * (n - len(a.groups)) + a.groups
-    gb = (frozenset(),) * (n - len(b.groups)) + b.groups
+    empty: frozenset[_Op] = frozenset()
+    ga = (empty,) * (n - len(a.groups)) + a.groups
+    gb = (empty,) * (n - len(b.groups)) + b.groups
     return _State(a.dirty | b.dirty, a.open | b.open, tuple(x | y for x, y in zip(ga, gb,
                                                                                strict=True)))
 
