@@ -129,6 +129,7 @@ def main() -> None:
             ("128x256x64 s3 r24/240", twin.make_gemm(producer_regs=24, consumer_regs=240),
              128, 256),
             ("128x128x64 s6", twin.make_gemm(bn=128, stages=6), 128, 128),
+            ("256x128x64 s3 (128 rows per consumer)", twin.make_gemm(bm=256, bn=128), 256, 128),
         ]
     for label, kdef, bm, bn in configs:
         print(f"# {label}", flush=True)

@@ -69,33 +69,38 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
             col = k.let("col", k.laneid % 4 * 2)
             with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
                 m0, n0 = coords(k, t, tiles_m, grp)
-                acc = k.let("acc", type=array(f32, nacc) if mw == 1 else array(f32, mw, nacc))
+                # one m64nN accumulator per 64 rows the consumer owns
+                accs = [k.let("acc" if mw == 1 else f"acc{r}", type=array(f32, nacc))
+                        for r in range(mw)]
                 with k.for_("kt", 0, ktiles) as kt:
                     k.wait(ring)
                     k.wgmma_fence()
                     with k.for_("kk", 0, bk // 16, unroll=True) as kk:
-                        if mw == 1:
-                            k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
+                        for r, acc in enumerate(accs):
+                            rows0 = wg * wm + r * 64 if r else wg * wm
+                            k.wgmma(acc, ring.a[rows0, kk * 16], ring.b[0, kk * 16],
                                     (kt > 0) | (kk > 0))
-                        else:
-                            raise NotImplementedError("128 rows per consumer")
                     k.wgmma_commit()
                     k.wgmma_wait(0)
                     k.release(ring)
                 with k.if_(leader):
                     k.bulk_wait_read(0)
                 k.bar_sync(8 + wg, 128)
-                with k.for_("j", 0, nacc // 4, unroll=True) as j:
-                    with k.for_("i", 0, 2, unroll=True) as i:
-                        cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = getattr(
-                            k, f"{dtype}x2")(acc[4 * j + 2 * i].to(dtype),
-                                             acc[4 * j + 2 * i + 1].to(dtype))
+                for r, acc in enumerate(accs):
+                    with k.for_(f"j{r}" if r else "j", 0, nacc // 4, unroll=True) as j:
+                        with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
+                            cs[wg, r * chunks + j / 8 if r else j / 8, row + i * 8,
+                               j % 8 * 8 + col] = getattr(
+                                k, f"{dtype}x2")(acc[4 * j + 2 * i].to(dtype),
+                                                 acc[4 * j + 2 * i + 1].to(dtype))
                 k.fence_proxy_async()
                 k.bar_sync(8 + wg, 128)
                 with k.if_(leader):
-                    with k.for_("h", 0, chunks, unroll=True) as h:
-                        k.tma_store(c, [(n0 + h * 64).to(s32), (m0 + wg * 64).to(s32)],
-                                    cs[wg, h])
+                    for r in range(mw):
+                        with k.for_(f"h{r}" if r else "h", 0, chunks, unroll=True) as h:
+                            m1 = m0 + wg * wm + r * 64 if r else m0 + wg * wm
+                            k.tma_store(c, [(n0 + h * 64).to(s32), m1.to(s32)],
+                                        cs[wg, r * chunks + h if r else h])
                     k.bulk_commit()
             with k.if_(leader):
                 k.bulk_wait(0)

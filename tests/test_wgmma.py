@@ -54,7 +54,8 @@ def test_builder_rejects(body, message):
 @pytest.mark.parametrize("decl, message", [
     ("shared s: bf16[64][32] swizzle 128;", "rows (last dimension) must be 128 bytes = 64 bf16"),
     ("shared s: bf16[64][64] align 128 swizzle 128;", "it needs align 1024, got 128"),
-    ("shared s: bf16[64][64] swizzle 48;", "swizzle must be 32, 64 or 128"),
+    ("shared s: bf16[64][64] swizzle 48;", "swizzle must be 16 (none), 32, 64 or 128"),
+    ("shared s: bf16[64][8] swizzle 16;", "declared [k blocks][rows][16 bytes] and K-major"),
     ("shared s: bf16[64][64] swizzle 128 mn;", "is declared [blocks][k][row]"),
 ])
 def test_swizzle_declarations_are_checked(decl, message):
@@ -139,7 +140,7 @@ def test_interpreter_wgmma_matches_numpy(form):
     a, b, af, bf = inputs(np.random.default_rng(1), n, kdim, dtype)
     a, b = operands(a, b, form)
     c = np.zeros(64 * n, np.float32)
-    sw = f"{swizzle}B"
+    sw = "none" if swizzle == 16 else f"{swizzle}B"
     run(make_mma(*form), 1, {"a": TensorMapModel(a, box_a, swizzle=sw),
                              "b": TensorMapModel(b, box_b, swizzle=sw), "c": c, "kdim": kdim})
     ref = reference(af, bf, neg_a, neg_b)
@@ -202,3 +203,26 @@ def test_wait_with_groups_in_flight_completes_only_older_groups():
     c[%tid.x] = acc[0];
     c[%tid.x] = acc2[0];""", "wgmma")
     assert "accumulator 'acc2'" in msg
+
+
+def test_interpreter_reports_a_stage_overwritten_under_a_pending_wgmma():
+    """The corpus kernel that releases its stage before wgmma_wait: in the schedules where
+    the producer refills the stage first, the interpreter names the wgmma."""
+    from pathlib import Path
+
+    from ptxdsl.runner import f32_to_bf16
+
+    path = Path(__file__).parent / "broken" / "wgmma_release_before_wait.ptxdsl"
+    k = ptxdsl.parse(path.read_text(), path.name).kernels[0]
+    a = f32_to_bf16(np.random.default_rng(0).standard_normal((64, 256), np.float32))
+    kinds = []
+    for seed in range(6):
+        try:
+            run(k, 1, {"a": TensorMapModel(a, (64, 64), swizzle="128B"),
+                       "b": TensorMapModel(a, (64, 64), swizzle="128B"),
+                       "c": np.zeros(128, np.float32), "ktiles": 4}, seed=seed)
+        except InterpError as e:
+            assert "overwritten before wgmma_wait completed it" in str(e)
+            assert f"{path.name}:26:" in str(e)
+            kinds.append(e.kind)
+    assert kinds and set(kinds) == {"race"}

@@ -13,8 +13,9 @@ TYPES = {"bf16": bf16, "f16": f16, "tf32": f32}
 
 
 def tile_k(swizzle: int, dtype: str, both_mn: bool) -> int:
-    """K per tile: one swizzle row of a K-major operand; 64 rows when both are MN-major."""
-    return 64 if both_mn else swizzle // TYPES[dtype].nbytes
+    """K per tile: one swizzle row of a K-major operand; 64 rows when both are MN-major or
+    the layout is unswizzled (swizzle 16: 64 k in blocks of 16 bytes)."""
+    return 64 if both_mn or swizzle == 16 else swizzle // TYPES[dtype].nbytes
 
 
 def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool = False,
@@ -33,9 +34,12 @@ def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool 
 
     @ptxdsl.kernel(threads=128, name=name)
     def mma(k, a: tmap(t, 2), b: tmap(t, 2), c: ptr(f32), kdim: u32):
+        plain = swizzle == 16  # unswizzled: [k blocks][rows][16 bytes]
         sa = k.shared("sa", t, [64 // width, bk, width], swizzle=swizzle, major="mn") if a_mn \
+            else k.shared("sa", t, [bk // width, 64, width], swizzle=16) if plain \
             else k.shared("sa", t, [64, bk], swizzle=swizzle)
         sb = k.shared("sb", t, [n // width, bk, width], swizzle=swizzle, major="mn") if b_mn \
+            else k.shared("sb", t, [bk // width, n, width], swizzle=16) if plain \
             else k.shared("sb", t, [n, bk], swizzle=swizzle)
         bar = k.mbarrier("bar", count=1)
         tid = k.let("tid", k.tid.x)
@@ -55,11 +59,17 @@ def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool 
                 if a_mn:
                     for blk in range(64 // width):
                         k.tma_load(sa[blk], a, [blk * width, kc], bar)
+                elif plain:
+                    for blk in range(bk // width):
+                        k.tma_load(sa[blk], a, [kc + blk * width, 0], bar)
                 else:
                     k.tma_load(sa, a, [kc, 0], bar)
                 if b_mn:
                     for blk in range(n // width):
                         k.tma_load(sb[blk], b, [blk * width, kc], bar)
+                elif plain:
+                    for blk in range(bk // width):
+                        k.tma_load(sb[blk], b, [kc + blk * width, 0], bar)
                 else:
                     k.tma_load(sb, b, [kc, 0], bar)
             k.mbarrier_wait(bar, phase)
@@ -75,8 +85,10 @@ def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool 
                     k.wgmma_commit()
                     k.wgmma_wait(0)
                 else:
-                    pa = sa[0, kk * kstep, 0] if a_mn else sa[0, kk * kstep]
-                    pb = sb[0, kk * kstep, 0] if b_mn else sb[0, kk * kstep]
+                    pa = sa[0, kk * kstep, 0] if a_mn else sa[kk * 2, 0, 0] if plain \
+                        else sa[0, kk * kstep]
+                    pb = sb[0, kk * kstep, 0] if b_mn else sb[kk * 2, 0, 0] if plain \
+                        else sb[0, kk * kstep]
                     k.wgmma_fence()
                     k.wgmma(acc, pa, pb, True, neg_a, neg_b)
             if not a_regs:
@@ -128,6 +140,8 @@ def boxes(form: tuple) -> tuple[tuple[int, int], tuple[int, int], int]:
     a_mn, b_mn = (form[6], form[7]) if len(form) > 6 else (False, False)
     width = swizzle // TYPES[dtype].nbytes
     bk = tile_k(swizzle, dtype, a_mn and b_mn)
+    if swizzle == 16:  # one 16-byte k block per copy
+        return (64, width), (n, width), bk
     return ((bk, width) if a_mn else (64, bk)), ((bk, width) if b_mn else (n, bk)), bk
 
 
@@ -140,4 +154,5 @@ FORMS = [
     (64, 128, "bf16", False, 1, 0), (48, 64, "f16", True, 0, 1),
     (256, 128, "bf16", False, 0, 0, False, True), (64, 128, "bf16", False, 0, 0, True, False),
     (128, 64, "f16", False, 0, 0, True, True), (64, 32, "bf16", True, 0, 0, False, True),
+    (64, 16, "bf16", False, 0, 0), (256, 16, "f16", False, 0, 1), (32, 16, "tf32", False, 0, 0),
 ]

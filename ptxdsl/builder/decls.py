@@ -43,8 +43,9 @@ class Declarations(Expressions):
         1024 bytes for 128B), or None after reporting an inconsistent declaration."""
         if swizzle == 0:
             return align
-        if swizzle not in (32, 64, 128):
-            self.diags.error(f"swizzle must be 32, 64 or 128 (bytes), got {swizzle}", loc)
+        if swizzle not in (16, 32, 64, 128):
+            self.diags.error(f"swizzle must be 16 (none), 32, 64 or 128 (bytes), got {swizzle}",
+                             loc)
             return None
         row = shape[-1] * elem.nbytes if shape else 0
         if row != swizzle:
@@ -70,10 +71,14 @@ class Declarations(Expressions):
         return True
 
     def mn_shape_ok(self, name: str, shape: tuple[int, ...], major: str,
-                    loc: Span | None) -> bool:
+                    loc: Span | None, swizzle: int = 0) -> bool:
         if major == "mn" and len(shape) < 3:
             self.diags.error(f"MN-major buffer '{name}' is declared [blocks][k][row]: blocks of "
                              f"one swizzle row along M / N, got {len(shape)} dimension(s)", loc)
+            return False
+        if swizzle == 16 and (len(shape) < 3 or major == "mn"):
+            self.diags.error(f"buffer '{name}' has the unswizzled wgmma layout (swizzle 16), "
+                             "declared [k blocks][rows][16 bytes] and K-major", loc)
             return False
         return True
 
@@ -99,7 +104,7 @@ class Declarations(Expressions):
             return self.error(f"shared buffer '{name}' needs positive dimensions, got "
                               f"{list(shape)}", loc)
         if not self.major_ok(name, swizzle, major, loc) or \
-                not self.mn_shape_ok(name, tuple(shape), major, loc):
+                not self.mn_shape_ok(name, tuple(shape), major, loc, swizzle):
             return ir.Const(value=0, type=T.error, loc=loc)
         decl = ir.SharedDecl(name=name, elem=elem, shape=tuple(shape), align=align, loc=loc,
                              swizzle=swizzle, major=major)
@@ -143,7 +148,7 @@ class Declarations(Expressions):
             swizzle = rest[0] if rest else 0
             major = rest[1] if len(rest) > 1 else "k"
             if not self.major_ok(bname, swizzle, major, bloc) or \
-                    not self.mn_shape_ok(bname, tuple(shape), major, bloc):
+                    not self.mn_shape_ok(bname, tuple(shape), major, bloc, swizzle):
                 continue
             if bname in seen:
                 self.diags.error(f"pipeline '{name}' declares buffer '{bname}' twice", bloc)

@@ -312,7 +312,7 @@ class KernelEmitter(AsyncOps):
             r, off = self.shared_addr(ref)
             space = "shared"
             swz = self.swizzle_of(ref)
-            if swz and ref.type.shape == ():  # type: ignore[attr-defined]
+            if swz > 16 and ref.type.shape == ():  # type: ignore[attr-defined]
                 r, off = self.swizzled(r, off, swz), 0
         return space, (f"[{r}+{off}]" if off else f"[{r}]")
 

@@ -1,6 +1,6 @@
 """wgmma in the interpreter: each thread computes its own accumulator fragment, when a
-`wgmma_wait` completes the group, from shared memory as it is *then* (a tile released to the
-producer too early shows up as a wrong product, and the verifier names the release).
+`wgmma_wait` completes the group, from shared memory as it is then; if those bytes changed
+since the wgmma was issued (a stage released to the producer too early), that is a race.
 
 Until then the accumulator register array is a `Pending` object: any read or write of it is
 reported, as is a wgmma whose accumulator was written since the last `wgmma_fence`.
@@ -80,12 +80,12 @@ def wait(th: Thread, n: int) -> None:
                 th.regs[pend.slot] = pend.values
 
 
-def tile(th: Thread, off: int, rows: np.ndarray, kdim: int, esz: int, layout: tuple,
-         kind: str) -> np.ndarray:
-    """Elements [rows, 0:kdim] (rows along M / N) of the operand whose first element is at
-    logical shared offset `off`, as float32 (bf16 / f16 widened, tf32 as its f32 value).
-    `layout` = (swizzle, major, block bytes): K-major rows hold K; MN-major rows hold
-    `swizzle` bytes along M / N, step along K, and blocks of them lie `block bytes` apart."""
+def places(th: Thread, off: int, rows: np.ndarray, kdim: int, esz: int,
+           layout: tuple) -> np.ndarray:
+    """Shared-memory byte offsets of elements [rows, 0:kdim] (rows along M / N) of the operand
+    whose first element is at logical offset `off`. `layout` = (swizzle, major, block bytes):
+    K-major rows hold K; MN-major rows hold `swizzle` bytes along M / N and step along K;
+    blocked layouts (MN-major, unswizzled) put blocks `block bytes` apart."""
     swz, major, block = layout
     smem = th.cta.smem
     k = np.arange(kdim)[None, :]
@@ -93,20 +93,31 @@ def tile(th: Thread, off: int, rows: np.ndarray, kdim: int, esz: int, layout: tu
         width = swz // esz
         r = rows[:, None]
         lin = smem.base + off + (r // width) * block + k * swz + (r % width) * esz
+    elif swz == 16:  # unswizzled: [k blocks][rows][16 bytes]
+        width = 16 // esz
+        lin = smem.base + off + (k // width) * block + rows[:, None] * 16 + (k % width) * esz
     else:
         lin = smem.base + off + rows[:, None] * swz + k * esz
     lin = lin ^ (((lin >> 7) & S.mask(swz)) << 4)
     p = lin - smem.base
     if p.min() < 0 or p.max() + esz > len(smem.u8):
         fail("bounds", f"{th.name}: a wgmma operand reaches outside shared memory", None)
-    u8 = smem.u8
-    if esz == 2:
-        bits = u8[p].astype(np.uint32) | (u8[p + 1].astype(np.uint32) << 8)
+    return p
+
+
+def raw(th: Thread, p: np.ndarray, esz: int) -> np.ndarray:
+    """The bytes of the elements at offsets `p` (a copy), shape p.shape + (esz,)."""
+    return th.cta.smem.u8[p[..., None] + np.arange(esz)]
+
+
+def decode(data: np.ndarray, kind: str) -> np.ndarray:
+    """Element bytes (..., esz) as float32: bf16 / f16 widened, tf32 as its f32 value."""
+    if data.shape[-1] == 2:
+        bits = data[..., 0].astype(np.uint32) | (data[..., 1].astype(np.uint32) << 8)
         if kind == "bf16":
             return (bits << 16).view(np.float32)
         return bits.astype(np.uint16).view(np.float16).astype(np.float32)
-    bits = (u8[p].astype(np.uint32) | (u8[p + 1].astype(np.uint32) << 8)
-            | (u8[p + 2].astype(np.uint32) << 16) | (u8[p + 3].astype(np.uint32) << 24))
+    bits = np.ascontiguousarray(data).view(np.uint32)[..., 0]
     return (bits & np.uint32(0xFFFFE000)).view(np.float32)  # tf32 keeps 10 mantissa bits
 
 

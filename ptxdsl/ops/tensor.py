@@ -13,6 +13,7 @@ from ..interp.program import PLAIN, Program, Step
 from ..interp.scalar import wrapper
 from ..interp.tensormap import TensorMapModel
 from ..opdef import ErrorFn, OpDef, register
+from ..swizzle import tma_name
 from .bulk import check_smem_aligned, stage_barrier
 
 _S32 = wrapper(T.s32)
@@ -57,7 +58,7 @@ def tensor_operands(c: Program, tmap: ir.Expr, coords: tuple[ir.Expr, ...], smem
 
     def operands(th: Thread, s: Any) -> tuple[TensorMapModel, list[int], Any]:
         model = m(th)
-        if declared and model.swizzle != f"{declared}B":
+        if declared and model.swizzle != tma_name(declared):
             fail("copy", f"{th.name}: the tensor map of {s.syntax} has swizzle {model.swizzle}, "
                  f"but buffer '{getattr(buf, 'name', '?').split('.')[-1]}' declares swizzle "
                  f"{declared}; TMA would lay the tile out differently from what the kernel "

@@ -128,17 +128,23 @@ class Wgmma(OpDef):
             if isinstance(cur, list):
                 cur = W.Pending(name, cur, slot, n)
                 th.regs[slot] = cur
-            if not a_reg:
-                ao = a_off(th)
-            bo, keep, pend = b_off(th), bool(acc(th)), cur
+            # the operands' bytes now: the tensor cores may read them until wgmma_wait
+            pa = None if a_reg else W.places(th, a_off(th), W.rows_of(th), kdim, esz, a_layout)
+            pb = W.places(th, b_off(th), np.arange(ncols), kdim, esz, b_layout)
+            before = [W.raw(th, p, esz) for p in (pa, pb) if p is not None]
+            keep, pend = bool(acc(th)), cur
 
             def run() -> None:
-                rows = W.rows_of(th)
+                now = [W.raw(th, p, esz) for p in (pa, pb) if p is not None]
+                if any(not np.array_equal(x, y) for x, y in zip(before, now, strict=True)):
+                    fail("race", f"race: {th.name}: shared memory that this wgmma reads was "
+                         "overwritten before wgmma_wait completed it (a stage released to its "
+                         "producer too early?)", n)
                 if a_reg:
                     a = W.a_from_regs(th, quad, kind)  # type: ignore[arg-type]
                 else:
-                    a = W.tile(th, ao, rows, kdim, esz, a_layout, kind)
-                b = W.tile(th, bo, np.arange(ncols), kdim, esz, b_layout, kind)
+                    a = W.decode(now[0], kind)
+                b = W.decode(now[-1], kind)
                 prod = (a @ b.T) * sign
                 frag = W.scatter(th, prod.astype(np.float32))
                 if keep:
@@ -170,7 +176,8 @@ def operand_place(c: Program, place: ir.Expr):
     buf = buffer_of(place)
     decl = c.decls[buf.name]  # type: ignore[attr-defined]
     off, _ = c.shared_place(place, logical=True)
-    lbo = lbo_field(decl.shape, decl.elem.nbytes, decl.major) << 4  # type: ignore[union-attr]
+    lbo = lbo_field(decl.shape, decl.elem.nbytes, decl.major,  # type: ignore[union-attr]
+                    decl.swizzle) << 4  # type: ignore[union-attr]
     return off, (decl.swizzle, decl.major, lbo)  # type: ignore[union-attr]
 
 
@@ -190,7 +197,7 @@ def descriptor(e: Any, place: ir.Expr) -> str:
         w.instr("shr.u32", lo, lo, "4")
     else:
         w.instr("shr.u32", lo, reg, "4")
-    lbo = lbo_field(decl.shape, decl.elem.nbytes, decl.major)
+    lbo = lbo_field(decl.shape, decl.elem.nbytes, decl.major, decl.swizzle)
     w.instr("or.b32", lo, lo, str(lbo << 16))
     hi = w.reg(T.u32)
     w.instr("mov.u32", hi, str(desc_hi(decl.swizzle)))

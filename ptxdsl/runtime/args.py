@@ -19,6 +19,7 @@ import numpy as np
 from .. import types as T
 from ..errors import Diagnostic, LaunchError
 from ..kernelinfo import KernelInfo, ParamInfo
+from ..swizzle import tma_name
 from .dtypes import compatible
 from .interop import DevicePointer, describe
 from .memory import DeviceArray
@@ -184,7 +185,7 @@ def _tmap_converter(p: ParamInfo) -> Converter:
     def conv(v: Any) -> bytes:
         if type(v) is TensorMap:
             s = v.spec
-            if p.swizzle is not None and s.swizzle != (f"{p.swizzle}B" if p.swizzle else "none"):
+            if p.swizzle is not None and s.swizzle != tma_name(p.swizzle):
                 raise LaunchError(
                     f"argument '{p.name}' is a tensor map with swizzle {s.swizzle}, but the "
                     f"kernel's buffer '{p.buffer}' declares "

@@ -252,7 +252,8 @@ def check_wgmma_operands(facts: Facts, out: Report) -> None:
             if not decl.swizzle:
                 out.error(f"the wgmma {which} operand is in buffer '{shown}', which declares no "
                           f"swizzle; declare its layout ('swizzle 128' with rows of 128 bytes, "
-                          "or 64 / 32) so that TMA and the descriptor agree", place.loc or s.loc)
+                          "or 64 / 32, or 16 for the unswizzled core-matrix layout) so that TMA "
+                          "and the descriptor agree", place.loc or s.loc)
                 continue
             idx = _indices(place)
             row, col = idx[-2] if len(idx) >= 2 else None, idx[-1] if idx else None
@@ -269,6 +270,11 @@ def check_wgmma_operands(facts: Facts, out: Report) -> None:
             if r is not None and r + rows > nrows:
                 out.error(f"the wgmma {which} operand needs {rows} rows from row {r}, but "
                           f"'{shown}' has {nrows}", place.loc or s.loc)
+            kb = const_int(idx[-3]) if decl.swizzle == 16 and len(idx) >= 3 else None
+            if kb is not None and kb + 2 > decl.shape[-3]:
+                out.error(f"the wgmma {which} operand starts at k block {kb} of '{shown}'; a "
+                          f"k-step reads 2 blocks of 16 bytes and '{shown}' has "
+                          f"{decl.shape[-3]}", place.loc or s.loc)
             if c is not None and (c * decl.elem.nbytes) % 32:
                 out.error(f"the wgmma {which} operand starts at k offset {c}; each k-step "
                           f"is 32 bytes, so it must be a multiple of {32 // decl.elem.nbytes}",
