@@ -14,7 +14,7 @@ from .. import ir
 from .. import types as T
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
 from ..opdef import definition
-from ..swizzle import mask
+from .addressing import Addressing, tmap_swizzles
 from .asyncops import AsyncOps
 from .layout import Layout, layout_kernel
 from .writer import (
@@ -41,7 +41,7 @@ _SHFL_PTX = {
 }
 
 
-class KernelEmitter(AsyncOps):
+class KernelEmitter(AsyncOps, Addressing):
     """Emits one ir.Kernel as a PTX `.entry`."""
 
     def __init__(self, kernel: ir.Kernel, layout: Layout, watchdog_ms: int = 0):
@@ -316,23 +316,6 @@ class KernelEmitter(AsyncOps):
                 r, off = self.swizzled(r, off, swz), 0
         return space, (f"[{r}+{off}]" if off else f"[{r}]")
 
-    def swizzle_of(self, ref: ir.Expr) -> int:
-        while isinstance(ref, ir.Index):
-            ref = ref.base
-        decl = self.layout.decl(ref.name)  # type: ignore[attr-defined]
-        return getattr(decl, "swizzle", 0)
-
-    def swizzled(self, r: str, off: int, swz: int) -> str:
-        """The swizzled address of logical shared address r + off: the base is aligned to
-        the pattern, so the XOR applies to the absolute address (see ptxdsl.swizzle)."""
-        w = self.w
-        a, t = w.reg(T.u32), w.reg(T.u32)
-        w.instr("add.u32", a, r, str(off))
-        w.instr("shr.u32", t, a, "3")
-        w.instr("and.b32", t, t, str(mask(swz) << 4))
-        w.instr("xor.b32", a, a, t)
-        return a
-
     def load(self, e: ir.Load):
         space, a = self.addr(e.ref)
         t = e.type
@@ -450,30 +433,6 @@ class KernelEmitter(AsyncOps):
         if isinstance(e, ir.Call):
             return self.call(e)
         raise TypeError(f"no PTX value for {type(e).__name__}")
-
-    def immediate_of(self, e: ir.Expr) -> int | None:
-        """The value of a u32 expression of constants and unrolled loop variables, or None."""
-        if e.type != T.u32 or not isinstance(e, (ir.Const, ir.Var, ir.Binary)):
-            return None
-        try:
-            v = self.const_index(e)
-        except (TypeError, ValueError, KeyError, ZeroDivisionError):
-            return None
-        return v if 0 <= v < 1 << 32 else None
-
-    def split_const(self, e: ir.Expr) -> tuple[int, ir.Expr | None]:
-        """A u32 index as (constant part, the rest or None): `row + i * 8` with `i` unrolled
-        gives (8 i, row), so the constant goes into the address offset."""
-        v = self.immediate_of(e)
-        if v is not None:
-            return v, None
-        if isinstance(e, ir.Binary) and e.op == "add":
-            ca, ra = self.split_const(e.a)
-            cb, rb = self.split_const(e.b)
-            if ra is None or rb is None:
-                return ca + cb, ra if rb is None else rb
-            return ca + cb, ir.Binary(op="add", a=ra, b=rb, type=e.type)
-        return 0, e
 
     def const_index(self, e: ir.Expr) -> int:
         """The value of a vector index: constants and unrolled loop variables only."""
@@ -634,25 +593,6 @@ class KernelEmitter(AsyncOps):
 def _vec_operands(kind: str, a: str, regs: list[str]) -> tuple[str, str]:
     group = regs[0] if len(regs) == 1 else "{" + ", ".join(regs) + "}"
     return (group, a) if kind.startswith("ld") else (a, group)
-
-
-def tmap_swizzles(k: ir.Kernel, layout: Layout) -> dict[str, tuple[int | None, str]]:
-    """For each tensor-map parameter that TMA copies use with swizzle-declaring buffers:
-    (the swizzle they declare, a buffer name); (None, "") where two buffers disagree."""
-    out: dict[str, tuple[int | None, str]] = {}
-    for s in ir.walk(k.body):
-        if isinstance(s, (ir.TensorLoad, ir.TensorStore)) and isinstance(s.tmap, ir.Var):
-            smem = s.dst if isinstance(s, ir.TensorLoad) else s.src
-            while isinstance(smem, ir.Index):
-                smem = smem.base
-            decl = layout.decl(smem.name)  # type: ignore[attr-defined]
-            swz = getattr(decl, "swizzle", 0)
-            if not swz:
-                continue
-            prev = out.get(s.tmap.name)
-            name = smem.name.split(".")[-1]  # type: ignore[attr-defined]
-            out[s.tmap.name] = (swz, name) if prev is None or prev[0] == swz else (None, "")
-    return out
 
 
 def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] = (),

@@ -117,8 +117,8 @@ def decode(data: np.ndarray, kind: str) -> np.ndarray:
         if kind == "bf16":
             return (bits << 16).view(np.float32)
         return bits.astype(np.uint16).view(np.float16).astype(np.float32)
-    bits = np.ascontiguousarray(data).view(np.uint32)[..., 0]
-    return (bits & np.uint32(0xFFFFE000)).view(np.float32)  # tf32 keeps 10 mantissa bits
+    word = np.ascontiguousarray(data).view(np.uint32)[..., 0]
+    return (word & np.uint32(0xFFFFE000)).view(np.float32)  # tf32 keeps 10 mantissa bits
 
 
 def rows_of(th: Thread) -> np.ndarray:
