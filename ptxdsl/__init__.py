@@ -5,7 +5,7 @@ which is checked and emitted as PTX. The GPU is touched only on the first launch
 """
 
 from . import ops  # noqa: F401  (registers every operation definition)
-from .api import KernelContext, Value, ptr, tmap
+from .api import KernelContext, Value, array, ptr, tmap
 from .compiler import KernelDef, Program, compile, compile_module, kernel
 from .errors import CompileError, DeviceError, LaunchError, PtxdslError
 from .frontend import parse, parse_file
@@ -16,7 +16,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CompileError", "DeviceError", "KernelContext", "KernelDef", "LaunchError", "Program",
-    "PtxdslError", "Value", "b16", "b32", "b64", "bf16", "compile", "compile_module", "f16",
+    "PtxdslError", "Value", "array", "b16", "b32", "b64", "bf16", "compile", "compile_module",
+    "f16",
     "f32", "f64", "kernel", "parse", "parse_file", "pred", "print_kernel", "print_module", "ptr",
     "s8", "s16", "s32", "s64", "tmap", "u8", "u16", "u32", "u64",
 ]  # fmt: skip

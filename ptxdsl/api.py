@@ -54,6 +54,11 @@ def ptr(elem: T.Scalar) -> T.Ptr:
     return T.Ptr(elem)
 
 
+def array(elem: T.Scalar, *shape: int) -> T.RegArray:
+    """The type of a register array, `elem[d0][d1]...` (`k.let("acc", 0.0, array(f32, 128))`)."""
+    return T.RegArray(elem, tuple(shape))
+
+
 def tmap(elem: T.Scalar, rank: int) -> T.TensorMap:
     """The type of a tensor-map parameter, `tmap<elem, rank>`."""
     return T.TensorMap(elem, rank)
@@ -222,10 +227,12 @@ class KernelContext:
 
     # -- declarations
     def shared(self, name: str, elem: T.Scalar, shape: int | list[int] | tuple[int, ...],
-               align: int | None = None) -> Value:
-        """A shared-memory buffer of `elem` with `shape` (outermost first)."""
+               align: int | None = None, swizzle: int = 0, major: str = "k") -> Value:
+        """A shared-memory buffer of `elem` with `shape` (outermost first); `swizzle` (32, 64
+        or 128 bytes) declares the TMA / wgmma swizzled layout of its rows, `major` ("k" or
+        "mn") whether wgmma reads a row along K or along M / N."""
         dims = (shape,) if isinstance(shape, int) else tuple(shape)
-        return Value(self, self._b.shared(name, elem, dims, align, user_span()))
+        return Value(self, self._b.shared(name, elem, dims, align, user_span(), swizzle, major))
 
     def mbarrier(self, name: str, count: int = 1, n: int = 0) -> Value:
         """An mbarrier expecting `count` arrivals per phase (`n` > 0: an array of n)."""
@@ -233,13 +240,16 @@ class KernelContext:
 
     def pipeline(self, name: str, stages: int, **buffers: tuple) -> Value:
         """A pipeline of `stages` stages; each keyword names a stage buffer as
-        (elem, shape) or (elem, shape, align): `k.pipeline("ring", 4, row=(bf16, [8192]))`."""
+        (elem, shape), (elem, shape, align), (elem, shape, align, swizzle) or
+        (elem, shape, align, swizzle, major):
+        `k.pipeline("ring", 4, row=(bf16, [8192]))`."""
         loc = user_span()
         specs = []
         for bname, spec in buffers.items():
             elem, shape, *rest = spec
             dims = (shape,) if isinstance(shape, int) else tuple(shape)
-            specs.append((bname, elem, dims, rest[0] if rest else None, loc))
+            specs.append((bname, elem, dims, rest[0] if rest else None, loc,
+                          rest[1] if len(rest) > 1 else 0, rest[2] if len(rest) > 2 else "k"))
         return Value(self, self._b.pipeline(name, stages, specs, loc))
 
     @contextlib.contextmanager

@@ -267,6 +267,11 @@ class _Walker(CompileTimeWalker):
             self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
                              self.span(elem_tok))
             return None
+        if kind == "array_type":
+            dims = tuple(self.const_int(d, "an array dimension") for d in tree.children[1].children)
+            if any(d is None for d in dims):
+                return None
+            return self.b.reg_array_type(elem, dims, self.span(tree))  # type: ignore[arg-type]
         if kind == "ptr_type":
             return T.Ptr(elem)
         return T.TensorMap(elem, int(str(tree.children[1]), 0))
@@ -284,8 +289,9 @@ class _Walker(CompileTimeWalker):
         return self.b.pop()
 
     def buffer_spec(self, t: lark.Tree) -> tuple | None:
-        """(name, elem, shape, align or None, span) of `name: T[d0]... [align A]`."""
-        name, elem_tok, dims, align = t.children
+        """(name, elem, shape, align or None, span, swizzle, major) of `name: T[d0]... [align A]
+        [swizzle S [mn]]`."""
+        name, elem_tok, dims, align, swizzle = t.children
         elem = self.type_params.get(str(elem_tok)) or T.SCALARS.get(str(elem_tok))
         if elem is None:
             self.diags.error(f"unknown element type '{elem_tok}'{type_hint(str(elem_tok))}",
@@ -295,7 +301,9 @@ class _Walker(CompileTimeWalker):
         a = self.const_int(align, "an alignment") if align is not None else None
         if any(d is None for d in shape) or (align is not None and a is None):
             return None
-        return str(name), elem, shape, a, self.span(t)
+        swz = int(str(swizzle.children[0]), 0) if swizzle is not None else 0
+        major = "mn" if swizzle is not None and swizzle.children[1] is not None else "k"
+        return str(name), elem, shape, a, self.span(t), swz, major
 
     def s_shared_decl(self, t: lark.Tree) -> None:
         spec = self.buffer_spec(t)

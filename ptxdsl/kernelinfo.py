@@ -19,6 +19,10 @@ class ParamInfo:
     kind: str
     dtype: T.Scalar
     rank: int = 0
+    # for "tmap": the swizzle (bytes, 0 = none) that the shared buffers it fills or drains
+    # declare, which the tensor map passed at launch must use; None when unconstrained
+    swizzle: int | None = None
+    buffer: str = ""  # the buffer that declares it (for the launch error)
 
     @property
     def nbytes(self) -> int:

@@ -141,7 +141,8 @@ class _Printer:
     def stmt(self, s: ir.Stmt) -> None:
         if isinstance(s, ir.SharedDecl):
             dims = "".join(f"[{d}]" for d in s.shape)
-            self.line(f"shared {s.name}: {s.elem}{dims} align {s.align};")
+            swz = f" swizzle {s.swizzle}{' mn' if s.major == 'mn' else ''}" if s.swizzle else ""
+            self.line(f"shared {s.name}: {s.elem}{dims} align {s.align}{swz};")
         elif isinstance(s, ir.BarrierDecl):
             arr = f"[{s.n}]" if s.n else ""
             self.line(f"mbarrier {s.name}{arr} count {s.count};")
@@ -176,7 +177,9 @@ class _Printer:
             self.line(f"pipeline {s.name} stages {s.stages} {{")
             for d in s.buffers:
                 dims = "".join(f"[{x}]" for x in d.shape)
-                self.line(f"    {d.name}: {d.elem}{dims} align {d.align};")
+                swz = (f" swizzle {d.swizzle}{' mn' if d.major == 'mn' else ''}"
+                       if d.swizzle else "")
+                self.line(f"    {d.name}: {d.elem}{dims} align {d.align}{swz};")
             self.line("}")
         elif isinstance(s, ir.Role):
             regs = f" regs {s.regs}" if s.regs is not None else ""

@@ -98,6 +98,22 @@ def vector_type(elem: Scalar, n: int) -> Vector | None:
 
 
 @dataclass(frozen=True, slots=True)
+class RegArray(Type):
+    """A register array (`f32[128]`): `prod(shape)` registers of `elem`, indexed only with
+    compile-time indices (constants and `unroll` loop variables); wgmma fragments."""
+
+    elem: Scalar
+    shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.elem}" + "".join(f"[{d}]" for d in self.shape)
+
+    @property
+    def n(self) -> int:
+        return prod(self.shape)
+
+
+@dataclass(frozen=True, slots=True)
 class Ptr(Type):
     """A pointer to global memory with a typed element (a `.u64` kernel parameter)."""
 

@@ -108,6 +108,13 @@ def test_corpus_covers_every_check():
         "always completes on",
         "always fills stage",
         "in every iteration",
+        "is written after the last wgmma_fence()",
+        "is read here while a wgmma that writes it may still be in flight",
+        "hands the stage back to the producer while a wgmma",
+        "thread(s) of warpgroup",
+        "which declares no swizzle",
+        "a descriptor addresses groups of 8 rows",
+        "brings this thread's register arrays to",
     ):
         assert part in verified, part
 

@@ -13,6 +13,8 @@ from ..limits import MAX_SMEM_BYTES, MBARRIER_MAX_COUNT
 
 __all__ = ["MAX_SMEM_BYTES", "MBARRIER_MAX_COUNT"]
 
+MAX_REG_ARRAY = 256  # elements of one register array (a thread has at most 255 registers)
+
 
 @dataclass(frozen=True)
 class Lit:

@@ -7,10 +7,12 @@ from .. import ir
 from .. import types as T
 from ..errors import Note, Span
 from .common import (
+    MAX_REG_ARRAY,
     MAX_SMEM_BYTES,
     MBARRIER_MAX_COUNT,
     REGION_OPENER,
     REGION_OPS,
+    Lit,
     Operand,
     Symbol,
     describe,
@@ -35,14 +37,63 @@ class Declarations(Expressions):
         if self._declare(name, Symbol("param", ty, loc, p)):
             self.params.append(p)
 
+    def swizzle_align(self, name: str, elem: T.Scalar, shape: tuple[int, ...],
+                      align: int | None, swizzle: int, loc: Span | None) -> int | None:
+        """The alignment of a buffer with a declared swizzle (8 rows of the swizzle span:
+        1024 bytes for 128B), or None after reporting an inconsistent declaration."""
+        if swizzle == 0:
+            return align
+        if swizzle not in (16, 32, 64, 128):
+            self.diags.error(f"swizzle must be 16 (none), 32, 64 or 128 (bytes), got {swizzle}",
+                             loc)
+            return None
+        row = shape[-1] * elem.nbytes if shape else 0
+        if row != swizzle:
+            self.diags.error(f"buffer '{name}' has {swizzle}B swizzle, so its rows (last "
+                             f"dimension) must be {swizzle} bytes = {swizzle // elem.nbytes} "
+                             f"{elem}, got {shape[-1] if shape else 0}", loc)
+            return None
+        atom = 8 * swizzle
+        if align is not None and align < atom:
+            self.diags.error(f"buffer '{name}' has {swizzle}B swizzle, whose pattern repeats "
+                             f"every {atom} bytes; it needs align {atom}, got {align}", loc)
+            return None
+        return atom if align is None else align
+
+    def major_ok(self, name: str, swizzle: int, major: str, loc: Span | None) -> bool:
+        if major not in ("k", "mn"):
+            self.diags.error(f"buffer '{name}': major is 'k' or 'mn', got {major!r}", loc)
+            return False
+        if major == "mn" and not swizzle:
+            self.diags.error(f"buffer '{name}' is MN-major, a property of swizzled wgmma "
+                             "layouts: declare its swizzle too (swizzle 128 mn)", loc)
+            return False
+        return True
+
+    def mn_shape_ok(self, name: str, shape: tuple[int, ...], major: str,
+                    loc: Span | None, swizzle: int = 0) -> bool:
+        if major == "mn" and len(shape) < 3:
+            self.diags.error(f"MN-major buffer '{name}' is declared [blocks][k][row]: blocks of "
+                             f"one swizzle row along M / N, got {len(shape)} dimension(s)", loc)
+            return False
+        if swizzle == 16 and (len(shape) < 3 or major == "mn"):
+            self.diags.error(f"buffer '{name}' has the unswizzled wgmma layout (swizzle 16), "
+                             "declared [k blocks][rows][16 bytes] and K-major", loc)
+            return False
+        return True
+
     def shared(self, name: str, elem: T.Type | None, shape: tuple[int, ...], align: int | None,
-               loc: Span | None = None) -> ir.Expr:
+               loc: Span | None = None, swizzle: int = 0, major: str = "k") -> ir.Expr:
         if not self.at_top:
             return self.error("shared memory is declared at the top level of the kernel body",
                               loc)
         if not isinstance(elem, T.Scalar) or elem.is_pred:
             return self.error(f"shared buffer '{name}' needs a scalar element type, got "
                               f"{elem}", loc)
+        if swizzle and shape:
+            align = self.swizzle_align(name, elem, tuple(shape), align, swizzle, loc)
+            if align is None:
+                return ir.Const(value=0, type=T.error, loc=loc)
         align = 128 if align is None else align
         if align < 1 or align & (align - 1) or align > 1024:
             return self.error(f"alignment must be a power of two in [1, 1024], got {align}", loc)
@@ -52,7 +103,11 @@ class Declarations(Expressions):
         if not shape or any((not isinstance(d, int)) or d < 1 for d in shape):
             return self.error(f"shared buffer '{name}' needs positive dimensions, got "
                               f"{list(shape)}", loc)
-        decl = ir.SharedDecl(name=name, elem=elem, shape=tuple(shape), align=align, loc=loc)
+        if not self.major_ok(name, swizzle, major, loc) or \
+                not self.mn_shape_ok(name, tuple(shape), major, loc, swizzle):
+            return ir.Const(value=0, type=T.error, loc=loc)
+        decl = ir.SharedDecl(name=name, elem=elem, shape=tuple(shape), align=align, loc=loc,
+                             swizzle=swizzle, major=major)
         if decl.nbytes > MAX_SMEM_BYTES:
             return self.error(f"shared buffer '{name}' is {decl.nbytes} bytes; a CTA has at "
                               f"most {MAX_SMEM_BYTES}", loc)
@@ -89,18 +144,28 @@ class Declarations(Expressions):
             return self.error(f"pipeline '{name}' declares no stage buffer", loc)
         decls = []
         seen: set[str] = set()
-        for bname, elem, shape, align, bloc in buffers:
+        for bname, elem, shape, align, bloc, *rest in buffers:
+            swizzle = rest[0] if rest else 0
+            major = rest[1] if len(rest) > 1 else "k"
+            if not self.major_ok(bname, swizzle, major, bloc) or \
+                    not self.mn_shape_ok(bname, tuple(shape), major, bloc, swizzle):
+                continue
             if bname in seen:
                 self.diags.error(f"pipeline '{name}' declares buffer '{bname}' twice", bloc)
                 continue
             seen.add(bname)
+            if swizzle and isinstance(elem, T.Scalar) and shape:
+                align = self.swizzle_align(bname, elem, tuple(shape), align, swizzle, bloc)
+                if align is None:
+                    continue
             align = 128 if align is None else align
             if not isinstance(elem, T.Scalar) or elem.is_pred or not shape or \
                     any(d < 1 for d in shape) or align < 16 or align & (align - 1) or align > 1024:
                 self.diags.error(f"stage buffer '{bname}' needs a scalar element type, positive "
                                  "dimensions and a power-of-two alignment in [16, 1024]", bloc)
                 continue
-            d = ir.SharedDecl(name=bname, elem=elem, shape=tuple(shape), align=align, loc=bloc)
+            d = ir.SharedDecl(name=bname, elem=elem, shape=tuple(shape), align=align, loc=bloc,
+                              swizzle=swizzle, major=major)
             if d.nbytes % align:
                 self.diags.error(f"stage buffer '{bname}' is {d.nbytes} bytes, not a multiple of "
                                  f"its alignment {align}, so later stages would be misaligned",
@@ -197,8 +262,39 @@ class Declarations(Expressions):
         self.roles.append(role)
         self.emit(role)
 
+    def reg_array_type(self, elem: T.Type | None, shape: tuple[int, ...],
+                       loc: Span | None = None) -> T.Type:
+        """The type `elem[d0][d1]...` of a register array (a `let` of it declares one)."""
+        if not isinstance(elem, T.Scalar) or elem.is_pred:
+            self.diags.error(f"a register array needs a scalar element type, got {elem}", loc)
+            return T.error
+        n = 1
+        for d in shape:
+            n *= d
+        if not shape or any(d < 1 for d in shape) or n > MAX_REG_ARRAY:
+            self.diags.error(f"a register array has 1 to {MAX_REG_ARRAY} elements, got shape "
+                             f"{list(shape)}", loc)
+            return T.error
+        return T.RegArray(elem, tuple(shape))
+
+    def let_array(self, name: str, ty: T.RegArray, value: Operand | None,
+                  loc: Span | None) -> ir.Expr:
+        """`let acc: f32[128];` (registers left as they are) or `= 0.0` (every element set)."""
+        init: ir.Expr | None = None
+        if value is not None:
+            if not isinstance(value, Lit):
+                self.diags.error(f"register array '{name}' is initialised from a literal "
+                                 "(every element gets it), or not at all", loc)
+            else:
+                init = self.lit_expr(value, ty.elem)
+        self._declare(name, Symbol("local", ty, loc))
+        self.emit(ir.Let(name=name, var_type=ty, value=init, loc=loc))
+        return ir.Var(name=name, type=ty, loc=loc)
+
     def let(self, name: str, ty: T.Type | None, value: Operand | None,
             loc: Span | None = None) -> ir.Expr:
+        if isinstance(ty, T.RegArray):
+            return self.let_array(name, ty, value, loc)
         init: ir.Expr | None = None
         if value is not None:
             init = self.value(value, ty)

@@ -125,6 +125,9 @@ class Expressions(Scope):
         if isinstance(ty, T.TensorMap):
             return self.error(f"{describe(x)} is a tensor map; it is only an operand of "
                               "tma_* operations", x.loc)
+        if isinstance(ty, T.RegArray):
+            return self.error(f"{describe(x)} is a register array of type {ty}; index it with "
+                              "constants (or unroll loop variables) to read an element", x.loc)
         return x
 
     def unify(self, a: Operand, b: Operand, what: str, loc: Span | None) -> tuple[Any, Any]:
@@ -388,6 +391,8 @@ class Expressions(Scope):
                                  f"size {ty.n}", x.loc)
             return ir.Index(base=base, indices=(self._index_value(x),), type=T.BarrierRef(0),
                             loc=loc)
+        if isinstance(ty, T.RegArray):
+            return self.reg_element(base, ty, idx, loc)
         if isinstance(ty, T.Vector):
             vx = idx[0] if len(idx) == 1 else None
             if isinstance(vx, Lit) and isinstance(vx.value, int) and 0 <= vx.value < ty.n:
@@ -401,6 +406,39 @@ class Expressions(Scope):
         if is_err(e.type):
             return e
         return self.error(f"{describe(base)} of type {ty} cannot be indexed", loc)
+
+    def reg_element(self, base: ir.Expr, ty: T.RegArray, idx: list[Operand],
+                    loc: Span | None) -> ir.Expr:
+        """Element of a register array: one index per dimension, or one flat index; each a
+        constant or an expression of unrolled loop variables (registers have no address)."""
+        dims = ty.shape if len(idx) == len(ty.shape) else (ty.n,) if len(idx) == 1 else None
+        if dims is None:
+            return self.error(f"{describe(base)} has {len(ty.shape)} dimension(s), indexed "
+                              f"with {len(idx)}", loc)
+        flat: ir.Expr | None = None
+        for x, dim in zip(idx, dims, strict=True):
+            if isinstance(x, Lit):
+                if not isinstance(x.value, int) or isinstance(x.value, bool) or \
+                        not 0 <= x.value < dim:
+                    return self.error(f"index {x.value!r} is out of range for a register array "
+                                      f"dimension of size {dim}", x.loc or loc)
+                e = self.lit_expr(x, T.u32)
+            else:
+                e = self.value(x, T.u32)
+                if is_err(e.type):
+                    return e
+                if not self._unrolled(e):
+                    return self.error("a register array index must be a constant or an "
+                                      "expression of 'unroll' loop variables", x.loc or loc)
+            if flat is None:
+                flat = e
+            elif isinstance(flat, ir.Const) and isinstance(e, ir.Const):
+                flat = ir.Const(value=int(flat.value) * dim + int(e.value), type=T.u32)
+            else:
+                scaled = ir.Binary(op="mul", a=flat, b=ir.Const(value=dim, type=T.u32),
+                                   type=T.u32)
+                flat = ir.Binary(op="add", a=scaled, b=e, type=T.u32)
+        return ir.Extract(vec=base, index=flat, type=ty.elem, loc=loc)  # type: ignore[arg-type]
 
     def _unrolled(self, e: ir.Expr) -> bool:
         """Whether `e` depends only on constants and variables of unrolled loops."""

@@ -13,6 +13,9 @@ Kinds:
   peer    a shared-memory place of another CTA of the cluster (`peer(buf[i], rank)`)
   u16     a u16 value (a multicast CTA mask; literals allowed)
   val     a scalar or vector value (literals typed u32 / f32)
+  pred    a pred value (literals allowed)
+  regs    a register array (`let acc: f32[128];`)
+  mma_a   a wgmma A operand: a shared-memory place or a register array
 Omitted optional operands are derived by the OpDef (`derive`) or left None.
 """
 
@@ -39,6 +42,8 @@ KIND_TEXT = {
     "async": "a one-shot load (async name { ... })",
     "rbar": "an mbarrier (or peer(bar, rank))",
     "peer": "shared memory of another CTA (peer(place, rank))",
+    "regs": "a register array",
+    "mma_a": "a shared-memory place or a register array",
 }
 
 
@@ -87,8 +92,8 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
     if isinstance(arg, list):
         b.diags.error(f"{where} cannot be a list", loc)
         return None
-    if kind in ("u32", "u16"):
-        e = b.value(arg, T.u32 if kind == "u32" else T.u16)
+    if kind in ("u32", "u16", "pred"):
+        e = b.value(arg, {"u32": T.u32, "u16": T.u16, "pred": T.pred}[kind])
         return None if isinstance(e.type, T.ErrorType) else e
     if kind == "val":
         e = b.value(arg)
@@ -119,6 +124,9 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
         "tmap": isinstance(ty, T.TensorMap),
         "pipe": isinstance(ty, T.PipelineRef),
         "async": isinstance(ty, T.AsyncRef),
+        "regs": isinstance(ty, T.RegArray) and isinstance(arg, ir.Var),
+        "mma_a": isinstance(ty, T.SharedRef) or (isinstance(ty, T.RegArray)
+                                                 and isinstance(arg, ir.Var)),
     }[kind]
     if not good:
         extra = ""

@@ -47,6 +47,10 @@ class KernelBuilder(OneShot):
             self.diags.error(f"cannot assign to {sym.kind} '{name}'{fix}", name_loc or loc,
                              Note(f"'{name}' was declared here", sym.loc))
             return
+        if isinstance(sym.type, T.RegArray):
+            self.diags.error(f"register array '{name}' is assigned element by element "
+                             f"({name}[i] = ...)", name_loc or loc)
+            return
         v = self.value(value, sym.type)
         self.emit(ir.Assign(name=name, value=v, loc=loc))
 

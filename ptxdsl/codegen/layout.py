@@ -40,6 +40,9 @@ class Layout:
                 return s
         raise KeyError(name)
 
+    def decl(self, name: str) -> ir.SharedDecl | ir.BarrierDecl:
+        return self._slot(name).decl
+
     def offset(self, name: str) -> int:
         return self._slot(name).offset
 

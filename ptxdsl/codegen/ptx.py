@@ -14,6 +14,7 @@ from .. import ir
 from .. import types as T
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
 from ..opdef import definition
+from .addressing import Addressing, tmap_swizzles
 from .asyncops import AsyncOps
 from .layout import Layout, layout_kernel
 from .writer import (
@@ -41,7 +42,7 @@ _SHFL_PTX = {
 }
 
 
-class KernelEmitter(AsyncOps):
+class KernelEmitter(AsyncOps, Addressing):
     """Emits one ir.Kernel as a PTX `.entry`."""
 
     def __init__(self, kernel: ir.Kernel, layout: Layout, watchdog_ms: int = 0,
@@ -67,7 +68,7 @@ class KernelEmitter(AsyncOps):
         raise KeyError(name)
 
     def new_regs(self, t: T.Type):
-        if isinstance(t, T.Vector):
+        if isinstance(t, (T.Vector, T.RegArray)):
             return [self.w.reg(t.elem) for _ in range(t.n)]
         return self.w.reg(t)
 
@@ -145,7 +146,12 @@ class KernelEmitter(AsyncOps):
         if isinstance(s, ir.Let):
             regs = self.new_regs(s.var_type)
             self.bind(s.name, regs)
-            if s.value is not None:
+            if isinstance(s.var_type, T.RegArray):
+                if s.value is not None:  # a literal broadcast to every element
+                    v = self.ev(s.value)
+                    for r in regs:
+                        w.instr(f"mov.{mem_type(s.var_type.elem)}", r, v)
+            elif s.value is not None:
                 self.move_into(regs, s.value, s.var_type)
         elif isinstance(s, ir.Assign):
             self.move_into(self.lookup(s.name), s.value, s.value.type)
@@ -279,6 +285,11 @@ class KernelEmitter(AsyncOps):
         w = self.w
         if isinstance(idx, ir.Const):
             return base, off + int(idx.value) * stride
+        if t == T.u32 and idx.type == T.u32:
+            c, rest = self.split_const(idx)
+            if rest is None:
+                return base, off + c * stride
+            off, idx = off + c * stride, rest
         i = self.ev_reg(idx)
         r = w.reg(t)
         it = idx.type
@@ -305,6 +316,9 @@ class KernelEmitter(AsyncOps):
         else:
             r, off = self.shared_addr(ref)
             space = "shared::cluster" if isinstance(ref, ir.Peer) else "shared"
+            swz = self.swizzle_of(ref) if not isinstance(ref, ir.Peer) else 0
+            if swz > 16 and ref.type.shape == ():  # type: ignore[attr-defined]
+                r, off = self.swizzled(r, off, swz), 0
         return space, (f"[{r}+{off}]" if off else f"[{r}]")
 
     def load(self, e: ir.Load):
@@ -433,9 +447,11 @@ class KernelEmitter(AsyncOps):
             return int(self.lookup(e.name))
         if isinstance(e, ir.Binary):
             a, b = self.const_index(e.a), self.const_index(e.b)
-            return {"add": a + b, "sub": a - b, "mul": a * b, "div": a // b, "rem": a % b,
-                    "and": a & b, "or": a | b, "xor": a ^ b, "shl": a << b,
-                    "shr": a >> b, "min": min(a, b), "max": max(a, b)}[e.op]
+            ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+                   "div": lambda: a // b, "rem": lambda: a % b, "and": lambda: a & b,
+                   "or": lambda: a | b, "xor": lambda: a ^ b, "shl": lambda: a << b,
+                   "shr": lambda: a >> b, "min": lambda: min(a, b), "max": lambda: max(a, b)}
+            return ops[e.op]()
         raise TypeError(f"vector index is not constant: {type(e).__name__}")
 
     def sreg(self, e: ir.SReg) -> str:
@@ -474,6 +490,9 @@ class KernelEmitter(AsyncOps):
                 return r2
             return r
         assert isinstance(t, T.Scalar)
+        v = self.immediate_of(e)  # constants and unrolled loop variables fold
+        if v is not None:
+            return str(v)
         a = self.ev_reg(e.a)  # immediates only as the second operand
         b = self.ev(e.b)
         r = w.reg(t)
@@ -592,10 +611,12 @@ def _vec_operands(kind: str, a: str, regs: list[str]) -> tuple[str, str]:
 def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] = (),
                 watchdog_ms: int = 0) -> KernelInfo:
     params = []
+    swizzles = tmap_swizzles(k, layout)
     for p in k.params:
         t = p.type
         if isinstance(t, T.TensorMap):
-            params.append(ParamInfo(p.name, "tmap", t.elem, t.rank))
+            swz, buf = swizzles.get(p.name, (None, ""))
+            params.append(ParamInfo(p.name, "tmap", t.elem, t.rank, swz, buf))
         elif isinstance(t, T.Ptr):
             params.append(ParamInfo(p.name, "ptr", t.elem))
         else:
@@ -605,10 +626,22 @@ def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] 
 
 
 def needs_sm90a(m: ir.Module) -> bool:
-    """Whether any arch-specific (sm_90a-only) feature is used: setmaxnreg, and multicast
-    copies (which ptxas wants on sm_90a)."""
-    return any(isinstance(s, (ir.SetMaxNReg, ir.TensorLoadMulticast, ir.BulkLoadMulticast))
-               for k in m.kernels for s in ir.walk(k.body))
+    """Whether any arch-specific (sm_90a-only) feature is used: setmaxnreg, wgmma, and
+    multicast copies (which ptxas wants on sm_90a)."""
+    sm90a = (ir.SetMaxNReg, ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait,
+             ir.TensorLoadMulticast, ir.BulkLoadMulticast)
+    return any(isinstance(s, sm90a) for k in m.kernels for s in ir.walk(k.body))
+
+
+def _require_sm90a(m: ir.Module, arch: str) -> None:
+    """wgmma exists only on sm_90a: a located error rather than a ptxas failure."""
+    from ..errors import CompileError, Diagnostic
+
+    for k in m.kernels:
+        for s in ir.walk(k.body):
+            if isinstance(s, (ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)):
+                raise CompileError(Diagnostic(f"{s.syntax} needs the sm_90a target, but the "
+                                              f"module is compiled for {arch}", s.loc))
 
 
 def ptx_version(m: ir.Module) -> tuple[int, int]:
@@ -623,6 +656,8 @@ def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None =
     """PTX text for every kernel of a module, with each kernel's launch contract.
     `watchdog_ms` > 0 bounds every mbarrier wait (see KernelEmitter.bounded_wait)."""
     arch = arch or ("sm_90a" if needs_sm90a(m) else "sm_90")
+    if arch != "sm_90a":
+        _require_sm90a(m, arch)
     target = Target(arch=arch, version=ptx_version(m))
     parts = [f"// Generated by ptxdsl{f' from {source_name}' if source_name else ''}. "
              "Do not edit.", target.header()]

@@ -47,7 +47,7 @@ class Thread:
 
     __slots__ = ("cta", "tid", "lane", "name", "regs", "sregs", "gen", "wait", "exited",
                  "bulk", "unfenced", "inits", "loops", "warp_threads", "warp_gathers",
-                 "cluster_gen")
+                 "cluster_gen", "wgmma")
 
     def __init__(self, cta: CTA, tid: int, sregs: dict[str, int], regs: list[Any]):
         self.cta = cta
@@ -66,6 +66,7 @@ class Thread:
         self.warp_gathers: dict[int, Gather] = {}
         self.gen: Any = None
         self.cluster_gen = -1  # the cluster-barrier generation of its pending arrival
+        self.wgmma: Any = None  # interp.wgmma.WgmmaState once the thread fences or issues
 
     def fence_inits(self) -> None:
         """A fence after mbarrier_init: the async proxy may now use those barriers."""

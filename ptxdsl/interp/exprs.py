@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import ir
 from .. import types as T
+from ..swizzle import physical
 from . import scalar
 from .cta import Thread
 from .errors import fail
@@ -116,6 +117,14 @@ def _pack(c: Program, e: ir.Pack) -> Fn:
 
 def _extract(c: Program, e: ir.Extract) -> Fn:
     v, i = compile_expr(c, e.vec), compile_expr(c, e.index)
+    if isinstance(e.vec.type, T.RegArray):
+        def element(th: Thread) -> Any:
+            arr = v(th)
+            if not isinstance(arr, list):
+                arr.touched(th, e)  # an accumulator that a wgmma still owns
+            return arr[i(th)]
+
+        return element
     return lambda th: v(th)[i(th)]
 
 
@@ -184,9 +193,10 @@ def check_aligned(th: Thread, off: int, n: int, node: Any) -> None:
              f"({th.cta.smem.where(off)}) is not {n}-byte aligned", node)
 
 
-def shared_place(c: Program, ref: ir.Expr) -> tuple[Fn, int]:
+def shared_place(c: Program, ref: ir.Expr, logical: bool = False) -> tuple[Fn, int]:
     """(byte offset of a shared place or view, bytes of the view); indices are
-    bounds-checked against the declared shape."""
+    bounds-checked against the declared shape. An element of a swizzled buffer is at its
+    swizzled offset, unless `logical` (wgmma descriptors take the logical address)."""
     node, indices = ref, list[ir.Expr]()
     while isinstance(ref, ir.Index):
         indices = list(ref.indices) + indices
@@ -215,6 +225,14 @@ def shared_place(c: Program, ref: ir.Expr) -> tuple[Fn, int]:
             o += i * stride
         return o
 
+    if decl.swizzle and not logical and node.type.shape == ():  # type: ignore[attr-defined]
+        swz = decl.swizzle
+
+        def swizzled(th: Thread) -> int:
+            sbase = th.cta.smem.base
+            return physical(sbase + offset(th), swz) - sbase
+
+        return swizzled, view
     return offset, view
 
 

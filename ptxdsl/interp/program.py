@@ -66,6 +66,8 @@ class Program:
         self.sites = 0
         self.track_proxy = any(isinstance(s, ir.Op) and definition(s).async_reads
                                for s in ir.walk(kernel.body))
+        self.reg_arrays = {s.name for s in ir.walk(kernel.body)
+                           if isinstance(s, ir.Let) and isinstance(s.var_type, T.RegArray)}
         self.body = as_gen(*self.block(kernel.body))
 
     def scratch(self) -> list[Any]:
@@ -74,6 +76,12 @@ class Program:
 
     def slot(self, name: str) -> int:
         return self.slots.setdefault(name, len(self.slots))
+
+    @staticmethod
+    def written(th: Thread, name: str, node: ir.Stmt) -> None:
+        """A register array was written: a wgmma reading it needs a wgmma_fence first."""
+        if th.wgmma is not None:
+            th.wgmma.dirty[name] = node
 
     expr = compile_expr
     shared_place = shared_place
@@ -180,6 +188,18 @@ def _touches_smem(e: ir.Expr) -> bool:
 
 def _let(c: Program, s: ir.Let) -> Step:
     slot = c.slot(s.name)
+    if isinstance(s.var_type, T.RegArray):  # a list, updated in place element by element
+        n = s.var_type.n
+        if s.value is None:
+            fill = scalar.zero(s.var_type.elem)
+            return PLAIN, False, lambda th: th.regs.__setitem__(slot, [fill] * n)
+        fill = c.expr(s.value)(None)  # type: ignore[arg-type]
+
+        def init(th: Thread) -> None:
+            th.regs[slot] = [fill] * n
+            c.written(th, s.name, s)
+
+        return PLAIN, False, init
     if s.value is None:
         z = scalar.zero(s.var_type)
         return PLAIN, False, lambda th: th.regs.__setitem__(slot, z)
@@ -194,6 +214,15 @@ def _assign(c: Program, s: ir.Assign) -> Step:
 
 def _set_elem(c: Program, s: ir.SetElem) -> Step:
     slot, i, v = c.slots[s.name], c.expr(s.index), c.expr(s.value)
+    if s.name in c.reg_arrays:
+        def set_array(th: Thread) -> None:
+            arr = th.regs[slot]
+            if not isinstance(arr, list):
+                arr.touched(th, s)  # an accumulator that a wgmma still owns
+            arr[i(th)] = v(th)
+            c.written(th, s.name, s)
+
+        return PLAIN, False, set_array
 
     def set_elem(th: Thread) -> None:
         vec = list(th.regs[slot])

@@ -123,6 +123,9 @@ def _compute(g: Gather, lanes: list[Thread]) -> dict[int, Any]:
     if g.fn == "elect":
         leader = min(args)
         return {lane: lane == leader for lane in args}
+    if g.fn == "gather":  # every lane sees every lane's value (wgmma's A fragments)
+        everyone = {lane: v[0] for lane, v in args.items()}
+        return {lane: everyone for lane in args}
     out = {}
     for lane, (v, b) in args.items():
         if g.fn == "shfl_idx":

@@ -158,12 +158,19 @@ class Stmt(Node):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SharedDecl(Stmt):
-    """A shared-memory buffer, placed by the compiler in dynamic shared memory."""
+    """A shared-memory buffer, placed by the compiler in dynamic shared memory. `swizzle`
+    (0, 32, 64 or 128 bytes) declares the TMA/wgmma swizzled layout: rows of the last
+    dimension are `swizzle` bytes whose 16-byte chunks are permuted by the row index; every
+    access through the buffer (generic, TMA, wgmma descriptor) uses that one layout. `major`
+    says which matrix dimension a row runs along when wgmma reads it: "k" (K-major, a row is
+    K-contiguous) or "mn" (MN-major: the row is M- or N-contiguous, rows step along K)."""
 
     name: str
     elem: T.Scalar
     shape: tuple[int, ...]
     align: int
+    swizzle: int = 0
+    major: str = "k"  # "mn": rows run along K, the contiguous dimension is M or N (wgmma)
 
     @property
     def nbytes(self) -> int:

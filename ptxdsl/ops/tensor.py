@@ -13,6 +13,7 @@ from ..interp.program import PLAIN, Program, Step
 from ..interp.scalar import wrapper
 from ..interp.tensormap import TensorMapModel
 from ..opdef import ErrorFn, OpDef, register
+from ..swizzle import tma_name
 from .bulk import check_smem_aligned, stage_barrier
 
 _S32 = wrapper(T.s32)
@@ -50,9 +51,18 @@ def tensor_operands(c: Program, tmap: ir.Expr, coords: tuple[ir.Expr, ...], smem
     """Interpreter: (model, coordinates, shared-memory selection) of a tile copy."""
     m, cs = c.expr(tmap), [c.expr(x) for x in coords]
     off, view = c.shared_place(smem)
+    buf = smem
+    while isinstance(buf, ir.Index):
+        buf = buf.base
+    declared = getattr(c.decls.get(getattr(buf, "name", "")), "swizzle", 0)
 
     def operands(th: Thread, s: Any) -> tuple[TensorMapModel, list[int], Any]:
         model = m(th)
+        if declared and model.swizzle != tma_name(declared):
+            fail("copy", f"{th.name}: the tensor map of {s.syntax} has swizzle {model.swizzle}, "
+                 f"but buffer '{getattr(buf, 'name', '?').split('.')[-1]}' declares swizzle "
+                 f"{declared}; TMA would lay the tile out differently from what the kernel "
+                 "reads", s)
         o = off(th)
         if model.nbytes > view:
             fail("bounds", f"{th.name}: the box of {s.syntax} is {model.nbytes} bytes, but the "

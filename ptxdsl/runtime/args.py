@@ -18,6 +18,7 @@ import numpy as np
 from .. import types as T
 from ..errors import Diagnostic, LaunchError
 from ..kernelinfo import KernelInfo, ParamInfo
+from ..swizzle import tma_name
 from .dtypes import compatible
 from .interop import CUPY_TYPES, TORCH_TYPES, DevicePointer, array_family, describe
 from .memory import DeviceArray
@@ -199,6 +200,13 @@ def _tmap_converter(p: ParamInfo) -> Converter:
     def conv(v: Any) -> bytes:
         if type(v) is TensorMap:
             s = v.spec
+            if p.swizzle is not None and s.swizzle != tma_name(p.swizzle):
+                raise LaunchError(
+                    f"argument '{p.name}' is a tensor map with swizzle {s.swizzle}, but the "
+                    f"kernel's buffer '{p.buffer}' declares "
+                    f"{f'swizzle {p.swizzle}' if p.swizzle else 'no swizzle'}: TMA would lay "
+                    "the tile out differently from what the kernel reads"
+                )
             if s.elem.name in ok and len(s.shape) == p.rank:
                 return v.raw
             raise LaunchError(

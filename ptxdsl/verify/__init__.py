@@ -23,6 +23,12 @@ from .cluster import check_clusters
 from .copies import check_bulk_stores, check_issuers
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
+from .wgmma import (
+    check_register_arrays,
+    check_wgmma_hazards,
+    check_wgmma_issuers,
+    check_wgmma_operands,
+)
 
 # Role and setmaxnreg checks (legal register counts, their sum within the register file,
 # every warp of a warpgroup in one role) go here as one more function: they read `Role` and
@@ -40,6 +46,7 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_bulk_stores,
     check_cp_async,
     check_clusters,
+    check_wgmma_hazards, check_wgmma_issuers, check_wgmma_operands, check_register_arrays,
 )
 
 

@@ -1,0 +1,152 @@
+"""wgmma in the interpreter: each thread computes its own accumulator fragment, when a
+`wgmma_wait` completes the group, from shared memory as it is then; if those bytes changed
+since the wgmma was issued (a stage released to the producer too early), that is a race.
+
+Until then the accumulator register array is a `Pending` object: any read or write of it is
+reported, as is a wgmma whose accumulator was written since the last `wgmma_fence`.
+
+Fragment layout of an m64nN f32 accumulator (PTX ISA, "Register Fragments"): thread t of the
+warpgroup (warp q = t / 32 % 4, lane l) holds
+    d[4j + 2i + c] = D[16q + l/4 + 8i, 8j + 2(l%4) + c];
+an A fragment in registers (m64k16, 16-bit) holds
+    a[4h + 2i + c] = A[16q + l/4 + 8i, 8h + 2(l%4) + c].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import swizzle as S
+from .cta import Thread
+from .errors import fail, note
+
+
+class WgmmaState:
+    """A thread's wgmma bookkeeping: writes since the last fence, open and committed groups."""
+
+    __slots__ = ("dirty", "fenced", "open", "groups")
+
+    def __init__(self) -> None:
+        self.dirty: dict[str, Any] = {}  # register array -> the statement that wrote it
+        self.fenced = False
+        self.open: list[tuple[Pending, Callable[[], None]]] = []
+        self.groups: list[list[tuple[Pending, Callable[[], None]]]] = []
+
+
+def state(th: Thread) -> WgmmaState:
+    if th.wgmma is None:
+        th.wgmma = WgmmaState()
+    return th.wgmma
+
+
+class Pending:
+    """An accumulator owned by wgmmas that no wgmma_wait has completed yet."""
+
+    __slots__ = ("name", "values", "slot", "todo", "site")
+
+    def __init__(self, name: str, values: list, slot: int, site: Any):
+        self.name, self.values, self.slot, self.site = name, values, slot, site
+        self.todo = 0
+
+    def touched(self, th: Thread, node: Any) -> None:
+        fail("wgmma", f"{th.name}: accumulator '{self.name}' is accessed while a wgmma that "
+             "writes it is still in flight; wgmma_commit() and wgmma_wait(n) must complete it "
+             "first", node, note("the wgmma was issued here", self.site))
+
+
+def fence(th: Thread) -> None:
+    st = state(th)
+    st.fenced = True
+    st.dirty.clear()
+
+
+def commit(th: Thread) -> None:
+    st = state(th)
+    if st.open:
+        st.groups.append(st.open)
+        st.open = []
+
+
+def wait(th: Thread, n: int) -> None:
+    st = state(th)
+    while len(st.groups) > n:
+        for pend, run in st.groups.pop(0):
+            run()
+            pend.todo -= 1
+            if pend.todo == 0:
+                th.regs[pend.slot] = pend.values
+
+
+def places(th: Thread, off: int, rows: np.ndarray, kdim: int, esz: int,
+           layout: tuple) -> np.ndarray:
+    """Shared-memory byte offsets of elements [rows, 0:kdim] (rows along M / N) of the operand
+    whose first element is at logical offset `off`. `layout` = (swizzle, major, block bytes):
+    K-major rows hold K; MN-major rows hold `swizzle` bytes along M / N and step along K;
+    blocked layouts (MN-major, unswizzled) put blocks `block bytes` apart."""
+    swz, major, block = layout
+    smem = th.cta.smem
+    k = np.arange(kdim)[None, :]
+    if major == "mn":
+        width = swz // esz
+        r = rows[:, None]
+        lin = smem.base + off + (r // width) * block + k * swz + (r % width) * esz
+    elif swz == 16:  # unswizzled: [k blocks][rows][16 bytes]
+        width = 16 // esz
+        lin = smem.base + off + (k // width) * block + rows[:, None] * 16 + (k % width) * esz
+    else:
+        lin = smem.base + off + rows[:, None] * swz + k * esz
+    lin = lin ^ (((lin >> 7) & S.mask(swz)) << 4)
+    p = lin - smem.base
+    if p.min() < 0 or p.max() + esz > len(smem.u8):
+        fail("bounds", f"{th.name}: a wgmma operand reaches outside shared memory", None)
+    return p
+
+
+def raw(th: Thread, p: np.ndarray, esz: int) -> np.ndarray:
+    """The bytes of the elements at offsets `p` (a copy), shape p.shape + (esz,)."""
+    return th.cta.smem.u8[p[..., None] + np.arange(esz)]
+
+
+def decode(data: np.ndarray, kind: str) -> np.ndarray:
+    """Element bytes (..., esz) as float32: bf16 / f16 widened, tf32 as its f32 value."""
+    if data.shape[-1] == 2:
+        bits = data[..., 0].astype(np.uint32) | (data[..., 1].astype(np.uint32) << 8)
+        if kind == "bf16":
+            return (bits << 16).view(np.float32)
+        return bits.astype(np.uint16).view(np.float16).astype(np.float32)
+    word = np.ascontiguousarray(data).view(np.uint32)[..., 0]
+    return (word & np.uint32(0xFFFFE000)).view(np.float32)  # tf32 keeps 10 mantissa bits
+
+
+def rows_of(th: Thread) -> np.ndarray:
+    """The two accumulator rows (of 64) that a thread of a warpgroup holds."""
+    q, lane = (th.tid // 32) % 4, th.tid % 32
+    r = 16 * q + lane // 4
+    return np.array([r, r + 8])
+
+
+def scatter(th: Thread, prod: np.ndarray) -> np.ndarray:
+    """A thread's fragment, in register order, of the (2, N) rows it holds."""
+    n = prod.shape[1]
+    lane = th.tid % 32
+    cols = (8 * np.arange(n // 8)[:, None, None] + 2 * (lane % 4)
+            + np.arange(2)[None, None, :])  # (j, 1, c)
+    rows = np.arange(2)[None, :, None]  # (1, i, 1)
+    return prod[rows, cols].reshape(-1)
+
+
+def a_from_regs(th: Thread, quad: dict[int, list], kind: str) -> np.ndarray:
+    """The (2, 16) rows of A that a thread's rows hold, from the 8-register fragments of the
+    four lanes of its quad (`quad`: lane -> fragment, gathered across the warp)."""
+    first = th.tid % 32 // 4 * 4
+    out = np.zeros((2, 16), np.float32)
+    for lane in range(first, first + 4):
+        regs = quad[lane]
+        for h in range(2):
+            for i in range(2):
+                for c in range(2):
+                    out[i, 8 * h + 2 * (lane % 4) + c] = regs[4 * h + 2 * i + c]
+    return out

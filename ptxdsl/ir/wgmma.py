@@ -1,0 +1,50 @@
+"""Tensor-core operations: warpgroup matrix multiply-accumulate (wgmma) and its fences.
+
+A wgmma reads its shared-memory operands through 64-bit matrix descriptors that the compiler
+derives from the operand's buffer declaration (swizzle, row pitch, alignment) and from the
+place written in the call (`tile[row, k]`: the 8-row-aligned row and the k offset)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .core import Expr, Op
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wgmma(Op):
+    """`wgmma.mma_async.sync.aligned.m64nNkK.f32.T.T {d}, a-desc|{a}, b-desc, scale-d,
+    imm-scale-a, imm-scale-b[, imm-trans-a, imm-trans-b]`: d (64 x N, N = 2 * registers of
+    `d`) = A (64 x K at place `a`, or registers) * B (N x K at place `b`)^T (+ d when
+    `accumulate`, default true); `neg_a` / `neg_b` (constants 0/1) negate an input."""
+
+    syntax: ClassVar[str] = "wgmma"
+    d: Expr
+    a: Expr
+    b: Expr
+    accumulate: Expr | None = None
+    neg_a: Expr | None = None
+    neg_b: Expr | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WgmmaFence(Op):
+    """`wgmma.fence.sync.aligned`: order register accesses before the next wgmma."""
+
+    syntax: ClassVar[str] = "wgmma_fence"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WgmmaCommit(Op):
+    """`wgmma.commit_group.sync.aligned`: the wgmmas issued since the last commit form a group."""
+
+    syntax: ClassVar[str] = "wgmma_commit"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WgmmaWait(Op):
+    """`wgmma.wait_group.sync.aligned n`: at most n wgmma groups of this thread pending."""
+
+    syntax: ClassVar[str] = "wgmma_wait"
+    n: Expr

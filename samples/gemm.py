@@ -1,0 +1,140 @@
+"""The warp-specialised persistent bf16 GEMM with the Python API (twin of gemm.ptxdsl).
+
+C = A @ B^T: A is M x K and B is N x K, both row-major (what torch.nn.functional.linear
+computes), f32 accumulation, C (M x N, row-major) in the input type. `make_gemm(...)` builds
+it for any tile shape, stage count and input type; the module-level kernel is the one that
+gemm.ptxdsl spells out (128 x 256 x 64 tiles, 3 stages, bf16)."""
+
+import numpy as np
+
+import ptxdsl
+from ptxdsl import array, bf16, f16, f32, s32, tmap, u32
+
+SWIZZLE = 128  # bytes per shared-memory row: the K extent of a tile (64 bf16)
+
+
+def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: int = 8,
+              consumers: int = 2, cluster: tuple[int, int, int] = (1, 1, 1),
+              producer_regs: int = 40, consumer_regs: int = 232) -> ptxdsl.KernelDef:
+    """A GEMM kernel with bm x bn x 64 tiles, `consumers` warpgroups of bm / consumers rows
+    each (64 or 128), `stages` pipeline stages and tiles walked in groups of `group`
+    tile-rows. Clusters (TMA multicast) are not supported yet: cluster must be (1, 1, 1)."""
+    if tuple(cluster) != (1, 1, 1):
+        raise ValueError("make_gemm: cluster multicast is not implemented yet (cluster must "
+                         "be (1, 1, 1))")
+    assert dtype in (bf16, f16), "inputs are bf16 or f16"
+    bk = SWIZZLE // dtype.nbytes
+    wm = bm // consumers  # rows per consumer warpgroup
+    assert wm in (64, 128) and wm * consumers == bm, "each consumer owns 64 or 128 rows"
+    assert bn % 64 == 0 and 64 <= bn <= 256, "bn is 64, 128, 192 or 256"
+    mw = wm // 64  # m64 wgmmas per k-step
+    nacc = bn // 2  # f32 accumulators per thread per m64 block
+    chunks = bn // 64  # 128-byte-wide column chunks of the C tile (one TMA store each)
+    threads = 128 * (1 + consumers)
+    default = (bm, bn, stages, dtype, group, consumers, producer_regs, consumer_regs) == \
+        (128, 256, 3, bf16, 8, 2, 40, 232)
+    name = "gemm" if default else (f"gemm_{dtype}_{bm}x{bn}x{bk}_s{stages}_c{consumers}_g{group}"
+                                   f"_r{producer_regs}_{consumer_regs}")
+
+    def coords(k, t, tiles_m, grp):
+        first = k.let("first", t / grp * group)
+        rows = k.let("rows", k.min(tiles_m - first, group))
+        m0 = k.let("m0", (first + t % grp % rows) * bm)
+        n0 = k.let("n0", t % grp / rows * bn)
+        return m0, n0
+
+    def body(k, a, b, c, m, n, kk_):
+        ring = k.pipeline("ring", stages, a=(dtype, [bm, bk], 1024, SWIZZLE),
+                          b=(dtype, [bn, bk], 1024, SWIZZLE))
+        cs = k.shared("cs", dtype, [consumers, mw * chunks, 64, 64], align=1024,
+                      swizzle=SWIZZLE)
+        tiles_m = k.let("tiles_m", (m + (bm - 1)) / bm)
+        tiles_n = k.let("tiles_n", (n + (bn - 1)) / bn)
+        ktiles = k.let("ktiles", (kk_ + (bk - 1)) / bk)
+        ntiles = k.let("ntiles", tiles_m * tiles_n)
+        grp = k.let("group", group * tiles_n)
+        with k.role("producer", 0, 4, regs=producer_regs):
+            with k.if_((k.warp == 0) & k.elect()):
+                with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
+                    m0, n0 = coords(k, t, tiles_m, grp)
+                    with k.for_("kt", 0, ktiles) as kt:
+                        k.acquire(ring)
+                        k.tma_load(ring.a, a, [(kt * bk).to(s32), m0.to(s32)])
+                        k.tma_load(ring.b, b, [(kt * bk).to(s32), n0.to(s32)])
+                        k.commit(ring)
+        with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
+            wg = k.let("wg", k.warp / 4 - 1)
+            leader = k.let("leader", k.tid.x % 128 == 0)
+            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
+            col = k.let("col", k.laneid % 4 * 2)
+            with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
+                m0, n0 = coords(k, t, tiles_m, grp)
+                # one m64nN accumulator per 64 rows the consumer owns
+                accs = [k.let("acc" if mw == 1 else f"acc{r}", type=array(f32, nacc))
+                        for r in range(mw)]
+                with k.for_("kt", 0, ktiles) as kt:
+                    k.wait(ring)
+                    k.wgmma_fence()
+                    with k.for_("kk", 0, bk // 16, unroll=True) as kk:
+                        for r, acc in enumerate(accs):
+                            rows0 = wg * wm + r * 64 if r else wg * wm
+                            k.wgmma(acc, ring.a[rows0, kk * 16], ring.b[0, kk * 16],
+                                    (kt > 0) | (kk > 0))
+                    k.wgmma_commit()
+                    k.wgmma_wait(0)
+                    k.release(ring)
+                with k.if_(leader):
+                    k.bulk_wait_read(0)
+                k.bar_sync(8 + wg, 128)
+                for r, acc in enumerate(accs):
+                    with k.for_(f"j{r}" if r else "j", 0, nacc // 4, unroll=True) as j:
+                        with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
+                            cs[wg, r * chunks + j / 8 if r else j / 8, row + i * 8,
+                               j % 8 * 8 + col] = getattr(
+                                k, f"{dtype}x2")(acc[4 * j + 2 * i].to(dtype),
+                                                 acc[4 * j + 2 * i + 1].to(dtype))
+                k.fence_proxy_async()
+                k.bar_sync(8 + wg, 128)
+                with k.if_(leader):
+                    for r in range(mw):
+                        with k.for_(f"h{r}" if r else "h", 0, chunks, unroll=True) as h:
+                            m1 = m0 + wg * wm + r * 64 if r else m0 + wg * wm
+                            k.tma_store(c, [(n0 + h * 64).to(s32), m1.to(s32)],
+                                        cs[wg, r * chunks + h if r else h])
+                    k.bulk_commit()
+            with k.if_(leader):
+                k.bulk_wait(0)
+
+    def gemm(k, a: tmap(dtype, 2), b: tmap(dtype, 2), c: tmap(dtype, 2), m: u32, n: u32,
+             kdim: u32):
+        body(k, a, b, c, m, n, kdim)
+
+    return ptxdsl.kernel(threads=threads, name=name)(gemm)
+
+
+gemm = make_gemm()
+
+SMS = 132  # H100 / H200
+SMALL = {"m": 256, "n": 256, "k": 256, "grid": 2}
+
+
+def tiles(m: int, n: int, bm: int = 128, bn: int = 256) -> int:
+    return -(-m // bm) * -(-n // bn)
+
+
+def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 1000,
+            grid: int | None = None, bm: int = 128, bn: int = 256) -> dict:
+    """Random bf16 A (m x k) and B (n x k); the reference is A @ B^T in f32 (m, n, k need
+    not be tile multiples; k and n are multiples of 8, as TMA wants 16-byte row pitches)."""
+    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+
+    a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
+    b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
+    ref = bf16_to_f32(a) @ bf16_to_f32(b).T
+    box = {"swizzle": "128B"}
+    return {"grid": grid or min(SMS, tiles(m, n, bm, bn)),
+            "inputs": {"a": a, "b": b, "m": m, "n": n, "kdim": k},
+            "tensor_maps": {"a": {"box": (bm, 64), **box}, "b": {"box": (bn, 64), **box},
+                            "c": {"box": (64, 64), **box}},
+            "outputs": {"c": np.zeros((m, n), np.uint16)}, "expected": {"c": ref},
+            "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}

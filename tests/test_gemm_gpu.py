@@ -1,0 +1,123 @@
+"""The wgmma GEMM sample on the GPU against an f32 reference of torch, on random bf16 data,
+including shapes that are not tile multiples (TMA zero-fills and clips the ragged edges)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.gpu
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_gemm", ROOT / "samples" / "bench_gemm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def bench():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    return _bench()
+
+
+SHAPES = [(256, 256, 256), (128, 256, 64), (1000, 1528, 1000), (4096, 4096, 4096),
+          (333, 520, 72), (2048, 2048, 8200), (8, 8, 8), (3000, 256, 4096), (130, 4104, 136)]
+
+
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_gemm_matches_torch(bench, m, n, k):
+    twin = bench._twin()
+    assert bench.check(twin.gemm, m, n, k) <= 1.0
+
+
+@pytest.mark.parametrize("cfg", [dict(bn=128, stages=6), dict(group=1), dict(dtype="f16"),
+                                 dict(bm=256, bn=128)])
+def test_gemm_variants(bench, cfg):
+    import torch
+
+    import ptxdsl
+
+    twin = bench._twin()
+    if cfg.get("dtype") == "f16":
+        kdef = twin.make_gemm(dtype=ptxdsl.f16)
+        m, n, k = 520, 776, 264
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.float16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        bench.gemm_launcher(kdef, a, b, c)()
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float().T
+        assert ((c.float() - ref).abs() <= 2 ** -9 * ref.abs() + 1e-3 * k ** 0.5).all()
+        return
+    kdef = twin.make_gemm(**cfg)
+    assert bench.check(kdef, 1000, 1528, 1000, bm=cfg.get("bm", 128), bn=cfg.get("bn", 256)) <= 1.0
+
+
+def test_gemm_sample_text_runs(bench):
+    from ptxdsl.runner import run_sample
+
+    for _, results in run_sample(ROOT / "samples" / "gemm.ptxdsl", seed=0):
+        assert all(r.ok for r in results), [r.detail for r in results]
+
+
+def test_gemm_simple_sample_runs(bench):
+    from ptxdsl.runner import run_sample
+
+    for _, results in run_sample(ROOT / "samples" / "gemm_simple.ptxdsl", seed=1):
+        assert all(r.ok for r in results), [r.detail for r in results]
+
+
+def _forms():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from wgmma_cases import FORMS
+
+    return FORMS
+
+
+@pytest.mark.parametrize("form", _forms(), ids=str)
+def test_every_wgmma_form_on_the_gpu(bench, form):
+    """Each form (N, swizzle, input type, A in registers, negation) against numpy: the
+    interpreter tests check the same kernels against the same reference."""
+    import numpy as np
+    from wgmma_cases import boxes, inputs, make_mma, operands, reference
+
+    import ptxdsl
+
+    n, swizzle, dtype, a_regs, neg_a, neg_b = form[:6]
+    box_a, box_b, bk = boxes(form)
+    kdim = 4 * bk
+    a, b, af, bf = inputs(np.random.default_rng(2), n, kdim, dtype)
+    a, b = operands(a, b, form)
+    t = {"bf16": "bf16", "f16": "f16", "tf32": "f32"}[dtype]
+    da, db = ptxdsl.to_device(a, dtype=t), ptxdsl.to_device(b, dtype=t)
+    c = ptxdsl.to_device(np.full(64 * n, np.nan, np.float32))
+    sw = "none" if swizzle == 16 else f"{swizzle}B"
+    make_mma(*form)[1](ptxdsl.TensorMap(da, box=box_a, swizzle=sw),
+                       ptxdsl.TensorMap(db, box=box_b, swizzle=sw), c, kdim)
+    ptxdsl.synchronize()
+    got = c.copy_to_host().reshape(64, n)
+    ref = reference(af, bf, neg_a, neg_b)
+    assert np.allclose(got, ref, rtol=1e-4, atol=1e-3 * kdim ** 0.5), np.abs(got - ref).max()
+
+
+def test_launch_rejects_a_tensor_map_whose_swizzle_disagrees_with_the_buffer(bench):
+    import torch
+
+    import ptxdsl
+
+    twin = bench._twin()
+    a = torch.zeros(256, 256, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
+    ta = ptxdsl.TensorMap(a, box=(128, 64), swizzle="none")
+    tb = ptxdsl.TensorMap(a, box=(256, 64), swizzle="128B")
+    tc = ptxdsl.TensorMap(c, box=(64, 64), swizzle="128B")
+    with pytest.raises(ptxdsl.LaunchError, match="declares swizzle 128"):
+        twin.gemm[2](ta, tb, tc, 256, 256, 256)

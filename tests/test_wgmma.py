@@ -1,0 +1,228 @@
+"""Tensor cores without a GPU: register arrays and swizzle declarations in the builder, wgmma
+descriptors in the emitted PTX, every wgmma form through ptxas, and wgmma semantics in the
+interpreter (against numpy) with the bugs it reports."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import ptxas_path
+from wgmma_cases import FORMS, boxes, inputs, make_mma, operands, reference
+
+import ptxdsl
+from ptxdsl.interp import run
+from ptxdsl.interp.errors import InterpError
+from ptxdsl.interp.tensormap import TensorMapModel
+
+
+def errors(text: str) -> str:
+    with pytest.raises(ptxdsl.CompileError) as e:
+        ptxdsl.compile_module(ptxdsl.parse(text, "k.ptxdsl"))
+    return str(e.value)
+
+
+KERNEL = """
+kernel k(a: tmap<bf16, 2>, b: tmap<bf16, 2>, c: ptr<f32>) threads(128) {{
+    shared sa: bf16[64][64] swizzle 128;
+    shared sb: bf16[64][64] swizzle 128;
+    {body}
+}}
+"""
+
+
+@pytest.mark.parametrize("body, message", [
+    ("let acc: f32[30]; wgmma_fence(); wgmma(acc, sa[0, 0], sb[0, 0]);",
+     "N in 8, 16, ..., 256; 'acc' has 30 elements"),
+    ("let acc: f16[32]; wgmma_fence(); wgmma(acc, sa[0, 0], sb[0, 0]);",
+     "accumulator must be a register array of f32"),
+    ("let acc: f32[32]; wgmma_fence(); wgmma(acc, sa, sb[0, 0]);",
+     "the wgmma A operand is a place"),
+    ("let acc: f32[32]; let i = %tid.x; c[0] = acc[i];",
+     "a register array index must be a constant or an expression of 'unroll' loop variables"),
+    ("let acc: f32[32]; c[0] = acc[32];", "out of range for a register array dimension"),
+    ("let acc: f32[32]; acc = 1.0;", "is assigned element by element"),
+    ("let acc: f32[32]; c[0] = acc;", "is a register array of type f32[32]"),
+    ("let acc: f32[300];", "a register array has 1 to 256 elements"),
+    ("let acc: f32[32]; wgmma_wait(9);", "wgmma_wait takes 0 to 7"),
+])
+def test_builder_rejects(body, message):
+    assert message in errors(KERNEL.format(body=body))
+
+
+@pytest.mark.parametrize("decl, message", [
+    ("shared s: bf16[64][32] swizzle 128;", "rows (last dimension) must be 128 bytes = 64 bf16"),
+    ("shared s: bf16[64][64] align 128 swizzle 128;", "it needs align 1024, got 128"),
+    ("shared s: bf16[64][64] swizzle 48;", "swizzle must be 16 (none), 32, 64 or 128"),
+    ("shared s: bf16[64][8] swizzle 16;", "declared [k blocks][rows][16 bytes] and K-major"),
+    ("shared s: bf16[64][64] swizzle 128 mn;", "is declared [blocks][k][row]"),
+])
+def test_swizzle_declarations_are_checked(decl, message):
+    assert message in errors(f"kernel k() threads(32) {{ {decl} }}")
+
+
+def test_mn_major_declaration_roundtrips():
+    text = """kernel k() threads(32) {
+    shared s: bf16[2][64][64] align 1024 swizzle 128 mn;
+    pipeline ring stages 2 {
+        t: f16[1][32][32] align 512 swizzle 64 mn;
+    }
+}
+"""
+    m = ptxdsl.parse(text)
+    assert ptxdsl.print_module(m) == text
+    assert m.kernels[0].body[0].major == "mn"
+
+
+def test_mn_major_operand_must_span_its_blocks():
+    text = KERNEL.format(body="""shared bt: bf16[1][64][64] swizzle 128 mn;
+    let acc: f32[64];
+    wgmma_fence();
+    wgmma(acc, sa[0, 0], bt[0, 8, 0], false);""")
+    assert "spans 128 elements along M / N, but 'bt' holds 64" in errors(text)
+
+
+def test_register_array_roundtrips_and_indexes_by_dimension():
+    text = """kernel k(c: ptr<f32>) threads(32) {
+    let acc: f32[2][4] = 1.0;
+    for i in 0 .. 2 unroll {
+        acc[i, 3] += 2.0;
+    }
+    c[%tid.x] = acc[1, 3] + acc[0];
+}
+"""
+    m = ptxdsl.parse(text)
+    assert ptxdsl.parse(ptxdsl.print_module(m)) == m
+    out = np.zeros(32, np.float32)
+    run(m.kernels[0], 1, {"c": out})
+    assert (out == 4.0).all()
+
+
+@pytest.mark.parametrize("swizzle, hi", [(128, 64 | 1 << 30), (64, 32 | 2 << 30),
+                                         (32, 16 | 3 << 30)])
+def test_descriptor_strides_and_mode_come_from_the_declaration(swizzle, hi):
+    ptx = make_mma(64, swizzle).ptx()
+    assert "mov.u32 %r" in ptx and f", {hi};" in ptx
+    assert "or.b32" in ptx and ", 65536;" in ptx  # leading byte offset field 1
+
+
+def test_swizzled_generic_access_xors_the_chunk():
+    ptx = ptxdsl.compile_module(ptxdsl.parse("""kernel k(c: ptr<bf16>) threads(32) {
+    shared s: bf16[8][64] swizzle 128;
+    s[%tid.x % 8, %tid.x] = 1.0;
+    fence_proxy_async();
+}""")).ptx
+    assert "shr.u32" in ptx and "and.b32" in ptx and ", 112;" in ptx and "xor.b32" in ptx
+
+
+def _assemble(ptx: str, tmp_path) -> str:
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    r = subprocess.run([ptxas_path(), "-arch=sm_90a", "-v", str(src), "-o",
+                        str(tmp_path / "k.cubin")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stderr
+
+
+@pytest.mark.parametrize("form", FORMS, ids=str)
+def test_every_form_assembles(form, tmp_path):
+    ptx = make_mma(*form).ptx()
+    log = _assemble(ptx, tmp_path)
+    assert "wgmma.mma_async" in ptx and "spill" in log
+
+
+@pytest.mark.parametrize("form", FORMS, ids=str)
+def test_interpreter_wgmma_matches_numpy(form):
+    n, swizzle, dtype, a_regs, neg_a, neg_b = form[:6]
+    box_a, box_b, bk = boxes(form)
+    kdim = 2 * bk
+    a, b, af, bf = inputs(np.random.default_rng(1), n, kdim, dtype)
+    a, b = operands(a, b, form)
+    c = np.zeros(64 * n, np.float32)
+    sw = "none" if swizzle == 16 else f"{swizzle}B"
+    run(make_mma(*form), 1, {"a": TensorMapModel(a, box_a, swizzle=sw),
+                             "b": TensorMapModel(b, box_b, swizzle=sw), "c": c, "kdim": kdim})
+    ref = reference(af, bf, neg_a, neg_b)
+    assert np.allclose(c.reshape(64, n), ref, rtol=1e-5, atol=1e-4)
+
+
+def _interp_error(body: str, kind: str, swizzle: str = "128B") -> str:
+    k = ptxdsl.parse(KERNEL.format(body="""
+    mbarrier bar count 1;
+    if %tid.x == 0 {
+        mbarrier_init(bar);
+        fence_mbarrier_init();
+    }
+    bar_sync(0);
+    if %tid.x == 0 {
+        mbarrier_arrive_expect_tx(bar, 16384);
+        tma_load(sa, a, [0, 0], bar);
+        tma_load(sb, b, [0, 0], bar);
+    }
+    mbarrier_wait(bar, 0);
+    let acc: f32[32];
+    """ + body), "k.ptxdsl").kernels[0]
+    a = np.zeros((64, 64), np.uint16)
+    with pytest.raises(InterpError) as e:
+        run(k, 1, {"a": TensorMapModel(a, (64, 64), swizzle=swizzle),
+                   "b": TensorMapModel(a, (64, 64), swizzle=swizzle),
+                   "c": np.zeros(128, np.float32)})
+    assert e.value.kind == kind, str(e.value)
+    return str(e.value)
+
+
+def test_interpreter_reports_a_read_before_wgmma_wait():
+    msg = _interp_error("wgmma_fence(); wgmma(acc, sa[0, 0], sb[0, 0], false); "
+                        "wgmma_commit(); c[%tid.x] = acc[1]; wgmma_wait(0);", "wgmma")
+    assert "accumulator 'acc' is accessed while a wgmma that writes it is still in flight" in msg
+    assert "k.ptxdsl:" in msg
+
+
+def test_interpreter_reports_a_missing_fence():
+    msg = _interp_error("wgmma(acc, sa[0, 0], sb[0, 0], false); wgmma_commit(); wgmma_wait(0);",
+                        "wgmma")
+    assert "wgmma without a wgmma_fence() before it" in msg
+
+
+def test_interpreter_reports_a_tensor_map_swizzle_that_disagrees_with_the_buffer():
+    msg = _interp_error("", "copy", swizzle="none")
+    assert "has swizzle none, but buffer 'sa' declares swizzle 128" in msg
+
+
+def test_wait_with_groups_in_flight_completes_only_older_groups():
+    """wgmma_wait(1) leaves the newest group pending: its accumulator stays unreadable."""
+    msg = _interp_error("""
+    let acc2: f32[32];
+    wgmma_fence();
+    wgmma(acc, sa[0, 0], sb[0, 0], false);
+    wgmma_commit();
+    wgmma(acc2, sa[0, 16], sb[0, 16], false);
+    wgmma_commit();
+    wgmma_wait(1);
+    c[%tid.x] = acc[0];
+    c[%tid.x] = acc2[0];""", "wgmma")
+    assert "accumulator 'acc2'" in msg
+
+
+def test_interpreter_reports_a_stage_overwritten_under_a_pending_wgmma():
+    """The corpus kernel that releases its stage before wgmma_wait: in the schedules where
+    the producer refills the stage first, the interpreter names the wgmma."""
+    from pathlib import Path
+
+    from ptxdsl.runner import f32_to_bf16
+
+    path = Path(__file__).parent / "broken" / "wgmma_release_before_wait.ptxdsl"
+    k = ptxdsl.parse(path.read_text(), path.name).kernels[0]
+    a = f32_to_bf16(np.random.default_rng(0).standard_normal((64, 256), np.float32))
+    kinds = []
+    for seed in range(6):
+        try:
+            run(k, 1, {"a": TensorMapModel(a, (64, 64), swizzle="128B"),
+                       "b": TensorMapModel(a, (64, 64), swizzle="128B"),
+                       "c": np.zeros(128, np.float32), "ktiles": 4}, seed=seed)
+        except InterpError as e:
+            assert "overwritten before wgmma_wait completed it" in str(e)
+            assert f"{path.name}:26:" in str(e)
+            kinds.append(e.kind)
+    assert kinds and set(kinds) == {"race"}
