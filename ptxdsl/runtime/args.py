@@ -217,7 +217,11 @@ def _tmap_converter(p: ParamInfo) -> Converter:
             f"argument '{p.name}' ({want}) must be a ptxdsl TensorMap, got {_describe_value(v)}"
         )
 
-    conv.sigs = frozenset((name, p.rank) for name in ok)  # type: ignore[attr-defined]
+    # what the generated fast path accepts without calling conv: element type, rank and the
+    # swizzle the kernel's buffer declares (any, when no buffer declares one)
+    swizzles = ("none", "32B", "64B", "128B") if p.swizzle is None else (tma_name(p.swizzle),)
+    conv.sigs = frozenset((name, p.rank, sw) for name in ok  # type: ignore[attr-defined]
+                          for sw in swizzles)
     return conv
 
 

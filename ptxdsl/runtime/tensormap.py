@@ -124,7 +124,7 @@ class TensorMap:
 
             check_reachable(address, device, "the tensor map's memory")
         self.raw: bytes = _encode(spec)
-        self.sig = (elem.name, rank)  # what a kernel's tmap parameter checks, in one hash
+        self.sig = (elem.name, rank, swizzle)  # what a kernel's tmap parameter checks at once
         self._buffer: np.ndarray | None = None
         key, self._key = self._key, _BUILT
         if key is not None:
