@@ -86,3 +86,24 @@ def ptxas_path() -> str:
         pytest.fail("ptxas not found: install the test extras (pip install -e '.[test]'), "
                     "which bring the nvidia-cuda-nvcc wheel")
     return path
+
+
+def assemble(ptx: str, tmp_path: Path, arch: str = "sm_90a") -> str:
+    """Assemble `ptx` with ptxas (-v); fail the test with ptxas's message if it rejects it.
+    Returns ptxas's report (registers, spills)."""
+    src = tmp_path / f"k_{arch}.ptx"
+    src.write_text(ptx)
+    import subprocess
+
+    r = subprocess.run([ptxas_path(), f"-arch={arch}", "-v", str(src), "-o",
+                        str(tmp_path / f"k_{arch}.cubin")], capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, f"ptxas -arch={arch} rejected the module:\n{r.stderr}\n{ptx}"
+    return r.stderr
+
+
+def assert_ok(results) -> None:
+    """Every check of a sample run passed (and there was at least one)."""
+    assert results, "nothing was checked"
+    for r in results:
+        assert r.ok, f"{r.name}: {r.detail} (max abs err {r.max_abs_err:.3g})"

@@ -3,12 +3,11 @@ in the interpreter (CTAs of a cluster interleaved), and their misuse is reported
 
 from __future__ import annotations
 
-import subprocess
 import warnings
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, ptxas_path
+from conftest import SAMPLES, assemble
 
 import ptxdsl
 from ptxdsl.errors import CompileError
@@ -99,11 +98,7 @@ def test_cluster_operations_round_trip_and_assemble(tmp_path):
                  "barrier.cluster.arrive.release", "barrier.cluster.wait.acquire"):
         assert form in ptx, form
     assert ".version 8.1" in ptx  # st.async
-    path = tmp_path / "ping.ptx"
-    path.write_text(ptx)
-    r = subprocess.run([ptxas_path(), "-arch=sm_90a", str(path), "-o", str(tmp_path / "p.o")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    assemble(ptx, tmp_path)
 
 
 MULTICAST = """
@@ -157,11 +152,7 @@ def test_multicast_assembles_for_sm_90a(tmp_path):
     assert ".target sm_90a" in ptx
     assert ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
             ".multicast::cluster") in ptx
-    path = tmp_path / "m.ptx"
-    path.write_text(ptx)
-    r = subprocess.run([ptxas_path(), "-arch=sm_90a", str(path), "-o", str(tmp_path / "m.o")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    assemble(ptx, tmp_path)
 
 
 # ----------------------------------------------------------------------------- misuse

@@ -4,7 +4,7 @@ Marked `gpu`: skipped where no CUDA GPU is present; run them with `pytest -m gpu
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, sample_module
+from conftest import SAMPLES, assert_ok, sample_module
 
 import ptxdsl
 from ptxdsl.runner import run_example, run_sample
@@ -12,10 +12,6 @@ from ptxdsl.runner import run_example, run_sample
 pytestmark = pytest.mark.gpu
 
 
-def assert_ok(results):
-    assert results, "nothing was checked"
-    for r in results:
-        assert r.ok, f"{r.name}: {r.detail} (max abs err {r.max_abs_err:.3g})"
 
 
 @pytest.mark.parametrize("name", ["add_one", "pipeline", "stream_copy", "norms", "colsum"])

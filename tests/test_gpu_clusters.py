@@ -6,9 +6,8 @@ Marked `gpu`: skipped where no CUDA GPU is present; run them with `pytest -m gpu
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, sample_module
+from conftest import SAMPLES, assert_ok, sample_module
 from test_clusters import MULTICAST, ping, ping_reference
-from test_gpu import assert_ok
 
 import ptxdsl
 from ptxdsl.runner import run_example, run_sample

@@ -2,23 +2,15 @@
 
 These tests never skip: CI installs the test extras, so a missing ptxas is a failure."""
 
-import subprocess
 
 import pytest
-from conftest import ROOT, SAMPLES, ptxas_path, sample_kernel_defs, sample_names
+from conftest import ROOT, SAMPLES, assemble, sample_kernel_defs, sample_names
 
 import ptxdsl
 
 pytestmark = pytest.mark.ptxas
 
 
-def assemble(ptx: str, tmp_path, arch: str = "sm_90a") -> str:
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([ptxas_path(), f"-arch={arch}", "-v", str(src), "-o",
-                        str(tmp_path / "k.cubin")], capture_output=True, text=True)
-    assert r.returncode == 0, f"ptxas rejected the module:\n{r.stderr}\n{ptx}"
-    return r.stderr
 
 
 @pytest.mark.parametrize("name", sample_names())

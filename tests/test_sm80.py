@@ -3,11 +3,10 @@ forms for `--arch sm_80`, its errors, the interpreter on both builds, the runtim
 descriptors, and (marked gpu) both builds on the H200."""
 
 import re
-import subprocess
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, ptxas_path, sample_module, sample_names
+from conftest import SAMPLES, assemble, sample_module, sample_names
 
 import ptxdsl
 from ptxdsl import ir
@@ -23,12 +22,6 @@ HOPPER_ONLY = ("cp.async.bulk", "try_wait", "elect.sync", "setmaxnreg", "fence.p
                "expect_tx", "fence.mbarrier_init", "prefetch.tensormap")
 
 
-def assemble(ptx: str, tmp_path, arch: str) -> None:
-    src = tmp_path / f"k_{arch}.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([ptxas_path(), f"-arch={arch}", str(src), "-o",
-                        str(tmp_path / f"k_{arch}.cubin")], capture_output=True, text=True)
-    assert r.returncode == 0, f"ptxas -arch={arch} rejected the module:\n{r.stderr}\n{ptx}"
 
 
 def sm80_error(text: str) -> str:

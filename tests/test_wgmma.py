@@ -4,11 +4,9 @@ interpreter (against numpy) with the bugs it reports."""
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
-from conftest import ptxas_path
+from conftest import assemble
 from wgmma_cases import FORMS, boxes, inputs, make_mma, operands, reference
 
 import ptxdsl
@@ -116,19 +114,12 @@ def test_swizzled_generic_access_xors_the_chunk():
     assert "shr.u32" in ptx and "and.b32" in ptx and ", 112;" in ptx and "xor.b32" in ptx
 
 
-def _assemble(ptx: str, tmp_path) -> str:
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([ptxas_path(), "-arch=sm_90a", "-v", str(src), "-o",
-                        str(tmp_path / "k.cubin")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return r.stderr
 
 
 @pytest.mark.parametrize("form", FORMS, ids=str)
 def test_every_form_assembles(form, tmp_path):
     ptx = make_mma(*form).ptx()
-    log = _assemble(ptx, tmp_path)
+    log = assemble(ptx, tmp_path)
     assert "wgmma.mma_async" in ptx and "spill" in log
 
 
