@@ -38,7 +38,8 @@ class _Row:
         self.k, self.kind, self.e, self.warps, self.eps, self.sync = k, kind, e, warps, eps, sync
 
     def local(self, xr) -> list:
-        """This thread's statistics; softmax replaces xr by exp(x - its max)."""
+        """This thread's statistics; softmax replaces xr by exp(x - its max) and keeps that
+        max in self.tmax for the output scale."""
         k, e = self.k, self.e
         if self.kind == "rmsnorm":
             ss = k.let("ss", 0.0, type=f32)
@@ -130,6 +131,8 @@ class _Row:
 def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
               consumer_warps: int = 8, eps: float = 1e-5,
               name: str | None = None) -> ptxdsl.KernelDef:
+    """The TMA ring form: one producer warp, `consumer_warps` consumer warps, a ring of
+    `stages` row buffers; launch a persistent grid (every CTA resident)."""
     nc = consumer_warps * 32
     width = 16 // dtype.nbytes  # elements per 16-byte vector
     per_thread = n // (nc * width)  # vectors each consumer thread handles
