@@ -18,6 +18,7 @@ from ..runtime.dtypes import compatible, scalar_of
 from . import scalar
 from .cluster import Cluster
 from .cta import CTA
+from .errors import InterpError
 from .memory import GlobalMemory
 from .program import Program
 from .tensormap import TensorMapModel
@@ -53,10 +54,34 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     if prod(cl) > 1:
         run_clusters(prog, cl, dims, gmem, params, seed, max_steps, warned)
         return
+    run_grid(prog, dims, gmem, params, seed, max_steps, warned)
+
+
+def run_grid(prog: Program, dims: tuple[int, int, int], gmem: GlobalMemory, params: list[Any],
+             seed: int, max_steps: int, warned: set[int]) -> None:
+    """CTAs one after another, in launch order. A CTA whose live threads all wait, some of
+    them spinning on global memory (a grid semaphore, a flag), is set aside and resumed
+    once another CTA writes global memory; when only such CTAs are left, the grid is
+    deadlocked."""
+    parked: list[CTA] = []
+
+    def resume() -> None:
+        woken = next((c for c in parked if c.runnable or c.inflight), None)
+        while woken is not None:
+            parked.remove(woken)
+            if not woken.advance():
+                parked.append(woken)
+            woken = next((c for c in parked if c.runnable or c.inflight), None)
+
     for z in range(dims[2]):
         for y in range(dims[1]):
             for x in range(dims[0]):
-                CTA(prog, (x, y, z), dims, gmem, params, seed, max_steps, warned).run()
+                cta = CTA(prog, (x, y, z), dims, gmem, params, seed, max_steps, warned)
+                if not cta.advance():
+                    parked.append(cta)
+                resume()
+    if parked:
+        raise InterpError("deadlock", [d for c in parked for d in c.deadlock().diagnostics])
 
 
 def run_clusters(prog: Program, cl: tuple[int, int, int], dims: tuple[int, int, int],
@@ -86,7 +111,8 @@ def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,
     Arrays are copied, so `example` is left as it was. The result holds the outputs and any
     input that `expected` names (updated in place, as a reduction's target is)."""
     k = _kernel_of(kernel, example.get("kernel"))
-    arrays = {n: v.copy() if isinstance(v, np.ndarray) else v
+    copies: dict[int, np.ndarray] = {}  # one copy per array: parameters may share one
+    arrays = {n: copies.setdefault(id(v), v.copy()) if isinstance(v, np.ndarray) else v
               for n, v in example.get("inputs", {}).items()}
     outputs = {}
     for n, v in example.get("outputs", {}).items():
