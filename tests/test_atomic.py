@@ -185,3 +185,9 @@ def test_release_rule_lists_the_reduction():
     assert isinstance(ir.releases(ir.StoreRelease(ref=ir.Const(value=0, type=u32),
                                                   value=ir.Const(value=0, type=u32)))[0],
                       ir.StoreRelease)
+
+
+
+def test_splitk_variant_verifies_and_assembles(tmp_path):
+    kdef = sample_module("gemm_splitk").make_splitk(stages=3, chunks=4)
+    assemble(ptxdsl.compile_module(ir.Module(kernels=(kdef.ir,))).ptx, tmp_path)

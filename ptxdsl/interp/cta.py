@@ -155,12 +155,6 @@ class CTA:
 
     # ------------------------------------------------------------------ scheduler
 
-    def run(self) -> None:
-        while self.step():
-            pass
-        if self.live:
-            raise self.deadlock()
-
     def advance(self) -> bool:
         """Run until every thread has exited (True) or the live ones all wait with at least
         one spinning on global memory, which only another CTA can change (False)."""

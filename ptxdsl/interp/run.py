@@ -34,11 +34,13 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
 
     `args` maps every parameter name to its value: a numpy array for a `ptr<T>` (written in
     place), a `TensorMapModel` for a `tmap<T, rank>`, a Python number for a scalar. CTAs run
-    one after another; inside a CTA the threads and the asynchronous copies interleave in an
-    order drawn from `seed` (same seed, same schedule). `max_steps` bounds the work of one
-    CTA. Raises InterpError on a deadlock, race, missing fence or other kernel bug, and
-    LaunchError when the arguments do not fit the kernel. `arch="sm_80"` runs the kernel as
-    compiled for Ampere (cp.async in place of bulk and tensor copies)."""
+    one after another (one spinning on global memory for a later CTA is set aside until
+    another writes global memory: `run_grid`); inside a CTA the threads and the asynchronous
+    copies interleave in an order drawn from `seed` (same seed, same schedule). `max_steps`
+    bounds the work of one CTA. Raises InterpError on a deadlock, race, missing fence or
+    other kernel bug, and LaunchError when the arguments do not fit the kernel.
+    `arch="sm_80"` runs the kernel as compiled for Ampere (cp.async in place of bulk and
+    tensor copies)."""
     k = _kernel_of(kernel)
     prog = _program(k, arch)
     if prog.layout.request_bytes > MAX_SMEM_BYTES:
