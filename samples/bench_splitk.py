@@ -52,6 +52,7 @@ class SplitK:
         n = b.shape[0]
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         self.splits = splits or twin.pick_splits(m, n, k, sms)
+        twin.check_splits(k, self.splits)
         self.ws = torch.zeros(m, n, device=a.device, dtype=torch.float32)
         self.sem = torch.zeros(2 * twin.tiles(m, n), device=a.device, dtype=torch.uint32)
         box = {"swizzle": "128B"}

@@ -17,7 +17,8 @@ warpgroup and tile, zero between launches) says when the sum is whole:
 
 Finishing a half-tile: read the f32 sum through `wsp` (a pointer to the same workspace; all
 loads in flight at once), leave zeros behind, store bf16 C, and reset the semaphore. The grid
-is tiles x splits CTAs, split-major (CTA i works on tile i % tiles, split i / tiles).
+is tiles x splits CTAs, split-major (CTA i works on tile i % tiles, split i / tiles), with at
+most one split per 64-wide K step (`check_splits`).
 `make_splitk(stages, chunks)` builds variants; the module-level kernel is the one that
 gemm_splitk.ptxdsl spells out."""
 
@@ -151,6 +152,13 @@ def pick_splits(m: int, n: int, k: int, sms: int = SMS) -> int:
     return max(1, min(sms // tiles(m, n), -(-k // BK) // 4))
 
 
+def check_splits(k: int, splits: int) -> None:
+    """Every split needs a K step: one without would add an accumulator no wgmma wrote."""
+    if not 1 <= splits <= -(-k // BK):
+        raise ValueError(f"splits must be in [1, {-(-k // BK)}] for K = {k} ({BK}-wide K "
+                         f"steps), got {splits}")
+
+
 def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
             splits: int | None = None, ordered: int = 0) -> dict:
     """Random bf16 A (m x k) and B (n x k); the reference is A @ B^T in f32. The workspace
@@ -159,6 +167,7 @@ def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     splits = splits or pick_splits(m, n, k)
+    check_splits(k, splits)
     a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
     b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
     ref = bf16_to_f32(a) @ bf16_to_f32(b).T

@@ -159,18 +159,20 @@ def test_interpreter_reports_a_spin_nobody_ends():
 def _splitk(seed: int, ordered: int) -> tuple[dict, dict]:
     mod = sample_module("gemm_splitk")
     k = ptxdsl.parse_file(SAMPLES / "gemm_splitk.ptxdsl").kernels[0]
-    ex = mod.example(np.random.default_rng(5), **{**mod.SMALL, "splits": 3}, ordered=ordered)
+    ex = mod.example(np.random.default_rng(5), **mod.SMALL, ordered=ordered)
     return ex, run_sample(k, ex, seed=seed)
 
 
 def test_splitk_deterministic_mode_in_the_interpreter():
+    """Seeds other than 0 start the CTAs in shuffled orders: later splits start first and wait
+    for earlier ones (set aside). The results are right and the same for another order (the
+    GPU test checks bit-identity where unordered sums do differ)."""
     ex, out = _splitk(seed=2, ordered=1)
     for name, want in ex["expected"].items():
         r = compare(name, out[name], want, None if name != "c" else ptxdsl.bf16, ex["rtol"],
                     ex["atol"])
         assert r.ok, f"{name}: {r.detail}"
-    _, again = _splitk(seed=3, ordered=1)  # another schedule: the same bits
-    assert np.array_equal(out["c"], again["c"])
+    assert np.array_equal(out["c"], _splitk(seed=3, ordered=1)[1]["c"])
 
 
 def test_release_rule_lists_the_reduction():

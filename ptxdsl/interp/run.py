@@ -3,6 +3,7 @@ sample's `example(rng)` returns."""
 
 from __future__ import annotations
 
+import random
 from math import prod
 from typing import Any
 
@@ -34,13 +35,13 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
 
     `args` maps every parameter name to its value: a numpy array for a `ptr<T>` (written in
     place), a `TensorMapModel` for a `tmap<T, rank>`, a Python number for a scalar. CTAs run
-    one after another (one spinning on global memory for a later CTA is set aside until
-    another writes global memory: `run_grid`); inside a CTA the threads and the asynchronous
-    copies interleave in an order drawn from `seed` (same seed, same schedule). `max_steps`
-    bounds the work of one CTA. Raises InterpError on a deadlock, race, missing fence or
-    other kernel bug, and LaunchError when the arguments do not fit the kernel.
-    `arch="sm_80"` runs the kernel as compiled for Ampere (cp.async in place of bulk and
-    tensor copies)."""
+    one after another, in launch order for seed 0 and shuffled by other seeds (one spinning
+    on global memory for another CTA is set aside until global memory changes: `run_grid`);
+    inside a CTA the threads and the asynchronous copies interleave in an order drawn from
+    `seed` (same seed, same schedule). `max_steps` bounds the work of one CTA. Raises
+    InterpError on a deadlock, race, missing fence or other kernel bug, and LaunchError when
+    the arguments do not fit the kernel. `arch="sm_80"` runs the kernel as compiled for
+    Ampere (cp.async in place of bulk and tensor copies)."""
     k = _kernel_of(kernel)
     prog = _program(k, arch)
     if prog.layout.request_bytes > MAX_SMEM_BYTES:
@@ -61,7 +62,8 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
 
 def run_grid(prog: Program, dims: tuple[int, int, int], gmem: GlobalMemory, params: list[Any],
              seed: int, max_steps: int, warned: set[int]) -> None:
-    """CTAs one after another, in launch order. A CTA whose live threads all wait, some of
+    """CTAs one after another, in launch order for seed 0 and in an order drawn from the
+    seed otherwise. A CTA whose live threads all wait, some of
     them spinning on global memory (a grid semaphore, a flag), is set aside and resumed
     once another CTA writes global memory; when only such CTAs are left, the grid is
     deadlocked."""
@@ -75,13 +77,14 @@ def run_grid(prog: Program, dims: tuple[int, int, int], gmem: GlobalMemory, para
                 parked.append(woken)
             woken = next((c for c in parked if c.runnable or c.inflight), None)
 
-    for z in range(dims[2]):
-        for y in range(dims[1]):
-            for x in range(dims[0]):
-                cta = CTA(prog, (x, y, z), dims, gmem, params, seed, max_steps, warned)
-                if not cta.advance():
-                    parked.append(cta)
-                resume()
+    order = [(x, y, z) for z in range(dims[2]) for y in range(dims[1]) for x in range(dims[0])]
+    if seed:  # the hardware promises no launch order: other seeds start CTAs shuffled
+        random.Random(seed).shuffle(order)
+    for ctaid in order:
+        cta = CTA(prog, ctaid, dims, gmem, params, seed, max_steps, warned)
+        if not cta.advance():
+            parked.append(cta)
+        resume()
     if parked:
         raise InterpError("deadlock", [d for c in parked for d in c.deadlock().diagnostics])
 
