@@ -180,10 +180,13 @@ def test_release_rule_lists_the_reduction():
         "bulk_wait(0); // complete", "bulk_wait_read(0); // complete")
     with pytest.raises(ptxdsl.CompileError) as e:
         ptxdsl.compile_module(ptxdsl.parse(text, "gemm_splitk.ptxdsl"))
-    found = [d for d in e.value.diagnostics
-             if "releases a semaphore before the tma_reduce_add" in d.message]
-    assert len(found) == 1 and "bulk_wait_read() only waits" in found[0].message  # once
-    assert found[0].notes and "is issued here" in found[0].notes[0].message
+    found = [d for d in e.value.diagnostics if "releases a semaphore before the" in d.message]
+    # once per store (the first split's tma_store and the others' tma_reduce_add), at the
+    # first release that does not wait for it
+    assert sorted(d.message.split(" before the ")[1].split()[0] for d in found) == \
+        ["tma_reduce_add", "tma_store"]
+    assert all("bulk_wait_read() only waits" in d.message and d.span.line == found[0].span.line
+               and "is issued here" in d.notes[0].message for d in found)
     assert isinstance(ir.releases(ir.StoreRelease(ref=ir.Const(value=0, type=u32),
                                                   value=ir.Const(value=0, type=u32)))[0],
                       ir.StoreRelease)

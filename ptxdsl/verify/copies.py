@@ -121,11 +121,12 @@ class _Scan:
             self.exit(v, v.may)
 
     def release(self, v: Visit, rel: ir.Node) -> None:
-        """A release (a semaphore increment, a flag store): the thread's reductions into
-        global memory must be complete, or whoever acquires the value may read the memory
-        before they land."""
+        """A release (a semaphore increment, a flag store): the thread's bulk stores and
+        reductions into global memory must be complete, or whoever acquires the value may
+        read the memory before they land."""
         for st in self.stores:
-            if not isinstance(st.visit.stmt, (ir.BulkReduce, ir.TensorReduce)):
+            if not isinstance(st.visit.stmt, (ir.BulkStore, ir.TensorStore, ir.BulkReduce,
+                                              ir.TensorReduce)):
                 continue
             pending = v.may & (st.group >= -1) & ~st.written  # type: ignore[operator]
             if not pending.any():
