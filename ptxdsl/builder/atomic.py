@@ -34,30 +34,25 @@ def word(text: str, loc: Span | None) -> Word:
 
 def split_words(b: Expressions, fn: str, args: list, loc: Span | None,
                 orders: tuple[str, ...]) -> tuple[list, str, str] | None:
-    """(value arguments, order, scope): the trailing words taken off `args`; None after an
-    error."""
-    order, scope = orders[0], "gpu"
+    """(value arguments, order, scope): the trailing words taken off `args` (an order from
+    `orders`, if any are allowed, then a scope); None after an error."""
     values = list(args)
     words: list[str] = []
     while values and isinstance(values[-1], str):
         words.insert(0, values.pop())
-    for x in values:
-        if isinstance(x, str):
-            b.diags.error(f"{fn}(): the order and scope come last, after the values", loc)
-            return None
-    seen_order = seen_scope = False
-    for w in words:
-        wloc = getattr(w, "loc", None) or loc
-        if w in orders and not seen_order and not seen_scope:
-            order, seen_order = str(w), True
-        elif w in ir.SCOPES and not seen_scope:
-            scope, seen_scope = str(w), True
-        else:
-            want = f"an order ({', '.join(orders)}) then a scope" if len(orders) > 1 else \
-                "a scope"
-            b.diags.error(f"{fn}() takes {want} ({', '.join(ir.SCOPES)}) after its values, "
-                          f"got '{w}'", wloc)
-            return None
+    if any(isinstance(x, str) for x in values):
+        b.diags.error(f"{fn}(): the order and scope come last, after the values", loc)
+        return None
+    order, scope = "relaxed", "gpu"
+    if words and orders and words[0] in orders:
+        order = str(words.pop(0))
+    if words and words[0] in ir.SCOPES:
+        scope = str(words.pop(0))
+    if words:
+        want = f"an order ({', '.join(orders)}) then a scope" if orders else "a scope"
+        b.diags.error(f"{fn}() takes {want} ({', '.join(ir.SCOPES)}) after its values, got "
+                      f"'{words[0]}'", getattr(words[0], "loc", None) or loc)
+        return None
     return values, order, scope
 
 
@@ -75,7 +70,7 @@ def global_element(b: Expressions, fn: str, x: Operand | str, loc: Span | None) 
 def atomic_call(b: Expressions, fn: str, args: list, loc: Span | None) -> Operand:
     bad = ir.Const(value=0, type=T.error, loc=loc)
     if fn in ("ld_acquire", "ld_relaxed"):
-        split = split_words(b, fn, args, loc, ("scope-only",))
+        split = split_words(b, fn, args, loc, ())
         if split is None:
             return bad
         values, _, scope = split
