@@ -45,15 +45,16 @@ TILE_UNROLL = 8  # tensor tiles: blocks of 8 chunks (their index arithmetic comp
 
 # Hopper statements that simply vanish on sm_80
 _DROPPED = (ir.FenceProxyAsync, ir.FenceMBarrierInit, ir.BulkCommit, ir.BulkWait,
-            ir.BulkWaitRead, ir.SetMaxNReg, ir.TensorPrefetch, ir.TensorMapPrefetch)
+            ir.BulkWaitRead, ir.SetMaxNReg, ir.TensorPrefetch, ir.TensorMapPrefetch,
+            ir.FenceProxyAsyncGlobal)
 # statements that exist on sm_80 unchanged
 _KEPT = (ir.MBarrierInit, ir.MBarrierInval, ir.BarSync, ir.BarArrive, ir.CpAsync, ir.CpAsyncCg,
          ir.CpAsyncCommit, ir.CpAsyncWait, ir.CpAsyncWaitAll, ir.CpAsyncArrive,
-         ir.CpAsyncArriveNoinc, ir.MBarrierTestWait, ir.TensorDescFields)
+         ir.CpAsyncArriveNoinc, ir.MBarrierTestWait, ir.TensorDescFields, ir.StoreRelease)
 # side effects that a widened block keeps on its one thread
 _ONE_THREAD = (ir.Store, ir.MBarrierArrive, ir.MBarrierInit, ir.MBarrierInval, ir.BarArrive,
                ir.Asm, ir.CpAsync, ir.CpAsyncCg, ir.CpAsyncCommit, ir.CpAsyncWait,
-               ir.CpAsyncWaitAll, ir.CpAsyncArrive, ir.CpAsyncArriveNoinc)
+               ir.CpAsyncWaitAll, ir.CpAsyncArrive, ir.CpAsyncArriveNoinc, ir.StoreRelease)
 _COPIES = (ir.BulkLoad, ir.TensorLoad, ir.BulkStore, ir.TensorStore)
 # plain statements every target has
 _CORE = (ir.SharedDecl, ir.BarrierDecl, ir.Let, ir.Assign, ir.SetElem, ir.Store, ir.Return,
@@ -82,6 +83,25 @@ def _cast(e: ir.Expr, t: T.Scalar) -> ir.Expr:
 
 def _sel(c: ir.Expr, a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return ir.Select(cond=c, a=a, b=b, type=a.type)
+
+
+def _atomic_in(s: ir.Stmt) -> ir.Atomic | None:
+    """An atomic in the statement's own expressions (not in nested bodies)."""
+    if isinstance(s, (ir.If, ir.While)):
+        stack: list[object] = [s.cond]
+    elif isinstance(s, (ir.For, ir.Role)):
+        return None
+    else:
+        stack = [getattr(s, f) for f in s.__dataclass_fields__ if f != "loc"]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ir.Atomic):
+            return x
+        if isinstance(x, ir.Expr):
+            stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f != "loc")
+        elif isinstance(x, tuple):
+            stack.extend(x)
+    return None
 
 
 def _elect() -> ir.Expr:
@@ -260,6 +280,11 @@ class _Sm80:
 
     def stmt(self, s: ir.Stmt, path: list, widen: _Widen | None) -> list[ir.Stmt]:
         self.check_sregs(s)
+        if widen is not None and (atom := _atomic_in(s)) is not None:
+            self.diags.error(f"{atom.syntax} in a block that {ARCH} runs on the whole warp (to "
+                             "issue its copies) would run on every lane; move it out of the "
+                             "block", atom.loc or s.loc)
+            return []
         if any(isinstance(e, ir.Peer) for e in _operands(s)):
             self.error("peer() (another CTA's shared memory)", s.loc)
             return []

@@ -196,3 +196,45 @@ def test_release_rule_lists_the_reduction():
 def test_splitk_variant_verifies_and_assembles(tmp_path):
     kdef = sample_module("gemm_splitk").make_splitk(stages=3, chunks=4)
     assemble(ptxdsl.compile_module(ir.Module(kernels=(kdef.ir,))).ptx, tmp_path)
+
+
+SM80 = """
+kernel k(src: ptr<f32>, out: ptr<f32>, flag: ptr<u32>) threads(64) {
+    shared buf: f32[256] align 128;
+    mbarrier bar count 1;
+    if %tid.x == 0 {
+        mbarrier_init(bar);
+        fence_mbarrier_init();
+    }
+    bar_sync(0);
+    if %tid.x == 0 {
+        mbarrier_arrive_expect_tx(bar, 1024);
+        bulk_load(buf, src[0], bar);
+        COPY_BLOCK
+    }
+    if %tid.x == 32 {
+        let old = atomic_add(flag[0], 1, acq_rel);
+    }
+    mbarrier_wait(bar, 0);
+    out[%tid.x] = buf[%tid.x];
+    if %tid.x == 0 {
+        fence_proxy_async_global();
+        st_release(flag[1], 1);
+    }
+}
+"""
+
+
+def test_sm80_keeps_atomics_and_drops_the_async_proxy_fence(tmp_path):
+    ptx = ptxdsl.compile_module(ptxdsl.parse(SM80.replace("COPY_BLOCK", "")), arch="sm_80").ptx
+    assert "atom.acq_rel.gpu.global.add.u32" in ptx and "st.release.gpu.global.u32" in ptx
+    assert "fence.proxy.async" not in ptx
+    assemble(ptx, tmp_path, arch="sm_80")
+
+
+def test_sm80_rejects_an_atomic_in_a_widened_copy_block():
+    text = SM80.replace("COPY_BLOCK", "let x = atomic_exch(flag[2], 1);")
+    with pytest.raises(ptxdsl.CompileError) as e:
+        ptxdsl.compile_module(ptxdsl.parse(text, "k.ptxdsl"), arch="sm_80")
+    assert "k.ptxdsl:13:17: error: atomic_exch in a block that sm_80 runs on the whole warp" \
+        in str(e.value)
