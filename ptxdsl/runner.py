@@ -94,9 +94,10 @@ def run_example(program: Any, ex: dict, *, stream: Any = None) -> list[CheckResu
         if p.name in outputs:  # poison: every element the kernel fails to write shows up
             host = np.full(host.nbytes, 0xFF, np.uint8).view(host.dtype).reshape(host.shape)
             dev = to_device(host, dtype=p.dtype)
-        else:  # parameters given the same array share one buffer (a map and a pointer)
-            dev = shared.get(id(value)) or shared.setdefault(id(value),
-                                                             to_device(host, dtype=p.dtype))
+        elif id(value) in shared:  # parameters given one array share its buffer (a map and
+            dev = shared[id(value)]  # a pointer to the same workspace, say)
+        else:
+            dev = shared[id(value)] = to_device(host, dtype=p.dtype)
         device[p.name] = dev
         if p.kind == "tmap":
             opts = dict(ex.get("tensor_maps", {}).get(p.name, {}))
