@@ -27,6 +27,7 @@ Hopper-only operation) is a located error naming the operation and the architect
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import prod
 
@@ -85,23 +86,20 @@ def _sel(c: ir.Expr, a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return ir.Select(cond=c, a=a, b=b, type=a.type)
 
 
-def _atomic_in(s: ir.Stmt) -> ir.Atomic | None:
-    """An atomic in the statement's own expressions (not in nested bodies)."""
-    if isinstance(s, (ir.If, ir.While)):
-        stack: list[object] = [s.cond]
-    elif isinstance(s, (ir.For, ir.Role)):
-        return None
-    else:
-        stack = [getattr(s, f) for f in s.__dataclass_fields__ if f != "loc"]
+def _own_exprs(s: ir.Stmt) -> Iterator[ir.Expr]:
+    """Every expression in the statement's own operands (not in nested bodies)."""
+    stack: list[object] = [getattr(s, f) for f in s.__dataclass_fields__ if f != "loc"]
     while stack:
         x = stack.pop()
-        if isinstance(x, ir.Atomic):
-            return x
         if isinstance(x, ir.Expr):
+            yield x
             stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f != "loc")
         elif isinstance(x, tuple):
             stack.extend(x)
-    return None
+
+
+def _atomic_in(s: ir.Stmt) -> ir.Atomic | None:
+    return next((x for x in _own_exprs(s) if isinstance(x, ir.Atomic)), None)
 
 
 def _elect() -> ir.Expr:
@@ -328,15 +326,9 @@ class _Sm80:
 
     def check_sregs(self, s: ir.Stmt) -> None:
         """Cluster special registers exist from sm_90 on."""
-        stack: list[object] = [getattr(s, f) for f in s.__dataclass_fields__ if f != "loc"]
-        while stack:
-            x = stack.pop()
+        for x in _own_exprs(s):
             if isinstance(x, ir.SReg) and "cluster" in x.name:
                 self.error(f"'%{x.name}'", x.loc or s.loc)
-            elif isinstance(x, ir.Expr):
-                stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f != "loc")
-            elif isinstance(x, tuple):
-                stack.extend(x)
 
     def site_threads(self, path: list, widen: _Widen | None) -> int | None:
         """How many threads run a one-thread statement here (a widened block: one a warp)."""
