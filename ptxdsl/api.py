@@ -21,6 +21,7 @@ from typing import Any
 from . import ir
 from . import types as T
 from .builder import SPECIAL_REGS, VALUE_FUNCTIONS, KernelBuilder, Lit, Operand
+from .builder.atomic import WORDS, word
 from .errors import CompileError, Span, python_source
 from .opdef import BY_SYNTAX
 
@@ -191,6 +192,8 @@ class KernelContext:
             return Lit(x, user_span())
         if isinstance(x, (list, tuple)):
             return [self._operand(v) for v in x]  # type: ignore[return-value]
+        if isinstance(x, str) and x in WORDS:  # a memory order or scope: "acq_rel", "gpu"
+            return word(x, user_span())  # type: ignore[return-value]
         self._b.diags.error(f"cannot use a {type(x).__name__} in a kernel expression",
                             user_span())
         return Lit(0)

@@ -13,7 +13,7 @@ import re
 from .. import ir
 from .. import types as T
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
-from ..opdef import definition
+from ..opdef import EXPR_REGISTRY, definition
 from .addressing import Addressing, tmap_swizzles
 from .asyncops import AsyncOps
 from .layout import Layout, layout_kernel
@@ -437,6 +437,9 @@ class KernelEmitter(AsyncOps, Addressing):
             return r
         if isinstance(e, ir.Call):
             return self.call(e)
+        d = EXPR_REGISTRY.get(type(e))
+        if d is not None:
+            return d.emit(self, e)
         raise TypeError(f"no PTX value for {type(e).__name__}")
 
     def const_index(self, e: ir.Expr) -> int:
