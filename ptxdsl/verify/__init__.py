@@ -21,8 +21,11 @@ from .barriers import (
 )
 from .cluster import check_clusters
 from .copies import check_bulk_stores, check_issuers
+from .counts import check_phase_counts
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
+from .order import check_inval, check_stage_order
+from .rings import check_indices, check_ring_phases
 from .wgmma import (
     check_register_arrays,
     check_wgmma_hazards,
@@ -42,6 +45,11 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_arrival_counts,
     check_waits,
     check_stage_rotation,
+    check_indices,
+    check_ring_phases,
+    check_phase_counts,
+    check_stage_order,
+    check_inval,
     check_issuers,
     check_bulk_stores,
     check_cp_async,

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import ir
 from .. import types as T
+from . import absint
 from .remote import remote_barriers
 from .values import Evaluator, Val, const, join, top
 
@@ -104,9 +105,18 @@ class Visit:
 class Trace:
     visits: list[Visit]
     end_may: np.ndarray  # threads that may reach the end of the kernel body
+    interp: Interpreter  # re-runs loop bodies iteration by iteration (verify/unroll.py)
 
     def of(self, *classes: type) -> list[Visit]:
         return [v for v in self.visits if isinstance(v.stmt, classes)]
+
+
+@dataclass
+class Entry:
+    """The state in which a loop is first reached (its first pass through the kernel)."""
+
+    flow: _Flow
+    mode: _Mode
 
 
 @dataclass
@@ -181,6 +191,7 @@ class Interpreter:
         self.barriers = {s.name: s for s in k.body
                          if isinstance(s, ir.BarrierDecl) and s.name not in hidden}
         self.visits: list[Visit] = []
+        self.entries: dict[int, Entry] = {}  # by id of the loop statement
         self._assigned: dict[int, set[str]] = {}
         self._recordable: dict[int, bool] = {}
         self.none = np.zeros(self.n, dtype=bool)
@@ -190,10 +201,11 @@ class Interpreter:
         env: dict[str, Val] = {}
         for p in self.k.params:
             # A pointer is tracked as a byte offset from itself (the allocation is aligned).
-            env[p.name] = const(0) if isinstance(p.type, T.Ptr) else top(uniform=True)
+            env[p.name] = const(0) if isinstance(p.type, T.Ptr) else \
+                top(uniform=True, rng=absint.of_type(p.type))
         f = _Flow(self.all, self.all, env, {name: self.all for name in env})
         self.block(self.k.body, f, _Mode())
-        return Trace(self.visits, f.may)
+        return Trace(self.visits, f.may, self)
 
     # ------------------------------------------------------------------ values
 
@@ -213,7 +225,8 @@ class Interpreter:
             b = np.broadcast_to(np.asarray(new.known, dtype=np.int64), (self.n,))
             if not (unsure & (a != b)).any():
                 return Val(np.where(f.must, b, a), varies=old.varies or new.varies)
-        return top(align=min(old.alignment(), new.alignment()), varies=old.varies or new.varies)
+        return top(align=min(old.alignment(), new.alignment()), varies=old.varies or new.varies,
+                   rng=lambda: absint.join(old.range, new.range))
 
     def resolve(self, v: object, f: _Flow) -> object:
         if v is None:
@@ -325,6 +338,8 @@ class Interpreter:
 
     def loop(self, s: ir.For | ir.While, f: _Flow, m: _Mode) -> None:
         deep = len(m.loops) >= MAX_LOOP_DEPTH
+        if m.record and id(s) not in self.entries:
+            self.entries[id(s)] = Entry(f.fork(f.must, f.may), m)
         var_first: Val | None = None
         var_any: Val | None = None
         trips: np.ndarray | None = None
@@ -334,7 +349,8 @@ class Interpreter:
             trips = _trips(start, stop, step, self.n)
             var_first = start
             var_any = top(uniform=start.is_uniform and step.is_uniform,
-                          align=min(start.alignment(), step.alignment()), varies=True)
+                          align=min(start.alignment(), step.alignment()), varies=True,
+                          rng=lambda: absint.loop_var(start.range, stop.range, step.range))
             enter = self.all if trips is None else trips >= 1
             sure = uniform or trips is not None
         else:
@@ -382,7 +398,9 @@ class Interpreter:
             self.block(s.body, g, body_mode.but(record=False))
             changing = [x for x in changing if not env_in[x].same_as(g.env.get(x, env_in[x]))]
             for x in changing:
-                env_in[x] = join(env_in[x], g.env.get(x, env_in[x]), varies=True)
+                # Ranges of values carried across iterations are not widened to a fixpoint:
+                # they are dropped (the unrolled iterations of verify/unroll.py know them).
+                env_in[x] = _rangeless(join(env_in[x], g.env.get(x, env_in[x]), varies=True))
         for x in changing:
             env_in[x] = top(varies=True)
         if quiet:
@@ -428,6 +446,11 @@ class Interpreter:
         if var_any is not None:
             g.env[s.var], g.live[s.var] = var_any, g.may  # type: ignore[union-attr]
         return g
+
+
+def _rangeless(v: Val) -> Val:
+    return v if v.known is not None or v.rng is None else \
+        Val(None, v.uniform, v.align, v.varies, None)
 
 
 def _trips(start: Val, stop: Val, step: Val, n: int) -> np.ndarray | None:

@@ -1,0 +1,235 @@
+"""Rings of stage barriers: indices inside their arrays, and stage and parity that rotate
+together.
+
+A ring is a barrier array of N stages (and buffers whose outer dimension is the stage) that a
+loop walks through: iteration after iteration the stage index moves on, and the parity a
+waiter asks for flips each time the index wraps around. Both are read from the loops run
+iteration by iteration (`unroll`), from the values of the trace, and from the value ranges
+of `absint`; an index whose range is only bounded by a type or a run-time value is left
+alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..errors import Note
+from .effects import bar, effect
+from .facts import Facts, Report, text
+from .threads import BarRef, SmemRef, Visit
+from .unroll import Iteration
+
+MAX_STAGES = 16  # rings larger than this are unrolled for this many stages only
+
+
+def _declared(d: ir.BarrierDecl) -> Note:
+    return Note(f"'{d.name}' is declared here with {d.n} barriers", d.loc)
+
+
+def _stages_declared(d: ir.SharedDecl) -> Note:
+    return Note(f"'{d.name}' is declared here with {d.shape[0]} stages (shape "
+                f"{list(d.shape)})", d.loc)
+
+
+def ring_loops(facts: Facts) -> list[ir.For | ir.While]:
+    """Innermost loops with a barrier operation whose array index changes per iteration.
+    Rings of `pipeline` declarations (their names have a dot, which no user name has) are
+    left out: the compiler derives their stage and phase."""
+    out: list[ir.For | ir.While] = []
+    for v in facts.trace.visits:
+        if v.first or not v.loops:
+            continue
+        e = effect(v.stmt)
+        if any((b := bar(v, r)) is not None and b.index is not None and b.index.varies
+               and "." not in b.decl.name for r in e.barrier_fields):
+            loop = v.loops[-1]
+            if isinstance(loop, (ir.For, ir.While)) and loop not in out:
+                out.append(loop)
+    return out
+
+
+def unrolled(facts: Facts) -> dict[int, list[Iteration]]:
+    """The ring loops run iteration by iteration: two full turns of the largest ring."""
+    out = facts.__dict__.get("_unrolled")
+    if out is not None:
+        return out
+    out = {}
+    n = max((d.n for d in facts.kernel.body if isinstance(d, ir.BarrierDecl)), default=1)
+    turns = 2 * min(max(n, 1), MAX_STAGES) + 2
+    for loop in ring_loops(facts):
+        out[id(loop)] = facts.unroller.iterations(loop, turns)
+    facts.__dict__["_unrolled"] = out
+    return out
+
+
+# ----------------------------------------------------------------------------- indices
+
+
+def _loop_var_text(loop: ir.Stmt, it: Iteration) -> str:
+    if isinstance(loop, ir.For) and it.var is not None and isinstance(it.var.known, int):
+        return f" ({loop.var} = {it.var.known})"
+    return ""
+
+
+@dataclass
+class _Index:
+    """One index operand: the barrier array or the stage dimension of a shared buffer."""
+
+    what: str  # "the index of 'full[s]'"
+    size: int
+    has: str  # "'full' has 4 barriers"
+    note: Note
+
+
+def _indices(v: Visit) -> list[tuple[_Index, object]]:
+    """(index description, Val of the index) of every array operand of a visit."""
+    out: list[tuple[_Index, object]] = []
+    seen: set[int] = set()
+    for arg in v.args.values():
+        if id(arg) in seen:
+            continue
+        seen.add(id(arg))
+        if isinstance(arg, BarRef) and arg.index is not None and arg.decl.n:
+            d = arg.decl
+            out.append((_Index(f"the index of '{text(arg.expr)}'", d.n,
+                               f"'{d.name}' has {d.n} barriers", _declared(d)), arg.index))
+        elif isinstance(arg, SmemRef) and len(arg.decl.shape) >= 2 and arg.indices and \
+                "." not in arg.decl.name:
+            d2 = arg.decl
+            out.append((_Index(f"the stage index of '{text(arg.expr)}'", d2.shape[0],
+                               f"'{d2.name}' has {d2.shape[0]} stages", _stages_declared(d2)),
+                        arg.indices[0]))
+    return out
+
+
+def check_indices(facts: Facts, out: Report) -> None:
+    """An index into a barrier array, or into the stage dimension of a shared buffer, that
+    can leave the array: known values and unrolled iterations decide (an error when the
+    iteration certainly runs), a bounded range warns."""
+    done: set[str] = set()
+    for loop_its in unrolled(facts).values():
+        for it in loop_its:
+            for v in it.visits:
+                for idx, val in _indices(v):
+                    bad = _outside(val, v, idx.size)
+                    if bad is None or idx.what in done:
+                        continue
+                    done.add(idx.what)
+                    loop = v.loops[-1] if v.loops else None
+                    where = f" in iteration {it.number}{_loop_var_text(loop, it)}" \
+                        if loop is not None else ""
+                    msg = f"{idx.what} reaches {bad}{where}; {idx.has}"
+                    if it.sure:
+                        out.error(msg, v.stmt.loc, idx.note)
+                    else:
+                        out.warning(msg + " (if the loop runs that long)", v.stmt.loc, idx.note)
+    for v in facts.trace.visits:
+        for idx, val in _indices(v):
+            if idx.what in done:
+                continue
+            bad = _outside(val, v, idx.size)
+            if bad is not None:
+                done.add(idx.what)
+                out.error(f"{idx.what} can reach {bad}; {idx.has}", v.stmt.loc, idx.note)
+                continue
+            r = val.range  # type: ignore[attr-defined]
+            if val.known is None and r.small and (r.lo < 0 or r.hi >= idx.size):  # type: ignore[attr-defined]
+                done.add(idx.what)
+                reach = r.hi if r.hi >= idx.size else r.lo
+                out.warning(f"{idx.what} may reach {reach} (the analysis bounds it to "
+                            f"{r.lo}..{r.hi}); {idx.has}", v.stmt.loc, idx.note)
+
+
+def _outside(val: object, v: Visit, size: int) -> int | None:
+    vals = val.values(v.may) if hasattr(val, "values") else None  # type: ignore[attr-defined]
+    if vals is None or vals.size == 0:
+        return None
+    bad = vals[(vals < 0) | (vals >= size)]
+    return int(bad.max()) if bad.size else None
+
+
+# ----------------------------------------------------------------------------- phases
+
+
+@dataclass
+class _Use:
+    iteration: Iteration
+    visit: Visit
+    element: int
+    parity: int
+
+
+def _uniform(val: object, v: Visit) -> int | None:
+    vals = val.values(v.must if v.must.any() else v.may) if val is not None else None  # type: ignore[attr-defined]
+    if vals is None or vals.size == 0 or (vals != vals[0]).any():
+        return None
+    return int(vals[0])
+
+
+def check_ring_phases(facts: Facts, out: Report) -> None:
+    """The waits of a loop on a barrier array, iteration after iteration: the k-th wait on
+    each barrier asks for the parity of its k-th phase in one ring, that is, the parity
+    flips exactly when the stage index wraps around."""
+    if facts.asm_barriers:
+        return
+    for its in unrolled(facts).values():
+        uses: dict[str, list[_Use]] = {}
+        broken: set[str] = set()
+        for it in its:
+            for v in it.visits:
+                e = effect(v.stmt)
+                b = bar(v, e.wait)
+                if b is None or b.index is None or not b.decl.n or not v.loops:
+                    continue
+                el = _uniform(b.index, v)
+                par = _uniform(v.args.get(e.parity or ""), v)
+                if el is None or par is None or not 0 <= el < b.decl.n:
+                    broken.add(b.decl.name)
+                    continue
+                uses.setdefault(b.decl.name, []).append(_Use(it, v, el, par & 1))
+        for name, seq in uses.items():
+            if name not in broken:
+                _check_ring(seq, out)
+
+
+def _check_ring(seq: list[_Use], out: Report) -> None:
+    # One wait per barrier and iteration (two sites waiting on the same phase count once).
+    per: dict[tuple[int, int], set[int]] = {}
+    for u in seq:
+        per.setdefault((u.iteration.number, u.element), set()).add(u.parity)
+    if any(len(p) > 1 for p in per.values()):
+        return  # several phases of one barrier per iteration: not a ring of one wait each
+    if len({u.parity for u in seq}) == 1:
+        return  # a parity that never flips: check_waits reports it
+    first = seq[0]
+    count: dict[int, int] = {}
+    seen: set[tuple[int, int]] = set()
+    for u in seq:
+        key = (u.iteration.number, u.element)
+        if key in seen:
+            continue
+        seen.add(key)
+        k = count.get(u.element, 0)
+        count[u.element] = k + 1
+        wrapped = 1 if u.element < first.element else 0
+        want = first.parity ^ (k & 1) ^ wrapped
+        if u.parity == want:
+            continue
+        b = bar(u.visit, effect(u.visit.stmt).wait)
+        assert b is not None
+        d = b.decl
+        loop = u.visit.loops[-1]
+        nth = {0: "first", 1: "second", 2: "third"}.get(k, f"{k + 1}th")
+        notes = [_declared(d)]
+        if first.visit.stmt is not u.visit.stmt:
+            notes.insert(0, Note(f"the ring starts here, in iteration {first.iteration.number}",
+                                 first.visit.stmt.loc))
+        out.error(f"mbarrier_wait on '{text(b.expr)}' waits on '{d.name}[{u.element}]' for "
+                  f"parity {u.parity} in iteration {u.iteration.number}"
+                  f"{_loop_var_text(loop, u.iteration)}, its {nth} wait there; in a ring of "
+                  f"{d.n} stages that starts at '{d.name}[{first.element}]' with parity "
+                  f"{first.parity}, that phase has parity {want}: the stage index and the "
+                  "parity do not follow the same ring (the parity must flip each time the "
+                  "stage index wraps around)", u.visit.stmt.loc, *notes)
+        return
