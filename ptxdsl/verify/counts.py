@@ -174,6 +174,20 @@ def _compare(facts: Facts, d: ir.BarrierDecl, arrives: list[Visit], waits: list[
              copies: list[Visit], bounds: _Bounds, samples: list[Sample], out: Report) -> None:
     if not all(v.certain for v in arrives + waits):
         return
+    # Two waits for the same phase (the same barrier and parity expressions in the same
+    # loops, or the same known parity outside loops) wait once.
+    seen: set[tuple] = set()
+    once: list[Visit] = []
+    for v in waits:
+        e = effect(v.stmt)
+        par = val(v, e.parity)
+        key = (tuple(id(x) for x in v.loops), getattr(v.stmt, e.wait or ""),
+               getattr(v.stmt, e.parity or "") if v.loops or par is None or
+               not isinstance(par.known, int) else par.known)
+        if key not in seen:
+            seen.add(key)
+            once.append(v)
+    waits = once
     used: set[str] = set()
     produced: list[int] = []
     waited: list[int] = []

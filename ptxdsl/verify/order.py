@@ -102,12 +102,15 @@ def _loads(x: object, out: list[ir.Expr]) -> None:
 class _State:
     waited: dict[tuple[str, ir.Expr], ir.Stmt] = field(default_factory=dict)
     released: dict[tuple[str, ir.Expr], ir.Stmt] = field(default_factory=dict)
+    # Waited for by some threads (under a branch): a barrier among the threads then orders
+    # that wait before everything after it (one thread waits, bar_sync, all read).
+    maybe: dict[tuple[str, ir.Expr], ir.Stmt] = field(default_factory=dict)
 
     def copy(self) -> _State:
-        return _State(dict(self.waited), dict(self.released))
+        return _State(dict(self.waited), dict(self.released), dict(self.maybe))
 
     def kill(self, names: set[str]) -> None:
-        for d in (self.waited, self.released):
+        for d in (self.waited, self.released, self.maybe):
             for key in [k for k in d if free_names(k[1]) & names]:
                 del d[key]
 
@@ -152,6 +155,8 @@ class _Walk:
             for r in self.empties.get(_root(s.bar), []):
                 if idx is not None:
                     st.released[(r.buf, idx)] = s
+        elif isinstance(s, (ir.BarSync, ir.RoleSync)):
+            st.waited |= st.maybe
         elif isinstance(s, (ir.Let, ir.Assign, ir.SetElem)):
             st.kill({s.name})
         elif isinstance(s, ir.Asm):
@@ -160,7 +165,7 @@ class _Walk:
             t = self.block(s.then, st.copy())
             e = self.block(s.orelse, st.copy())
             return _State({k: v for k, v in t.waited.items() if k in e.waited},
-                          t.released | e.released)
+                          t.released | e.released, t.maybe | e.maybe | t.waited | e.waited)
         elif isinstance(s, (ir.For, ir.While)):
             names = _assigned(s.body) | ({s.var} if isinstance(s, ir.For) else set())
             st.kill(names)
@@ -168,7 +173,8 @@ class _Walk:
             inner = self.block(s.body, st.copy())
             self.loops.pop()
             inner.kill(names)
-            return _State(st.waited, st.released | inner.released)
+            return _State(st.waited, st.released | inner.released,
+                          st.maybe | inner.maybe | inner.waited)
         else:
             for body in child_blocks(s):
                 st = self.block(body, st)

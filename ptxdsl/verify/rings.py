@@ -18,7 +18,7 @@ from ..errors import Note
 from .effects import bar, effect
 from .facts import Facts, Report, text
 from .threads import BarRef, SmemRef, Visit
-from .unroll import Iteration
+from .unroll import Iteration, free_names
 
 MAX_STAGES = 16  # rings larger than this are unrolled for this many stages only
 
@@ -77,6 +77,7 @@ class _Index:
     """One index operand: the barrier array or the stage dimension of a shared buffer."""
 
     what: str  # "the index of 'full[s]'"
+    expr: ir.Expr  # the index
     size: int
     has: str  # "'full' has 4 barriers"
     note: Note
@@ -92,12 +93,14 @@ def _indices(v: Visit) -> list[tuple[_Index, object]]:
         seen.add(id(arg))
         if isinstance(arg, BarRef) and arg.index is not None and arg.decl.n:
             d = arg.decl
-            out.append((_Index(f"the index of '{text(arg.expr)}'", d.n,
+            index = arg.expr.indices[0] if isinstance(arg.expr, ir.Index) else arg.expr
+            out.append((_Index(f"the index of '{text(arg.expr)}'", index, d.n,
                                f"'{d.name}' has {d.n} barriers", _declared(d)), arg.index))
         elif isinstance(arg, SmemRef) and len(arg.decl.shape) >= 2 and arg.indices and \
                 "." not in arg.decl.name:
             d2 = arg.decl
-            out.append((_Index(f"the stage index of '{text(arg.expr)}'", d2.shape[0],
+            out.append((_Index(f"the stage index of '{text(arg.expr)}'", _stage(arg.expr),
+                               d2.shape[0],
                                f"'{d2.name}' has {d2.shape[0]} stages", _stages_declared(d2)),
                         arg.indices[0]))
     return out
@@ -133,12 +136,25 @@ def check_indices(facts: Facts, out: Report) -> None:
                 done.add(idx.what)
                 out.error(f"{idx.what} can reach {bad}; {idx.has}", v.stmt.loc, idx.note)
                 continue
+            if val.known is None and _guarded(v, idx.expr):  # type: ignore[attr-defined]
+                continue  # a condition around it may keep the index in range
             r = val.range  # type: ignore[attr-defined]
             if val.known is None and r.small and (r.lo < 0 or r.hi >= idx.size):  # type: ignore[attr-defined]
                 done.add(idx.what)
                 reach = r.hi if r.hi >= idx.size else r.lo
                 out.warning(f"{idx.what} may reach {reach} (the analysis bounds it to "
                             f"{r.lo}..{r.hi}); {idx.has}", v.stmt.loc, idx.note)
+
+
+def _stage(e: ir.Expr) -> ir.Expr:
+    while isinstance(e, ir.Index) and isinstance(e.base, ir.Index):
+        e = e.base
+    return e.indices[0] if isinstance(e, ir.Index) and e.indices else e
+
+
+def _guarded(v: Visit, index: ir.Expr) -> bool:
+    names = free_names(index)
+    return any(free_names(g) & names for g in v.guards)
 
 
 def _outside(val: object, v: Visit, size: int) -> int | None:
@@ -184,7 +200,8 @@ def check_ring_phases(facts: Facts, out: Report) -> None:
                     continue
                 el = _uniform(b.index, v)
                 par = _uniform(v.args.get(e.parity or ""), v)
-                if el is None or par is None or not 0 <= el < b.decl.n:
+                # A wait some iterations skip would not count the phases that pass meanwhile.
+                if el is None or par is None or not 0 <= el < b.decl.n or not v.certain:
                     broken.add(b.decl.name)
                     continue
                 uses.setdefault(b.decl.name, []).append(_Use(it, v, el, par & 1))

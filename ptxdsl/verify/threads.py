@@ -396,7 +396,7 @@ class Interpreter:
                 break
             g = self.generic_flow(s, f, env_in, var_any, trips, body_mode)
             self.block(s.body, g, body_mode.but(record=False))
-            changing = [x for x in changing if not env_in[x].same_as(g.env.get(x, env_in[x]))]
+            changing = [x for x in changing if not _settled(env_in[x], g.env.get(x, env_in[x]))]
             for x in changing:
                 # Ranges of values carried across iterations are not widened to a fixpoint:
                 # they are dropped (the unrolled iterations of verify/unroll.py know them).
@@ -446,6 +446,13 @@ class Interpreter:
         if var_any is not None:
             g.env[s.var], g.live[s.var] = var_any, g.may  # type: ignore[union-attr]
         return g
+
+
+def _settled(old: Val, new: Val) -> bool:
+    """`new` adds nothing to `old` (a value without a range admits any range)."""
+    if not old.same_as(new, ranges=False):
+        return False
+    return old.known is not None or old.rng is None or old.range == new.range
 
 
 def _rangeless(v: Val) -> Val:

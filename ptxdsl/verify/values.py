@@ -77,12 +77,13 @@ class Val:
             return np.full(int(mask.sum()), k, dtype=np.int64)
         return k[mask]
 
-    def same_as(self, other: Val) -> bool:
+    def same_as(self, other: Val, ranges: bool = True) -> bool:
+        """Equal values, or unknown ones with equal facts (and ranges, if asked)."""
         a, b = self.known, other.known
         if a is None or b is None:
             return a is None and b is None and self.uniform == other.uniform and \
                 self.align == other.align and self.varies == other.varies and \
-                self.range == other.range
+                (not ranges or self.range == other.range)
         if isinstance(a, int) and isinstance(b, int):
             return a == b
         return bool(np.all(np.asarray(a) == np.asarray(b)))
@@ -105,7 +106,14 @@ def lowbit(v: int) -> int:
 def join(a: Val, b: Val, uniform_choice: bool = True, varies: bool = False) -> Val:
     """A value that is `a` or `b`; `uniform_choice`: every thread makes the same choice;
     `varies`: the choice changes from one loop iteration to the next."""
-    if a is b or a.same_as(b):
+    if a is b:
+        return a
+    if a.known is None and a.same_as(b, ranges=False):
+        # The same facts: keep them (and `a`'s range, if it is `b`'s) without computing the
+        # ranges, which most values never need.
+        return a if a.rng is b.rng else \
+            Val(None, a.uniform, a.align, a.varies, lambda: absint.join(a.range, b.range))
+    if a.same_as(b):
         return a
     return top(uniform=a.is_uniform and b.is_uniform and uniform_choice,
                align=min(a.alignment(), b.alignment()), varies=varies or a.varies or b.varies,
