@@ -260,9 +260,18 @@ BINARY = {
 }
 
 
-def binary(op: str, a: Range, b: Range, t: T.Type) -> Range:
+def typed(r: Range, t: T.Type) -> Range:
+    """`r` with the bounds it lacks taken from its type (a value of type `t` lies in it)."""
+    if r.lo is not None and r.hi is not None:
+        return r
+    tr = of_type(t)
+    return Range(tr.lo if r.lo is None else r.lo, tr.hi if r.hi is None else r.hi, r.mod, r.res)
+
+
+def binary(op: str, a: Range, b: Range, t: T.Type, tb: T.Type) -> Range:
+    """`a op b` for operands of types `t` and `tb`, wrapped to the result type `t`."""
     f = BINARY.get(op)
-    return fit(f(a, b), t) if f is not None else of_type(t)
+    return fit(f(typed(a, t), typed(b, tb)), t) if f is not None else of_type(t)
 
 
 def loop_var(start: Range, stop: Range, step: Range) -> Range:

@@ -18,10 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
+from .. import types as T
 from ..errors import Note
 from .barriers import is_cta_sync
 from .effects import bar, effect, op_name, smem
 from .facts import Facts, Report, text
+from .remote import node_fields
 from .threads import Visit, _assigned, child_blocks, walk
 from .unroll import free_names
 
@@ -68,34 +70,37 @@ def _shown(place: ir.Expr) -> str:
     return text(place)
 
 
-def _reads(s: ir.Stmt) -> list[ir.Expr]:
-    """Places a statement reads generically (loads) or hands to a shared-memory reader
-    other than a copy's destination (a bulk store's source, a wgmma operand)."""
+def _reads(s: ir.Stmt, rings: dict[str, _Ring]) -> list[ir.Expr]:
+    """Places of ring buffers a statement reads generically (loads) or hands to a
+    shared-memory reader other than a copy's destination (a bulk store's source, a wgmma
+    operand)."""
     out: list[ir.Expr] = []
-    skip = effect(s).async_write
-    for f in s.__dataclass_fields__:  # type: ignore[attr-defined]
-        if f == "loc" or f == skip:
+    e = effect(s)
+    reader = isinstance(s, ir.Op) and not e.barrier_fields
+    for f in node_fields(s):
+        if f == e.async_write:
             continue
         x = getattr(s, f)
-        if isinstance(x, tuple) and x and isinstance(x[0], ir.Stmt):
-            continue
-        if isinstance(s, ir.Op) and isinstance(x, ir.Expr) and \
-                type(x.type).__name__ == "SharedRef" and not effect(s).barrier_fields:
+        if reader and isinstance(x, ir.Expr) and isinstance(x.type, T.SharedRef) and \
+                _root(x) in rings:
             out.append(x)
-        _loads(x, out)
+        if isinstance(x, (ir.Node, tuple)):
+            _loads(x, rings, out)
     return out
 
 
-def _loads(x: object, out: list[ir.Expr]) -> None:
-    if isinstance(x, ir.Load):
-        out.append(x.ref)
-    if isinstance(x, ir.Expr):
-        for f in x.__dataclass_fields__:  # type: ignore[attr-defined]
-            if f not in ("loc", "type"):
-                _loads(getattr(x, f), out)
-    elif isinstance(x, tuple):
+def _loads(x: object, rings: dict[str, _Ring], out: list[ir.Expr]) -> None:
+    if isinstance(x, tuple):
         for y in x:
-            _loads(y, out)
+            _loads(y, rings, out)
+        return
+    if isinstance(x, ir.Load) and _root(x.ref) in rings:
+        out.append(x.ref)
+    if isinstance(x, ir.Node):
+        for f in node_fields(x):
+            v = getattr(x, f)
+            if isinstance(v, (ir.Node, tuple)):
+                _loads(v, rings, out)
 
 
 @dataclass
@@ -142,7 +147,7 @@ class _Walk:
         return st
 
     def stmt(self, s: ir.Stmt, st: _State) -> _State:
-        for place in _reads(s):
+        for place in _reads(s, self.rings):
             self.read(s, place, st)
         if isinstance(s, ir.MBarrierWait):
             idx = _index(s.bar)

@@ -11,6 +11,21 @@ from .. import types as T
 MULTICAST = (ir.TensorLoadMulticast, ir.BulkLoadMulticast)
 
 
+_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def node_fields(x: ir.Node) -> tuple[str, ...]:
+    """The fields of a node that may hold expressions (not `loc`, types or nested bodies)."""
+    names = _NODE_FIELDS.get(type(x))
+    if names is None:
+        stmt = isinstance(x, ir.Stmt)
+        names = tuple(f for f in x.__dataclass_fields__  # type: ignore[attr-defined]
+                      if f not in ("loc", "type") and not (stmt and f in ("then", "orelse",
+                                                                          "body")))
+        _NODE_FIELDS[type(x)] = names
+    return names
+
+
 def exprs(x: object):
     """Every expression inside a node or a tuple of them, depth-first."""
     if isinstance(x, tuple):
@@ -21,9 +36,21 @@ def exprs(x: object):
         return
     if isinstance(x, ir.Expr):
         yield x
-    for name in x.__dataclass_fields__:  # type: ignore[attr-defined]
-        if name != "loc" and not (isinstance(x, ir.Stmt) and name in ("then", "orelse", "body")):
-            yield from exprs(getattr(x, name))
+    for name in node_fields(x):
+        v = getattr(x, name)
+        if isinstance(v, (ir.Node, tuple)):
+            yield from exprs(v)
+
+
+def has_expr(x: object, cls: type | tuple[type, ...]) -> bool:
+    """Whether a node (or a tuple of them) holds an expression of class `cls`."""
+    if isinstance(x, tuple):
+        return any(has_expr(y, cls) for y in x)
+    if not isinstance(x, ir.Node):
+        return False
+    if isinstance(x, cls):
+        return True
+    return any(has_expr(getattr(x, name), cls) for name in node_fields(x))
 
 
 def root(e: ir.Expr) -> str | None:
@@ -50,5 +77,4 @@ def remote_barriers(k: ir.Kernel) -> frozenset[str]:
 
 
 def touches_peers(s: ir.Stmt) -> bool:
-    return isinstance(s, (*MULTICAST, ir.BulkCopyCluster, ir.StAsync)) or any(
-        isinstance(e, ir.Peer) for e in exprs(s))
+    return isinstance(s, (*MULTICAST, ir.BulkCopyCluster, ir.StAsync)) or has_expr(s, ir.Peer)

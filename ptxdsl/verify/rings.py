@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import Note
+from . import absint
 from .effects import bar, effect
 from .facts import Facts, Report, text
 from .threads import BarRef, SmemRef, Visit
 from .unroll import Iteration, free_names
+from .values import Val
 
 MAX_STAGES = 16  # rings larger than this are unrolled for this many stages only
 
@@ -74,35 +76,48 @@ def _loop_var_text(loop: ir.Stmt, it: Iteration) -> str:
 
 @dataclass
 class _Index:
-    """One index operand: the barrier array or the stage dimension of a shared buffer."""
+    """One index operand: into a barrier array, or into the stage (outer) dimension of a
+    shared buffer. The words of a report are made only when one is due."""
 
-    what: str  # "the index of 'full[s]'"
-    expr: ir.Expr  # the index
+    ref: BarRef | SmemRef
+    val: Val
     size: int
-    has: str  # "'full' has 4 barriers"
-    note: Note
+
+    @property
+    def expr(self) -> ir.Expr:
+        """The index expression."""
+        return _stage(self.ref.expr)
+
+    @property
+    def key(self) -> tuple[str, ir.Expr]:
+        return self.ref.decl.name, self.expr
+
+    @property
+    def what(self) -> str:
+        kind = "index" if isinstance(self.ref, BarRef) else "stage index"
+        return f"the {kind} of '{text(self.ref.expr)}'"
+
+    @property
+    def has(self) -> str:
+        unit = "barriers" if isinstance(self.ref, BarRef) else "stages"
+        return f"'{self.ref.decl.name}' has {self.size} {unit}"
+
+    @property
+    def note(self) -> Note:
+        d = self.ref.decl
+        return _declared(d) if isinstance(d, ir.BarrierDecl) else _stages_declared(d)
 
 
-def _indices(v: Visit) -> list[tuple[_Index, object]]:
-    """(index description, Val of the index) of every array operand of a visit."""
-    out: list[tuple[_Index, object]] = []
-    seen: set[int] = set()
+def _indices(v: Visit) -> list[_Index]:
+    out: list[_Index] = []
     for arg in v.args.values():
-        if id(arg) in seen:
-            continue
-        seen.add(id(arg))
-        if isinstance(arg, BarRef) and arg.index is not None and arg.decl.n:
-            d = arg.decl
-            index = arg.expr.indices[0] if isinstance(arg.expr, ir.Index) else arg.expr
-            out.append((_Index(f"the index of '{text(arg.expr)}'", index, d.n,
-                               f"'{d.name}' has {d.n} barriers", _declared(d)), arg.index))
+        if isinstance(arg, BarRef):
+            if arg.index is not None and arg.decl.n and \
+                    not any(x.ref is arg for x in out):
+                out.append(_Index(arg, arg.index, arg.decl.n))
         elif isinstance(arg, SmemRef) and len(arg.decl.shape) >= 2 and arg.indices and \
                 "." not in arg.decl.name:
-            d2 = arg.decl
-            out.append((_Index(f"the stage index of '{text(arg.expr)}'", _stage(arg.expr),
-                               d2.shape[0],
-                               f"'{d2.name}' has {d2.shape[0]} stages", _stages_declared(d2)),
-                        arg.indices[0]))
+            out.append(_Index(arg, arg.indices[0], arg.decl.shape[0]))
     return out
 
 
@@ -110,15 +125,15 @@ def check_indices(facts: Facts, out: Report) -> None:
     """An index into a barrier array, or into the stage dimension of a shared buffer, that
     can leave the array: known values and unrolled iterations decide (an error when the
     iteration certainly runs), a bounded range warns."""
-    done: set[str] = set()
+    done: set[tuple[str, ir.Expr]] = set()
     for loop_its in unrolled(facts).values():
         for it in loop_its:
             for v in it.visits:
-                for idx, val in _indices(v):
-                    bad = _outside(val, v, idx.size)
-                    if bad is None or idx.what in done:
+                for idx in _indices(v):
+                    bad = _outside(idx.val, v, idx.size)
+                    if bad is None or idx.key in done:
                         continue
-                    done.add(idx.what)
+                    done.add(idx.key)
                     loop = v.loops[-1] if v.loops else None
                     where = f" in iteration {it.number}{_loop_var_text(loop, it)}" \
                         if loop is not None else ""
@@ -128,19 +143,24 @@ def check_indices(facts: Facts, out: Report) -> None:
                     else:
                         out.warning(msg + " (if the loop runs that long)", v.stmt.loc, idx.note)
     for v in facts.trace.visits:
-        for idx, val in _indices(v):
-            if idx.what in done:
-                continue
+        for idx in _indices(v):
+            val = idx.val
             bad = _outside(val, v, idx.size)
-            if bad is not None:
-                done.add(idx.what)
+            if bad is not None and idx.key not in done:
+                done.add(idx.key)
                 out.error(f"{idx.what} can reach {bad}; {idx.has}", v.stmt.loc, idx.note)
                 continue
-            if val.known is None and _guarded(v, idx.expr):  # type: ignore[attr-defined]
+            if val.known is not None or val.rng is None or idx.key in done:
+                continue
+            r = val.range
+            if not (r.small and (r.lo < 0 or r.hi >= idx.size)):  # type: ignore[operator]
+                continue
+            if r == absint.typed(absint.TOP, idx.expr.type):
+                continue  # bounded by its type only: nothing is known
+            if _guarded(v, idx.expr):
                 continue  # a condition around it may keep the index in range
-            r = val.range  # type: ignore[attr-defined]
-            if val.known is None and r.small and (r.lo < 0 or r.hi >= idx.size):  # type: ignore[attr-defined]
-                done.add(idx.what)
+            done.add(idx.key)
+            if r.lo is not None and r.hi is not None:
                 reach = r.hi if r.hi >= idx.size else r.lo
                 out.warning(f"{idx.what} may reach {reach} (the analysis bounds it to "
                             f"{r.lo}..{r.hi}); {idx.has}", v.stmt.loc, idx.note)
@@ -157,8 +177,8 @@ def _guarded(v: Visit, index: ir.Expr) -> bool:
     return any(free_names(g) & names for g in v.guards)
 
 
-def _outside(val: object, v: Visit, size: int) -> int | None:
-    vals = val.values(v.may) if hasattr(val, "values") else None  # type: ignore[attr-defined]
+def _outside(val: Val, v: Visit, size: int) -> int | None:
+    vals = val.values(v.may)
     if vals is None or vals.size == 0:
         return None
     bad = vals[(vals < 0) | (vals >= size)]

@@ -329,7 +329,8 @@ class Evaluator:
             if w is not None:
                 return Val(w, varies=varies)
         op = e.op
-        rng = (lambda: absint.binary(op, a.range, b.range, t)) if _is_int(t) else None
+        tb = e.b.type
+        rng = (lambda: absint.binary(op, a.range, b.range, t, tb)) if _is_int(t) else None
         return top(a.is_uniform and b.is_uniform, _binary_align(e.op, a, b), varies, rng)
 
     @staticmethod
