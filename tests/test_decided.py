@@ -53,6 +53,7 @@ def test_every_rule_has_a_broken_case():
         "reaches 4 in iteration 4",  # index range, decided by the iterations
         "(if the loop runs that long)",  # ... and undecided: a warning
         "can reach 4;",  # index range from the CTA shape
+        "may reach 4 (the analysis bounds it to 0..4)",  # index range from the domain
         "do not follow the same ring",  # stage and parity
         "the role loops run different numbers of iterations",  # role loop counts
         "nobody waits for that phase before the kernel exits",  # last-iteration copy

@@ -18,7 +18,7 @@ from .effects import issuers
 from .facts import Facts, Report
 from .remote import MULTICAST as _MULTICAST
 from .remote import exprs as _exprs
-from .remote import remote_barriers, remote_uses, root, touches_peers
+from .remote import peer_facts, remote_barriers, remote_uses, root, touches_peers
 
 _ARRIVES = (ir.MBarrierArrive, ir.MBarrierArriveExpectTx)
 _CLUSTER_BARRIERS = (ir.ClusterSync, ir.ClusterWait)
@@ -228,8 +228,9 @@ CLUSTER_CHECKS = (check_ranks_and_masks, check_remote_arrivals, check_cluster_in
 
 
 def check_clusters(facts: Facts, out: Report) -> None:
-    if not any(touches_peers(s) or isinstance(s, (*_CLUSTER_BARRIERS, ir.ClusterArrive))
-               for s in ir.walk(facts.kernel.body)):
+    if not peer_facts(facts.kernel).touched and not any(
+            isinstance(s, (*_CLUSTER_BARRIERS, ir.ClusterArrive))
+            for s in ir.walk(facts.kernel.body)):
         return
     for check in CLUSTER_CHECKS:
         check(facts, out)

@@ -22,7 +22,9 @@ from .. import types as T
 from ..errors import Note
 from .effects import bar, effect, issuers, op_name, val
 from .facts import Facts, Report, text
+from .remote import node_fields
 from .threads import Visit, walk
+from .unroll import free_names
 from .values import Evaluator, Val, const
 
 PER_CTA = ("ctaid", "nctaid", "clusterid", "nclusterid", "cluster_ctaid", "cluster_nctaid",
@@ -51,10 +53,10 @@ def _samples(k: ir.Kernel) -> list[Sample]:
 
 
 class _Bounds:
-    """Loop trip counts as functions of a `Sample`: variables are replaced by their one
-    definition (a `let` never assigned again); anything else makes a count unknown."""
+    """Loop trip counts in each `Sample`: variables are replaced by their one definition (a
+    `let` never assigned again); anything else makes a count unknown."""
 
-    def __init__(self, k: ir.Kernel):
+    def __init__(self, k: ir.Kernel, samples: list[Sample]):
         self.defs: dict[str, ir.Expr | None] = {}
         assigned: set[str] = set()
         for s in walk(k.body):
@@ -69,72 +71,103 @@ class _Bounds:
         for name in assigned:
             self.defs[name] = None
         self.params = {p.name for p in k.params}
-        self.ev = Evaluator((1, 1, 1))
+        self.samples = samples
+        self.envs: list[dict[str, Val | None]] = [{} for _ in samples]
+        self.evs = []
+        for smp in samples:
+            ev = Evaluator((1, 1, 1))
+            ev.sregs.update({r: const(v) for r, v in smp.sregs.items()})
+            self.evs.append(ev)
         self.one = np.ones(1, dtype=bool)
-        self.cache: dict[tuple[int, int], int | None] = {}
+        self._trips: dict[tuple[int, int], int | None] = {}
+        self._params: dict[str, frozenset[str]] = {}
 
-    def value(self, e: ir.Expr, s: Sample, used: set[str]) -> int | None:
+    def var(self, name: str, si: int) -> Val | None:
+        env = self.envs[si]
+        if name in env:
+            return env[name]
+        env[name] = None  # a definition that refers to itself stays unknown
+        v: Val | None = None
+        if name in self.params:
+            known = self.samples[si].params.get(name)
+            v = None if known is None else const(known)
+        elif (d := self.defs.get(name)) is not None:
+            v = self.value(d, si)
+        env[name] = v
+        return v
+
+    def value(self, e: ir.Expr, si: int) -> Val | None:
+        if not _comparable(e):
+            return None
         env: dict[str, Val] = {}
-        if not self._bind(e, s, env, used, 0):
-            return None
-        saved = dict(self.ev.sregs)
-        self.ev.sregs.update({r: const(v) for r, v in s.sregs.items()})
-        try:
-            v = self.ev.ev(e, env, self.one, self.one)
-        finally:
-            self.ev.sregs = saved
-        return v.known if isinstance(v.known, int) else None
-
-    def _bind(self, e: object, s: Sample, env: dict[str, Val], used: set[str],
-              depth: int) -> bool:
-        if depth > 32:
-            return False
-        if isinstance(e, ir.SReg):
-            return e.name.split(".")[0] in PER_CTA or e.name.startswith("ntid")
-        if isinstance(e, ir.Var):
-            if e.name in env:
-                return True
-            if e.name in self.params:
-                if e.name not in s.params:
-                    return False
-                used.add(e.name)
-                env[e.name] = const(s.params[e.name])
-                return True
-            d = self.defs.get(e.name)
-            if d is None or not self._bind(d, s, env, used, depth + 1):
-                return False
-            v = self.value(d, s, used)
+        for name in free_names(e):
+            v = self.var(name, si)
             if v is None:
-                return False
-            env[e.name] = const(v)
-            return True
-        if isinstance(e, (ir.Load, ir.Call)):
-            return False
-        if isinstance(e, ir.Expr):
-            return all(self._bind(getattr(e, f), s, env, used, depth + 1)
-                       for f in e.__dataclass_fields__ if f not in ("loc", "type"))  # type: ignore[attr-defined]
-        if isinstance(e, tuple):
-            return all(self._bind(x, s, env, used, depth + 1) for x in e)
-        return True
+                return None
+            env[name] = v
+        r = self.evs[si].ev(e, env, self.one, self.one)
+        return r if isinstance(r.known, int) else None
 
-    def trips(self, loop: ir.Stmt, s: Sample, used: set[str]) -> int | None:
-        if not isinstance(loop, ir.For):
-            return None
-        start, stop, step = (self.value(x, s, used) for x in (loop.start, loop.stop, loop.step))
-        if start is None or stop is None or step is None or step == 0:
-            return None
-        dist = stop - start if step > 0 else start - stop
-        return max(0, -(-dist // abs(step)))
+    def params_of(self, e: ir.Expr) -> frozenset[str]:
+        """The parameters an expression depends on, through the definitions it uses."""
+        out: set[str] = set()
+        for name in free_names(e):
+            if name in self.params:
+                out.add(name)
+                continue
+            got = self._params.get(name)
+            if got is None:
+                self._params[name] = frozenset()
+                d = self.defs.get(name)
+                got = self._params[name] = self.params_of(d) if d is not None else frozenset()
+            out |= got
+        return frozenset(out)
 
-    def times(self, v: Visit, s: Sample, used: set[str]) -> int | None:
+    def trips(self, loop: ir.Stmt, si: int) -> int | None:
+        key = (id(loop), si)
+        if key in self._trips:
+            return self._trips[key]
+        n = None
+        if isinstance(loop, ir.For):
+            start, stop, step = (self.value(x, si) for x in (loop.start, loop.stop, loop.step))
+            if start is not None and stop is not None and step is not None and step.known:
+                a, b, c = start.known, stop.known, step.known
+                dist = b - a if c > 0 else a - b  # type: ignore[operator]
+                n = max(0, -(-dist // abs(c)))  # type: ignore[arg-type]
+        self._trips[key] = n
+        return n
+
+    def times(self, v: Visit, si: int) -> int | None:
         """How many times a site runs in one thread: the product of its loops' trips."""
         n = 1
         for loop in v.loops:
-            t = self.trips(loop, s, used)
+            t = self.trips(loop, si)
             if t is None:
                 return None
             n *= t
         return n
+
+    def used(self, visits: list[Visit]) -> set[str]:
+        out: set[str] = set()
+        for v in visits:
+            for loop in v.loops:
+                if isinstance(loop, ir.For):
+                    for x in (loop.start, loop.stop, loop.step):
+                        out |= self.params_of(x)
+        return out
+
+
+def _comparable(e: object) -> bool:
+    """No thread-dependent register, load or call: the same value in every thread of a CTA."""
+    if isinstance(e, ir.SReg):
+        return e.name.split(".")[0] in PER_CTA or e.name.startswith("ntid")
+    if isinstance(e, (ir.Load, ir.Call)):
+        return False
+    if isinstance(e, ir.Node):
+        return all(_comparable(getattr(e, f)) for f in node_fields(e))
+    if isinstance(e, tuple):
+        return all(_comparable(x) for x in e)
+    return True
 
 
 def _loop_text(loop: ir.Stmt) -> str:
@@ -160,8 +193,8 @@ def check_phase_counts(facts: Facts, out: Report) -> None:
                 by_bar.setdefault(b.decl.name, ([], [], []))[slot].append(v)
     if not any(c for _, _, c in by_bar.values()):
         return
-    bounds = _Bounds(facts.kernel)
     samples = _samples(facts.kernel)
+    bounds = _Bounds(facts.kernel, samples)
     decls = {d.name: d for d in facts.kernel.body if isinstance(d, ir.BarrierDecl)}
     for name, (arrives, waits, copies) in by_bar.items():
         d = decls.get(name)
@@ -188,16 +221,15 @@ def _compare(facts: Facts, d: ir.BarrierDecl, arrives: list[Visit], waits: list[
             seen.add(key)
             once.append(v)
     waits = once
-    used: set[str] = set()
     produced: list[int] = []
     waited: list[int] = []
-    for s in samples:
+    for si in range(len(samples)):
         arrivals = 0
         for v in arrives:
             e = effect(v.stmt)
             c = val(v, e.count)
             per = 1 if c is None else c.known
-            times = bounds.times(v, s, used)
+            times = bounds.times(v, si)
             if not isinstance(per, int) or times is None:
                 return
             arrivals += issuers(v) * per * times
@@ -205,7 +237,7 @@ def _compare(facts: Facts, d: ir.BarrierDecl, arrives: list[Visit], waits: list[
             return
         per_thread = np.zeros(facts.n, dtype=np.int64)
         for v in waits:
-            times = bounds.times(v, s, used)
+            times = bounds.times(v, si)
             if times is None:
                 return
             per_thread[v.must] += times
@@ -215,6 +247,7 @@ def _compare(facts: Facts, d: ir.BarrierDecl, arrives: list[Visit], waits: list[
         produced.append(arrivals // d.count)
         waited.append(int(each[0]))
     p, w = produced[0], waited[0]
+    used = bounds.used(arrives + waits)
     given = ", ".join(f"{n} = {samples[0].params[n]}" for n in sorted(used)
                       if n in samples[0].params)
     given = f"with {given}, " if given else ""

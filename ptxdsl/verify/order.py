@@ -116,8 +116,9 @@ class _State:
 
     def kill(self, names: set[str]) -> None:
         for d in (self.waited, self.released, self.maybe):
-            for key in [k for k in d if free_names(k[1]) & names]:
-                del d[key]
+            if d:
+                for key in [k for k in d if _names_of(k[1]) & names]:
+                    del d[key]
 
 
 class _Walk:
@@ -147,8 +148,10 @@ class _Walk:
         return st
 
     def stmt(self, s: ir.Stmt, st: _State) -> _State:
-        for place in _reads(s, self.rings):
-            self.read(s, place, st)
+        # Only a read inside a loop that waits on a ring, or after a release, can be wrong.
+        if st.released or any(fulls & self.fulls.keys() for _, fulls in self.loops):
+            for place in _reads(s, self.rings):
+                self.read(s, place, st)
         if isinstance(s, ir.MBarrierWait):
             idx = _index(s.bar)
             if idx is not None:
@@ -213,6 +216,19 @@ class _Walk:
                             f"'{ring.full}' precedes the read in the same iteration", wait.loc),
                        Note(f"the copy into '{name}' completes on '{ring.full}' here",
                             ring.copy.loc))
+
+
+_NAMES: dict[int, tuple[ir.Expr, set[str]]] = {}
+
+
+def _names_of(e: ir.Expr) -> set[str]:
+    """free_names, remembered for the index expressions that facts are kept about."""
+    hit = _NAMES.get(id(e))
+    if hit is None or hit[0] is not e:
+        if len(_NAMES) > 4096:
+            _NAMES.clear()
+        hit = _NAMES[id(e)] = (e, free_names(e))
+    return hit[1]
 
 
 def _root(e: ir.Expr) -> str:

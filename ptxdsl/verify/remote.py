@@ -3,7 +3,7 @@ thread trace, which leaves such barriers to the cluster checks, and by those che
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass
 
 from .. import ir
 from .. import types as T
@@ -70,10 +70,36 @@ def remote_uses(s: ir.Stmt) -> list[str]:
     return out
 
 
-@functools.cache
+@dataclass(frozen=True)
+class PeerFacts:
+    barriers: frozenset[str]  # mbarriers that other CTAs arrive on or complete bytes on
+    touched: bool  # some statement reaches another CTA's shared memory or barriers
+
+
+_SCANNED: dict[int, tuple[ir.Kernel, PeerFacts]] = {}
+
+
+def peer_facts(k: ir.Kernel) -> PeerFacts:
+    """One walk over the kernel's expressions, remembered by identity (hashing a kernel
+    walks all of it too)."""
+    hit = _SCANNED.get(id(k))
+    if hit is not None and hit[0] is k:
+        return hit[1]
+    names: set[str] = set()
+    touched = False
+    for s in ir.walk(k.body):
+        names.update(remote_uses(s))
+        touched = touched or touches_peers(s)
+    facts = PeerFacts(frozenset(names), touched)
+    if len(_SCANNED) > 64:
+        _SCANNED.clear()
+    _SCANNED[id(k)] = (k, facts)
+    return facts
+
+
 def remote_barriers(k: ir.Kernel) -> frozenset[str]:
     """Names of the mbarriers that other CTAs of the cluster arrive on or complete bytes on."""
-    return frozenset(n for s in ir.walk(k.body) for n in remote_uses(s))
+    return peer_facts(k).barriers
 
 
 def touches_peers(s: ir.Stmt) -> bool:

@@ -14,7 +14,7 @@ and may execute it and its operands resolved to barriers, shared and global plac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -147,7 +147,7 @@ class _Mode:
     guards: tuple[ir.Expr, ...] = ()
 
     def but(self, **kw) -> _Mode:
-        return replace(self, **kw)
+        return _Mode(**{**self.__dict__, **kw})
 
 
 _BLOCK_FIELDS: dict[type, tuple[str, ...]] = {}
@@ -171,6 +171,16 @@ def walk(stmts: tuple[ir.Stmt, ...]):
             yield from walk(body)
 
 
+_OP_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _op_fields(s: ir.Stmt) -> tuple[str, ...]:
+    names = _OP_FIELDS.get(type(s))
+    if names is None:
+        names = _OP_FIELDS[type(s)] = tuple(f.name for f in fields(s) if f.name != "loc")
+    return names
+
+
 def _assigned(stmts: tuple[ir.Stmt, ...]) -> set[str]:
     names: set[str] = set()
     for s in walk(stmts):
@@ -192,6 +202,7 @@ class Interpreter:
                          if isinstance(s, ir.BarrierDecl) and s.name not in hidden}
         self.visits: list[Visit] = []
         self.entries: dict[int, Entry] = {}  # by id of the loop statement
+        self.strides: dict[str, list[int]] = {}  # of each shared buffer, bytes per dimension
         self._assigned: dict[int, set[str]] = {}
         self._recordable: dict[int, bool] = {}
         self.none = np.zeros(self.n, dtype=bool)
@@ -259,11 +270,14 @@ class Interpreter:
                           self.value(indices[0], f) if indices else None, e)
         if isinstance(ref, ir.SharedBuf) and ref.name in self.shared:
             decl = self.shared[ref.name]
-            strides, acc = [], decl.elem.nbytes
-            for d in reversed(decl.shape):
-                strides.append(acc)
-                acc *= d
-            strides.reverse()
+            strides = self.strides.get(ref.name)
+            if strides is None:
+                strides, acc = [], decl.elem.nbytes
+                for d in reversed(decl.shape):
+                    strides.append(acc)
+                    acc *= d
+                strides.reverse()
+                self.strides[ref.name] = strides
             off = const(0)
             vals = tuple(self.value(idx, f) for idx in indices)
             for idx, stride in zip(vals, strides, strict=False):
@@ -313,8 +327,7 @@ class Interpreter:
                 f.env[name] = self.assign(f, name, top())
             self.record(s, f, m, {})
         elif isinstance(s, ir.Op):
-            args = {fl.name: self.resolve(getattr(s, fl.name), f) for fl in fields(s)
-                    if fl.name != "loc"}
+            args = {name: self.resolve(getattr(s, name), f) for name in _op_fields(s)}
             self.record(s, f, m, args)
 
     def branch(self, cond: ir.Expr | None, c: Val, then: tuple[ir.Stmt, ...],
@@ -464,6 +477,10 @@ def _trips(start: Val, stop: Val, step: Val, n: int) -> np.ndarray | None:
     """Iterations of `for i in start .. stop step step` per thread, when known."""
     if start.known is None or stop.known is None or step.known is None:
         return None
+    a, b, c = start.known, stop.known, step.known
+    if isinstance(a, int) and isinstance(b, int) and isinstance(c, int):
+        dist = b - a if c > 0 else a - b
+        return np.full(n, max(0, -(-dist // max(abs(c), 1))), dtype=np.int64)
     st, sp, sc = (np.broadcast_to(np.asarray(v.known, dtype=np.int64), (n,))
                   for v in (start, stop, step))
     up = sc > 0

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import ir
 from .effects import effect
+from .remote import node_fields
 from .threads import Interpreter, Trace, Visit, _Flow, _trips, child_blocks, walk
 from .values import Val, top
 
@@ -32,24 +33,20 @@ class Iteration:
 def _names(x: object, out: set[str]) -> None:
     if isinstance(x, ir.Var):
         out.add(x.name)
-    if isinstance(x, ir.Expr):
-        for f in x.__dataclass_fields__:  # type: ignore[attr-defined]
-            if f != "loc":
-                _names(getattr(x, f), out)
     elif isinstance(x, tuple):
         for y in x:
             _names(y, out)
+    elif isinstance(x, ir.Node):
+        for f in node_fields(x):
+            v = getattr(x, f)
+            if isinstance(v, (ir.Node, tuple)):
+                _names(v, out)
 
 
 def free_names(x: object) -> set[str]:
-    """The variables an expression (or the expressions of a statement's fields) reads."""
+    """The variables an expression (or the expressions of a statement, nested bodies left
+    out) reads."""
     out: set[str] = set()
-    if isinstance(x, ir.Stmt):
-        for f in x.__dataclass_fields__:  # type: ignore[attr-defined]
-            v = getattr(x, f)
-            if f != "loc" and not (isinstance(v, tuple) and v and isinstance(v[0], ir.Stmt)):
-                _names(v, out)
-        return out
     _names(x, out)
     return out
 

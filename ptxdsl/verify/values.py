@@ -94,8 +94,17 @@ def top(uniform: bool = False, align: int = 1, varies: bool = False,
     return Val(None, uniform, min(max(align, 1), ALIGN_CAP), varies, rng)
 
 
+_CONSTS: dict[int, Val] = {}
+
+
 def const(v: int) -> Val:
-    return Val(int(v))
+    v = int(v)
+    c = _CONSTS.get(v)
+    if c is None:
+        c = Val(v)
+        if -256 <= v <= 1 << 16:  # values are immutable: the common ones are shared
+            _CONSTS[v] = c
+    return c
 
 
 def lowbit(v: int) -> int:
@@ -246,13 +255,13 @@ class Evaluator:
 
     def ev(self, e: ir.Expr, env: dict[str, Val], must: np.ndarray, may: np.ndarray) -> Val:
         """The value of `e`; `must`/`may` are the threads that (may) evaluate it (for elect)."""
+        if isinstance(e, ir.Var):
+            return env.get(e.name) or top()
         if isinstance(e, ir.Const):
             v = e.value
             if isinstance(v, bool) or isinstance(v, int):
                 return const(int(v))
             return top(uniform=True)
-        if isinstance(e, ir.Var):
-            return env.get(e.name) or top()
         if isinstance(e, ir.SReg):
             return self.sreg(e.name)
         if isinstance(e, ir.Binary):
@@ -330,7 +339,10 @@ class Evaluator:
                 return Val(w, varies=varies)
         op = e.op
         tb = e.b.type
-        rng = (lambda: absint.binary(op, a.range, b.range, t, tb)) if _is_int(t) else None
+        # Two operands known only by their types give a result known only by its type.
+        rng = (lambda: absint.binary(op, a.range, b.range, t, tb)) \
+            if _is_int(t) and (a.known is not None or a.rng is not None or
+                               b.known is not None or b.rng is not None) else None
         return top(a.is_uniform and b.is_uniform, _binary_align(e.op, a, b), varies, rng)
 
     @staticmethod
