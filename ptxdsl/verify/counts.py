@@ -130,10 +130,10 @@ class _Bounds:
         n = None
         if isinstance(loop, ir.For):
             start, stop, step = (self.value(x, si) for x in (loop.start, loop.stop, loop.step))
-            if start is not None and stop is not None and step is not None and step.known:
-                a, b, c = start.known, stop.known, step.known
-                dist = b - a if c > 0 else a - b  # type: ignore[operator]
-                n = max(0, -(-dist // abs(c)))  # type: ignore[arg-type]
+            a, b, c = (None if x is None else x.known for x in (start, stop, step))
+            if isinstance(a, int) and isinstance(b, int) and isinstance(c, int) and c:
+                dist = b - a if c > 0 else a - b
+                n = max(0, -(-dist // abs(c)))
         self._trips[key] = n
         return n
 

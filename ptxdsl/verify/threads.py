@@ -479,8 +479,8 @@ def _trips(start: Val, stop: Val, step: Val, n: int) -> np.ndarray | None:
         return None
     a, b, c = start.known, stop.known, step.known
     if isinstance(a, int) and isinstance(b, int) and isinstance(c, int):
-        dist = b - a if c > 0 else a - b
-        return np.full(n, max(0, -(-dist // max(abs(c), 1))), dtype=np.int64)
+        span = b - a if c > 0 else a - b
+        return np.full(n, max(0, -(-span // max(abs(c), 1))), dtype=np.int64)
     st, sp, sc = (np.broadcast_to(np.asarray(v.known, dtype=np.int64), (n,))
                   for v in (start, stop, step))
     up = sc > 0
