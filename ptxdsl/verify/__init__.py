@@ -1,8 +1,11 @@
 """Static checks on IR that need the whole kernel (run on every compile; `ptxdsl check`).
 
 Every problem is reported at once, each located, with notes at the related sites. The checks
-share one `Facts` per kernel: its shared-memory layout and a `Trace` of which threads run
-each statement (`threads.py`); each check is a function in `CHECKS`.
+share one `Facts` per kernel: its shared-memory layout, a `Trace` of which threads run each
+statement with the values of its operands (`threads.py`, `values.py`, whose unknown integers
+carry the ranges and congruences of `absint.py`), and loops re-run iteration by iteration
+where widening loses a ring's rotation (`unroll.py`); each check is a function in `CHECKS`.
+What a check cannot decide is a warning or nothing, never an error.
 """
 
 from __future__ import annotations
