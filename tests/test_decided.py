@@ -51,7 +51,8 @@ def test_correct_kernel_has_no_diagnostic(path):
 def test_every_rule_has_a_broken_case():
     text = "".join(p.with_suffix(".expected").read_text() for p in BROKEN)
     for part in (
-        "is never 16-byte aligned",  # congruence modulo 16
+        "global address 'src[row * 1024 + 1]' is never 16-byte aligned",  # congruence
+        "shared operand 'tile[r]' is never 16-byte aligned",  # ... of a shared address
         "reaches 4 in iteration 4",  # index range, decided by the iterations
         "(if the loop runs that long)",  # ... and undecided: a warning
         "can reach 4;",  # index range from the CTA shape
