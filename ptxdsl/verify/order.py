@@ -126,12 +126,7 @@ class _Walk:
         self.out = out
         self.rings = rings
         self.fulls = {r.full: r for r in rings.values()}
-        decls = {d.name: d for d in facts.kernel.body if isinstance(d, ir.BarrierDecl)}
-        arrived = {b.decl.name for v in facts.trace.visits
-                   if isinstance(v.stmt, ir.MBarrierArrive) and (b := bar(v, "bar")) is not None}
-        # The empty barriers of each ring: arrays of as many barriers that threads arrive on.
-        self.empties = {name: [r for r in rings.values() if r.stages == d.n and r.full != name]
-                        for name, d in decls.items() if d.n and name in arrived}
+        self.empties = _empties(facts, rings)
         self.loops: list[tuple[ir.Stmt, set[str]]] = []  # enclosing loops, fulls waited in
         self._waits_in: dict[int, set[str]] = {}
 
@@ -239,6 +234,30 @@ def _root(e: ir.Expr) -> str:
 
 def _index(e: ir.Expr) -> ir.Expr | None:
     return e.indices[0] if isinstance(e, ir.Index) and e.indices else None
+
+
+def _empties(facts: Facts, rings: dict[str, _Ring]) -> dict[str, list[_Ring]]:
+    """The empty barriers of each ring: a barrier array of as many barriers that the threads
+    issuing the ring's copies wait on before them, in the same loop."""
+    out: dict[str, list[_Ring]] = {}
+    waits: list[Visit] = []
+    for v in facts.trace.visits:
+        if isinstance(v.stmt, ir.MBarrierWait):
+            waits.append(v)
+            continue
+        e = effect(v.stmt)
+        dst = smem(v, e.async_write)
+        ring = rings.get(dst.decl.name) if dst is not None else None
+        if ring is None or not v.loops:
+            continue
+        for w in waits:
+            b = bar(w, "bar")
+            if b is not None and b.decl.n == ring.stages and b.decl.name != ring.full and \
+                    w.loops and w.loops[-1] is v.loops[-1] and (w.may & v.may).any():
+                group = out.setdefault(b.decl.name, [])
+                if ring not in group:
+                    group.append(ring)
+    return out
 
 
 def check_stage_order(facts: Facts, out: Report) -> None:

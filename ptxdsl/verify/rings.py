@@ -22,8 +22,6 @@ from .threads import BarRef, SmemRef, Visit
 from .unroll import Iteration, free_names
 from .values import Val
 
-MAX_STAGES = 16  # rings larger than this are unrolled for this many stages only
-
 
 def _declared(d: ir.BarrierDecl) -> Note:
     return Note(f"'{d.name}' is declared here with {d.n} barriers", d.loc)
@@ -34,35 +32,9 @@ def _stages_declared(d: ir.SharedDecl) -> Note:
                 f"{list(d.shape)})", d.loc)
 
 
-def ring_loops(facts: Facts) -> list[ir.For | ir.While]:
-    """Innermost loops with a barrier operation whose array index changes per iteration.
-    Rings of `pipeline` declarations (their names have a dot, which no user name has) are
-    left out: the compiler derives their stage and phase."""
-    out: list[ir.For | ir.While] = []
-    for v in facts.trace.visits:
-        if v.first or not v.loops:
-            continue
-        e = effect(v.stmt)
-        if any((b := bar(v, r)) is not None and b.index is not None and b.index.varies
-               and "." not in b.decl.name for r in e.barrier_fields):
-            loop = v.loops[-1]
-            if isinstance(loop, (ir.For, ir.While)) and loop not in out:
-                out.append(loop)
-    return out
-
-
 def unrolled(facts: Facts) -> dict[int, list[Iteration]]:
-    """The ring loops run iteration by iteration: two full turns of the largest ring."""
-    out = facts.__dict__.get("_unrolled")
-    if out is not None:
-        return out
-    out = {}
-    n = max((d.n for d in facts.kernel.body if isinstance(d, ir.BarrierDecl)), default=1)
-    turns = 2 * min(max(n, 1), MAX_STAGES) + 2
-    for loop in ring_loops(facts):
-        out[id(loop)] = facts.unroller.iterations(loop, turns)
-    facts.__dict__["_unrolled"] = out
-    return out
+    """The ring loops run iteration by iteration (see `Unroller.rings`)."""
+    return facts.unroller.rings()
 
 
 # ----------------------------------------------------------------------------- indices

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import ir
-from .effects import effect
+from .effects import bar, effect
 from .remote import node_fields
 from .threads import Interpreter, Trace, Visit, _Flow, _trips, child_blocks, walk
 from .values import Val, top
@@ -89,10 +89,40 @@ def ring_slice(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
             return sliced
 
 
+MAX_STAGES = 16  # rings larger than this are unrolled for this many stages only
+
+
 class Unroller:
     def __init__(self, trace: Trace):
+        self.trace = trace
         self.interp: Interpreter = trace.interp
         self._slices: dict[int, tuple[ir.Stmt, ...]] = {}
+        self._rings: dict[int, list[Iteration]] | None = None
+
+    def ring_loops(self) -> list[ir.For | ir.While]:
+        """Innermost loops with a barrier operation whose array index changes per iteration.
+        Rings of `pipeline` declarations (their names have a dot, which no user name has)
+        are left out: the compiler derives their stage and phase."""
+        out: dict[int, ir.For | ir.While] = {}
+        for v in self.trace.visits:
+            if v.first or not v.loops:
+                continue
+            e = effect(v.stmt)
+            if any((b := bar(v, r)) is not None and b.index is not None and b.index.varies
+                   and "." not in b.decl.name for r in e.barrier_fields):
+                loop = v.loops[-1]
+                if isinstance(loop, (ir.For, ir.While)):
+                    out.setdefault(id(loop), loop)
+        return list(out.values())
+
+    def rings(self) -> dict[int, list[Iteration]]:
+        """The ring loops (by id), each run for two full turns of the largest ring."""
+        if self._rings is None:
+            k = self.interp.k
+            n = max((d.n for d in k.body if isinstance(d, ir.BarrierDecl)), default=1)
+            turns = 2 * min(max(n, 1), MAX_STAGES) + 2
+            self._rings = {id(loop): self.iterations(loop, turns) for loop in self.ring_loops()}
+        return self._rings
 
     def iterations(self, loop: ir.For | ir.While, count: int) -> list[Iteration]:
         """Up to `count` iterations of `loop` from the state it was first reached in (none
