@@ -81,8 +81,8 @@ def _shared_alignment(v: Visit, ref: SmemRef, need: int, facts: Facts,
             return None
         return min(base, Val(addrs).alignment())
     got = min(base, ref.offset.alignment(), lowbit(slot))
-    at = absint.add(ref.offset.range, absint.Range(slot, slot))
-    if at.never_multiple_of(need):
+    at = absint.add(ref.offset.range, absint.Range(slot, slot)) if got < need else None
+    if at is not None and at.never_multiple_of(need):
         out.error(f"{op}'s shared operand '{text(ref.expr)}' is never {need}-byte aligned: "
                   f"its shared-memory address is {_residue(at, need)}", where,
                   _declared(ref, facts))
@@ -120,7 +120,7 @@ def _global_alignment(v: Visit, g: GmemRef, out: Report) -> None:
             out.error(f"{op}'s global address '{text(g.expr)}' is {int(bad[0])} bytes past "
                       f"'{base}', not a multiple of {BULK_ALIGN}", where)
         return
-    if g.offset.range.never_multiple_of(BULK_ALIGN):
+    if g.offset.alignment() < BULK_ALIGN and g.offset.range.never_multiple_of(BULK_ALIGN):
         out.error(f"{op}'s global address '{text(g.expr)}' is never {BULK_ALIGN}-byte aligned: "
                   f"its offset from '{base}' is {_residue(g.offset.range, BULK_ALIGN)}", where)
     elif g.offset.alignment() < BULK_ALIGN:

@@ -10,7 +10,8 @@ assigned; after a branch only what both sides established is waited for. A read 
 inside a loop that waits on `full` must come after a wait on `full[x]` in that iteration and
 not after an arrive on `empty[x]`. Indices are compared as expressions: a read whose index
 is not the index of a wait that precedes it stays silent, unless no wait on `full` at all
-precedes it.
+precedes it. Rings of `pipeline` declarations are left out: their stages can only be named
+between `wait` and `release`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def _rings(facts: Facts) -> dict[str, _Ring]:
     for v in facts.trace.visits:
         e = effect(v.stmt)
         b, dst = bar(v, e.complete), smem(v, e.async_write)
-        if b is None or dst is None or b.index is None or not b.decl.n:
+        # A pipeline's stages (names with a dot) are only named between wait and release:
+        # the frontend enforces the order these checks are about.
+        if b is None or dst is None or b.index is None or not b.decl.n or "." in b.decl.name:
             continue
         if len(dst.decl.shape) >= 2 and dst.decl.shape[0] == b.decl.n:
             out.setdefault(dst.decl.name, _Ring(dst.decl.name, b.decl.name, b.decl.n, v.stmt))

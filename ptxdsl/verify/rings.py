@@ -150,6 +150,9 @@ def _guarded(v: Visit, index: ir.Expr) -> bool:
 
 
 def _outside(val: Val, v: Visit, size: int) -> int | None:
+    k = val.known
+    if isinstance(k, int):
+        return None if 0 <= k < size else k
     vals = val.values(v.may)
     if vals is None or vals.size == 0:
         return None

@@ -349,7 +349,7 @@ class Evaluator:
     def _scaled(v: Val, k: int) -> Val:
         if v.known is not None:
             return Val(v.known * k, varies=v.varies)
-        return top(v.uniform, v.align * k, v.varies,
+        return top(v.uniform, v.align * lowbit(k), v.varies,
                    lambda: absint.mul(v.range, absint.Range(k, k)))
 
     def elect(self, must: np.ndarray, may: np.ndarray) -> Val:
