@@ -296,9 +296,12 @@ class Interpreter:
                                  len(self.visits)))
 
     def block(self, stmts: tuple[ir.Stmt, ...], f: _Flow, m: _Mode) -> None:
+        seen = None  # masks are replaced, never changed in place: test each new one once
         for s in stmts:
-            if not f.may.any():
-                return
+            if f.may is not seen:
+                if not f.may.any():
+                    return
+                seen = f.may
             self.stmt(s, f, m)
 
     def stmt(self, s: ir.Stmt, f: _Flow, m: _Mode) -> None:
