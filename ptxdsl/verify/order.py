@@ -24,7 +24,7 @@ from ..errors import Note
 from .barriers import is_cta_sync
 from .effects import bar, effect, op_name, smem
 from .facts import Facts, Report, text
-from .remote import node_fields
+from .remote import node_fields, root
 from .threads import Visit, _assigned, child_blocks, walk
 from .unroll import free_names
 
@@ -85,7 +85,7 @@ def _reads(s: ir.Stmt, rings: dict[str, _Ring]) -> list[ir.Expr]:
             continue
         x = getattr(s, f)
         if reader and isinstance(x, ir.Expr) and isinstance(x.type, T.SharedRef) and \
-                _root(x) in rings:
+                _name(x) in rings:
             out.append(x)
         if isinstance(x, (ir.Node, tuple)):
             _loads(x, rings, out)
@@ -97,7 +97,7 @@ def _loads(x: object, rings: dict[str, _Ring], out: list[ir.Expr]) -> None:
         for y in x:
             _loads(y, rings, out)
         return
-    if isinstance(x, ir.Load) and _root(x.ref) in rings:
+    if isinstance(x, ir.Load) and _name(x.ref) in rings:
         out.append(x.ref)
     if isinstance(x, ir.Node):
         for f in node_fields(x):
@@ -136,7 +136,7 @@ class _Walk:
     def waits_in(self, body: tuple[ir.Stmt, ...]) -> set[str]:
         key = id(body)
         if key not in self._waits_in:
-            self._waits_in[key] = {_root(s.bar) for s in walk(body)  # type: ignore[attr-defined]
+            self._waits_in[key] = {_name(s.bar) for s in walk(body)  # type: ignore[attr-defined]
                                    if isinstance(s, ir.MBarrierWait)}
         return self._waits_in[key]
 
@@ -153,12 +153,12 @@ class _Walk:
         if isinstance(s, ir.MBarrierWait):
             idx = _index(s.bar)
             if idx is not None:
-                st.waited[(_root(s.bar), idx)] = s
+                st.waited[(_name(s.bar), idx)] = s
             else:
-                st.waited[(_root(s.bar), ir.Const(value=-1, type=s.bar.type))] = s
+                st.waited[(_name(s.bar), ir.Const(value=-1, type=s.bar.type))] = s
         elif isinstance(s, ir.MBarrierArrive):
             idx = _index(s.bar)
-            for r in self.empties.get(_root(s.bar), []):
+            for r in self.empties.get(_name(s.bar), []):
                 if idx is not None:
                     st.released[(r.buf, idx)] = s
         elif isinstance(s, (ir.BarSync, ir.RoleSync)):
@@ -206,7 +206,7 @@ class _Walk:
             return
         loop = next(lp for lp, fulls in reversed(self.loops) if ring.full in fulls)
         wait = next(x for x in walk((loop,)) if isinstance(x, ir.MBarrierWait)
-                    and _root(x.bar) == ring.full)
+                    and _name(x.bar) == ring.full)
         self.out.error(f"'{_shown(whole)}' is read before this iteration waits on "
                        f"'{ring.full}' for its stage: the copy into '{name}' may still be "
                        "writing it", where,
@@ -227,12 +227,6 @@ def _names_of(e: ir.Expr) -> set[str]:
             _NAMES.clear()
         hit = _NAMES[id(e)] = (e, free_names(e))
     return hit[1]
-
-
-def _root(e: ir.Expr) -> str:
-    while isinstance(e, ir.Index):
-        e = e.base
-    return getattr(e, "name", "")
 
 
 def _index(e: ir.Expr) -> ir.Expr | None:
@@ -261,6 +255,11 @@ def _empties(facts: Facts, rings: dict[str, _Ring]) -> dict[str, list[_Ring]]:
                 if ring not in group:
                     group.append(ring)
     return out
+
+
+def _name(e: ir.Expr) -> str:
+    """The declared name under a place ("" if none)."""
+    return root(e) or ""
 
 
 def check_stage_order(facts: Facts, out: Report) -> None:
