@@ -26,22 +26,6 @@ def node_fields(x: ir.Node) -> tuple[str, ...]:
     return names
 
 
-def exprs(x: object):
-    """Every expression inside a node or a tuple of them, depth-first."""
-    if isinstance(x, tuple):
-        for y in x:
-            yield from exprs(y)
-        return
-    if not isinstance(x, ir.Node):
-        return
-    if isinstance(x, ir.Expr):
-        yield x
-    for name in node_fields(x):
-        v = getattr(x, name)
-        if isinstance(v, (ir.Node, tuple)):
-            yield from exprs(v)
-
-
 def has_expr(x: object, cls: type | tuple[type, ...]) -> bool:
     """Whether a node (or a tuple of them) holds an expression of class `cls`."""
     if isinstance(x, tuple):
@@ -60,11 +44,34 @@ def root(e: ir.Expr) -> str | None:
     return getattr(e, "name", None)
 
 
-def remote_uses(s: ir.Stmt) -> list[str]:
+def _peers(x: object, out: list[ir.Peer]) -> None:
+    if isinstance(x, tuple):
+        for y in x:
+            _peers(y, out)
+        return
+    if isinstance(x, ir.Peer):
+        out.append(x)
+    if isinstance(x, ir.Node):
+        for name in node_fields(x):
+            v = getattr(x, name)
+            if isinstance(v, (ir.Node, tuple)):
+                _peers(v, out)
+
+
+def peers_of(s: ir.Stmt) -> list[ir.Peer]:
+    """The peer() places in a statement's operands (nested bodies left out)."""
+    out: list[ir.Peer] = []
+    _peers(s, out)
+    return out
+
+
+def remote_uses(s: ir.Stmt, peers: list[ir.Peer] | None = None) -> list[str]:
     """Barriers of peer CTAs that statement `s` uses (a multicast completes on the barrier
-    of the same name in every CTA of its mask)."""
-    out = [n for p in exprs(s) if isinstance(p, ir.Peer)
-           and isinstance(p.type, T.PeerBarrier) and (n := root(p.ref)) is not None]
+    of the same name in every CTA of its mask); `peers`: its peer() places, if known."""
+    if peers is None:
+        peers = peers_of(s)
+    out = [n for p in peers if isinstance(p.type, T.PeerBarrier) and
+           (n := root(p.ref)) is not None]
     if isinstance(s, MULTICAST) and (n := root(s.bar)) is not None:
         out.append(n)
     return out
@@ -88,8 +95,9 @@ def peer_facts(k: ir.Kernel) -> PeerFacts:
     names: set[str] = set()
     touched = False
     for s in ir.walk(k.body):
-        names.update(remote_uses(s))
-        touched = touched or touches_peers(s)
+        peers = peers_of(s)
+        names.update(remote_uses(s, peers))
+        touched = touched or bool(peers) or isinstance(s, _PEER_STATEMENTS)
     facts = PeerFacts(frozenset(names), touched)
     if len(_SCANNED) > 64:
         _SCANNED.clear()
@@ -102,5 +110,8 @@ def remote_barriers(k: ir.Kernel) -> frozenset[str]:
     return peer_facts(k).barriers
 
 
+_PEER_STATEMENTS = (*MULTICAST, ir.BulkCopyCluster, ir.StAsync)
+
+
 def touches_peers(s: ir.Stmt) -> bool:
-    return isinstance(s, (*MULTICAST, ir.BulkCopyCluster, ir.StAsync)) or has_expr(s, ir.Peer)
+    return isinstance(s, _PEER_STATEMENTS) or has_expr(s, ir.Peer)
