@@ -313,7 +313,8 @@ class Interpreter:
         elif isinstance(s, ir.SetElem):
             f.env[s.name] = self.assign(f, s.name, top())
         elif isinstance(s, ir.Store):
-            self.record(s, f, m, {"ref": self.place(s.ref, f)})
+            if m.record:  # operands only matter to a recorded visit (they change nothing)
+                self.record(s, f, m, {"ref": self.place(s.ref, f)})
         elif isinstance(s, ir.If):
             self.branch(s.cond, self.value(s.cond, f), s.then, s.orelse, f, m)
         elif isinstance(s, ir.Role):
@@ -330,8 +331,9 @@ class Interpreter:
                 f.env[name] = self.assign(f, name, top())
             self.record(s, f, m, {})
         elif isinstance(s, ir.Op):
-            args = {name: self.resolve(getattr(s, name), f) for name in _op_fields(s)}
-            self.record(s, f, m, args)
+            if m.record:
+                args = {name: self.resolve(getattr(s, name), f) for name in _op_fields(s)}
+                self.record(s, f, m, args)
 
     def branch(self, cond: ir.Expr | None, c: Val, then: tuple[ir.Stmt, ...],
                orelse: tuple[ir.Stmt, ...], f: _Flow, m: _Mode) -> None:
