@@ -959,8 +959,8 @@ INTERP_CASES = [p for p in sorted(BROKEN.glob("*.ptxdsl"))
 
 @pytest.mark.parametrize("path", INTERP_CASES, ids=lambda p: p.stem)
 def test_interp_catches_broken_corpus_kernel(path):
-    """The corpus kernels the static verifier cannot judge: the interpreter names the bug
-    (kind from `// expect:`) at the marked line."""
+    """The corpus kernels that a run shows (some of which the verifier also decides): the
+    interpreter names the bug (kind from `// expect:`) at the marked line."""
     text = path.read_text()
     expect = re.search(r"// expect: (\S+)", text).group(1)
     line = next(i for i, s in enumerate(text.split("\n"), 1) if s.rstrip().endswith("// <- here"))

@@ -102,6 +102,7 @@ kernel everything(g: ptr<f32>, h: ptr<bf16>, m: tmap<f32, 2>, n: u32, big: u64, 
     mbarrier_wait(bars[1], 0);
     mbarrier_arrive(one);
     mbarrier_wait(one, 0);
+    bar_sync(0);  // every thread is past its wait on 'one' before it is invalidated
     if elect() && wp == 0 {
         tma_store(m, [64, 0], t[0]);
         bulk_store(g[2048], t[1]);

@@ -2,8 +2,9 @@
 names; every sample and every correct variant below verifies clean.
 
 A corpus file starts with `// expect: <part of the message>` and `// caught-by: verify` (or
-`interp`, for bugs only a run can show), and marks the reported line with `// <- here` (or
-gives it as `// line: N`)."""
+`interp`, for bugs a run shows), and marks the reported line with `// <- here` (or gives it as
+`// line: N`). An interpreter case that the verifier also decides adds what the verifier says
+and where: `// verify: <part of the message>` and `// verify-line: N`."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ class Case:
     expect: str
     caught_by: str
     line: int
+    verify: str = ""  # an interpreter case the verifier also catches: part of its message
+    verify_line: int = 0
 
 
 def read_case(path: Path) -> Case:
@@ -40,7 +43,8 @@ def read_case(path: Path) -> Case:
             header[m.group(1)] = m.group(2)
     marked = [i + 1 for i, line in enumerate(lines) if line.rstrip().endswith("// <- here")]
     line = int(header["line"]) if "line" in header else (marked[0] if len(marked) == 1 else 0)
-    return Case(path, header.get("expect", ""), header.get("caught-by", ""), line)
+    return Case(path, header.get("expect", ""), header.get("caught-by", ""), line,
+                header.get("verify", ""), int(header.get("verify-line", "0")))
 
 
 CASES = [read_case(p) for p in sorted(BROKEN.glob("*.ptxdsl"))]
@@ -66,18 +70,20 @@ def test_corpus_file_has_a_complete_header(case):
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in CASES if c.caught_by == "verify"], ids=lambda c: c.path.stem
+    "case", [c for c in CASES if c.caught_by == "verify" or c.verify], ids=lambda c: c.path.stem
 )
 def test_verifier_catches_broken_kernel(case):
     errors = errors_of(case.path.read_text(), case.path.name)
     found = [(d.span.line if d.span else None, d.message) for d in errors]
-    assert any(case.expect in msg and line == case.line for line, msg in found), (
-        f"expected '{case.expect}' at line {case.line}, got {found}"
+    expect, at = (case.verify, case.verify_line) if case.verify else (case.expect, case.line)
+    assert any(expect in msg and line == at for line, msg in found), (
+        f"expected '{expect}' at line {at}, got {found}"
     )
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in CASES if c.caught_by == "interp"], ids=lambda c: c.path.stem
+    "case", [c for c in CASES if c.caught_by == "interp" and not c.verify],
+    ids=lambda c: c.path.stem
 )
 def test_interp_only_cases_pass_the_verifier(case):
     # If the verifier learns to catch one of these, its header should say so.

@@ -1,8 +1,11 @@
 """Static checks on IR that need the whole kernel (run on every compile; `ptxdsl check`).
 
 Every problem is reported at once, each located, with notes at the related sites. The checks
-share one `Facts` per kernel: its shared-memory layout and a `Trace` of which threads run
-each statement (`threads.py`); each check is a function in `CHECKS`.
+share one `Facts` per kernel: its shared-memory layout, a `Trace` of which threads run each
+statement with the values of its operands (`threads.py`, `values.py`, whose unknown integers
+carry the ranges and congruences of `absint.py`), and loops re-run iteration by iteration
+where widening loses a ring's rotation (`unroll.py`); each check is a function in `CHECKS`.
+What a check cannot decide is a warning or nothing, never an error.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from .barriers import (
 )
 from .cluster import check_clusters
 from .copies import check_asm_reductions, check_bulk_stores, check_issuers
+from .counts import check_phase_counts
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
+from .order import check_inval, check_stage_order
+from .rings import check_indices, check_ring_phases
 from .wgmma import (
     check_register_arrays,
     check_wgmma_hazards,
@@ -42,6 +48,11 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_arrival_counts,
     check_waits,
     check_stage_rotation,
+    check_indices,
+    check_ring_phases,
+    check_phase_counts,
+    check_stage_order,
+    check_inval,
     check_issuers,
     check_bulk_stores,
     check_asm_reductions,

@@ -493,6 +493,8 @@ def check_init_visibility(facts: Facts, out: Report) -> None:
                 continue
             els = b.elements(v.may)
             for el in sorted(els) if els is not None else range(max(1, b.decl.n)):
+                if not 0 <= el < max(1, b.decl.n):
+                    continue  # past the array: check_indices reports it
                 problem = _init_problem(facts, v, b, el, state.get((b.decl.name, el)),
                                         role == e.complete)
                 if problem is not None and (b.decl.name, problem[0]) not in done:

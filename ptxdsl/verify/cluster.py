@@ -17,8 +17,7 @@ from ..errors import Note
 from .effects import issuers
 from .facts import Facts, Report
 from .remote import MULTICAST as _MULTICAST
-from .remote import exprs as _exprs
-from .remote import remote_barriers, remote_uses, root, touches_peers
+from .remote import peer_facts, peers_of, remote_barriers, remote_uses, root, touches_peers
 
 _ARRIVES = (ir.MBarrierArrive, ir.MBarrierArriveExpectTx)
 _CLUSTER_BARRIERS = (ir.ClusterSync, ir.ClusterWait)
@@ -116,7 +115,7 @@ def check_ranks_and_masks(facts: Facts, out: Report) -> None:
     n = prod(k.cluster or (1, 1, 1))
     ev = _RankEval(k)
     for s, path in _guarded(k.body):
-        peers = [e for e in _exprs(s) if isinstance(e, ir.Peer)]
+        peers = peers_of(s)
         if not peers and not isinstance(s, _MULTICAST):
             continue
         ranks = [r for r in range(n)
@@ -228,8 +227,9 @@ CLUSTER_CHECKS = (check_ranks_and_masks, check_remote_arrivals, check_cluster_in
 
 
 def check_clusters(facts: Facts, out: Report) -> None:
-    if not any(touches_peers(s) or isinstance(s, (*_CLUSTER_BARRIERS, ir.ClusterArrive))
-               for s in ir.walk(facts.kernel.body)):
+    if not peer_facts(facts.kernel).touched and not any(
+            isinstance(s, (*_CLUSTER_BARRIERS, ir.ClusterArrive))
+            for s in ir.walk(facts.kernel.body)):
         return
     for check in CLUSTER_CHECKS:
         check(facts, out)

@@ -9,6 +9,7 @@ from ..codegen.layout import Layout, layout_kernel
 from ..errors import Diagnostic, DiagnosticBag, Note, Span
 from ..printer import expr_text
 from .threads import Trace, interpret, walk
+from .unroll import Unroller
 
 
 class Facts:
@@ -27,6 +28,10 @@ class Facts:
     @functools.cached_property
     def trace(self) -> Trace:
         return interpret(self.kernel)
+
+    @functools.cached_property
+    def unroller(self) -> Unroller:
+        return Unroller(self.trace)
 
 
 class Report:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from math import gcd
+
 from .. import ir
 from ..errors import Note
 from ..limits import MAX_SMEM_BYTES
+from . import absint
 from .effects import effect, op_name, smem
 from .facts import Facts, Report, text
 from .threads import GmemRef, SmemRef, Visit
@@ -77,7 +80,13 @@ def _shared_alignment(v: Visit, ref: SmemRef, need: int, facts: Facts,
                       f"which is not a multiple of {need}", where, _declared(ref, facts))
             return None
         return min(base, Val(addrs).alignment())
-    got = min(base, ref.offset.align, lowbit(slot))
+    got = min(base, ref.offset.alignment(), lowbit(slot))
+    at = absint.add(ref.offset.range, absint.Range(slot, slot)) if got < need else None
+    if at is not None and at.never_multiple_of(need):
+        out.error(f"{op}'s shared operand '{text(ref.expr)}' is never {need}-byte aligned: "
+                  f"its shared-memory address is {_residue(at, need)}", where,
+                  _declared(ref, facts))
+        return None
     if got < need:
         out.warning(f"cannot prove {need}-byte alignment of {op}'s shared operand "
                     f"'{text(ref.expr)}' (its offset is a multiple of {got} bytes)", where,
@@ -111,10 +120,19 @@ def _global_alignment(v: Visit, g: GmemRef, out: Report) -> None:
             out.error(f"{op}'s global address '{text(g.expr)}' is {int(bad[0])} bytes past "
                       f"'{base}', not a multiple of {BULK_ALIGN}", where)
         return
-    if g.offset.align < BULK_ALIGN:
+    if g.offset.alignment() < BULK_ALIGN and g.offset.range.never_multiple_of(BULK_ALIGN):
+        out.error(f"{op}'s global address '{text(g.expr)}' is never {BULK_ALIGN}-byte aligned: "
+                  f"its offset from '{base}' is {_residue(g.offset.range, BULK_ALIGN)}", where)
+    elif g.offset.alignment() < BULK_ALIGN:
         out.warning(f"cannot prove {BULK_ALIGN}-byte alignment of {op}'s global address "
                     f"'{text(g.expr)}' (its offset from '{base}' is a multiple of "
-                    f"{g.offset.align} bytes)", where)
+                    f"{g.offset.alignment()} bytes)", where)
+
+
+def _residue(r: absint.Range, need: int) -> str:
+    """What the congruence says about a misaligned byte offset ("4 modulo 16 bytes")."""
+    m = gcd(r.mod, need)
+    return f"{r.res % m} modulo {m} bytes on every path"
 
 
 def check_tma_boxes(facts: Facts, out: Report) -> None:

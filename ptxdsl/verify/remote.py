@@ -3,7 +3,7 @@ thread trace, which leaves such barriers to the cluster checks, and by those che
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass
 
 from .. import ir
 from .. import types as T
@@ -11,19 +11,30 @@ from .. import types as T
 MULTICAST = (ir.TensorLoadMulticast, ir.BulkLoadMulticast)
 
 
-def exprs(x: object):
-    """Every expression inside a node or a tuple of them, depth-first."""
+_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def node_fields(x: ir.Node) -> tuple[str, ...]:
+    """The fields of a node that may hold expressions (not `loc`, types or nested bodies)."""
+    names = _NODE_FIELDS.get(type(x))
+    if names is None:
+        stmt = isinstance(x, ir.Stmt)
+        names = tuple(f for f in x.__dataclass_fields__  # type: ignore[attr-defined]
+                      if f not in ("loc", "type") and not (stmt and f in ("then", "orelse",
+                                                                          "body")))
+        _NODE_FIELDS[type(x)] = names
+    return names
+
+
+def has_expr(x: object, cls: type | tuple[type, ...]) -> bool:
+    """Whether a node (or a tuple of them) holds an expression of class `cls`."""
     if isinstance(x, tuple):
-        for y in x:
-            yield from exprs(y)
-        return
+        return any(has_expr(y, cls) for y in x)
     if not isinstance(x, ir.Node):
-        return
-    if isinstance(x, ir.Expr):
-        yield x
-    for name in x.__dataclass_fields__:  # type: ignore[attr-defined]
-        if name != "loc" and not (isinstance(x, ir.Stmt) and name in ("then", "orelse", "body")):
-            yield from exprs(getattr(x, name))
+        return False
+    if isinstance(x, cls):
+        return True
+    return any(has_expr(getattr(x, name), cls) for name in node_fields(x))
 
 
 def root(e: ir.Expr) -> str | None:
@@ -33,22 +44,74 @@ def root(e: ir.Expr) -> str | None:
     return getattr(e, "name", None)
 
 
-def remote_uses(s: ir.Stmt) -> list[str]:
+def _peers(x: object, out: list[ir.Peer]) -> None:
+    if isinstance(x, tuple):
+        for y in x:
+            _peers(y, out)
+        return
+    if isinstance(x, ir.Peer):
+        out.append(x)
+    if isinstance(x, ir.Node):
+        for name in node_fields(x):
+            v = getattr(x, name)
+            if isinstance(v, (ir.Node, tuple)):
+                _peers(v, out)
+
+
+def peers_of(s: ir.Stmt) -> list[ir.Peer]:
+    """The peer() places in a statement's operands (nested bodies left out)."""
+    out: list[ir.Peer] = []
+    _peers(s, out)
+    return out
+
+
+def remote_uses(s: ir.Stmt, peers: list[ir.Peer] | None = None) -> list[str]:
     """Barriers of peer CTAs that statement `s` uses (a multicast completes on the barrier
-    of the same name in every CTA of its mask)."""
-    out = [n for p in exprs(s) if isinstance(p, ir.Peer)
-           and isinstance(p.type, T.PeerBarrier) and (n := root(p.ref)) is not None]
+    of the same name in every CTA of its mask); `peers`: its peer() places, if known."""
+    if peers is None:
+        peers = peers_of(s)
+    out = [n for p in peers if isinstance(p.type, T.PeerBarrier) and
+           (n := root(p.ref)) is not None]
     if isinstance(s, MULTICAST) and (n := root(s.bar)) is not None:
         out.append(n)
     return out
 
 
-@functools.cache
+@dataclass(frozen=True)
+class PeerFacts:
+    barriers: frozenset[str]  # mbarriers that other CTAs arrive on or complete bytes on
+    touched: bool  # some statement reaches another CTA's shared memory or barriers
+
+
+_SCANNED: dict[int, tuple[ir.Kernel, PeerFacts]] = {}
+
+
+def peer_facts(k: ir.Kernel) -> PeerFacts:
+    """One walk over the kernel's expressions, remembered by identity (hashing a kernel
+    walks all of it too)."""
+    hit = _SCANNED.get(id(k))
+    if hit is not None and hit[0] is k:
+        return hit[1]
+    names: set[str] = set()
+    touched = False
+    for s in ir.walk(k.body):
+        peers = peers_of(s)
+        names.update(remote_uses(s, peers))
+        touched = touched or bool(peers) or isinstance(s, _PEER_STATEMENTS)
+    facts = PeerFacts(frozenset(names), touched)
+    if len(_SCANNED) > 64:
+        _SCANNED.clear()
+    _SCANNED[id(k)] = (k, facts)
+    return facts
+
+
 def remote_barriers(k: ir.Kernel) -> frozenset[str]:
     """Names of the mbarriers that other CTAs of the cluster arrive on or complete bytes on."""
-    return frozenset(n for s in ir.walk(k.body) for n in remote_uses(s))
+    return peer_facts(k).barriers
+
+
+_PEER_STATEMENTS = (*MULTICAST, ir.BulkCopyCluster, ir.StAsync)
 
 
 def touches_peers(s: ir.Stmt) -> bool:
-    return isinstance(s, (*MULTICAST, ir.BulkCopyCluster, ir.StAsync)) or any(
-        isinstance(e, ir.Peer) for e in exprs(s))
+    return isinstance(s, _PEER_STATEMENTS) or has_expr(s, ir.Peer)

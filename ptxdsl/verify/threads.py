@@ -14,12 +14,13 @@ and may execute it and its operands resolved to barriers, shared and global plac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from .. import ir
 from .. import types as T
+from . import absint
 from .remote import remote_barriers
 from .values import Evaluator, Val, const, join, top
 
@@ -104,9 +105,18 @@ class Visit:
 class Trace:
     visits: list[Visit]
     end_may: np.ndarray  # threads that may reach the end of the kernel body
+    interp: Interpreter  # re-runs loop bodies iteration by iteration (verify/unroll.py)
 
     def of(self, *classes: type) -> list[Visit]:
         return [v for v in self.visits if isinstance(v.stmt, classes)]
+
+
+@dataclass
+class Entry:
+    """The state in which a loop is first reached (its first pass through the kernel)."""
+
+    flow: _Flow
+    mode: _Mode
 
 
 @dataclass
@@ -137,7 +147,7 @@ class _Mode:
     guards: tuple[ir.Expr, ...] = ()
 
     def but(self, **kw) -> _Mode:
-        return replace(self, **kw)
+        return _Mode(**{**self.__dict__, **kw})
 
 
 _BLOCK_FIELDS: dict[type, tuple[str, ...]] = {}
@@ -161,6 +171,16 @@ def walk(stmts: tuple[ir.Stmt, ...]):
             yield from walk(body)
 
 
+_OP_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _op_fields(s: ir.Stmt) -> tuple[str, ...]:
+    names = _OP_FIELDS.get(type(s))
+    if names is None:
+        names = _OP_FIELDS[type(s)] = tuple(f.name for f in fields(s) if f.name != "loc")
+    return names
+
+
 def _assigned(stmts: tuple[ir.Stmt, ...]) -> set[str]:
     names: set[str] = set()
     for s in walk(stmts):
@@ -181,6 +201,8 @@ class Interpreter:
         self.barriers = {s.name: s for s in k.body
                          if isinstance(s, ir.BarrierDecl) and s.name not in hidden}
         self.visits: list[Visit] = []
+        self.entries: dict[int, Entry] = {}  # by id of the loop statement
+        self.strides: dict[str, list[int]] = {}  # of each shared buffer, bytes per dimension
         self._assigned: dict[int, set[str]] = {}
         self._recordable: dict[int, bool] = {}
         self.none = np.zeros(self.n, dtype=bool)
@@ -190,10 +212,11 @@ class Interpreter:
         env: dict[str, Val] = {}
         for p in self.k.params:
             # A pointer is tracked as a byte offset from itself (the allocation is aligned).
-            env[p.name] = const(0) if isinstance(p.type, T.Ptr) else top(uniform=True)
+            env[p.name] = const(0) if isinstance(p.type, T.Ptr) else \
+                top(uniform=True, rng=absint.of_type(p.type))
         f = _Flow(self.all, self.all, env, {name: self.all for name in env})
         self.block(self.k.body, f, _Mode())
-        return Trace(self.visits, f.may)
+        return Trace(self.visits, f.may, self)
 
     # ------------------------------------------------------------------ values
 
@@ -213,7 +236,8 @@ class Interpreter:
             b = np.broadcast_to(np.asarray(new.known, dtype=np.int64), (self.n,))
             if not (unsure & (a != b)).any():
                 return Val(np.where(f.must, b, a), varies=old.varies or new.varies)
-        return top(align=min(old.alignment(), new.alignment()), varies=old.varies or new.varies)
+        return top(align=min(old.alignment(), new.alignment()), varies=old.varies or new.varies,
+                   rng=lambda: absint.join(old.range, new.range))
 
     def resolve(self, v: object, f: _Flow) -> object:
         if v is None:
@@ -246,11 +270,14 @@ class Interpreter:
                           self.value(indices[0], f) if indices else None, e)
         if isinstance(ref, ir.SharedBuf) and ref.name in self.shared:
             decl = self.shared[ref.name]
-            strides, acc = [], decl.elem.nbytes
-            for d in reversed(decl.shape):
-                strides.append(acc)
-                acc *= d
-            strides.reverse()
+            strides = self.strides.get(ref.name)
+            if strides is None:
+                strides, acc = [], decl.elem.nbytes
+                for d in reversed(decl.shape):
+                    strides.append(acc)
+                    acc *= d
+                strides.reverse()
+                self.strides[ref.name] = strides
             off = const(0)
             vals = tuple(self.value(idx, f) for idx in indices)
             for idx, stride in zip(vals, strides, strict=False):
@@ -269,9 +296,12 @@ class Interpreter:
                                  len(self.visits)))
 
     def block(self, stmts: tuple[ir.Stmt, ...], f: _Flow, m: _Mode) -> None:
+        seen = None  # masks are replaced, never changed in place: test each new one once
         for s in stmts:
-            if not f.may.any():
-                return
+            if f.may is not seen:
+                if not f.may.any():
+                    return
+                seen = f.may
             self.stmt(s, f, m)
 
     def stmt(self, s: ir.Stmt, f: _Flow, m: _Mode) -> None:
@@ -285,7 +315,8 @@ class Interpreter:
         elif isinstance(s, ir.SetElem):
             f.env[s.name] = self.assign(f, s.name, top())
         elif isinstance(s, ir.Store):
-            self.record(s, f, m, {"ref": self.place(s.ref, f)})
+            if m.record:  # operands only matter to a recorded visit (they change nothing)
+                self.record(s, f, m, {"ref": self.place(s.ref, f)})
         elif isinstance(s, ir.If):
             self.branch(s.cond, self.value(s.cond, f), s.then, s.orelse, f, m)
         elif isinstance(s, ir.Role):
@@ -302,9 +333,9 @@ class Interpreter:
                 f.env[name] = self.assign(f, name, top())
             self.record(s, f, m, {})
         elif isinstance(s, ir.Op):
-            args = {fl.name: self.resolve(getattr(s, fl.name), f) for fl in fields(s)
-                    if fl.name != "loc"}
-            self.record(s, f, m, args)
+            if m.record:
+                args = {name: self.resolve(getattr(s, name), f) for name in _op_fields(s)}
+                self.record(s, f, m, args)
 
     def branch(self, cond: ir.Expr | None, c: Val, then: tuple[ir.Stmt, ...],
                orelse: tuple[ir.Stmt, ...], f: _Flow, m: _Mode) -> None:
@@ -327,6 +358,8 @@ class Interpreter:
 
     def loop(self, s: ir.For | ir.While, f: _Flow, m: _Mode) -> None:
         deep = len(m.loops) >= MAX_LOOP_DEPTH
+        if m.record and id(s) not in self.entries:
+            self.entries[id(s)] = Entry(f.fork(f.must, f.may), m)
         var_first: Val | None = None
         var_any: Val | None = None
         trips: np.ndarray | None = None
@@ -336,7 +369,8 @@ class Interpreter:
             trips = _trips(start, stop, step, self.n)
             var_first = start
             var_any = top(uniform=start.is_uniform and step.is_uniform,
-                          align=min(start.alignment(), step.alignment()), varies=True)
+                          align=min(start.alignment(), step.alignment()), varies=True,
+                          rng=lambda: absint.loop_var(start.range, stop.range, step.range))
             enter = self.all if trips is None else trips >= 1
             sure = uniform or trips is not None
         else:
@@ -382,9 +416,11 @@ class Interpreter:
                 break
             g = self.generic_flow(s, f, env_in, var_any, trips, body_mode)
             self.block(s.body, g, body_mode.but(record=False))
-            changing = [x for x in changing if not env_in[x].same_as(g.env.get(x, env_in[x]))]
+            changing = [x for x in changing if not _settled(env_in[x], g.env.get(x, env_in[x]))]
             for x in changing:
-                env_in[x] = join(env_in[x], g.env.get(x, env_in[x]), varies=True)
+                # Ranges of values carried across iterations are not widened to a fixpoint:
+                # they are dropped (the unrolled iterations of verify/unroll.py know them).
+                env_in[x] = _rangeless(join(env_in[x], g.env.get(x, env_in[x]), varies=True))
         for x in changing:
             env_in[x] = top(varies=True)
         if quiet:
@@ -432,10 +468,26 @@ class Interpreter:
         return g
 
 
+def _settled(old: Val, new: Val) -> bool:
+    """`new` adds nothing to `old` (a value without a range admits any range)."""
+    if not old.same_as(new, ranges=False):
+        return False
+    return old.known is not None or old.rng is None or old.range == new.range
+
+
+def _rangeless(v: Val) -> Val:
+    return v if v.known is not None or v.rng is None else \
+        Val(None, v.uniform, v.align, v.varies, None)
+
+
 def _trips(start: Val, stop: Val, step: Val, n: int) -> np.ndarray | None:
     """Iterations of `for i in start .. stop step step` per thread, when known."""
     if start.known is None or stop.known is None or step.known is None:
         return None
+    a, b, c = start.known, stop.known, step.known
+    if isinstance(a, int) and isinstance(b, int) and isinstance(c, int):
+        span = b - a if c > 0 else a - b
+        return np.full(n, max(0, -(-span // max(abs(c), 1))), dtype=np.int64)
     st, sp, sc = (np.broadcast_to(np.asarray(v.known, dtype=np.int64), (n,))
                   for v in (start, stop, step))
     up = sc > 0

@@ -1,19 +1,23 @@
 """What the verifier knows about a value in every thread of one CTA.
 
 A value is known exactly (one integer per thread, or one integer for all threads), or unknown
-with two facts that still matter: whether it is the same in every thread (kernel parameters,
-`%ctaid`, counters of loops with uniform bounds) and a power of two known to divide it (for
-alignment proofs). Floats are never tracked: no thread selection or address depends on them.
+with facts that still matter: whether it is the same in every thread (kernel parameters,
+`%ctaid`, counters of loops with uniform bounds), a power of two known to divide it (for
+alignment proofs), and its `absint.Range` (bounds and a congruence, for every thread).
+Floats are never tracked: no thread selection or address depends on them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import ir
 from .. import types as T
+from . import absint
+from .absint import Range
 
 ALIGN_CAP = 1 << 20  # the alignment of 0: larger than anything a check asks for
 
@@ -28,6 +32,21 @@ class Val:
     uniform: bool = False
     align: int = 1
     varies: bool = False  # depends on a loop counter: changes from one iteration to the next
+    # The range of an unknown value (None: nothing beyond its type), or a function that
+    # computes it: most values are never asked for theirs.
+    rng: Range | Callable[[], Range] | None = None
+
+    @property
+    def range(self) -> Range:
+        r = self.rng
+        if isinstance(r, Range):
+            return r
+        if self.known is not None:
+            r = absint.of_known(self.known)
+        else:
+            r = r() if r is not None else absint.TOP
+        object.__setattr__(self, "rng", r)
+        return r
 
     @property
     def is_uniform(self) -> bool:
@@ -58,22 +77,34 @@ class Val:
             return np.full(int(mask.sum()), k, dtype=np.int64)
         return k[mask]
 
-    def same_as(self, other: Val) -> bool:
+    def same_as(self, other: Val, ranges: bool = True) -> bool:
+        """Equal values, or unknown ones with equal facts (and ranges, if asked)."""
         a, b = self.known, other.known
         if a is None or b is None:
             return a is None and b is None and self.uniform == other.uniform and \
-                self.align == other.align and self.varies == other.varies
+                self.align == other.align and self.varies == other.varies and \
+                (not ranges or self.range == other.range)
         if isinstance(a, int) and isinstance(b, int):
             return a == b
         return bool(np.all(np.asarray(a) == np.asarray(b)))
 
 
-def top(uniform: bool = False, align: int = 1, varies: bool = False) -> Val:
-    return Val(None, uniform, min(max(align, 1), ALIGN_CAP), varies)
+def top(uniform: bool = False, align: int = 1, varies: bool = False,
+        rng: Range | Callable[[], Range] | None = None) -> Val:
+    return Val(None, uniform, min(max(align, 1), ALIGN_CAP), varies, rng)
+
+
+_CONSTS: dict[int, Val] = {}
 
 
 def const(v: int) -> Val:
-    return Val(int(v))
+    v = int(v)
+    c = _CONSTS.get(v)
+    if c is None:
+        c = Val(v)
+        if -256 <= v <= 1 << 16:  # values are immutable: the common ones are shared
+            _CONSTS[v] = c
+    return c
 
 
 def lowbit(v: int) -> int:
@@ -84,10 +115,18 @@ def lowbit(v: int) -> int:
 def join(a: Val, b: Val, uniform_choice: bool = True, varies: bool = False) -> Val:
     """A value that is `a` or `b`; `uniform_choice`: every thread makes the same choice;
     `varies`: the choice changes from one loop iteration to the next."""
-    if a is b or a.same_as(b):
+    if a is b:
+        return a
+    if a.known is None and a.same_as(b, ranges=False):
+        # The same facts: keep them (and `a`'s range, if it is `b`'s) without computing the
+        # ranges, which most values never need.
+        return a if a.rng is b.rng else \
+            Val(None, a.uniform, a.align, a.varies, lambda: absint.join(a.range, b.range))
+    if a.same_as(b):
         return a
     return top(uniform=a.is_uniform and b.is_uniform and uniform_choice,
-               align=min(a.alignment(), b.alignment()), varies=varies or a.varies or b.varies)
+               align=min(a.alignment(), b.alignment()), varies=varies or a.varies or b.varies,
+               rng=lambda: absint.join(a.range, b.range))
 
 
 def _wrap(v: Known, t: T.Type) -> Known | None:
@@ -108,12 +147,13 @@ def _wrap(v: Known, t: T.Type) -> Known | None:
     return v
 
 
-def _result(v: Known | None, t: T.Type, uniform: bool, align: int, varies: bool) -> Val:
+def _result(v: Known | None, t: T.Type, uniform: bool, align: int, varies: bool,
+            rng: Callable[[], Range] | None = None) -> Val:
     if v is not None:
         w = _wrap(v, t)
         if w is not None:
             return Val(w, varies=varies)
-    return top(uniform, align, varies)
+    return top(uniform, align, varies, None if rng is None else lambda: absint.fit(rng(), t))
 
 
 def _pick(cond: Known, a: Known, b: Known) -> Known:
@@ -215,13 +255,13 @@ class Evaluator:
 
     def ev(self, e: ir.Expr, env: dict[str, Val], must: np.ndarray, may: np.ndarray) -> Val:
         """The value of `e`; `must`/`may` are the threads that (may) evaluate it (for elect)."""
+        if isinstance(e, ir.Var):
+            return env.get(e.name) or top()
         if isinstance(e, ir.Const):
             v = e.value
             if isinstance(v, bool) or isinstance(v, int):
                 return const(int(v))
             return top(uniform=True)
-        if isinstance(e, ir.Var):
-            return env.get(e.name) or top()
         if isinstance(e, ir.SReg):
             return self.sreg(e.name)
         if isinstance(e, ir.Binary):
@@ -236,8 +276,12 @@ class Evaluator:
             return Val(_as_int(r), varies=a.varies or b.varies)
         if isinstance(e, ir.Unary):
             x = self.ev(e.x, env, must, may)
-            if x.known is None or _is_float(e.type):
+            if _is_float(e.type):
                 return top(uniform=x.is_uniform, varies=x.varies)
+            if x.known is None:
+                neg = (lambda: absint.add(absint.Range(0, 0), x.range, -1)) \
+                    if e.op == "neg" else None
+                return _result(None, e.type, x.is_uniform, 1, x.varies, neg)
             if e.op == "neg":
                 return _result(-x.known, e.type, x.uniform, x.align, x.varies)
             r = (1 - x.known) if e.type == T.pred else ~x.known
@@ -246,7 +290,8 @@ class Evaluator:
             x = self.ev(e.x, env, must, may)
             if _is_float(e.type) or _is_float(e.x.type):
                 return top(uniform=x.is_uniform, varies=x.varies)
-            return _result(x.known, e.type, x.is_uniform, x.alignment(), x.varies)
+            return _result(x.known, e.type, x.is_uniform, x.alignment(), x.varies,
+                           lambda: x.range)
         if isinstance(e, ir.Select):
             c = self.ev(e.cond, env, must, may)
             a, b = self.ev(e.a, env, must, may), self.ev(e.b, env, must, may)
@@ -279,7 +324,8 @@ class Evaluator:
             op = "add" if e.op == "add" else "sub"
             if a.known is not None and b.known is not None:
                 return Val(_ARITH[op](a.known, b.known), varies=varies)
-            return top(a.is_uniform and b.is_uniform, _binary_align(op, a, b), varies)
+            return top(a.is_uniform and b.is_uniform, _binary_align(op, a, b), varies,
+                       lambda: absint.add(a.range, b.range, 1 if op == "add" else -1))
         ka, kb = a.known, b.known
         if ka is not None and kb is not None and isinstance(t, T.Scalar) and not t.is_float:
             if e.op in ("div", "rem"):
@@ -291,13 +337,20 @@ class Evaluator:
             w = _wrap(r, t)
             if w is not None:
                 return Val(w, varies=varies)
-        return top(a.is_uniform and b.is_uniform, _binary_align(e.op, a, b), varies)
+        op = e.op
+        tb = e.b.type
+        # Two operands known only by their types give a result known only by its type.
+        rng = (lambda: absint.binary(op, a.range, b.range, t, tb)) \
+            if _is_int(t) and (a.known is not None or a.rng is not None or
+                               b.known is not None or b.rng is not None) else None
+        return top(a.is_uniform and b.is_uniform, _binary_align(e.op, a, b), varies, rng)
 
     @staticmethod
     def _scaled(v: Val, k: int) -> Val:
         if v.known is not None:
             return Val(v.known * k, varies=v.varies)
-        return top(v.uniform, v.align * k, v.varies)
+        return top(v.uniform, v.align * lowbit(k), v.varies,
+                   lambda: absint.mul(v.range, absint.Range(k, k)))
 
     def elect(self, must: np.ndarray, may: np.ndarray) -> Val:
         """elect.sync: the lowest lane of each warp among the threads executing it."""
@@ -320,8 +373,12 @@ class Evaluator:
         if a.known is not None and b.known is not None:
             return Val(a.known + b.known, varies=a.varies or b.varies)
         return top(a.is_uniform and b.is_uniform, min(a.alignment(), b.alignment()),
-                   a.varies or b.varies)
+                   a.varies or b.varies, lambda: absint.add(a.range, b.range))
 
 
 def _is_float(t: T.Type) -> bool:
     return isinstance(t, T.Scalar) and t.is_float
+
+
+def _is_int(t: T.Type) -> bool:
+    return isinstance(t, T.Scalar) and not t.is_float and not t.is_pred
