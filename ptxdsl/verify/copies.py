@@ -115,7 +115,7 @@ class _Scan:
                     st.done = st.done | waited
                     if isinstance(s, ir.BulkWait):
                         st.written = st.written | waited  # type: ignore[operator]
-        for rel in ir.releases(s):
+        for rel in self.facts.trace.interp.releases.get(id(s), ()):
             self.release(v, rel)
         if isinstance(s, ir.Return):
             self.exit(v, v.may)

@@ -197,6 +197,9 @@ class Interpreter:
         self.ev = Evaluator(k.threads)
         self.n = self.ev.n
         self.shared = {s.name: s for s in k.body if isinstance(s, ir.SharedDecl)}
+        # the release operations of each statement (st_release, atomics with release order),
+        # found once: the trace visits a loop body many times
+        self.releases = {id(s): r for s in walk(k.body) if (r := ir.releases(s))}
         hidden = remote_barriers(k)  # checked by verify/cluster.py
         self.barriers = {s.name: s for s in k.body
                          if isinstance(s, ir.BarrierDecl) and s.name not in hidden}
@@ -305,7 +308,7 @@ class Interpreter:
             self.stmt(s, f, m)
 
     def stmt(self, s: ir.Stmt, f: _Flow, m: _Mode) -> None:
-        if not isinstance(s, (ir.Op, ir.Store)) and ir.releases(s):
+        if id(s) in self.releases and not isinstance(s, (ir.Op, ir.Store)):
             self.record(s, f, m, {})  # a semaphore release inside an expression
         if isinstance(s, ir.Let):
             f.env[s.name] = self.value(s.value, f) if s.value is not None else top()
