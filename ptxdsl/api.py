@@ -22,6 +22,7 @@ from . import ir
 from . import types as T
 from .builder import SPECIAL_REGS, VALUE_FUNCTIONS, KernelBuilder, Lit, Operand
 from .errors import CompileError, Span, python_source
+from .literals import int_fits_error
 from .opdef import BY_SYNTAX
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -184,13 +185,23 @@ class KernelContext:
         self._last_if: tuple[list[ir.Stmt], int] | None = None
 
     # -- values
-    def _operand(self, x: Any) -> Operand:
+    def _operand(self, x: Any, lists: bool = False) -> Operand:
+        """A Python argument as an operand; `lists`: a list or tuple is one too (an
+        operation's coordinates)."""
         if isinstance(x, Value):
             return x._e
+        if isinstance(x, int) and not isinstance(x, bool) and \
+                (why := int_fits_error(x)) is not None:
+            self._b.diags.error(f"the Python integer {why}", user_span())
+            return ir.Const(value=0, type=T.error)
         if isinstance(x, (bool, int, float)):
             return Lit(x, user_span())
-        if isinstance(x, (list, tuple)):
+        if isinstance(x, (list, tuple)) and lists:
             return [self._operand(v) for v in x]  # type: ignore[return-value]
+        if isinstance(x, (list, tuple)):
+            self._b.diags.error(f"a {type(x).__name__} is not a kernel value here (lists are "
+                                "arguments of operations: coordinates)", user_span())
+            return ir.Const(value=0, type=T.error)
         self._b.diags.error(f"cannot use a {type(x).__name__} in a kernel expression",
                             user_span())
         return Lit(0)
@@ -215,12 +226,12 @@ class KernelContext:
             syntax = name.rstrip("_")  # k.await_(load): `await` is a Python keyword
 
             def op(*args: Any) -> None:
-                self._b.op(syntax, [self._operand(a) for a in args], user_span())
+                self._b.op(syntax, [self._operand(a, True) for a in args], user_span())
             return op
         if name in VALUE_FUNCTIONS or isinstance(T.parse_type_name(name), T.Vector):
             def fn(*args: Any) -> Value:
                 loc = user_span()
-                ops = [a._e if isinstance(a, Value) else self._operand(a) for a in args]
+                ops = [self._operand(a) for a in args]
                 return Value(self, self._b.call(name, ops, loc))
             return fn
         raise AttributeError(f"ptxdsl kernels have no '{name}'")

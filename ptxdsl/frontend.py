@@ -15,6 +15,7 @@ from .builder import BINARY_SYMBOL, KernelBuilder, Lit
 from .builder.hints import syntax_fix, type_hint
 from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
 from .frontend_generics import CompileTimeWalker
+from .literals import LiteralError, float_literal, int_literal
 from .opdef import BY_SYNTAX
 
 
@@ -274,7 +275,8 @@ class _Walker(CompileTimeWalker):
             return self.b.reg_array_type(elem, dims, self.span(tree))  # type: ignore[arg-type]
         if kind == "ptr_type":
             return T.Ptr(elem)
-        return T.TensorMap(elem, int(str(tree.children[1]), 0))
+        rank = self.number(tree.children[1])
+        return T.TensorMap(elem, rank) if isinstance(rank, int) else None
 
     # ------------------------------------------------------------------ statements
 
@@ -301,7 +303,9 @@ class _Walker(CompileTimeWalker):
         a = self.const_int(align, "an alignment") if align is not None else None
         if any(d is None for d in shape) or (align is not None and a is None):
             return None
-        swz = int(str(swizzle.children[0]), 0) if swizzle is not None else 0
+        swz = self.number(swizzle.children[0]) if swizzle is not None else 0
+        if swz is None:
+            return None
         major = "mn" if swizzle is not None and swizzle.children[1] is not None else "k"
         return str(name), elem, shape, a, self.span(t), swz, major
 
@@ -400,7 +404,7 @@ class _Walker(CompileTimeWalker):
         if str(name) in VALUE_FUNCTIONS:
             self.diags.error(f"the value of '{name}(...)' is unused", self.span(call))
             return
-        self.b.op(str(name), self.args(args), self.span(call))
+        self.b.op(str(name), self.args(args, lists=True), self.span(call))
 
     def s_if_stmt(self, t: lark.Tree) -> None:
         cond, then, orelse = t.children
@@ -440,10 +444,19 @@ class _Walker(CompileTimeWalker):
 
     # ------------------------------------------------------------------ expressions
 
-    def args(self, tree: lark.Tree | None) -> list:
+    def number(self, tok: lark.Token) -> int | float | None:
+        """The value of an INT or FLOAT token, or None after a located error."""
+        try:
+            return int_literal(str(tok)) if tok.type == "INT" else float_literal(str(tok))
+        except LiteralError as e:
+            self.diags.error(str(e), self.span(tok))
+            return None
+
+    def args(self, tree: lark.Tree | None, lists: bool = False) -> list:
+        """Arguments; `lists`: of an operation, where a list (coordinates) is one too."""
         if tree is None:
             return []
-        return [self.expr(c) for c in tree.children]
+        return [self.expr(c, lists) for c in tree.children]
 
     def place(self, t: lark.Tree) -> ir.Expr:
         e = self.expr(t)
@@ -452,10 +465,15 @@ class _Walker(CompileTimeWalker):
             return ir.Const(value=0, type=T.error)
         return e
 
-    def expr(self, t: lark.Tree):
+    def expr(self, t: lark.Tree, lists: bool = False):
+        """The operand of expression `t`; a list literal only where `lists` allows one."""
         data = t.data
         loc = self.span(t)
         b = self.b
+        if data == "list" and not lists:
+            self.diags.error("a list is not a value here (lists are arguments of operations: "
+                             "coordinates)", loc)
+            return ir.Const(value=0, type=T.error)
         if data in BINARY_SYMBOL:
             x, y = t.children
             return b.binary(data, self.expr(x), self.expr(y), loc)
@@ -479,10 +497,9 @@ class _Walker(CompileTimeWalker):
             return b.name(str(t.children[0]), loc)
         if data == "sreg":
             return b.sreg(str(t.children[0])[1:], loc)
-        if data == "int":
-            return Lit(int(str(t.children[0]), 0), loc)
-        if data == "float":
-            return Lit(float(str(t.children[0])), loc)
+        if data in ("int", "float"):
+            value = self.number(t.children[0])
+            return Lit(value, loc) if value is not None else ir.Const(value=0, type=T.error)
         if data in ("true", "false"):
             return Lit(data == "true", loc)
         if data == "list":

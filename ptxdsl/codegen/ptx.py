@@ -12,6 +12,7 @@ import re
 
 from .. import ir
 from .. import types as T
+from ..errors import CompileError, Diagnostic, Span
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
 from ..opdef import definition
 from .addressing import Addressing, tmap_swizzles
@@ -55,6 +56,7 @@ class KernelEmitter(AsyncOps, Addressing):
         self.smem_base: str | None = None
         self.watchdog_ns = watchdog_ms * 1_000_000
         self.sites: list[str] = []
+        self.unrolled: list[tuple[str, int]] = []  # unrolled loops' variables, outermost first
 
     # ------------------------------------------------------------------ names
 
@@ -159,7 +161,7 @@ class KernelEmitter(AsyncOps, Addressing):
             self.store(s)
         elif isinstance(s, ir.SetElem):
             t = s.value.type
-            dst = self.lookup(s.name)[self.const_index(s.index)]
+            dst = self.element(self.lookup(s.name), s.index, s.loc)
             w.instr(f"mov.{mem_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
         elif isinstance(s, ir.If):
             p = self.ev_reg(s.cond)
@@ -207,7 +209,9 @@ class KernelEmitter(AsyncOps, Addressing):
             for value in range(int(s.start.value), int(s.stop.value),  # type: ignore[attr-defined]
                                int(s.step.value)):  # type: ignore[attr-defined]
                 self.scopes.append({s.var: str(value)})
+                self.unrolled.append((s.var, value))
                 self.stmts(s.body)
+                self.unrolled.pop()
                 self.scopes.pop()
             return
         i = w.reg(s.var_type)
@@ -408,7 +412,7 @@ class KernelEmitter(AsyncOps, Addressing):
         if isinstance(e, ir.Load):
             return self.load(e)
         if isinstance(e, ir.Extract):
-            return self.ev_vec(e.vec)[self.const_index(e.index)]
+            return self.element(self.ev_vec(e.vec), e.index, e.loc)
         if isinstance(e, ir.Binary):
             return self.binary(e)
         if isinstance(e, ir.Compare):
@@ -438,6 +442,21 @@ class KernelEmitter(AsyncOps, Addressing):
         if isinstance(e, ir.Call):
             return self.call(e)
         raise TypeError(f"no PTX value for {type(e).__name__}")
+
+    def element(self, regs: list[str], index: ir.Expr, loc: Span | None) -> str:
+        """The register of element `index` of a vector or register array. The builder checks
+        constant indices; one computed from unrolled loop variables is known only here, in
+        the iteration being emitted."""
+        try:
+            i = self.const_index(index)
+        except ZeroDivisionError:
+            i = None
+        if i is None or not 0 <= i < len(regs):
+            at = ", ".join(f"{name} = {v}" for name, v in self.unrolled)
+            what = "divides by zero" if i is None else f"is {i}, out of range [0, {len(regs)})"
+            raise CompileError(Diagnostic(f"this element index {what} in the unrolled "
+                                          f"iteration {at or '(none)'}", loc))
+        return regs[i]
 
     def const_index(self, e: ir.Expr) -> int:
         """The value of a vector index: constants and unrolled loop variables only."""
@@ -635,8 +654,6 @@ def needs_sm90a(m: ir.Module) -> bool:
 
 def _require_sm90a(m: ir.Module, arch: str) -> None:
     """wgmma exists only on sm_90a: a located error rather than a ptxas failure."""
-    from ..errors import CompileError, Diagnostic
-
     for k in m.kernels:
         for s in ir.walk(k.body):
             if isinstance(s, (ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)):
