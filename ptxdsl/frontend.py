@@ -216,6 +216,7 @@ class _Walker(CompileTimeWalker):
             nums = tuple(self.const_int(v, f"{key}()") for v in vals.children) \
                 if vals is not None else ()
             if any(n is None for n in nums):
+                settings.setdefault(str(key_tok), None)  # reported: no second message
                 continue
             if key not in ("threads", "cluster", "maxnreg", "minctas", "nonportable"):
                 self.diags.error(f"unknown kernel attribute '{key}'; expected threads, cluster, "
@@ -240,7 +241,8 @@ class _Walker(CompileTimeWalker):
                 settings[key] = nums
         if "threads" not in settings:
             self.diags.error(f"kernel '{name_tok}' needs a thread count: threads(N)", loc)
-            settings["threads"] = (1,)
+        settings = {k: v for k, v in settings.items() if v is not None}
+        settings.setdefault("threads", (1,))
         b = KernelBuilder(str(name_tok), loc=loc, diags=self.diags, **settings)  # type: ignore[arg-type]
         for frame in self.consts.frames:  # module constants and compile-time parameters
             b.frames[0].names.update(frame.names)

@@ -4,6 +4,7 @@ kernel."""
 from __future__ import annotations
 
 import difflib
+import re
 
 from .. import ir
 from .. import types as T
@@ -111,10 +112,24 @@ class KernelBuilder(OneShot):
         names = []
         for name, nloc in outs:
             sym = self.lookup(name)
-            if sym is None or sym.kind != "local":
-                self.diags.error(f"asm output '{name}' must be a local variable", nloc or loc)
+            if sym is None or sym.kind != "local" or not isinstance(sym.type, T.Scalar):
+                self.diags.error(f"asm output '{name}' must be a local scalar variable",
+                                 nloc or loc)
             names.append(name)
         vals = tuple(self.value(x) for x in ins)
+        for v in vals:
+            if not isinstance(v.type, (T.Scalar, T.ErrorType)):
+                self.diags.error(f"an asm operand is a register value, got {v.type}",
+                                 v.loc or loc)
+        n = len(names) + len(vals)
+        for ref in sorted({int(m) for m in re.findall(r"\{(\d+)\}", template)}):
+            if ref >= n:
+                self.diags.error(f"asm template names operand {{{ref}}}, but there "
+                                 f"{'is' if n == 1 else 'are'} {n} operand(s) ({{0}} .. "
+                                 f"{{{n - 1}}}: the outputs, then the inputs)" if n else
+                                 f"asm template names operand {{{ref}}}, but it has no "
+                                 "operands", loc)
+                break
         self.emit(ir.Asm(template=template, outs=tuple(names), ins=vals, loc=loc))
 
     def if_stmt(self, cond: Operand, then: tuple[ir.Stmt, ...], orelse: tuple[ir.Stmt, ...],
@@ -148,7 +163,8 @@ class KernelBuilder(OneShot):
                                  "is computed when the kernel runs; use numbers, constants or "
                                  "compile-time parameters (kernel k<N: u32>), or drop 'unroll'",
                                  loc)
-            elif len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[attr-defined]
+            elif sc.value != 0 and \
+                    len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[attr-defined]
                 self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
         self.push()
         self._declare(var, Symbol("loopvar", ty, loc, "unroll" if unroll else None))
