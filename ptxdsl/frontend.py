@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import lark
 
 from . import ir
 from . import types as T
+from .bounds import MAX_NESTING, MAX_SOURCE_BYTES, stack_room
 from .builder import BINARY_SYMBOL, KernelBuilder, Lit
 from .builder.hints import syntax_fix, type_hint
 from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
@@ -52,10 +54,33 @@ def parse(text: str, filename: str = "<string>",
     instantiated with it, and the IR holds the instantiated kernels."""
     source = Source(filename, text)
     tree = parse_tree(source)
+    _check_nesting(source, tree)
     diags = DiagnosticBag()
-    module = _Walker(source, diags, dict(defines or {})).module(tree)
+    with stack_room():
+        module = _Walker(source, diags, dict(defines or {})).module(tree)
     diags.raise_if_any()
     return module
+
+
+def _check_nesting(source: Source, tree: lark.Tree) -> None:
+    """A located error for blocks or expressions nested beyond MAX_NESTING levels, found
+    without recursion (the walk that follows recurses once per level)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            meta = node.meta
+            span = Span(source, meta.start_pos, meta.start_pos + 1) \
+                if not getattr(meta, "empty", True) else Span(source, 0, 0)
+            raise CompileError(Diagnostic(
+                f"this is nested more than {MAX_NESTING} levels deep (blocks inside blocks, "
+                "or operators applied to operators); split it with 'let' or a helper kernel",
+                span))
+        stack.extend((c, depth + (c.data not in _NOT_A_LEVEL)) for c in node.children
+                     if isinstance(c, lark.Tree))
+
+
+_NOT_A_LEVEL = {"block", "args"}  # a statement's block, an argument list: one level with it
 
 
 def read_source(path: str | Path) -> Source:
@@ -66,6 +91,9 @@ def read_source(path: str | Path) -> Source:
     except OSError as e:
         raise CompileError(f"cannot read '{path}': {e.strerror or e}") from None
     name = str(path)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise CompileError(Diagnostic(f"this file has {len(data)} bytes; a source file has at "
+                                      f"most {MAX_SOURCE_BYTES}", Span(Source(name, ""), 0, 0)))
     if b"\0" in data:
         raise CompileError(Diagnostic("not a text file (it contains NUL bytes)",
                                       Span(Source(name, ""), 0, 0)))
@@ -446,7 +474,7 @@ class _Walker(CompileTimeWalker):
 
     # ------------------------------------------------------------------ expressions
 
-    def number(self, tok: lark.Token) -> int | float | None:
+    def number(self, tok: Any) -> int | float | None:
         """The value of an INT or FLOAT token, or None after a located error."""
         try:
             return int_literal(str(tok)) if tok.type == "INT" else float_literal(str(tok))

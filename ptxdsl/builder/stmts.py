@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import difflib
 import re
+from math import prod
 
 from .. import ir
 from .. import types as T
+from ..bounds import MAX_NESTING, MAX_UNROLLED, too_deep_ir
 from ..errors import Note, Span
 from ..opdef import BY_SYNTAX
 from .common import (
@@ -152,6 +154,7 @@ class KernelBuilder(OneShot):
         sc = self.value(step if step is not None else Lit(1, loc), ty)
         if isinstance(sc, ir.Const) and sc.value == 0 and not is_err(sc.type):
             self.diags.error("loop step must not be zero", sc.loc)
+        unroll_count = 1  # copies of the body this loop makes
         if unroll and any(is_err(x.type) for x in (st, sp, sc)):
             pass  # already reported
         elif unroll:
@@ -163,15 +166,25 @@ class KernelBuilder(OneShot):
                                  "is computed when the kernel runs; use numbers, constants or "
                                  "compile-time parameters (kernel k<N: u32>), or drop 'unroll'",
                                  loc)
-            elif sc.value != 0 and \
-                    len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[attr-defined]
-                self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
+            elif sc.value != 0:  # type: ignore[attr-defined]
+                n = len(range(int(st.value), int(sp.value), int(sc.value)))  # type: ignore[attr-defined]
+                copies = n * prod(self.unroll_counts)
+                if n > 256:
+                    self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
+                elif copies > MAX_UNROLLED:
+                    self.diags.error(f"nested 'unroll' loops would copy this body {copies} "
+                                     f"times; at most {MAX_UNROLLED} (unroll the inner loops "
+                                     "only)", loc)
+                else:
+                    unroll_count = n
         self.push()
+        self.unroll_counts.append(max(1, unroll_count))
         self._declare(var, Symbol("loopvar", ty, loc, "unroll" if unroll else None))
         return st, sp, sc, ty, unroll
 
     def for_stmt(self, var: str, header: tuple, loc: Span | None = None) -> None:
         body = self.pop()
+        self.unroll_counts.pop()
         st, sp, sc, ty, unroll = header
         self.emit(ir.For(var=var, var_type=ty, start=st, stop=sp, step=sc, body=body,
                          unroll=unroll, loc=loc))
@@ -182,6 +195,12 @@ class KernelBuilder(OneShot):
     def finish(self) -> ir.Kernel:
         if len(self.frames) != 1:
             raise AssertionError("unbalanced blocks in the kernel builder")
+        deep = too_deep_ir(tuple(self.frames[0].stmts))
+        if deep is not None:  # the Python API nests as deep as a loop makes it
+            self.diags.error(f"kernel '{self.kernel_name}' nests blocks or expressions more "
+                             f"than {MAX_NESTING} levels deep; split the expression with "
+                             "let", deep.loc or self.loc)
+            self.frames[0].stmts.clear()
         if self.smem_total > MAX_SMEM_BYTES:
             self.diags.error(f"kernel '{self.kernel_name}' declares {self.smem_total} bytes of "
                              f"shared memory; a CTA has at most {MAX_SMEM_BYTES}", self.loc)

@@ -12,6 +12,7 @@ import re
 
 from .. import ir
 from .. import types as T
+from ..bounds import MAX_PTX_LINES
 from ..errors import CompileError, Diagnostic, Span
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
 from ..opdef import definition
@@ -208,6 +209,10 @@ class KernelEmitter(AsyncOps, Addressing):
             # the loop variable is an immediate in each copy of the body
             for value in range(int(s.start.value), int(s.stop.value),  # type: ignore[attr-defined]
                                int(s.step.value)):  # type: ignore[attr-defined]
+                if len(w.lines) > MAX_PTX_LINES:
+                    raise CompileError(Diagnostic(
+                        f"kernel '{self.k.name}' would be more than {MAX_PTX_LINES} lines of "
+                        "PTX once this loop is unrolled; unroll less", s.loc or self.k.loc))
                 self.scopes.append({s.var: str(value)})
                 self.unrolled.append((s.var, value))
                 self.stmts(s.body)
