@@ -9,8 +9,11 @@ input and the traceback, so a failing example says what to fix.
 
 from __future__ import annotations
 
+import atexit
+import collections
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -27,6 +30,37 @@ from ptxdsl.errors import CompileError, PtxdslError
 # (PTXDSL_FUZZ_EXAMPLES=2000 pytest tests/test_fuzz.py).
 EXAMPLES = int(os.environ.get("PTXDSL_FUZZ_EXAMPLES", "0")) or None
 SECONDS_PER_INPUT = 20  # a hang or an unbounded compile is a failure, not a slow test
+
+
+# Outcome classes of this run, by where an error was reported; written as JSON at exit to
+# the file PTXDSL_FUZZ_REPORT names (BENCHMARKS.md's fuzzing section comes from it).
+STATS: collections.Counter[str] = collections.Counter()
+
+
+def _write_report() -> None:
+    path = os.environ.get("PTXDSL_FUZZ_REPORT")
+    if path and STATS:
+        Path(path).write_text(json.dumps(dict(sorted(STATS.items())), indent=1) + "\n")
+
+
+atexit.register(_write_report)
+
+
+def stage(e: BaseException) -> str:
+    """The part of ptxdsl that reported `e`: the innermost ptxdsl module on its traceback
+    that is not the diagnostics module itself."""
+    where = "?"
+    tb = e.__traceback__
+    while tb is not None:
+        path = Path(tb.tb_frame.f_code.co_filename)
+        if "ptxdsl" in path.parts and path.name != "errors.py":
+            where = path.parent.name if path.parent.name != "ptxdsl" else path.stem
+        tb = tb.tb_next
+    if where == "frontend":  # the walker raises what the builder collected
+        syntax = any(d.message.startswith(("unexpected", "not a text file", "not UTF-8"))
+                     for d in getattr(e, "diagnostics", ()))
+        return "syntax" if syntax else "builder"
+    return where
 
 
 class Escape(AssertionError):
@@ -90,7 +124,9 @@ def outcome(data: bytes | str, arch: str | None = None, name: str = "fuzz.ptxdsl
         except PtxdslError as e:
             if out.exists():
                 raise Escape(f"{what}: an error, and an output file was written") from None
-            return Outcome("error", check_located(e, what), arch)
+            text = check_located(e, what)
+            STATS[f"text: error ({stage(e)})"] += 1
+            return Outcome("error", text, arch)
         except Escape:
             raise
         except RecursionError:
@@ -99,6 +135,7 @@ def outcome(data: bytes | str, arch: str | None = None, name: str = "fuzz.ptxdsl
             raise Escape(f"{what}: internal error\n{traceback.format_exc()}") from None
         if rc != 0 or not out.exists():
             raise Escape(f"{what}: exit status {rc} without a diagnostic")
+        STATS[f"text: PTX ({arch or 'sm_90'})"] += 1
         return Outcome("ptx", out.read_text(), arch)
 
 

@@ -9,7 +9,7 @@ import traceback
 
 import numpy as np
 from conftest import assemble
-from fuzzing import Escape, check_located, examples, time_limit
+from fuzzing import STATS, Escape, check_located, examples, stage, time_limit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -196,17 +196,20 @@ def checked(what: str, f):
     """f() or None after a located CompileError; anything else is an Escape."""
     try:
         with time_limit(20, what):
-            return f()
+            result = f()
     except CompileError as e:
         check_located(e, what)
+        STATS[f"api: {what.split()[0]}: error ({stage(e)})"] += 1
         return None
     except Escape:
         raise
     except BaseException:
         raise Escape(f"{what}: internal error\n{traceback.format_exc()}") from None
+    STATS[f"api: {what.split()[0]}: ok"] += 1
+    return result
 
 
-@settings(max_examples=examples(120), deadline=None, database=None,
+@settings(max_examples=examples(200), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_api_call_sequences_build_or_fail_located(data, tmp_path_factory):

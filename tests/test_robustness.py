@@ -90,6 +90,33 @@ def test_remainder_folds_exactly_on_64_bit_constants():
         str(18446744073709551615 % 7) in o.text
 
 
+def test_verifier_holds_addresses_beyond_int64(tmp_path):
+    """A bulk copy from w[2**63 - 1]: the verifier's address tracking overflowed numpy's int64
+    (OverflowError). Such an address is legal PTX; the verifier treats it as unknown."""
+    src = (ROOT / "samples" / "norms.ptxdsl").read_text()
+    assert "bulk_load(wsh, w[0]);" in src
+    o = outcome(src.replace("bulk_load(wsh, w[0]);", "bulk_load(wsh, w[9223372036854775807]);"))
+    assert o.kind == "ptx"
+    assemble(o.text, tmp_path)
+
+
+def test_eight_bit_values_move_in_16_bit_registers(tmp_path):
+    """`let x: u8 = 0;` emitted `mov.u8`, which ptxas rejects (found by the API fuzzer)."""
+    o = outcome(body("    let x: u8 = 0;\n    let y: s8 = -3 as s8;\n"
+                     "    let z: u8 = select(%tid.x > 3, x, y as u8);\n"
+                     "    if y < -1 as s8 { p[0] = z as u32; }", "p: ptr<u32>"))
+    assert o.kind == "ptx", o.text
+    assert "mov.u8" not in o.text and "selp.u8" not in o.text
+    assert "cvt.u8.s8" in o.text and "setp.lt.s16" in o.text
+    assemble(o.text, tmp_path)
+
+
+@pytest.mark.parametrize("expr,op", [("x & x", "&"), ("x << 1", "<<"), ("~x", "!")])
+def test_eight_bit_values_compute_only_after_conversion(expr, op):
+    error_at(body(f"    let x: u8 = 1;\n    p[0] = ({expr}) as u32;"),
+             f"'{op}' on u8 is not supported; convert to u32", 3, 13)
+
+
 # ----------------------------------------------------------------------------- text shapes
 
 
@@ -142,6 +169,13 @@ def test_ten_thousand_chained_operators_are_a_located_error():
     error_at(body("    p[0] = a" + " + a" * 10_000 + ";"), "nested more than 256 levels", 2)
     error_at(body("    p[0] = " + "~" * 10_000 + "a;"), "nested more than 256 levels", 2)
     assert outcome(body("    p[0] = a" + " + a" * 240 + ";")).kind == "ptx"
+
+
+def test_a_diagnostic_on_a_very_long_line_shows_the_part_around_the_caret():
+    text = error_at(body("    " + "p[0] = a; " * 3_000 + "p[1] = zz;"), "unknown name 'zz'", 2)
+    excerpt, caret = text.splitlines()[1:3]
+    assert excerpt.startswith("...") and len(excerpt) < 200
+    assert excerpt[caret.index("^"):].startswith("zz;")
 
 
 def test_nested_unroll_copies_are_bounded():

@@ -194,6 +194,8 @@ class Expressions(Scope):
             for e in (ea, eb):
                 if not is_err(e.type) and not is_int(e.type):
                     return self.error(f"operands of '{sym}' must be integers, got {e.type}", loc)
+            if _byte(ea.type):
+                return self.error(f"'{sym}' on {ea.type} is not supported; convert to u32", loc)
             if not is_err(eb.type) and eb.type != T.u32:
                 eb = ir.Cast(x=eb, type=T.u32, loc=eb.loc)
             return ir.Binary(op=op, a=ea, b=eb, type=ea.type, loc=loc)
@@ -210,6 +212,8 @@ class Expressions(Scope):
         elif op in BIT_OPS:
             if ty.is_float:
                 return self.error(f"operands of '{sym}' must be integers or pred, got {ty}", loc)
+            if _byte(ty):
+                return self.error(f"'{sym}' on {ty} is not supported; convert to u32", loc)
         elif op in ARITH_OPS:
             if ty.is_pred:
                 return self.error(f"'{sym}' is not defined for pred", loc)
@@ -352,6 +356,9 @@ class Expressions(Scope):
             return self.error(f"cannot negate {ty}; only signed integers and floats", loc)
         if op == "not" and ty.is_float:
             return self.error(f"cannot apply '!' or '~' to {ty}", loc)
+        if _byte(ty):
+            return self.error(f"'{UNARY_SYMBOL[op]}' on {ty} is not supported; convert to u32",
+                              loc)
         return ir.Unary(op=op, x=e, type=ty, loc=loc)
 
     def cast(self, x: Operand, ty: T.Type | None, loc: Span | None = None) -> Operand:
@@ -590,6 +597,12 @@ class Expressions(Scope):
             return self.error(f"no {width.value}-wide vector of {elem}: a vector is 4, 8 or 16 "
                               "bytes", loc)
         return ir.Load(ref=place, type=vt, loc=loc)
+
+
+def _byte(t: T.Type) -> bool:
+    """An 8-bit integer: a memory type, loaded into and stored from 16-bit registers; it
+    computes only after conversion."""
+    return isinstance(t, T.Scalar) and t.nbytes == 1 and not t.is_pred
 
 
 def _finite(v: object) -> bool:

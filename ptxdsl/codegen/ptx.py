@@ -28,6 +28,8 @@ from .writer import (
     immediate,
     int_type,
     mem_type,
+    op_type,
+    reg_type,
 )
 
 _SREG_PTX = {"clock": "%clock", "clock64": "%clock64", "globaltimer": "%globaltimer"}
@@ -153,7 +155,7 @@ class KernelEmitter(AsyncOps, Addressing):
                 if s.value is not None:  # a literal broadcast to every element
                     v = self.ev(s.value)
                     for r in regs:
-                        w.instr(f"mov.{mem_type(s.var_type.elem)}", r, v)
+                        w.instr(f"mov.{reg_type(s.var_type.elem)}", r, v)
             elif s.value is not None:
                 self.move_into(regs, s.value, s.var_type)
         elif isinstance(s, ir.Assign):
@@ -163,7 +165,7 @@ class KernelEmitter(AsyncOps, Addressing):
         elif isinstance(s, ir.SetElem):
             t = s.value.type
             dst = self.element(self.lookup(s.name), s.index, s.loc)
-            w.instr(f"mov.{mem_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
+            w.instr(f"mov.{reg_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
         elif isinstance(s, ir.If):
             p = self.ev_reg(s.cond)
             end = w.label("endif")
@@ -221,7 +223,7 @@ class KernelEmitter(AsyncOps, Addressing):
             return
         i = w.reg(s.var_type)
         self.scopes.append({s.var: i})
-        w.instr(f"mov.{mem_type(s.var_type)}", i, self.ev(s.start))
+        w.instr(f"mov.{reg_type(s.var_type)}", i, self.ev(s.start))
         stop = self.ev(s.stop)
         if not isinstance(s.stop, ir.Const):
             stop = self.copy(stop, s.var_type)  # evaluated once, before the first iteration
@@ -242,13 +244,13 @@ class KernelEmitter(AsyncOps, Addressing):
 
     def copy(self, operand: str, t: T.Scalar) -> str:
         r = self.w.reg(t)
-        self.w.instr(f"mov.{mem_type(t)}", r, operand)
+        self.w.instr(f"mov.{reg_type(t)}", r, operand)
         return r
 
     def move_into(self, regs, value: ir.Expr, t: T.Type) -> None:
         if isinstance(t, T.Vector):
             for dst, src in zip(regs, self.ev_vec(value), strict=True):
-                self.w.instr(f"mov.{mem_type(t.elem)}", dst, src)
+                self.w.instr(f"mov.{reg_type(t.elem)}", dst, src)
         elif isinstance(t, T.Scalar) and t.is_pred:
             src = self.ev(value)
             if src in ("1", "0"):
@@ -256,7 +258,7 @@ class KernelEmitter(AsyncOps, Addressing):
             else:
                 self.w.instr("mov.pred", regs, src)
         else:
-            mt = "u64" if isinstance(t, T.Ptr) else mem_type(t)  # type: ignore[arg-type]
+            mt = "u64" if isinstance(t, T.Ptr) else reg_type(t)  # type: ignore[arg-type]
             self.w.instr(f"mov.{mt}", regs, self.ev(value))
 
     # ------------------------------------------------------------------ memory
@@ -442,7 +444,7 @@ class KernelEmitter(AsyncOps, Addressing):
                 w.instr("mov.pred", r, self.ev_reg(e.b))
                 w.instr("mov.pred", r, self.ev_reg(e.a), guard=c)
             else:
-                w.instr(f"selp.{mem_type(t)}", r, a, b, c)  # type: ignore[arg-type]
+                w.instr(f"selp.{reg_type(t)}", r, a, b, c)  # type: ignore[arg-type]
             return r
         if isinstance(e, ir.Call):
             return self.call(e)
@@ -556,7 +558,7 @@ class KernelEmitter(AsyncOps, Addressing):
             return r
         a = self.ev_reg(e.a)
         b = self.ev(e.b)
-        w.instr(f"setp.{e.op}.{int_type(t)}", r, a, b)  # type: ignore[arg-type]
+        w.instr(f"setp.{e.op}.{op_type(t)}", r, a, b)  # type: ignore[arg-type]
         return r
 
     def cast(self, e: ir.Cast) -> str:
@@ -566,9 +568,12 @@ class KernelEmitter(AsyncOps, Addressing):
         x = self.ev_reg(e.x)
         r = w.reg(dst_t)
         if src_t.is_pred:
-            w.instr(f"selp.{mem_type(dst_t)}", r, immediate(1, dst_t), immediate(0, dst_t), x)
+            w.instr(f"selp.{reg_type(dst_t)}", r, immediate(1, dst_t), immediate(0, dst_t), x)
         elif src_t.nbytes == dst_t.nbytes and src_t.is_int and dst_t.is_int:
-            w.instr(f"mov.b{dst_t.nbits}", r, x)
+            if dst_t.nbytes == 1:  # u8 <-> s8: re-extend the value in its 16-bit register
+                w.instr(f"cvt.{dst_t.name}.{src_t.name}", r, x)
+            else:
+                w.instr(f"mov.b{dst_t.nbits}", r, x)
         elif src_t.is_float and dst_t.is_float:
             narrowing = dst_t.nbytes < src_t.nbytes or (dst_t.nbytes == 2 and src_t.nbytes == 2)
             if src_t.nbytes == 2 and dst_t.nbytes == 2:  # f16 <-> bf16 through f32

@@ -29,6 +29,13 @@ class Val:
     align: int = 1
     varies: bool = False  # depends on a loop counter: changes from one iteration to the next
 
+    def __post_init__(self) -> None:
+        k = self.known
+        if isinstance(k, int) and not -(1 << 62) <= k < (1 << 62):  # beyond what int64 holds
+            object.__setattr__(self, "known", None)  # after arithmetic: unknown, uniform
+            object.__setattr__(self, "uniform", True)
+            object.__setattr__(self, "align", min(lowbit(k), ALIGN_CAP))
+
     @property
     def is_uniform(self) -> bool:
         k = self.known
