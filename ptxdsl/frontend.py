@@ -341,29 +341,26 @@ class _Walker(CompileTimeWalker):
 
     def s_shared_decl(self, t: lark.Tree) -> None:
         spec = self.buffer_spec(t)
-        if spec is not None:
-            self.b.shared(*spec)
-        else:  # reported: uses of the name stay quiet
+        if spec is None or isinstance(self.b.shared(*spec).type, T.ErrorType):
+            # reported: uses of the name stay quiet
             self.b.poison(str(t.children[0]), self.span(t))
 
     def s_barrier_decl(self, t: lark.Tree) -> None:
         name, n, count = t.children
         size = self.const_int(n, "an mbarrier array size") if n is not None else 0
         c = self.const_int(count, "an arrival count")
-        if size is None or c is None:
+        if size is None or c is None or \
+                isinstance(self.b.mbarrier(str(name), size, c, self.span(t)).type, T.ErrorType):
             self.b.poison(str(name), self.span(t))
-        else:
-            self.b.mbarrier(str(name), size, c, self.span(t))
 
     def s_pipeline_decl(self, t: lark.Tree) -> None:
         name, stages, *bufs = t.children
         specs = [self.buffer_spec(b) for b in bufs]
         n = self.const_int(stages, "a stage count")
         good = [s for s in specs if s is not None]
-        if n is None or len(good) != len(specs):
+        if n is None or len(good) != len(specs) or \
+                isinstance(self.b.pipeline(str(name), n, good, self.span(t)).type, T.ErrorType):
             self.b.poison(str(name), self.span(t))
-        else:
-            self.b.pipeline(str(name), n, good, self.span(t))
 
     def s_role_stmt(self, t: lark.Tree) -> None:
         name, start, stop, regs, body = t.children
