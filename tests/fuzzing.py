@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conftest import SAMPLES
+from hypothesis import HealthCheck
 
 from ptxdsl.errors import CompileError, PtxdslError
 
@@ -69,6 +70,12 @@ class Escape(AssertionError):
 
 def examples(default: int) -> int:
     return EXAMPLES or default
+
+
+# The default budget replays the same examples every run (a CI failure is reproducible); a
+# larger budget draws fresh ones. No deadline: `outcome` bounds each input itself.
+SETTINGS = {"derandomize": EXAMPLES is None, "deadline": None, "database": None,
+            "suppress_health_check": list(HealthCheck)}
 
 
 @dataclass

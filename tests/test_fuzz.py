@@ -19,6 +19,7 @@ from conftest import assemble
 from fuzzing import (
     EXTREME_NUMBERS,
     EXTREME_TEXT,
+    SETTINGS,
     Escape,
     examples,
     is_space,
@@ -26,7 +27,7 @@ from fuzzing import (
     sample_sources,
     tokens,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ptxdsl.frontend import _parser
@@ -35,8 +36,7 @@ from ptxdsl.frontend import _parser
 def fuzz(default: int) -> settings:
     """Settings of a fuzz test: `default` examples, or PTXDSL_FUZZ_EXAMPLES; no deadline
     (fuzzing.outcome bounds each input), no example database (nothing written here)."""
-    return settings(max_examples=examples(default), deadline=None, database=None,
-                    suppress_health_check=list(HealthCheck))
+    return settings(max_examples=examples(default), **SETTINGS)
 SOURCES = sample_sources()
 
 
@@ -147,7 +147,7 @@ def kernel_bodies() -> st.SearchStrategy[str]:
         lambda body: HEADER + " ".join(body) + " }")
 
 
-@fuzz(100)
+@fuzz(50)
 @given(text=kernel_bodies(), arch=st.sampled_from([None, None, "sm_80"]))
 def test_generated_statements_compile_or_fail_located(text, arch, tmp_path_factory):
     o = outcome(text, arch)
@@ -155,7 +155,7 @@ def test_generated_statements_compile_or_fail_located(text, arch, tmp_path_facto
         assembled(o, tmp_path_factory.mktemp("ptx"))
 
 
-@fuzz(20)
+@fuzz(12)
 @given(text=grammar_programs())
 def test_generated_files_compile_or_fail_located(text, tmp_path_factory):
     o = outcome(text)

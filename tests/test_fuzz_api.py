@@ -9,8 +9,8 @@ import traceback
 
 import numpy as np
 from conftest import assemble
-from fuzzing import STATS, Escape, check_located, examples, stage, time_limit
-from hypothesis import HealthCheck, given, settings
+from fuzzing import SETTINGS, STATS, Escape, check_located, examples, stage, time_limit
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ptxdsl
@@ -209,8 +209,7 @@ def checked(what: str, f):
     return result
 
 
-@settings(max_examples=examples(200), deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(200), **SETTINGS)
 @given(data=st.data())
 def test_api_call_sequences_build_or_fail_located(data, tmp_path_factory):
     carried: list = []  # values of the previous kernel, offered to the next one
