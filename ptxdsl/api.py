@@ -23,6 +23,7 @@ from typing import Any
 from . import ir
 from . import types as T
 from .builder import SPECIAL_REGS, VALUE_FUNCTIONS, KernelBuilder, Lit, Operand
+from .builder.atomic import WORDS, word
 from .builder.common import describe
 from .errors import CompileError, Diagnostic, Note, Span, python_source
 from .literals import int_fits_error
@@ -269,6 +270,8 @@ class KernelContext:
             self._b.diags.error(f"a {type(x).__name__} is not a kernel value here (lists are "
                                 "arguments of operations: coordinates)", user_span())
             return ir.Const(value=0, type=T.error)
+        if isinstance(x, str) and x in WORDS:  # a memory order or scope: "acq_rel", "gpu"
+            return word(x, user_span())  # type: ignore[return-value]
         return self._bad(f"cannot use a {type(x).__name__} in a kernel expression")
 
     def _index(self, base: Operand, items: list[Any], loc: Span | None) -> ir.Expr:

@@ -14,6 +14,7 @@ from . import ir
 from . import types as T
 from .bounds import MAX_NESTING, MAX_SOURCE_BYTES, stack_room
 from .builder import BINARY_SYMBOL, KernelBuilder, Lit
+from .builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
 from .builder.hints import syntax_fix, type_hint
 from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
 from .frontend_generics import CompileTimeWalker
@@ -431,7 +432,7 @@ class _Walker(CompileTimeWalker):
         if str(name) in VALUE_FUNCTIONS:
             self.diags.error(f"the value of '{name}(...)' is unused", self.span(call))
             return
-        self.b.op(str(name), self.args(args, lists=True), self.span(call))
+        self.b.op(str(name), self.call_args(str(name), args, lists=True), self.span(call))
 
     def s_if_stmt(self, t: lark.Tree) -> None:
         cond, then, orelse = t.children
@@ -484,6 +485,21 @@ class _Walker(CompileTimeWalker):
         if tree is None:
             return []
         return [self.expr(c, lists) for c in tree.children]
+
+    def call_args(self, fn: str, tree: lark.Tree | None, lists: bool = False) -> list:
+        """Arguments of a call (`lists`: of an operation, where a list is one too); in the
+        calls that take a memory order or scope, a bare word such as `acq_rel` or `gpu` that
+        names no variable is that word."""
+        if tree is None or (fn not in ATOMIC_FUNCTIONS and fn not in WORD_OPS):
+            return self.args(tree, lists)
+        out = []
+        for c in tree.children:
+            if isinstance(c, lark.Tree) and c.data == "name" and str(c.children[0]) in WORDS \
+                    and self.b.lookup(str(c.children[0])) is None:
+                out.append(word(str(c.children[0]), self.span(c)))
+            else:
+                out.append(self.expr(c, lists))
+        return out
 
     def place(self, t: lark.Tree) -> ir.Expr:
         e = self.expr(t)
@@ -553,7 +569,7 @@ class _Walker(CompileTimeWalker):
                 return ir.Const(value=0, type=T.error)
             if str(name) == "sizeof" and (size := self.sizeof_type(args)) is not None:
                 return Lit(size, loc)
-            return b.call(str(name), self.args(args), loc)
+            return b.call(str(name), self.call_args(str(name), args), loc)
         raise AssertionError(f"unhandled expression {data}")
 
 

@@ -27,6 +27,7 @@ Hopper-only operation) is a located error naming the operation and the architect
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import prod
 
@@ -45,15 +46,16 @@ TILE_UNROLL = 8  # tensor tiles: blocks of 8 chunks (their index arithmetic comp
 
 # Hopper statements that simply vanish on sm_80
 _DROPPED = (ir.FenceProxyAsync, ir.FenceMBarrierInit, ir.BulkCommit, ir.BulkWait,
-            ir.BulkWaitRead, ir.SetMaxNReg, ir.TensorPrefetch, ir.TensorMapPrefetch)
+            ir.BulkWaitRead, ir.SetMaxNReg, ir.TensorPrefetch, ir.TensorMapPrefetch,
+            ir.FenceProxyAsyncGlobal)
 # statements that exist on sm_80 unchanged
 _KEPT = (ir.MBarrierInit, ir.MBarrierInval, ir.BarSync, ir.BarArrive, ir.CpAsync, ir.CpAsyncCg,
          ir.CpAsyncCommit, ir.CpAsyncWait, ir.CpAsyncWaitAll, ir.CpAsyncArrive,
-         ir.CpAsyncArriveNoinc, ir.MBarrierTestWait, ir.TensorDescFields)
+         ir.CpAsyncArriveNoinc, ir.MBarrierTestWait, ir.TensorDescFields, ir.StoreRelease)
 # side effects that a widened block keeps on its one thread
 _ONE_THREAD = (ir.Store, ir.MBarrierArrive, ir.MBarrierInit, ir.MBarrierInval, ir.BarArrive,
                ir.Asm, ir.CpAsync, ir.CpAsyncCg, ir.CpAsyncCommit, ir.CpAsyncWait,
-               ir.CpAsyncWaitAll, ir.CpAsyncArrive, ir.CpAsyncArriveNoinc)
+               ir.CpAsyncWaitAll, ir.CpAsyncArrive, ir.CpAsyncArriveNoinc, ir.StoreRelease)
 _COPIES = (ir.BulkLoad, ir.TensorLoad, ir.BulkStore, ir.TensorStore)
 # plain statements every target has
 _CORE = (ir.SharedDecl, ir.BarrierDecl, ir.Let, ir.Assign, ir.SetElem, ir.Store, ir.Return,
@@ -82,6 +84,22 @@ def _cast(e: ir.Expr, t: T.Scalar) -> ir.Expr:
 
 def _sel(c: ir.Expr, a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return ir.Select(cond=c, a=a, b=b, type=a.type)
+
+
+def _own_exprs(s: ir.Stmt) -> Iterator[ir.Expr]:
+    """Every expression in the statement's own operands (not in nested bodies)."""
+    stack: list[object] = [getattr(s, f) for f in s.__dataclass_fields__ if f != "loc"]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ir.Expr):
+            yield x
+            stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f != "loc")
+        elif isinstance(x, tuple):
+            stack.extend(x)
+
+
+def _atomic_in(s: ir.Stmt) -> ir.Atomic | None:
+    return next((x for x in _own_exprs(s) if isinstance(x, ir.Atomic)), None)
 
 
 def _elect() -> ir.Expr:
@@ -266,6 +284,11 @@ class _Sm80:
 
     def stmt(self, s: ir.Stmt, path: list, widen: _Widen | None) -> list[ir.Stmt]:
         self.check_sregs(s)
+        if widen is not None and (atom := _atomic_in(s)) is not None:
+            self.diags.error(f"{atom.syntax} in a block that {ARCH} runs on the whole warp (to "
+                             "issue its copies) would run on every lane; move it out of the "
+                             "block", atom.loc or s.loc)
+            return []
         if any(isinstance(e, ir.Peer) for e in _operands(s)):
             self.error("peer() (another CTA's shared memory)", s.loc)
             return []
@@ -309,15 +332,9 @@ class _Sm80:
 
     def check_sregs(self, s: ir.Stmt) -> None:
         """Cluster special registers exist from sm_90 on."""
-        stack: list[object] = [getattr(s, f) for f in s.__dataclass_fields__ if f != "loc"]
-        while stack:
-            x = stack.pop()
+        for x in _own_exprs(s):
             if isinstance(x, ir.SReg) and "cluster" in x.name:
                 self.error(f"'%{x.name}'", x.loc or s.loc)
-            elif isinstance(x, ir.Expr):
-                stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f != "loc")
-            elif isinstance(x, tuple):
-                stack.extend(x)
 
     def site_threads(self, path: list, widen: _Widen | None) -> int | None:
         """How many threads run a one-thread statement here (a widened block: one a warp)."""

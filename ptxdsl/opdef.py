@@ -82,6 +82,31 @@ def register(cls: type[OpDef]) -> type[OpDef]:
     return cls
 
 
+class ExprDef:
+    """Definition of a value-producing intrinsic that is an expression node of its own
+    (an atomic, an acquire load): its PTX (`emit` returns the result register) and its
+    interpreter semantics (`interp` returns a closure `f(thread) -> value`)."""
+
+    node: ClassVar[type[ir.Expr]]
+
+    def emit(self, e: Any, node: Any) -> str:
+        raise NotImplementedError
+
+    def interp(self, c: Any, node: Any) -> Callable[[Any], Any]:
+        raise NotImplementedError
+
+
+EXPR_REGISTRY: dict[type[ir.Expr], ExprDef] = {}
+
+
+def register_expr(cls: type[ExprDef]) -> type[ExprDef]:
+    """Class decorator: make `cls` the definition of the expression class `cls.node`."""
+    if cls.node in EXPR_REGISTRY:
+        raise AssertionError(f"expression {cls.node.__name__} is defined twice")
+    EXPR_REGISTRY[cls.node] = cls()
+    return cls
+
+
 def definition(node: ir.Op | type[ir.Op]) -> OpDef:
     cls = node if isinstance(node, type) else type(node)
     try:

@@ -76,6 +76,13 @@ def expr_text(e: ir.Expr, prec: int = 0, typed: bool = False) -> str:
         inner = ", ".join(expr_text(a, 0, typed_args or i > 0 and e.fn.startswith("shfl"))
                           for i, a in enumerate(e.args))
         return f"{e.fn}({inner})"
+    if isinstance(e, ir.Atomic):
+        words = [e.sem, e.scope] if e.scope != "gpu" else [e.sem] if e.sem != "relaxed" else []
+        inner = ", ".join([expr_text(e.ref), *(expr_text(a, 0, True) for a in e.args), *words])
+        return f"{e.syntax}({inner})"
+    if isinstance(e, ir.AtomicLoad):
+        scope = [e.scope] if e.scope != "gpu" else []
+        return f"{e.syntax}({', '.join([expr_text(e.ref), *scope])})"
     if isinstance(e, ir.Pack):
         return f"{e.type}({', '.join(expr_text(x, 0, True) for x in e.elems)})"
     if isinstance(e, ir.Extract):
@@ -226,7 +233,9 @@ class _Printer:
                 continue
             if len(out) < i:
                 raise AssertionError(f"{s.syntax}: '{name}' follows an omitted argument")
-            if isinstance(v, tuple):
+            if isinstance(v, str):  # a scope word
+                out.append(v)
+            elif isinstance(v, tuple):
                 out.append("[" + ", ".join(expr_text(c, 0, True) for c in v) + "]")
             else:
                 out.append(expr_text(v, 0, True))

@@ -30,7 +30,8 @@ def triton_copy():
 
 
 def triton_norms():
-    """Row-per-program Triton RMSNorm, softmax and LayerNorm (16 warps), or None."""
+    """Row-per-program Triton RMSNorm, softmax and LayerNorm (`warps` warps a program, 16
+    unless given; the benchmark tries several), or None."""
     try:
         import triton
         import triton.language as tl
@@ -70,15 +71,15 @@ def triton_norms():
         b = tl.load(b_ptr + cols, mask=m, other=0.0).to(tl.float32)
         tl.store(y_ptr + row * n + cols, (d * rstd * w + b).to(y_ptr.dtype.element_ty), mask=m)
 
-    def run(kind, x, w, b, y, eps):
+    def run(kind, x, w, b, y, eps, warps=16):
         rows, n = x.shape
         block = triton.next_power_of_2(n)
         if kind == "rmsnorm":
-            rms[(rows,)](x, w, y, n, eps, BLOCK=block, num_warps=16)
+            rms[(rows,)](x, w, y, n, eps, BLOCK=block, num_warps=warps)
         elif kind == "softmax":
-            smax[(rows,)](x, y, n, BLOCK=block, num_warps=16)
+            smax[(rows,)](x, y, n, BLOCK=block, num_warps=warps)
         else:
-            lnorm[(rows,)](x, w, b, y, n, eps, BLOCK=block, num_warps=16)
+            lnorm[(rows,)](x, w, b, y, n, eps, BLOCK=block, num_warps=warps)
 
     return run
 

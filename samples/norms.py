@@ -1,31 +1,142 @@
-"""Row normalisations (RMSNorm, softmax, LayerNorm) as warp-specialised TMA pipelines.
+"""Row normalisations (RMSNorm, softmax, LayerNorm), in two forms (both in norms.ptxdsl).
 
-One producer warp streams whole rows into a ring of shared-memory stages with 1D bulk
-copies; consumer warps reduce each row (warp shuffles, then across warps through shared
-memory), normalise it in f32 and write the result with 16-byte stores. Consumers re-read the
-row from shared memory for each pass instead of holding it in registers.
+`rmsnorm`, `softmax`, `layernorm`: warp-specialised TMA pipelines. One producer warp streams
+whole rows into a ring of shared-memory stages with 1D bulk copies; consumer warps read their
+slice of the row once into registers (a register array), release the stage at once, and
+reduce: per-thread statistics, warp shuffles, then one round trip through shared memory
+across warps (softmax combines (max, sum) pairs and LayerNorm (mean, sum of squared
+deviations) pairs, so every kernel needs one barrier a row). They normalise in f32 from
+registers, with the weights held in registers across rows, and write 16-byte vectors.
 
-`make_norm(kind, n, dtype, stages, consumer_warps)` builds any variant; the module-level
-kernels are the bf16, n = 8192 ones spelled out in norms.ptxdsl, whose compile-time parameters
-N and T give the other sizes and element types (`make_norm(kind, n, dtype, name=kind)` builds
-the same kernel as `ptxdsl.parse_file("norms.ptxdsl", defines={"N": n, "T": dtype})`).
+`rmsnorm_row`, `softmax_row`, `layernorm_row`: one row per CTA, no TMA: each thread loads its
+slice with 16-byte global loads straight into registers, then the same reductions and
+output. Launched with one CTA per row they are the faster form on the H200 (BENCHMARKS.md:
+a grid of short-lived CTAs keeps more DRAM traffic in flight than a persistent ring).
+
+`make_norm(kind, n, dtype, stages, consumer_warps)` and `make_norm_row(kind, n, dtype, warps)`
+build any variant; the module-level kernels are the bf16, n = 8192 ones spelled out in
+norms.ptxdsl, whose compile-time parameters N and T give the other sizes and element types
+(`make(name, n, dtype)` builds the same kernel as `ptxdsl.parse_file("norms.ptxdsl",
+defines={"N": n, "T": dtype})`).
 """
 
 import numpy as np
 
 import ptxdsl
-from ptxdsl import bf16, f32, ptr, u32
+from ptxdsl import array, bf16, f32, ptr, u32
 
 LOG2E = 1.4426950408889634
 NEG_BIG = -3.0e38  # below any finite bf16/f32 row value: the identity of max
+STATS = {"rmsnorm": 1, "softmax": 2, "layernorm": 2}  # values a thread reduces per row
+
+
+class _Row:
+    """The per-row math of one consumer thread over `e` elements held in register array
+    `xr` (element t of the thread is column (t // width * threads + c) * width + t % width)."""
+
+    def __init__(self, k, kind: str, e: int, warps: int, eps: float, sync):
+        self.k, self.kind, self.e, self.warps, self.eps, self.sync = k, kind, e, warps, eps, sync
+
+    def local(self, xr) -> list:
+        """This thread's statistics; softmax replaces xr by exp(x - its max) and keeps that
+        max in self.tmax for the output scale."""
+        k, e = self.k, self.e
+        if self.kind == "rmsnorm":
+            ss = k.let("ss", 0.0, type=f32)
+            with k.for_("t", 0, e, unroll=True) as t:
+                k.assign(ss, ss + xr[t] * xr[t])
+            return [ss]
+        if self.kind == "softmax":
+            self.tmax = k.let("tmax", NEG_BIG, type=f32)
+            with k.for_("t", 0, e, unroll=True) as t:
+                k.assign(self.tmax, k.max(self.tmax, xr[t]))
+            sm = k.let("sm", 0.0, type=f32)
+            with k.for_("t", 0, e, unroll=True) as t:
+                xr[t] = k.ex2((xr[t] - self.tmax) * LOG2E)
+                k.assign(sm, sm + xr[t])
+            return [k.let("mx", self.tmax), sm]
+        total = k.let("total", 0.0, type=f32)
+        with k.for_("t", 0, e, unroll=True) as t:
+            k.assign(total, total + xr[t])
+        mean = k.let("mean", total * (1.0 / e))
+        sq = k.let("sq", 0.0, type=f32)
+        with k.for_("t", 0, e, unroll=True) as t:
+            k.assign(sq, sq + (xr[t] - mean) * (xr[t] - mean))
+        return [mean, sq]
+
+    def warp(self, st: list) -> None:
+        """Combine the statistics across the warp (butterfly: every lane gets the result)."""
+        k = self.k
+        with k.for_("s", 0, 5, unroll=True) as s:
+            if self.kind == "rmsnorm":
+                k.assign(st[0], st[0] + k.shfl_xor(st[0], 16 >> s))
+            elif self.kind == "softmax":
+                mx, sm = st
+                mo = k.let("mo", k.shfl_xor(mx, 16 >> s))
+                so = k.let("so", k.shfl_xor(sm, 16 >> s))
+                mn = k.let("mn", k.max(mx, mo))
+                k.assign(sm, sm * k.ex2((mx - mn) * LOG2E) + so * k.ex2((mo - mn) * LOG2E))
+                k.assign(mx, mn)
+            else:  # two groups of e << s elements each: Chan's pairwise update
+                mean, sq = st
+                mo = k.let("mo", k.shfl_xor(mean, 16 >> s))
+                qo = k.let("qo", k.shfl_xor(sq, 16 >> s))
+                d = k.let("d", mo - mean)
+                k.assign(mean, (mean + mo) * 0.5)
+                k.assign(sq, sq + qo + d * d * ((self.e << s).to(f32) * 0.5))
+
+    def cta(self, st: list, red, slot, wid) -> list:
+        """Combine the warps' statistics through `red` (one barrier); the row's values."""
+        k, w = self.k, self.warps
+        with k.if_(k.laneid == 0):
+            for q, v in enumerate(st):
+                red[slot, q, wid] = v
+        self.sync()
+        if self.kind == "rmsnorm":
+            ss = st[0]
+            k.assign(ss, red[slot, 0, 0])
+            with k.for_("q", 1, w, unroll=True) as q:
+                k.assign(ss, ss + red[slot, 0, q])
+            k.assign(slot, slot ^ 1)
+            return [k.let("inv", k.rsqrt(ss * (1.0 / (self.e * 32 * w)) + self.eps))]
+        if self.kind == "softmax":
+            big = k.let("big", red[slot, 0, 0])
+            with k.for_("q", 1, w, unroll=True) as q:
+                k.assign(big, k.max(big, red[slot, 0, q]))
+            total = k.let("total", 0.0, type=f32)
+            with k.for_("q", 0, w, unroll=True) as q:
+                k.assign(total, total + red[slot, 1, q] * k.ex2((red[slot, 0, q] - big) * LOG2E))
+            k.assign(slot, slot ^ 1)
+            return [k.let("scale", k.ex2((self.tmax - big) * LOG2E) * k.rcp(total))]
+        mean = k.let("mu", red[slot, 0, 0])
+        with k.for_("q", 1, w, unroll=True) as q:
+            k.assign(mean, mean + red[slot, 0, q])
+        k.assign(mean, mean * (1.0 / w))
+        m2 = k.let("m2", 0.0, type=f32)
+        with k.for_("q", 0, w, unroll=True) as q:
+            dq = k.let("dq", red[slot, 0, q] - mean)
+            k.assign(m2, m2 + red[slot, 1, q] + dq * dq * float(32 * self.e))
+        k.assign(slot, slot ^ 1)
+        return [mean, k.let("rstd", k.rsqrt(m2 * (1.0 / (self.e * 32 * w)) + self.eps))]
+
+    def out(self, xt, vals: list, g=None, h=None):
+        """An output element (f32) from its input xt, the row's values and its weights."""
+        if self.kind == "rmsnorm":
+            return xt * vals[0] * g
+        if self.kind == "softmax":
+            return xt * vals[0]
+        return (xt - vals[0]) * vals[1] * g + h
 
 
 def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
               consumer_warps: int = 8, eps: float = 1e-5,
               name: str | None = None) -> ptxdsl.KernelDef:
+    """The TMA ring form: one producer warp, `consumer_warps` consumer warps, a ring of
+    `stages` row buffers; launch a persistent grid (every CTA resident)."""
     nc = consumer_warps * 32
     width = 16 // dtype.nbytes  # elements per 16-byte vector
-    per_thread = n // (nc * width)  # vectors each consumer thread handles per pass
+    per_thread = n // (nc * width)  # vectors each consumer thread handles
+    e = per_thread * width  # elements each consumer thread holds
     assert per_thread * nc * width == n, "n must be a multiple of 16 bytes x consumer threads"
     vec = ptxdsl.types.vector_type(dtype, width)
     if name is None:
@@ -33,14 +144,14 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
 
     def body(k, x, y, rows, w=None, b=None):
         ring = k.pipeline("ring", stages, row=(dtype, [n], 128))
-        red = k.shared("red", f32, [2, consumer_warps], align=16)
+        red = k.shared("red", f32, [2, STATS[kind], consumer_warps], align=16)
         # weights (and bias) are read by every row: load them into shared memory once
         params = [p for p in (w, b) if p is not None]
         consts = [k.shared(nm, dtype, [n]) for nm, _ in zip(("wsh", "bsh"), params, strict=False)]
         with k.role("producer", 0, 1):
             with k.if_(k.elect()):
                 if params:  # one-shot load: barrier, count, bytes, init and phase derived
-                    with k.async_("weights") as weights:
+                    with k.async_("weights") as wload:
                         for c, p in zip(consts, params, strict=True):
                             k.bulk_load(c, p[0])
                 with k.for_("r", k.ctaid.x, rows, k.nctaid.x) as r:
@@ -48,62 +159,87 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
                     k.bulk_load(ring.row, x[r * n])
                     k.commit(ring)
         with k.role("consumers", 1, 1 + consumer_warps):
-            if params:
-                k.await_(weights)
             c = k.let("c", k.tid.x - 32)
             wid = k.let("wid", c >> 5)
             slot = k.let("slot", 0)
+            wregs = []
+            if params:  # this thread's columns of the weights, in registers for every row
+                k.await_(wload)
+                for nm, s in zip(("g", "h"), consts, strict=False):
+                    reg = k.let(nm, type=array(f32, e))
+                    with k.for_("i", 0, per_thread, unroll=True) as i:
+                        v = k.let("v", k.vload(s[(i * nc + c) * width], width), type=vec)
+                        with k.for_("j", 0, width, unroll=True) as j:
+                            reg[i * width + j] = v[j].to(f32)
+                    wregs.append(reg)
+            row = _Row(k, kind, e, consumer_warps, eps, k.role_sync)
             with k.for_("r", k.ctaid.x, rows, k.nctaid.x) as r:
                 k.wait(ring)
+                xr = k.let("xr", type=array(f32, e))
+                with k.for_("i", 0, per_thread, unroll=True) as i:
+                    v = k.let("v", k.vload(ring.row[(i * nc + c) * width], width), type=vec)
+                    with k.for_("j", 0, width, unroll=True) as j:
+                        xr[i * width + j] = v[j].to(f32)
+                k.release(ring)  # the row is in registers: the producer may refill the stage
+                st = row.local(xr)
+                row.warp(st)
+                vals = row.cta(st, red, slot, wid)
+                with k.for_("i", 0, per_thread, unroll=True) as i:
+                    o = k.let("o", type=vec)
+                    with k.for_("j", 0, width, unroll=True) as j:
+                        t = i * width + j
+                        o[j] = row.out(xr[t], vals, *[g[t] for g in wregs]).to(dtype)
+                    y[r * n + (i * nc + c) * width] = o
 
-                def row_pass(acc_name, init, elem, combine=lambda a, v: a + v):
-                    """One pass over this thread's slice of the row (`elem` folds in one
-                    element), then a row reduction with `combine`."""
-                    acc = k.let(acc_name, init, type=f32)
-                    with k.for_("i", 0, per_thread, unroll=True) as i:
-                        v = k.let("v", k.vload(ring.row[(i * nc + c) * width], width), type=vec)
-                        with k.for_("j", 0, width, unroll=True) as j:
-                            k.assign(acc, elem(acc, v[j].to(f32)))
-                    with k.for_("s", 0, 5, unroll=True) as s:
-                        k.assign(acc, combine(acc, k.shfl_xor(acc, 16 >> s)))
-                    with k.if_(k.laneid == 0):
-                        red[slot, wid] = acc
-                    k.role_sync()
-                    k.assign(acc, red[slot, 0])
-                    with k.for_("q", 1, consumer_warps, unroll=True) as q:
-                        k.assign(acc, combine(acc, red[slot, q]))
-                    k.assign(slot, slot ^ 1)
-                    return acc
+    return ptxdsl.kernel(_signature(kind, dtype, body), threads=32 * (1 + consumer_warps),
+                         name=name)
 
-                def write(f):
-                    """y = f(x_j, j) over this thread's slice, in 16-byte stores."""
-                    with k.for_("i", 0, per_thread, unroll=True) as i:
-                        off = k.let("off", (i * nc + c) * width)
-                        v = k.let("v", k.vload(ring.row[off], width), type=vec)
-                        extra = [k.let(nm, k.vload(s[off], width), type=vec)
-                                 for nm, s in zip(("g", "h"), consts, strict=False)]
-                        o = k.let("o", type=vec)
-                        with k.for_("j", 0, width, unroll=True) as j:
-                            o[j] = f(v[j].to(f32), *[e[j].to(f32) for e in extra]).to(dtype)
-                        y[r * n + off] = o
 
-                if kind == "rmsnorm":
-                    ss = row_pass("ss", 0.0, lambda a, v: a + v * v)
-                    inv = k.let("inv", k.rsqrt(ss * (1.0 / n) + eps))
-                    write(lambda v, g: v * inv * g)
-                elif kind == "softmax":
-                    mx = row_pass("mx", NEG_BIG, k.max, k.max)
-                    sm = row_pass("sm", 0.0, lambda a, v: a + k.ex2((v - mx) * LOG2E))
-                    inv = k.let("inv", k.rcp(sm))
-                    write(lambda v: k.ex2((v - mx) * LOG2E) * inv)
-                else:
-                    total = row_pass("total", 0.0, lambda a, v: a + v)
-                    mean = k.let("mean", total * (1.0 / n))
-                    sq = row_pass("sq", 0.0, lambda a, v: a + (v - mean) * (v - mean))
-                    rstd = k.let("rstd", k.rsqrt(sq * (1.0 / n) + eps))
-                    write(lambda v, g, h: (v - mean) * rstd * g + h)
-                k.release(ring)
+def make_norm_row(kind: str, n: int = 8192, dtype=bf16, warps: int = 8, eps: float = 1e-5,
+                  name: str | None = None, minctas: int | None = None) -> ptxdsl.KernelDef:
+    """Without TMA or a pipeline: CTA c normalises rows c, c + gridDim, ... (launch one CTA
+    per row), each thread loading its slice of the row with 16-byte global loads straight
+    into a register array; the weights are read at the output (L2 hits after the first
+    rows). `minctas` asks ptxas to fit that many CTAs on an SM (a register cap)."""
+    nt = warps * 32
+    width = 16 // dtype.nbytes
+    per_thread = n // (nt * width)
+    e = per_thread * width
+    assert per_thread * nt * width == n, "n must be a multiple of 16 bytes x threads"
+    vec = ptxdsl.types.vector_type(dtype, width)
+    if name is None:
+        name = f"{kind}_row_{dtype}_{n}" if (dtype, n) != (bf16, 8192) else f"{kind}_row"
 
+    def body(k, x, y, rows, w=None, b=None):
+        red = k.shared("red", f32, [2, STATS[kind], warps], align=16)
+        c = k.let("c", k.tid.x)
+        wid = k.let("wid", c >> 5)
+        slot = k.let("slot", 0)
+        row = _Row(k, kind, e, warps, eps, lambda: k.bar_sync(0))
+        with k.for_("r", k.ctaid.x, rows, k.nctaid.x) as r:
+            xr = k.let("xr", type=array(f32, e))
+            with k.for_("i", 0, per_thread, unroll=True) as i:
+                v = k.let("v", k.vload(x[r * n + (i * nt + c) * width], width), type=vec)
+                with k.for_("j", 0, width, unroll=True) as j:
+                    xr[i * width + j] = v[j].to(f32)
+            st = row.local(xr)
+            row.warp(st)
+            vals = row.cta(st, red, slot, wid)
+            with k.for_("i", 0, per_thread, unroll=True) as i:
+                off = k.let("off", (i * nt + c) * width)
+                ws = [k.let(nm, k.vload(p[off], width), type=vec)
+                      for nm, p in (("g", w), ("h", b)) if p is not None]
+                o = k.let("o", type=vec)
+                with k.for_("j", 0, width, unroll=True) as j:
+                    o[j] = row.out(xr[i * width + j], vals,
+                                   *[g[j].to(f32) for g in ws]).to(dtype)
+                y[r * n + off] = o
+
+    return ptxdsl.kernel(_signature(kind, dtype, body), threads=nt, name=name,
+                         **({"minctas": minctas} if minctas else {}))
+
+
+def _signature(kind: str, dtype, body):
     p = ptr(dtype)
     if kind == "rmsnorm":
         def kernel(k, x: p, w: p, y: p, rows: u32):
@@ -116,12 +252,24 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
             body(k, x, y, rows, w=w, b=b)
     else:
         raise ValueError(f"unknown normalisation {kind!r}")
-    return ptxdsl.kernel(kernel, threads=32 * (1 + consumer_warps), name=name)
+    return kernel
 
 
 rmsnorm = make_norm("rmsnorm")
 softmax = make_norm("softmax")
 layernorm = make_norm("layernorm")
+rmsnorm_row = make_norm_row("rmsnorm")
+softmax_row = make_norm_row("softmax")
+layernorm_row = make_norm_row("layernorm")
+
+
+def make(name: str, n: int = 8192, dtype=bf16) -> ptxdsl.KernelDef:
+    """The kernel `name` of norms.ptxdsl (e.g. softmax, layernorm_row) for n and dtype, named
+    as the text names it."""
+    kind, _, form = name.partition("_")
+    if form == "row":
+        return make_norm_row(kind, n, dtype, name=name)
+    return make_norm(kind, n, dtype, name=name)
 
 
 def reference(kind: str, x: np.ndarray, w=None, b=None, eps: float = 1e-5) -> np.ndarray:
@@ -137,7 +285,8 @@ def reference(kind: str, x: np.ndarray, w=None, b=None, eps: float = 1e-5) -> np
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
-KERNELS = {"rmsnorm": rmsnorm, "softmax": softmax, "layernorm": layernorm}
+KERNELS = {kd.name: kd for kd in (rmsnorm, softmax, layernorm, rmsnorm_row, softmax_row,
+                                   layernorm_row)}
 ATOL = {"rmsnorm": 2e-2, "softmax": 1e-6, "layernorm": 2e-2}
 RTOL = {"bf16": 1.6e-2, "f16": 2e-3}  # one rounding of the output; f32 otherwise
 

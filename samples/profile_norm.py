@@ -1,4 +1,14 @@
-"""Run one norm kernel once at full size (for `ncu` to profile)."""
+"""Run norm kernels once each at full size (16384 x 8192), for `ncu` to profile.
+
+    python samples/profile_norm.py SPEC [SPEC ...]
+
+SPEC is kind:dtype:impl[:key=value,...], impl one of
+  row     the one-row-per-CTA form (samples/norms.py make_norm_row; keys warps, minctas),
+          one CTA per row;
+  tma     the TMA ring form (make_norm; keys stages, warps), every CTA resident;
+  triton  the one-row-per-program Triton kernels of samples/bench_refs.py (key warps).
+The ptxdsl kernels are named prof_<kind>_<dtype>_<impl>_..., Triton's rms, smax and lnorm:
+`ncu -k regex:'prof_|rms|smax|lnorm'` selects them all."""
 
 import sys
 from pathlib import Path
@@ -8,14 +18,45 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import bench_refs as refs  # noqa: E402
 import norms  # noqa: E402
 
-kind = sys.argv[1] if len(sys.argv) > 1 else "rmsnorm"
-x = torch.randn(16384, 8192, device="cuda").to(torch.bfloat16)
-w = torch.ones(8192, device="cuda", dtype=torch.bfloat16)
-b = torch.zeros_like(w)
-y = torch.empty_like(x)
-k = norms.KERNELS[kind].program().kernel()
-args = {"rmsnorm": (x, w, y, 16384), "softmax": (x, y, 16384), "layernorm": (x, w, b, y, 16384)}
-k[132 * 3](*args[kind])
-torch.cuda.synchronize()
+import ptxdsl  # noqa: E402
+from ptxdsl.runtime.occupancy import max_active_clusters  # noqa: E402
+
+ROWS, N = 16384, 8192
+
+
+def run(spec: str) -> None:
+    kind, dt, impl, *rest = spec.split(":")
+    opts = {k: int(v) for k, v in (kv.split("=") for kv in rest[0].split(","))} if rest else {}
+    tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
+    x = torch.randn(ROWS, N, device="cuda").to(tdt)
+    w = torch.ones(N, device="cuda", dtype=tdt)
+    b = torch.zeros_like(w)
+    y = torch.empty_like(x)
+    if impl == "triton":
+        refs.triton_norms()(kind, x, w, b, y, 1e-5, opts.get("warps", 16))
+        torch.cuda.synchronize()
+        return
+    dtype = ptxdsl.types.SCALARS[dt]
+    name = f"prof_{kind}_{dt}_{impl}_" + "_".join(f"{k}{v}" for k, v in opts.items())
+    if impl == "tma":
+        kd = norms.make_norm(kind, N, dtype, opts.get("stages", 3), opts.get("warps", 8),
+                             name=name)
+    elif impl == "row":
+        kd = norms.make_norm_row(kind, N, dtype, opts.get("warps", 8), name=name,
+                                 minctas=opts.get("minctas"))
+    else:
+        raise SystemExit(f"unknown impl {impl!r}: row, tma or triton")
+    k = kd.program().kernel()
+    grid = ROWS if impl == "row" else max_active_clusters(k, (1, 1, 1))
+    args = {"rmsnorm": (x, w, y, ROWS), "softmax": (x, y, ROWS),
+            "layernorm": (x, w, b, y, ROWS)}[kind]
+    k[grid](*args)
+    torch.cuda.synchronize()
+    print(f"{name}: grid {grid}", flush=True)
+
+
+for s in sys.argv[1:] or ["rmsnorm:bf16:row"]:
+    run(s)

@@ -98,9 +98,10 @@ def test_sample_mutants_compile_or_fail_located(m, arch, tmp_path_factory):
 def _vocabulary() -> list[str]:
     from ptxdsl import types as T
     from ptxdsl.builder import VALUE_FUNCTIONS
+    from ptxdsl.builder.atomic import WORDS
     from ptxdsl.opdef import BY_SYNTAX
 
-    return sorted(set(BY_SYNTAX) | VALUE_FUNCTIONS | set(T.SCALARS) |
+    return sorted(set(BY_SYNTAX) | VALUE_FUNCTIONS | set(T.SCALARS) | set(WORDS) |
                   {"u32x4", "f32x2", "bf16x2", "threads", "cluster", "maxnreg", "minctas",
                    "nonportable", "type", "tile", "ring", "a", "b", "i", "n", "x", "N",
                    "full", "empty", "mn", "reg", "param", "global", "entry"})

@@ -25,7 +25,8 @@ SCALARS = [T.u32, T.s32, T.u64, T.f32, T.f16, T.bf16, T.pred, T.b32, T.u8, T.f64
 JUNK = [None, "x", "", "1bad", "a b", 0, 1, 2, 3, 4, 8, 16, 32, 128, 1024, -1, 2**32, 2**64,
         2**70, -(2**70), 0.5, -0.0, 1e300, math.inf, -math.inf, math.nan, True, False,
         np.int64(4), np.uint8(255), np.float32(1.5), [0, 1], (), {}, object(), T.f32,
-        T.Ptr(T.f32), T.TensorMap(T.f32, 2), T.parse_type_name("u32x4")]
+        T.Ptr(T.f32), T.TensorMap(T.f32, 2), T.parse_type_name("u32x4"), "gpu", "acq_rel",
+        "relaxed", "cta", "sys"]
 NAMES = ["a", "b", "tile", "ring", "bar", "x", "i", "acc", "k", "p", "", "9x", "a-b", "if",
          "mbarrier", "min", "reg", "%r1"]
 OPS = sorted(BY_SYNTAX)

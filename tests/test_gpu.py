@@ -36,6 +36,18 @@ def test_norms_f32_inputs(kind):
     assert_ok(run_example(kd, ex))
 
 
+@pytest.mark.parametrize("kind", ["rmsnorm", "softmax", "layernorm"])
+@pytest.mark.parametrize("dtype, warps, minctas", [(ptxdsl.bf16, 4, None),
+                                                   (ptxdsl.f32, 16, None),
+                                                   (ptxdsl.f32, 8, 4)])
+def test_norm_rows_one_cta_per_row(kind, dtype, warps, minctas):
+    """The one-row-per-CTA form as the benchmark launches it: a CTA per row."""
+    mod = sample_module("norms")
+    kd = mod.make_norm_row(kind, 8192, dtype, warps, minctas=minctas)
+    ex = mod.example(np.random.default_rng(), kernel=kd.name, rows=300, n=8192, dtype=dtype)
+    assert_ok(run_example(kd, {**ex, "grid": 300}))
+
+
 TILE_KERNEL = """
 kernel tile_affine(src: tmap<f32, 2>, dst: tmap<f32, 2>) threads(128) {
     shared tile: f32[32][32] align 1024;
@@ -221,7 +233,8 @@ def test_sanitizer_reports_a_planted_out_of_bounds_write(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("n, t", [(2048, ptxdsl.bf16), (4096, ptxdsl.bf16),
                                   (16384, ptxdsl.bf16), (4096, ptxdsl.f32)])
-@pytest.mark.parametrize("kind", ["rmsnorm", "softmax", "layernorm"])
+@pytest.mark.parametrize("kind", ["rmsnorm", "softmax", "layernorm", "rmsnorm_row",
+                                  "softmax_row", "layernorm_row"])
 def test_norms_text_instantiated_for_other_sizes(kind, n, t):
     """norms.ptxdsl with its compile-time parameters set (-D N=n -D T=t)."""
     prog = ptxdsl.compile(SAMPLES / "norms.ptxdsl", defines={"N": n, "T": t})

@@ -73,6 +73,34 @@ def test_sample_matches_its_numpy_reference(name, kname, seed):
         assert r.ok, f"{param}: {r.detail}"
 
 
+@pytest.mark.parametrize("form", ["layernorm", "layernorm_row"])
+def test_layernorm_stays_accurate_for_rows_far_from_zero(form):
+    """LayerNorm combines (mean, squared deviations) pairs across lanes and warps, so rows of
+    1000 + N(0, 1) keep their variance (E[x^2] - E[x]^2 in f32 would lose it to cancellation:
+    errors of several percent)."""
+    twin = sample_module("norms")
+    rng = np.random.default_rng(7)
+    x = (1000.0 + rng.standard_normal((3, 1024))).astype(np.float32)
+    w = (1.0 + 0.1 * rng.standard_normal(1024)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(1024)).astype(np.float32)
+    y = np.zeros_like(x)
+    run(twin.make(form, 1024, ptxdsl.f32), 2, {"x": x, "w": w, "b": b, "y": y, "rows": 3})
+    want = twin.reference("layernorm", x, w, b)
+    assert np.abs(y - want).max() < 1e-3
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "softmax", "layernorm"])
+@pytest.mark.parametrize("warps", [2, 4])
+def test_norm_rows_any_warp_count(kind, warps):
+    """The one-row-per-CTA form with other warp counts, bf16, more rows than CTAs."""
+    twin = sample_module("norms")
+    kd = twin.make_norm_row(kind, 1024, ptxdsl.bf16, warps)
+    ex = twin.example(np.random.default_rng(warps), kernel=kd.name, rows=5, n=1024)
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex, "grid": 2})
+    r = compare("y", out["y"], ex["expected"]["y"], ptxdsl.bf16, ex["rtol"], ex["atol"])
+    assert r.ok, r.detail
+
+
 def test_every_sample_has_small_interpreter_sizes():
     missing = [n for n in sample_names() if not hasattr(sample_module(n), "SMALL")]
     assert not missing, f"samples without SMALL example sizes: {missing}"

@@ -115,6 +115,8 @@ def test_corpus_covers_every_check():
         "which declares no swizzle",
         "a descriptor addresses groups of 8 rows",
         "brings this thread's register arrays to",
+        "releases a semaphore before the",
+        "without .noftz",
     ):
         assert part in verified, part
 

@@ -48,6 +48,7 @@ SHUFFLES = {"shfl_xor", "shfl_down", "shfl_up", "shfl_idx"}
 VALUE_FUNCTIONS = FLOAT_UNARY | SHUFFLES | {"abs", "min", "max", "fma", "elect", "select",
                                             "vload", "sizeof"}
 VALUE_FUNCTIONS |= {"peer", "cta_mask", "cluster_mask", "cluster_row_mask", "cluster_col_mask"}
+VALUE_FUNCTIONS |= ir.ATOMIC_FUNCTIONS
 
 ARITH_OPS = {"add", "sub", "mul", "div", "rem", "min", "max"}
 BIT_OPS = {"and", "or", "xor"}

@@ -12,6 +12,7 @@ from .. import ir
 from .. import types as T
 from ..errors import Span
 from ..literals import MAX_SHIFT, float_fits, float_range_text, int_fits_error, show_int
+from .atomic import ATOMIC_FUNCTIONS, atomic_call
 from .cluster import CLUSTER_FUNCTIONS, cluster_call, peer_index
 from .common import (
     ARITH_OPS,
@@ -514,6 +515,8 @@ class Expressions(Scope):
 
         if fn in CLUSTER_FUNCTIONS:
             return cluster_call(self, fn, args, loc)
+        if fn in ATOMIC_FUNCTIONS:
+            return atomic_call(self, fn, args, loc)
         if fn in ("min", "max"):
             return self.binary(fn, args[0], args[1], loc) if arity(2) else Lit(0, loc)
         if fn == "select":

@@ -16,6 +16,7 @@ Kinds:
   pred    a pred value (literals allowed)
   regs    a register array (`let acc: f32[128];`)
   mma_a   a wgmma A operand: a shared-memory place or a register array
+  scope   a memory scope written as a bare word: cta, cluster, gpu or sys
 Omitted optional operands are derived by the OpDef (`derive`) or left None.
 """
 
@@ -89,6 +90,15 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
                 return None
             out.append(e)
         return tuple(out)
+    if kind == "scope":
+        if isinstance(arg, str) and arg in ir.SCOPES:
+            return str(arg)
+        b.diags.error(f"{where} must be a scope ({', '.join(ir.SCOPES)})", aloc)
+        return None
+    if isinstance(arg, str):
+        b.diags.error(f"{where} must be {KIND_TEXT.get(kind, 'a value')}, got the word "
+                      f"'{arg}'", aloc)
+        return None
     if isinstance(arg, list):
         b.diags.error(f"{where} cannot be a list", loc)
         return None

@@ -15,7 +15,7 @@ from .. import types as T
 from ..bounds import MAX_PTX_LINES
 from ..errors import CompileError, Diagnostic, Span
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
-from ..opdef import definition
+from ..opdef import EXPR_REGISTRY, definition
 from .addressing import Addressing, tmap_swizzles
 from .asyncops import AsyncOps
 from .layout import Layout, layout_kernel
@@ -448,6 +448,9 @@ class KernelEmitter(AsyncOps, Addressing):
             return r
         if isinstance(e, ir.Call):
             return self.call(e)
+        d = EXPR_REGISTRY.get(type(e))
+        if d is not None:
+            return d.emit(self, e)
         raise TypeError(f"no PTX value for {type(e).__name__}")
 
     def element(self, regs: list[str], index: ir.Expr, loc: Span | None) -> str:

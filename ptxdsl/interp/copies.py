@@ -94,6 +94,7 @@ class AsyncStore:
         else:
             self.write(self.data)  # type: ignore[arg-type]
             self.write_done = True
+            self.cta.gmem.bump()
         groups = self.issuer.bulk
         if groups.waiters:
             self.cta.wake(groups)

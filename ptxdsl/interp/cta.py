@@ -155,11 +155,17 @@ class CTA:
 
     # ------------------------------------------------------------------ scheduler
 
-    def run(self) -> None:
+    def advance(self) -> bool:
+        """Run until every thread has exited (True) or the live ones all wait with at least
+        one spinning on global memory, which only another CTA can change (False)."""
         while self.step():
             pass
-        if self.live:
-            raise self.deadlock()
+        if not self.live:
+            return True
+        if any(t.wait is not None and t.wait[1] is self.gmem.watch for t in self.threads
+               if not t.exited):
+            return False
+        raise self.deadlock()
 
     def step(self) -> bool:
         """One scheduling event: a copy advances or a thread runs to its next switch point;

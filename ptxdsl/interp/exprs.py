@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import ir
 from .. import types as T
+from ..opdef import EXPR_REGISTRY
 from ..swizzle import physical
 from . import scalar
 from .cta import Thread
@@ -29,7 +30,8 @@ COLLECTIVES = {"elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_idx"}
 
 def compile_expr(c: Program, e: ir.Expr) -> Fn:
     """A closure computing `e` for a thread."""
-    return _EXPR[type(e)](c, e)
+    f = _EXPR.get(type(e))
+    return f(c, e) if f is not None else EXPR_REGISTRY[type(e)].interp(c, e)
 
 
 def _const(c: Program, e: ir.Const) -> Fn:

@@ -299,13 +299,42 @@ class SharedMemory:
         self.r_site[sel] = self.site(store.node)
 
 
+class GlobalWatch:
+    """What a thread spinning on global memory waits for: any write to global memory
+    (`GlobalMemory.bump`), by any CTA. A loop whose condition would read the same values
+    again blocks here instead of spinning, so the CTAs it waits for can run."""
+
+    __slots__ = ("waiters",)
+
+    def __init__(self) -> None:
+        self.waiters: list[Thread] = []
+
+    def explain(self, cta: Any, tids: list[int], detail: Any) -> tuple[str, list]:
+        who = "thread" if len(tids) == 1 else "threads"
+        return (f"{who} {', '.join(map(str, tids[:8]))}{' ...' if len(tids) > 8 else ''} "
+                "spin on global memory that no running CTA will write again: the value this "
+                "loop waits for never comes", [])
+
+
 class GlobalMemory:
-    """The kernel's pointer arguments: numpy arrays at virtual base addresses 2**40 apart."""
+    """The kernel's pointer arguments: numpy arrays at virtual base addresses 2**40 apart.
+    `epoch` counts the writes to global memory; spinning threads wait on `watch` for it to
+    move."""
 
     SHIFT = 40
 
     def __init__(self) -> None:
         self.regions: list[tuple[str, memoryview, int]] = []
+        self.epoch = 0
+        self.watch = GlobalWatch()
+
+    def bump(self) -> None:
+        """Global memory was written: wake the threads spinning on it, in whatever CTA."""
+        self.epoch += 1
+        if self.watch.waiters:
+            for t in self.watch.waiters:
+                t.cta.runnable.append(t)
+            self.watch.waiters.clear()
 
     def add(self, name: str, array: np.ndarray) -> int:
         """Register an argument array; returns its base address."""

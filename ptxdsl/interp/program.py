@@ -265,6 +265,7 @@ def _store(c: Program, s: ir.Store) -> Step:
     def gstore(th: Thread) -> None:
         mv, o = th.cta.gmem.locate(th, addr(th), n, esize, s, "store", align=n)
         write(mv, o, v(th))
+        th.cta.gmem.bump()
 
     return PLAIN, False, gstore
 
@@ -321,20 +322,51 @@ def _while(c: Program, s: ir.While) -> Step:
     pre = c.prelude([s.cond])
     cond = c.expr(s.cond)
     body = as_gen(*c.block(s.body))
+    spin = _is_spin(s)
 
     def loop(th: Thread) -> Generator:
         th.loops.append(s)
+        gmem = th.cta.gmem
         while True:
             th.cta.tick(th)
             yield PREEMPT  # a spinning loop must let the threads it waits for run
             if pre is not None:
                 yield from pre(th)
+            epoch = gmem.epoch
             if not cond(th):
                 break
+            if spin and gmem.epoch == epoch:
+                # nothing was written since the condition read global memory: it would read
+                # the same again, so wait for a write (by any CTA) instead of spinning
+                th.wait = (s, gmem.watch, None)
+                while gmem.epoch == epoch:
+                    yield gmem.watch
+                th.wait = None
             yield from body(th)
         th.loops.pop()
 
     return GEN, False, loop
+
+
+def _is_spin(s: ir.While) -> bool:
+    """A loop with an empty body whose condition reads global memory and nothing else that
+    changes on its own (shared memory, clocks): it can only end after a global write."""
+    if s.body:
+        return False
+    found = False
+    todo = [s.cond]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, (ir.Atomic, ir.AtomicLoad)) or (
+                isinstance(e, ir.Load) and isinstance(e.ref.type, T.GlobalRef)):
+            found = True
+        changing = isinstance(e.type, T.SharedRef) or \
+            isinstance(e, ir.SReg) and e.name in ("clock", "clock64", "globaltimer") or \
+            isinstance(e, ir.Call) and e.fn in COLLECTIVES
+        if changing:
+            return False
+        todo.extend(subexprs(e))
+    return found
 
 
 def _return(c: Program, s: ir.Return) -> Step:

@@ -3,6 +3,7 @@ sample's `example(rng)` returns."""
 
 from __future__ import annotations
 
+import random
 from math import prod
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..runtime.dtypes import compatible, scalar_of
 from . import scalar
 from .cluster import Cluster
 from .cta import CTA
+from .errors import InterpError
 from .memory import GlobalMemory
 from .program import Program
 from .tensormap import TensorMapModel
@@ -33,11 +35,13 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
 
     `args` maps every parameter name to its value: a numpy array for a `ptr<T>` (written in
     place), a `TensorMapModel` for a `tmap<T, rank>`, a Python number for a scalar. CTAs run
-    one after another; inside a CTA the threads and the asynchronous copies interleave in an
-    order drawn from `seed` (same seed, same schedule). `max_steps` bounds the work of one
-    CTA. Raises InterpError on a deadlock, race, missing fence or other kernel bug, and
-    LaunchError when the arguments do not fit the kernel. `arch="sm_80"` runs the kernel as
-    compiled for Ampere (cp.async in place of bulk and tensor copies)."""
+    one after another, in launch order for seed 0 and shuffled by other seeds (one spinning
+    on global memory for another CTA is set aside until global memory changes: `run_grid`);
+    inside a CTA the threads and the asynchronous copies interleave in an order drawn from
+    `seed` (same seed, same schedule). `max_steps` bounds the work of one CTA. Raises
+    InterpError on a deadlock, race, missing fence or other kernel bug, and LaunchError when
+    the arguments do not fit the kernel. `arch="sm_80"` runs the kernel as compiled for
+    Ampere (cp.async in place of bulk and tensor copies)."""
     k = _kernel_of(kernel)
     prog = _program(k, arch)
     if prog.layout.request_bytes > MAX_SMEM_BYTES:
@@ -53,10 +57,36 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     if prod(cl) > 1:
         run_clusters(prog, cl, dims, gmem, params, seed, max_steps, warned)
         return
-    for z in range(dims[2]):
-        for y in range(dims[1]):
-            for x in range(dims[0]):
-                CTA(prog, (x, y, z), dims, gmem, params, seed, max_steps, warned).run()
+    run_grid(prog, dims, gmem, params, seed, max_steps, warned)
+
+
+def run_grid(prog: Program, dims: tuple[int, int, int], gmem: GlobalMemory, params: list[Any],
+             seed: int, max_steps: int, warned: set[int]) -> None:
+    """CTAs one after another, in launch order for seed 0 and in an order drawn from the
+    seed otherwise. A CTA whose live threads all wait, some of
+    them spinning on global memory (a grid semaphore, a flag), is set aside and resumed
+    once another CTA writes global memory; when only such CTAs are left, the grid is
+    deadlocked."""
+    parked: list[CTA] = []
+
+    def resume() -> None:
+        woken = next((c for c in parked if c.runnable or c.inflight), None)
+        while woken is not None:
+            parked.remove(woken)
+            if not woken.advance():
+                parked.append(woken)
+            woken = next((c for c in parked if c.runnable or c.inflight), None)
+
+    order = [(x, y, z) for z in range(dims[2]) for y in range(dims[1]) for x in range(dims[0])]
+    if seed:  # the hardware promises no launch order: other seeds start CTAs shuffled
+        random.Random(seed).shuffle(order)
+    for ctaid in order:
+        cta = CTA(prog, ctaid, dims, gmem, params, seed, max_steps, warned)
+        if not cta.advance():
+            parked.append(cta)
+        resume()
+    if parked:
+        raise InterpError("deadlock", [d for c in parked for d in c.deadlock().diagnostics])
 
 
 def run_clusters(prog: Program, cl: tuple[int, int, int], dims: tuple[int, int, int],
@@ -86,7 +116,8 @@ def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,
     Arrays are copied, so `example` is left as it was. The result holds the outputs and any
     input that `expected` names (updated in place, as a reduction's target is)."""
     k = _kernel_of(kernel, example.get("kernel"))
-    arrays = {n: v.copy() if isinstance(v, np.ndarray) else v
+    copies: dict[int, np.ndarray] = {}  # one copy per array: parameters may share one
+    arrays = {n: copies.setdefault(id(v), v.copy()) if isinstance(v, np.ndarray) else v
               for n, v in example.get("inputs", {}).items()}
     outputs = {}
     for n, v in example.get("outputs", {}).items():

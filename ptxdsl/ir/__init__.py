@@ -6,6 +6,7 @@ every pass spells a node `ir.Name`.
 """
 
 from .ampere import *  # noqa: F403
+from .atomic import *  # noqa: F403
 from .cluster import *  # noqa: F403
 from .core import *  # noqa: F403
 from .core import Node, walk  # noqa: F401  (named for readers and type checkers)

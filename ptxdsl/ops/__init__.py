@@ -7,7 +7,19 @@ emitter and interpreter need no change; the verifier and lowering only where the
 takes part in a whole-kernel rule (a barrier it completes on, a buffer it reads).
 """
 
-from . import ampere, bulk, cluster, mbarrier, oneshot, pipeline, reduce, sync, tensor, wgmma
+from . import (
+    ampere,
+    atomic,
+    bulk,
+    cluster,
+    mbarrier,
+    oneshot,
+    pipeline,
+    reduce,
+    sync,
+    tensor,
+    wgmma,
+)
 
-__all__ = ["ampere", "bulk", "cluster", "mbarrier", "oneshot", "pipeline", "reduce", "sync",
-           "tensor", "wgmma"]
+__all__ = ["ampere", "atomic", "bulk", "cluster", "mbarrier", "oneshot", "pipeline", "reduce",
+           "sync", "tensor", "wgmma"]

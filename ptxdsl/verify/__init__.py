@@ -20,7 +20,7 @@ from .barriers import (
     check_waits,
 )
 from .cluster import check_clusters
-from .copies import check_bulk_stores, check_issuers
+from .copies import check_asm_reductions, check_bulk_stores, check_issuers
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
 from .wgmma import (
@@ -44,6 +44,7 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_stage_rotation,
     check_issuers,
     check_bulk_stores,
+    check_asm_reductions,
     check_cp_async,
     check_clusters,
     check_wgmma_hazards, check_wgmma_issuers, check_wgmma_operands, check_register_arrays,

@@ -9,6 +9,7 @@ shared-memory write (unfenced, fenced, published by a barrier) and of every bulk
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +51,7 @@ class _Store:
     span: tuple[int, int] | None
     group: np.ndarray  # per thread: -1 until bulk_commit() puts the store in a group
     done: np.ndarray  # per thread: the source has been read
+    written: np.ndarray | None = None  # per thread: complete (bulk_wait, not _read)
 
 
 def _store_nbytes(v: Visit, ref: SmemRef) -> int:
@@ -99,7 +101,7 @@ class _Scan:
             span = _span(src, v.may, _store_nbytes(v, src))
             self.read_by_async(v, src, span)
             self.stores.append(_Store(v, src, span, np.where(v.may, -1, -2),
-                                      np.zeros(self.n, dtype=bool)))
+                                      np.zeros(self.n, dtype=bool), np.zeros(self.n, dtype=bool)))
         if isinstance(s, ir.BulkCommit):
             for st in self.stores:
                 sel = v.may & (st.group == -1)
@@ -109,9 +111,36 @@ class _Scan:
             k = getattr(v.args.get("n"), "known", None)  # groups left in flight
             if isinstance(k, int):
                 for st in self.stores:
-                    st.done = st.done | (v.may & (st.group >= 0) & (st.group < self.committed - k))
+                    waited = v.may & (st.group >= 0) & (st.group < self.committed - k)
+                    st.done = st.done | waited
+                    if isinstance(s, ir.BulkWait):
+                        st.written = st.written | waited  # type: ignore[operator]
+        for rel in ir.releases(s):
+            self.release(v, rel)
         if isinstance(s, ir.Return):
             self.exit(v, v.may)
+
+    def release(self, v: Visit, rel: ir.Node) -> None:
+        """A release (a semaphore increment, a flag store): the thread's bulk stores and
+        reductions into global memory must be complete, or whoever acquires the value may
+        read the memory before they land."""
+        for st in self.stores:
+            if not isinstance(st.visit.stmt, (ir.BulkStore, ir.TensorStore, ir.BulkReduce,
+                                              ir.TensorReduce)):
+                continue
+            pending = v.may & (st.group >= -1) & ~st.written  # type: ignore[operator]
+            if not pending.any():
+                continue
+            op = op_name(st.visit.stmt)
+            what = rel.syntax if isinstance(rel, (ir.Atomic, ir.StoreRelease)) else "release"
+            how = ("it is never committed" if (pending & (st.group == -1)).any() else
+                   "bulk_wait_read() only waits for its source to be read")
+            self.out.error(
+                f"{what} releases a semaphore before the {op} issued by the same thread has "
+                f"completed ({how}); run bulk_commit() and bulk_wait(0) before the release",
+                rel.loc or v.stmt.loc,
+                Note(f"the {op} is issued here", st.visit.stmt.loc))
+            st.written = st.written | pending  # type: ignore[operator]
 
     def rewrite(self, v: Visit, ref: SmemRef, span: tuple[int, int] | None) -> None:
         """A write into `ref`: no bulk store may still be reading it."""
@@ -185,6 +214,19 @@ def check_bulk_stores(facts: Facts, out: Report) -> None:
     if facts.asm_bulk:
         return
     _Scan(facts, out).run()
+
+
+_HALF_ADD = re.compile(r"cp\.reduce\.async\.bulk\S*?\.add\.(bf16|f16)\b")
+
+
+def check_asm_reductions(facts: Facts, out: Report) -> None:
+    """A hand-written `cp.reduce.async.bulk ... .add.bf16` (or .f16): PTX only has the
+    `.add.noftz` form, which bulk_reduce_add / tma_reduce_add derive."""
+    for s in ir.walk(facts.kernel.body):
+        if isinstance(s, ir.Asm) and (m := _HALF_ADD.search(s.template)):
+            out.error(f"PTX has no cp.reduce.async.bulk add on {m.group(1)} without .noftz "
+                      f"(write .add.noftz.{m.group(1)}, or use bulk_reduce_add / "
+                      "tma_reduce_add, which derive it)", s.loc)
 
 
 def check_issuers(facts: Facts, out: Report) -> None:

@@ -275,6 +275,8 @@ class Interpreter:
             self.stmt(s, f, m)
 
     def stmt(self, s: ir.Stmt, f: _Flow, m: _Mode) -> None:
+        if not isinstance(s, (ir.Op, ir.Store)) and ir.releases(s):
+            self.record(s, f, m, {})  # a semaphore release inside an expression
         if isinstance(s, ir.Let):
             f.env[s.name] = self.value(s.value, f) if s.value is not None else top()
             f.live[s.name] = f.may
