@@ -23,8 +23,8 @@ from typing import Any
 from . import ir
 from . import types as T
 from .builder import SPECIAL_REGS, VALUE_FUNCTIONS, KernelBuilder, Lit, Operand
-from .builder.atomic import WORDS, word
-from .builder.common import describe
+from .builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
+from .builder.common import describe, ptx_name_ok
 from .errors import CompileError, Diagnostic, Note, Span, python_source
 from .literals import int_fits_error
 from .opdef import BY_SYNTAX
@@ -239,9 +239,10 @@ class KernelContext:
                                      f"built; each kernel uses only its own values"))
 
     # -- values
-    def _operand(self, x: Any, lists: bool = False) -> Operand:
+    def _operand(self, x: Any, lists: bool = False, words: bool = False) -> Operand:
         """A Python argument as an operand; `lists`: a list or tuple is one too (an
-        operation's coordinates)."""
+        operation's coordinates); `words`: so is a memory order or scope ("acq_rel", "gpu"),
+        in the arguments of atomics and ordered accesses."""
         if isinstance(x, Value):
             if x._k is not self:
                 e = x._e
@@ -270,7 +271,7 @@ class KernelContext:
             self._b.diags.error(f"a {type(x).__name__} is not a kernel value here (lists are "
                                 "arguments of operations: coordinates)", user_span())
             return ir.Const(value=0, type=T.error)
-        if isinstance(x, str) and x in WORDS:  # a memory order or scope: "acq_rel", "gpu"
+        if isinstance(x, str) and x in WORDS and words:  # a memory order or scope: "gpu"
             return word(x, user_span())  # type: ignore[return-value]
         return self._bad(f"cannot use a {type(x).__name__} in a kernel expression")
 
@@ -335,13 +336,14 @@ class KernelContext:
 
             def op(*args: Any) -> None:
                 self._live()
-                self._b.op(syntax, [self._operand(a, True) for a in args], user_span())
+                words = syntax in WORD_OPS
+                self._b.op(syntax, [self._operand(a, True, words) for a in args], user_span())
             return op
         if name in VALUE_FUNCTIONS or isinstance(T.parse_type_name(name), T.Vector):
             def fn(*args: Any) -> Value:
                 self._live()
                 loc = user_span()
-                ops = [self._operand(a) for a in args]
+                ops = [self._operand(a, words=name in ATOMIC_FUNCTIONS) for a in args]
                 return Value(self, self._b.call(name, ops, loc))
             return fn
         raise AttributeError(f"ptxdsl kernels have no '{name}'")
@@ -541,8 +543,8 @@ def build_kernel(fn: Callable[..., None], *, name: str | None = None, threads: A
     if not callable(fn):
         raise CompileError(_diag(f"@ptxdsl.kernel decorates a function, got {_pyname(fn)}"))
     kname = name if name is not None else getattr(fn, "__name__", "")
-    problems = [f"a kernel's name must be an identifier, got {_pyname(kname)}"] \
-        if not isinstance(kname, str) or not _IDENT.fullmatch(kname) else []
+    problems = [f"a kernel's name must be a PTX identifier, got {_pyname(kname)}"] \
+        if not isinstance(kname, str) or not ptx_name_ok(kname) else []
     problems += _shape_problems("threads", threads) + _shape_problems("cluster", cluster)
     for what, v in (("maxnreg", maxnreg), ("minctas", minctas)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):

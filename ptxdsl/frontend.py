@@ -15,6 +15,7 @@ from . import types as T
 from .bounds import MAX_NESTING, MAX_SOURCE_BYTES, stack_room
 from .builder import BINARY_SYMBOL, KernelBuilder, Lit
 from .builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
+from .builder.common import ptx_name_ok
 from .builder.hints import syntax_fix, type_hint
 from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
 from .frontend_generics import CompileTimeWalker
@@ -272,6 +273,9 @@ class _Walker(CompileTimeWalker):
             self.diags.error(f"kernel '{name_tok}' needs a thread count: threads(N)", loc)
         settings = {k: v for k, v in settings.items() if v is not None}
         settings.setdefault("threads", (1,))
+        if not ptx_name_ok(str(name_tok)):
+            self.diags.error(f"'{name_tok}' cannot name a kernel: PTX names it, and a lone '_' "
+                             "is not a PTX identifier", loc)
         b = KernelBuilder(str(name_tok), loc=loc, diags=self.diags, **settings)  # type: ignore[arg-type]
         for frame in self.consts.frames:  # module constants and compile-time parameters
             b.frames[0].names.update(frame.names)

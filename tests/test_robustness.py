@@ -139,6 +139,14 @@ def test_text_shapes_that_escaped(stmts, message, line, col):
     error_at(body(stmts), message, line, col)
 
 
+def test_a_kernel_named_underscore_is_an_error():
+    """`kernel _(...)` reached ptxas, which does not take a lone '_' as a name."""
+    error_at("kernel _(p: ptr<u32>) threads(32) { p[0] = 1; }", "'_' cannot name a kernel",
+             1, 8)
+    with pytest.raises(ptxdsl.CompileError, match="a kernel's name must be a PTX identifier"):
+        ptxdsl.kernel(lambda k: None, threads=32, name="_")
+
+
 def test_unrolled_register_index_out_of_range_is_located():
     """The index of a register array computed from unroll variables was checked by nothing:
     the emitter's list indexing failed (IndexError)."""
@@ -266,6 +274,9 @@ def test_values_of_the_enclosing_kernel_while_another_builds():
     (lambda k: k.pipeline("r", 2, row=(f32,)), "stage buffer 'row' is (elem, shape"),
     (lambda k: k.let("x", 2**70), "the Python integer 1180591620717411303424 is out of range"),
     (lambda k: k.let("x", [1, 2]), "a list is not a kernel value here"),
+    # a memory-order word where a value belongs was an AttributeError in the builder
+    (lambda k: k.let("x", "gpu"), "cannot use a str in a kernel expression"),
+    (lambda k: k.min("acq_rel", 1), "cannot use a str in a kernel expression"),
     (lambda k: k.let("x", 1, "u32"), "the type of 'x' must be a ptxdsl type"),
     (lambda k: k.sizeof(k.shared("t", f32, [4])).full, "a literal has no member 'full'"),
     (lambda k: k.asm(7), "asm() takes the PTX text as a string"),
@@ -286,7 +297,7 @@ def test_api_arguments_are_checked_at_the_users_line(call, message):
     ({"threads": 1.5}, "threads takes an integer or 1 to 3 integers, got 1.5"),
     ({"threads": 32, "cluster": "x"}, "cluster takes an integer"),
     ({"threads": 32, "maxnreg": "64"}, "maxnreg must be an integer"),
-    ({"threads": 32, "name": "my kernel"}, "a kernel's name must be an identifier"),
+    ({"threads": 32, "name": "my kernel"}, "a kernel's name must be a PTX identifier"),
 ])
 def test_kernel_settings_are_checked(settings, message):
     with pytest.raises(ptxdsl.CompileError, match=message):
