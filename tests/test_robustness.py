@@ -128,6 +128,8 @@ def test_eight_bit_values_compute_only_after_conversion(expr, op):
     # asm operands beyond the list were an IndexError in the emitter
     ('    let x: u32 = 0;\n    asm "mov.u32 {0}, {5};" : x : a;', "names operand {5}", 3, 5),
     ('    let x: u32[4];\n    asm "mov.u32 {0}, 1;" : x;', "must be a local scalar", 3, 29),
+    ('    let v: u32x4 = u32x4(1, 2, 3, 4);\n    asm "// {0}" : : v;',
+     "an asm operand is a scalar or a pointer (one register), got u32x4", 3, 22),
     # a constant parity other than 0 / 1 reached ptxas, which rejected it
     ("    mbarrier b count 1;\n    mbarrier_wait(b, 0xFFFFFFFF);",
      "an mbarrier phase parity is 0 or 1, got 4294967295", 3, 22),

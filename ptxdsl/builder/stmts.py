@@ -120,9 +120,9 @@ class KernelBuilder(OneShot):
             names.append(name)
         vals = tuple(self.value(x) for x in ins)
         for v in vals:
-            if not isinstance(v.type, (T.Scalar, T.ErrorType)):
-                self.diags.error(f"an asm operand is a register value, got {v.type}",
-                                 v.loc or loc)
+            if not isinstance(v.type, (T.Scalar, T.Ptr, T.ErrorType)):
+                self.diags.error(f"an asm operand is a scalar or a pointer (one register), "
+                                 f"got {v.type}", v.loc or loc)
         n = len(names) + len(vals)
         for ref in sorted({int(m) for m in re.findall(r"\{(\d+)\}", template)}):
             if ref >= n:
