@@ -139,7 +139,13 @@ def _is_tree(v: object) -> bool:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    from .bounds import stack_room
+
+    with stack_room():  # the passes recurse once per level of nesting (bounds.MAX_NESTING)
+        return _command(_parser().parse_args(argv))
+
+
+def _command(args: argparse.Namespace) -> int:
     from .compiler import compile_module
     from .frontend import parse, parse_tree, read_source
     from .printer import print_module

@@ -9,6 +9,7 @@ from typing import Any
 
 from . import ir
 from .api import build_kernel
+from .bounds import stack_room
 from .codegen.ptx import emit_module
 from .errors import CompileError
 from .frontend import parse, read_source
@@ -22,11 +23,13 @@ def compile_module(module: ir.Module, arch: str | None = None,
     from .lower_sm80 import is_sm80, lower_sm80_module
     from .verify import verify_module
 
-    lowered = lower_module(module)
-    verify_module(lowered)
-    if is_sm80(arch):
-        lowered = lower_sm80_module(lowered)
-    return emit_module(lowered, arch=arch, source_name=source_name, watchdog_ms=watchdog_ms)
+    with stack_room():
+        lowered = lower_module(module)
+        verify_module(lowered)
+        if is_sm80(arch):
+            lowered = lower_sm80_module(lowered)
+        return emit_module(lowered, arch=arch, source_name=source_name,
+                           watchdog_ms=watchdog_ms)
 
 
 class Program:

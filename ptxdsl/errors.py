@@ -100,6 +100,9 @@ class Diagnostic:
         return "\n".join(out)
 
 
+_EXCERPT = 160  # characters of a source line shown under a diagnostic
+
+
 def _render_one(severity: str, message: str, span: Span | None) -> str:
     if span is None:
         return f"{severity}: {message}"
@@ -110,6 +113,12 @@ def _render_one(severity: str, message: str, span: Span | None) -> str:
     end_line, end_col = span.source.line_col(max(span.start, span.end))
     width = (end_col - col) if end_line == line else (len(text) - col + 1)
     width = max(1, width)
+    if len(text) > _EXCERPT:  # a very long line (generated code): the part around the caret
+        first = max(0, col - 1 - _EXCERPT // 3)
+        last = min(len(text), first + _EXCERPT)
+        text = ("..." if first else "") + text[first:last] + ("..." if last < len(text) else "")
+        col = col - first + (3 if first else 0)
+        width = min(width, len(text) - col + 1)
     # Keep tabs so the caret lines up under the same glyphs.
     pad = "".join("\t" if ch == "\t" else " " for ch in text[: col - 1])
     caret = pad + "^" + "~" * (width - 1)

@@ -6,16 +6,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import lark
 
 from . import ir
 from . import types as T
+from .bounds import MAX_NESTING, MAX_SOURCE_BYTES, stack_room
 from .builder import BINARY_SYMBOL, KernelBuilder, Lit
 from .builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
+from .builder.common import ptx_name_ok
 from .builder.hints import syntax_fix, type_hint
 from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
 from .frontend_generics import CompileTimeWalker
+from .literals import LiteralError, float_literal, int_literal
 from .opdef import BY_SYNTAX
 
 
@@ -52,10 +56,33 @@ def parse(text: str, filename: str = "<string>",
     instantiated with it, and the IR holds the instantiated kernels."""
     source = Source(filename, text)
     tree = parse_tree(source)
+    _check_nesting(source, tree)
     diags = DiagnosticBag()
-    module = _Walker(source, diags, dict(defines or {})).module(tree)
+    with stack_room():
+        module = _Walker(source, diags, dict(defines or {})).module(tree)
     diags.raise_if_any()
     return module
+
+
+def _check_nesting(source: Source, tree: lark.Tree) -> None:
+    """A located error for blocks or expressions nested beyond MAX_NESTING levels, found
+    without recursion (the walk that follows recurses once per level)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            meta = node.meta
+            span = Span(source, meta.start_pos, meta.start_pos + 1) \
+                if not getattr(meta, "empty", True) else Span(source, 0, 0)
+            raise CompileError(Diagnostic(
+                f"this is nested more than {MAX_NESTING} levels deep (blocks inside blocks, "
+                "or operators applied to operators); split it with 'let' or a helper kernel",
+                span))
+        stack.extend((c, depth + (c.data not in _NOT_A_LEVEL)) for c in node.children
+                     if isinstance(c, lark.Tree))
+
+
+_NOT_A_LEVEL = {"block", "args"}  # a statement's block, an argument list: one level with it
 
 
 def read_source(path: str | Path) -> Source:
@@ -66,6 +93,9 @@ def read_source(path: str | Path) -> Source:
     except OSError as e:
         raise CompileError(f"cannot read '{path}': {e.strerror or e}") from None
     name = str(path)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise CompileError(Diagnostic(f"this file has {len(data)} bytes; a source file has at "
+                                      f"most {MAX_SOURCE_BYTES}", Span(Source(name, ""), 0, 0)))
     if b"\0" in data:
         raise CompileError(Diagnostic("not a text file (it contains NUL bytes)",
                                       Span(Source(name, ""), 0, 0)))
@@ -216,6 +246,7 @@ class _Walker(CompileTimeWalker):
             nums = tuple(self.const_int(v, f"{key}()") for v in vals.children) \
                 if vals is not None else ()
             if any(n is None for n in nums):
+                settings.setdefault(str(key_tok), None)  # reported: no second message
                 continue
             if key not in ("threads", "cluster", "maxnreg", "minctas", "nonportable"):
                 self.diags.error(f"unknown kernel attribute '{key}'; expected threads, cluster, "
@@ -240,7 +271,11 @@ class _Walker(CompileTimeWalker):
                 settings[key] = nums
         if "threads" not in settings:
             self.diags.error(f"kernel '{name_tok}' needs a thread count: threads(N)", loc)
-            settings["threads"] = (1,)
+        settings = {k: v for k, v in settings.items() if v is not None}
+        settings.setdefault("threads", (1,))
+        if not ptx_name_ok(str(name_tok)):
+            self.diags.error(f"'{name_tok}' cannot name a kernel: PTX names it, and a lone '_' "
+                             "is not a PTX identifier", loc)
         b = KernelBuilder(str(name_tok), loc=loc, diags=self.diags, **settings)  # type: ignore[arg-type]
         for frame in self.consts.frames:  # module constants and compile-time parameters
             b.frames[0].names.update(frame.names)
@@ -275,7 +310,8 @@ class _Walker(CompileTimeWalker):
             return self.b.reg_array_type(elem, dims, self.span(tree))  # type: ignore[arg-type]
         if kind == "ptr_type":
             return T.Ptr(elem)
-        return T.TensorMap(elem, int(str(tree.children[1]), 0))
+        rank = self.number(tree.children[1])
+        return T.TensorMap(elem, rank) if isinstance(rank, int) else None
 
     # ------------------------------------------------------------------ statements
 
@@ -302,35 +338,34 @@ class _Walker(CompileTimeWalker):
         a = self.const_int(align, "an alignment") if align is not None else None
         if any(d is None for d in shape) or (align is not None and a is None):
             return None
-        swz = int(str(swizzle.children[0]), 0) if swizzle is not None else 0
+        swz = self.number(swizzle.children[0]) if swizzle is not None else 0
+        if swz is None:
+            return None
         major = "mn" if swizzle is not None and swizzle.children[1] is not None else "k"
         return str(name), elem, shape, a, self.span(t), swz, major
 
     def s_shared_decl(self, t: lark.Tree) -> None:
         spec = self.buffer_spec(t)
-        if spec is not None:
-            self.b.shared(*spec)
-        else:  # reported: uses of the name stay quiet
+        if spec is None or isinstance(self.b.shared(*spec).type, T.ErrorType):
+            # reported: uses of the name stay quiet
             self.b.poison(str(t.children[0]), self.span(t))
 
     def s_barrier_decl(self, t: lark.Tree) -> None:
         name, n, count = t.children
         size = self.const_int(n, "an mbarrier array size") if n is not None else 0
         c = self.const_int(count, "an arrival count")
-        if size is None or c is None:
+        if size is None or c is None or \
+                isinstance(self.b.mbarrier(str(name), size, c, self.span(t)).type, T.ErrorType):
             self.b.poison(str(name), self.span(t))
-        else:
-            self.b.mbarrier(str(name), size, c, self.span(t))
 
     def s_pipeline_decl(self, t: lark.Tree) -> None:
         name, stages, *bufs = t.children
         specs = [self.buffer_spec(b) for b in bufs]
         n = self.const_int(stages, "a stage count")
         good = [s for s in specs if s is not None]
-        if n is None or len(good) != len(specs):
+        if n is None or len(good) != len(specs) or \
+                isinstance(self.b.pipeline(str(name), n, good, self.span(t)).type, T.ErrorType):
             self.b.poison(str(name), self.span(t))
-        else:
-            self.b.pipeline(str(name), n, good, self.span(t))
 
     def s_role_stmt(self, t: lark.Tree) -> None:
         name, start, stop, regs, body = t.children
@@ -401,7 +436,7 @@ class _Walker(CompileTimeWalker):
         if str(name) in VALUE_FUNCTIONS:
             self.diags.error(f"the value of '{name}(...)' is unused", self.span(call))
             return
-        self.b.op(str(name), self.call_args(str(name), args), self.span(call))
+        self.b.op(str(name), self.call_args(str(name), args, lists=True), self.span(call))
 
     def s_if_stmt(self, t: lark.Tree) -> None:
         cond, then, orelse = t.children
@@ -441,23 +476,33 @@ class _Walker(CompileTimeWalker):
 
     # ------------------------------------------------------------------ expressions
 
-    def args(self, tree: lark.Tree | None) -> list:
+    def number(self, tok: Any) -> int | float | None:
+        """The value of an INT or FLOAT token, or None after a located error."""
+        try:
+            return int_literal(str(tok)) if tok.type == "INT" else float_literal(str(tok))
+        except LiteralError as e:
+            self.diags.error(str(e), self.span(tok))
+            return None
+
+    def args(self, tree: lark.Tree | None, lists: bool = False) -> list:
+        """Arguments; `lists`: of an operation, where a list (coordinates) is one too."""
         if tree is None:
             return []
-        return [self.expr(c) for c in tree.children]
+        return [self.expr(c, lists) for c in tree.children]
 
-    def call_args(self, fn: str, tree: lark.Tree | None) -> list:
-        """Arguments of a call; in the calls that take a memory order or scope, a bare word
-        such as `acq_rel` or `gpu` that names no variable is that word."""
+    def call_args(self, fn: str, tree: lark.Tree | None, lists: bool = False) -> list:
+        """Arguments of a call (`lists`: of an operation, where a list is one too); in the
+        calls that take a memory order or scope, a bare word such as `acq_rel` or `gpu` that
+        names no variable is that word."""
         if tree is None or (fn not in ATOMIC_FUNCTIONS and fn not in WORD_OPS):
-            return self.args(tree)
+            return self.args(tree, lists)
         out = []
         for c in tree.children:
             if isinstance(c, lark.Tree) and c.data == "name" and str(c.children[0]) in WORDS \
                     and self.b.lookup(str(c.children[0])) is None:
                 out.append(word(str(c.children[0]), self.span(c)))
             else:
-                out.append(self.expr(c))
+                out.append(self.expr(c, lists))
         return out
 
     def place(self, t: lark.Tree) -> ir.Expr:
@@ -467,10 +512,15 @@ class _Walker(CompileTimeWalker):
             return ir.Const(value=0, type=T.error)
         return e
 
-    def expr(self, t: lark.Tree):
+    def expr(self, t: lark.Tree, lists: bool = False):
+        """The operand of expression `t`; a list literal only where `lists` allows one."""
         data = t.data
         loc = self.span(t)
         b = self.b
+        if data == "list" and not lists:
+            self.diags.error("a list is not a value here (lists are arguments of operations: "
+                             "coordinates)", loc)
+            return ir.Const(value=0, type=T.error)
         if data in BINARY_SYMBOL:
             x, y = t.children
             return b.binary(data, self.expr(x), self.expr(y), loc)
@@ -494,10 +544,9 @@ class _Walker(CompileTimeWalker):
             return b.name(str(t.children[0]), loc)
         if data == "sreg":
             return b.sreg(str(t.children[0])[1:], loc)
-        if data == "int":
-            return Lit(int(str(t.children[0]), 0), loc)
-        if data == "float":
-            return Lit(float(str(t.children[0])), loc)
+        if data in ("int", "float"):
+            value = self.number(t.children[0])
+            return Lit(value, loc) if value is not None else ir.Const(value=0, type=T.error)
         if data in ("true", "false"):
             return Lit(data == "true", loc)
         if data == "list":

@@ -189,8 +189,14 @@ class _Sm80:
         self.bars: dict[str, _BarFacts] = {}
         self.descs: dict[str, ir.Expr] = {}
         self.names = 0
+        self.unlocated = False  # an error was reported for a statement without a place
 
     def error(self, what: str, loc: Span | None, *notes: Note) -> None:
+        if loc is None:  # a statement the compiler added: say it at the kernel, once
+            clustered = self.k.cluster is not None and prod(self.k.cluster) > 1
+            if clustered or self.unlocated:
+                return  # what made it was reported (a cluster), or this was
+            self.unlocated, loc = True, self.k.loc
         self.diags.error(f"{what} has no {ARCH} form (it needs sm_90 / Hopper); compile this "
                          f"kernel for sm_90a", loc, *notes)
 

@@ -3,6 +3,7 @@ small type predicates."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,14 @@ class Frame:
     names: dict[str, Symbol] = field(default_factory=dict)
     # open pipeline regions of this block: pipeline -> (side, where it was opened)
     regions: dict[str, tuple[str, Span | None]] = field(default_factory=dict)
+
+
+_PTX_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*|_[A-Za-z0-9_]+")
+
+
+def ptx_name_ok(name: str) -> bool:
+    """Whether `name` may name a kernel: a PTX identifier (a lone `_` is not one)."""
+    return _PTX_NAME.fullmatch(name) is not None
 
 
 def int_range(t: T.Scalar) -> tuple[int, int]:

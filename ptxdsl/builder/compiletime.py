@@ -12,6 +12,7 @@ from __future__ import annotations
 from .. import ir
 from .. import types as T
 from ..errors import Span
+from ..literals import LiteralError, float_literal, int_literal
 from .common import Lit, Operand, Symbol, describe
 from .decls import Declarations
 from .hints import source_text
@@ -100,10 +101,13 @@ class CompileTime(Declarations):
                 if ty.is_pred:
                     v = {"true": True, "false": False, "1": True, "0": False}[text.lower()]
                 elif ty.is_float:
-                    v = float(text)
+                    v = float_literal(text)
                 else:
-                    v = int(text, 0)
-            except (KeyError, ValueError):
+                    v = int_literal(text)
+            except LiteralError as e:
+                self.diags.error(f"-D {name}={given}: {e}", loc)
+                return None
+            except KeyError:
                 self.diags.error(f"-D {name}={given}: expected {_kind(ty)} for '{name}: {ty}'",
                                  loc)
                 return None

@@ -5,11 +5,13 @@ functions. An expression that failed gets the error type, so one mistake gives o
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any
 
 from .. import ir
 from .. import types as T
 from ..errors import Span
+from ..literals import MAX_SHIFT, float_fits, float_range_text, int_fits_error, show_int
 from .atomic import ATOMIC_FUNCTIONS, atomic_call
 from .cluster import CLUSTER_FUNCTIONS, cluster_call, peer_index
 from .common import (
@@ -85,12 +87,17 @@ class Expressions(Scope):
         if isinstance(v, bool):
             return self.error(f"expected {ty}, got {str(v).lower()}", loc)
         if ty.is_float:
-            return ir.Const(value=float(v), type=ty, loc=loc)
+            f = float(v) if isinstance(v, float) or abs(v) <= 1 << 1000 else math.inf
+            if not float_fits(f, ty) or (math.isinf(f) and not isinstance(v, float)):
+                return self.error(f"literal {_show(v)} does not fit in {ty} "
+                                  f"({float_range_text(ty)})", loc)
+            return ir.Const(value=f, type=ty, loc=loc)
         if isinstance(v, float):
             return self.error(f"expected {ty}, got the float literal {v!r}", loc)
         lo, hi = int_range(ty)
         if not lo <= v <= hi:
-            return self.error(f"literal {v} does not fit in {ty} (range [{lo}, {hi}])", loc)
+            return self.error(f"literal {show_int(v)} does not fit in {ty} (range [{lo}, {hi}])",
+                              loc)
         return ir.Const(value=v, type=ty, loc=loc)
 
     def default_type(self, lit: Lit) -> T.Scalar:
@@ -188,6 +195,8 @@ class Expressions(Scope):
             for e in (ea, eb):
                 if not is_err(e.type) and not is_int(e.type):
                     return self.error(f"operands of '{sym}' must be integers, got {e.type}", loc)
+            if _byte(ea.type):
+                return self.error(f"'{sym}' on {ea.type} is not supported; convert to u32", loc)
             if not is_err(eb.type) and eb.type != T.u32:
                 eb = ir.Cast(x=eb, type=T.u32, loc=eb.loc)
             return ir.Binary(op=op, a=ea, b=eb, type=ea.type, loc=loc)
@@ -204,6 +213,8 @@ class Expressions(Scope):
         elif op in BIT_OPS:
             if ty.is_float:
                 return self.error(f"operands of '{sym}' must be integers or pred, got {ty}", loc)
+            if _byte(ty):
+                return self.error(f"'{sym}' on {ty} is not supported; convert to u32", loc)
         elif op in ARITH_OPS:
             if ty.is_pred:
                 return self.error(f"'{sym}' is not defined for pred", loc)
@@ -267,9 +278,16 @@ class Expressions(Scope):
                 else:
                     r = x / y
             elif op == "rem":
-                r = x - y * int(x / y)  # type: ignore[operator]
+                if isinstance(x, int) and isinstance(y, int):
+                    r = x - y * (abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1))
+                else:
+                    r = math.fmod(x, y)
             elif op in ("min", "max"):
                 r = min(x, y) if op == "min" else max(x, y)
+            elif op in ("shl", "shr") and isinstance(y, int) and not 0 <= y <= MAX_SHIFT:
+                self.diags.error(f"shift count {_show(y)} of a constant expression is outside "
+                                 f"[0, {MAX_SHIFT}]", loc)
+                return Lit(0, loc)
             elif op in ("and", "or", "xor", "shl", "shr", "land", "lor") and \
                     isinstance(x, int) and isinstance(y, int):
                 r = {"and": x & y, "or": x | y, "xor": x ^ y, "shl": x << y, "shr": x >> y,
@@ -280,6 +298,18 @@ class Expressions(Scope):
                 return Lit(0, loc)
         except ZeroDivisionError:
             self.diags.error("division by zero in a constant expression", loc)
+            return Lit(0, loc)
+        except (OverflowError, ValueError):  # int(inf), a float from a huge integer
+            self.diags.error(f"the constant expression '{BINARY_SYMBOL.get(op, op)}' of "
+                             f"{_show(x)} and {_show(y)} has no finite value", loc)
+            return Lit(0, loc)
+        if isinstance(r, float) and not math.isfinite(r) and _finite(x) and _finite(y):
+            self.diags.error(f"the constant expression '{BINARY_SYMBOL.get(op, op)}' of "
+                             f"{_show(x)} and {_show(y)} overflows f64", loc)
+            return Lit(0, loc)
+        if isinstance(r, int) and (why := int_fits_error(r)) is not None:
+            self.diags.error(f"the constant expression '{BINARY_SYMBOL.get(op, op)}' of "
+                             f"{_show(x)} and {_show(y)}: its value {why}", loc)
             return Lit(0, loc)
         return Lit(r, loc)
 
@@ -309,6 +339,8 @@ class Expressions(Scope):
         if isinstance(x, Lit):
             v = x.value
             if op == "neg" and not isinstance(v, bool):
+                if isinstance(v, int) and (why := int_fits_error(-v)) is not None:
+                    return self.error(f"the constant -{show_int(v)}: its value {why}", loc)
                 return Lit(-v, loc)
             if op == "not" and isinstance(v, bool):
                 return Lit(not v, loc)
@@ -325,6 +357,9 @@ class Expressions(Scope):
             return self.error(f"cannot negate {ty}; only signed integers and floats", loc)
         if op == "not" and ty.is_float:
             return self.error(f"cannot apply '!' or '~' to {ty}", loc)
+        if _byte(ty):
+            return self.error(f"'{UNARY_SYMBOL[op]}' on {ty} is not supported; convert to u32",
+                              loc)
         return ir.Unary(op=op, x=e, type=ty, loc=loc)
 
     def cast(self, x: Operand, ty: T.Type | None, loc: Span | None = None) -> Operand:
@@ -567,5 +602,17 @@ class Expressions(Scope):
         return ir.Load(ref=place, type=vt, loc=loc)
 
 
+def _byte(t: T.Type) -> bool:
+    """An 8-bit integer: a memory type, loaded into and stored from 16-bit registers; it
+    computes only after conversion."""
+    return isinstance(t, T.Scalar) and t.nbytes == 1 and not t.is_pred
+
+
+def _finite(v: object) -> bool:
+    return not isinstance(v, float) or math.isfinite(v)
+
+
 def _show(v: object) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else repr(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return show_int(v) if isinstance(v, int) else repr(v)

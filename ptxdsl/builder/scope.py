@@ -37,6 +37,7 @@ class Scope:
         self.roles: list[ir.Role] = []
         self.current_role: tuple[str, int, int] | None = None
         self.smem_total = 0
+        self.unroll_counts: list[int] = []  # iterations of each enclosing 'unroll' loop
         self.threads = self._dims("threads", threads, loc, upper=1024) or (1, 1, 1)
         self.cluster = (self._dims("cluster", cluster, loc, upper=16)
                         if cluster is not None else None)

@@ -4,9 +4,12 @@ kernel."""
 from __future__ import annotations
 
 import difflib
+import re
+from math import prod
 
 from .. import ir
 from .. import types as T
+from ..bounds import MAX_NESTING, MAX_UNROLLED, too_deep_ir
 from ..errors import Note, Span
 from ..opdef import BY_SYNTAX
 from .common import (
@@ -111,10 +114,24 @@ class KernelBuilder(OneShot):
         names = []
         for name, nloc in outs:
             sym = self.lookup(name)
-            if sym is None or sym.kind != "local":
-                self.diags.error(f"asm output '{name}' must be a local variable", nloc or loc)
+            if sym is None or sym.kind != "local" or not isinstance(sym.type, T.Scalar):
+                self.diags.error(f"asm output '{name}' must be a local scalar variable",
+                                 nloc or loc)
             names.append(name)
         vals = tuple(self.value(x) for x in ins)
+        for v in vals:
+            if not isinstance(v.type, (T.Scalar, T.Ptr, T.ErrorType)):
+                self.diags.error(f"an asm operand is a scalar or a pointer (one register), "
+                                 f"got {v.type}", v.loc or loc)
+        n = len(names) + len(vals)
+        for ref in sorted({int(m) for m in re.findall(r"\{(\d+)\}", template)}):
+            if ref >= n:
+                self.diags.error(f"asm template names operand {{{ref}}}, but there "
+                                 f"{'is' if n == 1 else 'are'} {n} operand(s) ({{0}} .. "
+                                 f"{{{n - 1}}}: the outputs, then the inputs)" if n else
+                                 f"asm template names operand {{{ref}}}, but it has no "
+                                 "operands", loc)
+                break
         self.emit(ir.Asm(template=template, outs=tuple(names), ins=vals, loc=loc))
 
     def if_stmt(self, cond: Operand, then: tuple[ir.Stmt, ...], orelse: tuple[ir.Stmt, ...],
@@ -137,6 +154,7 @@ class KernelBuilder(OneShot):
         sc = self.value(step if step is not None else Lit(1, loc), ty)
         if isinstance(sc, ir.Const) and sc.value == 0 and not is_err(sc.type):
             self.diags.error("loop step must not be zero", sc.loc)
+        unroll_count = 1  # copies of the body this loop makes
         if unroll and any(is_err(x.type) for x in (st, sp, sc)):
             pass  # already reported
         elif unroll:
@@ -148,14 +166,25 @@ class KernelBuilder(OneShot):
                                  "is computed when the kernel runs; use numbers, constants or "
                                  "compile-time parameters (kernel k<N: u32>), or drop 'unroll'",
                                  loc)
-            elif len(range(int(st.value), int(sp.value), int(sc.value))) > 256:  # type: ignore[attr-defined]
-                self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
+            elif sc.value != 0:  # type: ignore[attr-defined]
+                n = len(range(int(st.value), int(sp.value), int(sc.value)))  # type: ignore[attr-defined]
+                copies = n * prod(self.unroll_counts)
+                if n > 256:
+                    self.diags.error("an 'unroll' loop may have at most 256 iterations", loc)
+                elif copies > MAX_UNROLLED:
+                    self.diags.error(f"nested 'unroll' loops would copy this body {copies} "
+                                     f"times; at most {MAX_UNROLLED} (unroll the inner loops "
+                                     "only)", loc)
+                else:
+                    unroll_count = n
         self.push()
+        self.unroll_counts.append(max(1, unroll_count))
         self._declare(var, Symbol("loopvar", ty, loc, "unroll" if unroll else None))
         return st, sp, sc, ty, unroll
 
     def for_stmt(self, var: str, header: tuple, loc: Span | None = None) -> None:
         body = self.pop()
+        self.unroll_counts.pop()
         st, sp, sc, ty, unroll = header
         self.emit(ir.For(var=var, var_type=ty, start=st, stop=sp, step=sc, body=body,
                          unroll=unroll, loc=loc))
@@ -166,6 +195,12 @@ class KernelBuilder(OneShot):
     def finish(self) -> ir.Kernel:
         if len(self.frames) != 1:
             raise AssertionError("unbalanced blocks in the kernel builder")
+        deep = too_deep_ir(tuple(self.frames[0].stmts))
+        if deep is not None:  # the Python API nests as deep as a loop makes it
+            self.diags.error(f"kernel '{self.kernel_name}' nests blocks or expressions more "
+                             f"than {MAX_NESTING} levels deep; split the expression with "
+                             "let", deep.loc or self.loc)
+            self.frames[0].stmts.clear()
         if self.smem_total > MAX_SMEM_BYTES:
             self.diags.error(f"kernel '{self.kernel_name}' declares {self.smem_total} bytes of "
                              f"shared memory; a CTA has at most {MAX_SMEM_BYTES}", self.loc)

@@ -12,6 +12,8 @@ import re
 
 from .. import ir
 from .. import types as T
+from ..bounds import MAX_PTX_LINES
+from ..errors import CompileError, Diagnostic, Span
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
 from ..opdef import EXPR_REGISTRY, definition
 from .addressing import Addressing, tmap_swizzles
@@ -26,6 +28,8 @@ from .writer import (
     immediate,
     int_type,
     mem_type,
+    op_type,
+    reg_type,
 )
 
 _SREG_PTX = {"clock": "%clock", "clock64": "%clock64", "globaltimer": "%globaltimer"}
@@ -55,6 +59,7 @@ class KernelEmitter(AsyncOps, Addressing):
         self.smem_base: str | None = None
         self.watchdog_ns = watchdog_ms * 1_000_000
         self.sites: list[str] = []
+        self.unrolled: list[tuple[str, int]] = []  # unrolled loops' variables, outermost first
 
     # ------------------------------------------------------------------ names
 
@@ -150,7 +155,7 @@ class KernelEmitter(AsyncOps, Addressing):
                 if s.value is not None:  # a literal broadcast to every element
                     v = self.ev(s.value)
                     for r in regs:
-                        w.instr(f"mov.{mem_type(s.var_type.elem)}", r, v)
+                        w.instr(f"mov.{reg_type(s.var_type.elem)}", r, v)
             elif s.value is not None:
                 self.move_into(regs, s.value, s.var_type)
         elif isinstance(s, ir.Assign):
@@ -159,8 +164,8 @@ class KernelEmitter(AsyncOps, Addressing):
             self.store(s)
         elif isinstance(s, ir.SetElem):
             t = s.value.type
-            dst = self.lookup(s.name)[self.const_index(s.index)]
-            w.instr(f"mov.{mem_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
+            dst = self.element(self.lookup(s.name), s.index, s.loc)
+            w.instr(f"mov.{reg_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
         elif isinstance(s, ir.If):
             p = self.ev_reg(s.cond)
             end = w.label("endif")
@@ -206,13 +211,19 @@ class KernelEmitter(AsyncOps, Addressing):
             # the loop variable is an immediate in each copy of the body
             for value in range(int(s.start.value), int(s.stop.value),  # type: ignore[attr-defined]
                                int(s.step.value)):  # type: ignore[attr-defined]
+                if len(w.lines) > MAX_PTX_LINES:
+                    raise CompileError(Diagnostic(
+                        f"kernel '{self.k.name}' would be more than {MAX_PTX_LINES} lines of "
+                        "PTX once this loop is unrolled; unroll less", s.loc or self.k.loc))
                 self.scopes.append({s.var: str(value)})
+                self.unrolled.append((s.var, value))
                 self.stmts(s.body)
+                self.unrolled.pop()
                 self.scopes.pop()
             return
         i = w.reg(s.var_type)
         self.scopes.append({s.var: i})
-        w.instr(f"mov.{mem_type(s.var_type)}", i, self.ev(s.start))
+        w.instr(f"mov.{reg_type(s.var_type)}", i, self.ev(s.start))
         stop = self.ev(s.stop)
         if not isinstance(s.stop, ir.Const):
             stop = self.copy(stop, s.var_type)  # evaluated once, before the first iteration
@@ -233,13 +244,13 @@ class KernelEmitter(AsyncOps, Addressing):
 
     def copy(self, operand: str, t: T.Scalar) -> str:
         r = self.w.reg(t)
-        self.w.instr(f"mov.{mem_type(t)}", r, operand)
+        self.w.instr(f"mov.{reg_type(t)}", r, operand)
         return r
 
     def move_into(self, regs, value: ir.Expr, t: T.Type) -> None:
         if isinstance(t, T.Vector):
             for dst, src in zip(regs, self.ev_vec(value), strict=True):
-                self.w.instr(f"mov.{mem_type(t.elem)}", dst, src)
+                self.w.instr(f"mov.{reg_type(t.elem)}", dst, src)
         elif isinstance(t, T.Scalar) and t.is_pred:
             src = self.ev(value)
             if src in ("1", "0"):
@@ -247,7 +258,7 @@ class KernelEmitter(AsyncOps, Addressing):
             else:
                 self.w.instr("mov.pred", regs, src)
         else:
-            mt = "u64" if isinstance(t, T.Ptr) else mem_type(t)  # type: ignore[arg-type]
+            mt = "u64" if isinstance(t, T.Ptr) else reg_type(t)  # type: ignore[arg-type]
             self.w.instr(f"mov.{mt}", regs, self.ev(value))
 
     # ------------------------------------------------------------------ memory
@@ -408,7 +419,7 @@ class KernelEmitter(AsyncOps, Addressing):
         if isinstance(e, ir.Load):
             return self.load(e)
         if isinstance(e, ir.Extract):
-            return self.ev_vec(e.vec)[self.const_index(e.index)]
+            return self.element(self.ev_vec(e.vec), e.index, e.loc)
         if isinstance(e, ir.Binary):
             return self.binary(e)
         if isinstance(e, ir.Compare):
@@ -433,7 +444,7 @@ class KernelEmitter(AsyncOps, Addressing):
                 w.instr("mov.pred", r, self.ev_reg(e.b))
                 w.instr("mov.pred", r, self.ev_reg(e.a), guard=c)
             else:
-                w.instr(f"selp.{mem_type(t)}", r, a, b, c)  # type: ignore[arg-type]
+                w.instr(f"selp.{reg_type(t)}", r, a, b, c)  # type: ignore[arg-type]
             return r
         if isinstance(e, ir.Call):
             return self.call(e)
@@ -441,6 +452,21 @@ class KernelEmitter(AsyncOps, Addressing):
         if d is not None:
             return d.emit(self, e)
         raise TypeError(f"no PTX value for {type(e).__name__}")
+
+    def element(self, regs: list[str], index: ir.Expr, loc: Span | None) -> str:
+        """The register of element `index` of a vector or register array. The builder checks
+        constant indices; one computed from unrolled loop variables is known only here, in
+        the iteration being emitted."""
+        try:
+            i = self.const_index(index)
+        except ZeroDivisionError:
+            i = None
+        if i is None or not 0 <= i < len(regs):
+            at = ", ".join(f"{name} = {v}" for name, v in self.unrolled)
+            what = "divides by zero" if i is None else f"is {i}, out of range [0, {len(regs)})"
+            raise CompileError(Diagnostic(f"this element index {what} in the unrolled "
+                                          f"iteration {at or '(none)'}", loc))
+        return regs[i]
 
     def const_index(self, e: ir.Expr) -> int:
         """The value of a vector index: constants and unrolled loop variables only."""
@@ -535,7 +561,7 @@ class KernelEmitter(AsyncOps, Addressing):
             return r
         a = self.ev_reg(e.a)
         b = self.ev(e.b)
-        w.instr(f"setp.{e.op}.{int_type(t)}", r, a, b)  # type: ignore[arg-type]
+        w.instr(f"setp.{e.op}.{op_type(t)}", r, a, b)  # type: ignore[arg-type]
         return r
 
     def cast(self, e: ir.Cast) -> str:
@@ -545,9 +571,12 @@ class KernelEmitter(AsyncOps, Addressing):
         x = self.ev_reg(e.x)
         r = w.reg(dst_t)
         if src_t.is_pred:
-            w.instr(f"selp.{mem_type(dst_t)}", r, immediate(1, dst_t), immediate(0, dst_t), x)
+            w.instr(f"selp.{reg_type(dst_t)}", r, immediate(1, dst_t), immediate(0, dst_t), x)
         elif src_t.nbytes == dst_t.nbytes and src_t.is_int and dst_t.is_int:
-            w.instr(f"mov.b{dst_t.nbits}", r, x)
+            if dst_t.nbytes == 1:  # u8 <-> s8: re-extend the value in its 16-bit register
+                w.instr(f"cvt.{dst_t.name}.{src_t.name}", r, x)
+            else:
+                w.instr(f"mov.b{dst_t.nbits}", r, x)
         elif src_t.is_float and dst_t.is_float:
             narrowing = dst_t.nbytes < src_t.nbytes or (dst_t.nbytes == 2 and src_t.nbytes == 2)
             if src_t.nbytes == 2 and dst_t.nbytes == 2:  # f16 <-> bf16 through f32
@@ -638,8 +667,6 @@ def needs_sm90a(m: ir.Module) -> bool:
 
 def _require_sm90a(m: ir.Module, arch: str) -> None:
     """wgmma exists only on sm_90a: a located error rather than a ptxas failure."""
-    from ..errors import CompileError, Diagnostic
-
     for k in m.kernels:
         for s in ir.walk(k.body):
             if isinstance(s, (ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)):

@@ -44,9 +44,24 @@ def mem_type(t: T.Scalar) -> str:
     return "b16" if t in (T.f16, T.bf16) else t.name
 
 
+def reg_type(t: T.Scalar) -> str:
+    """Type suffix for mov/selp between registers: 8-bit values live in 16-bit registers
+    (PTX has no 8-bit mov), 16-bit floats move as raw .b16."""
+    return "b16" if t.nbytes == 1 and not t.is_pred else mem_type(t)
+
+
 def int_type(t: T.Scalar) -> str:
     """Arithmetic type suffix: bit types compute as unsigned."""
     return f"u{t.nbits}" if t.kind == "b" else t.name
+
+
+def op_type(t: T.Scalar) -> str:
+    """Type suffix of an operation on registers (setp, and, not...): an 8-bit value computes
+    in its 16-bit register, which holds it zero- or sign-extended (ld, cvt and mov of an
+    immediate all extend it)."""
+    if t.nbytes == 1 and not t.is_pred:
+        return "s16" if t.is_signed else "u16"
+    return int_type(t)
 
 
 def immediate(value: int | float | bool, t: T.Scalar) -> str:

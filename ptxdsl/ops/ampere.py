@@ -14,6 +14,7 @@ from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import PLAIN, Program, Step
 from ..opdef import ErrorFn, OpDef, const_int, definition, register
+from .mbarrier import check_parity
 
 CP_SIZES = (4, 8, 16)
 # tensor-descriptor layout (sm_80 stand-in for the 128-byte tensor map), little-endian:
@@ -189,6 +190,9 @@ class CpAsyncArriveNoinc(_Arrive):
 class MBarrierTestWait(OpDef):
     node = ir.MBarrierTestWait
     operands = (("bar", "bar", False), ("parity", "u32", False))
+
+    def check(self, n: ir.MBarrierTestWait, err: ErrorFn) -> None:
+        check_parity(n, err)
 
     def emit(self, e, n: ir.MBarrierTestWait) -> None:
         if e.watchdog_ns:

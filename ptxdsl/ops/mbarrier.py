@@ -32,6 +32,13 @@ def _check_tx(n: ir.MBarrierArriveExpectTx | ir.MBarrierExpectTx, err: ErrorFn) 
             n.nbytes.loc or n.loc)
 
 
+def check_parity(n: ir.MBarrierWait | ir.MBarrierTestWait, err: ErrorFn) -> None:
+    """A constant parity is 0 or 1 (ptxas rejects any other immediate)."""
+    p = const_int(n.parity)
+    if p is not None and p not in (0, 1):
+        err(f"an mbarrier phase parity is 0 or 1, got {p}", n.parity.loc or n.loc)
+
+
 @register
 class MBarrierInit(OpDef):
     node = ir.MBarrierInit
@@ -142,6 +149,9 @@ class MBarrierExpectTx(OpDef):
 class MBarrierWait(OpDef):
     node = ir.MBarrierWait
     operands = (("bar", "bar", False), ("parity", "u32", False))
+
+    def check(self, n: ir.MBarrierWait, err: ErrorFn) -> None:
+        check_parity(n, err)
 
     def emit(self, e, n: ir.MBarrierWait) -> None:
         if e.watchdog_ns:

@@ -48,6 +48,13 @@ class Val:
         object.__setattr__(self, "rng", r)
         return r
 
+    def __post_init__(self) -> None:
+        k = self.known
+        if isinstance(k, int) and not -(1 << 62) <= k < (1 << 62):  # beyond what int64 holds
+            object.__setattr__(self, "known", None)  # after arithmetic: unknown, uniform
+            object.__setattr__(self, "uniform", True)
+            object.__setattr__(self, "align", min(lowbit(k), ALIGN_CAP))
+
     @property
     def is_uniform(self) -> bool:
         k = self.known
