@@ -54,7 +54,8 @@ def remote_release(empty: ir.Expr, mask: ir.Expr, cluster: tuple[int, int, int] 
     """`mbarrier_arrive(peer(empty, r))` for every rank r of the mask."""
     n = prod(cluster or (1, 1, 1))
     r = ir.Var(name="mcast.rank", type=T.u32)
-    arrive = ir.MBarrierArrive(bar=ir.Peer(ref=empty, rank=r, type=T.PeerBarrier(0)), loc=loc)
+    arrive = ir.MBarrierArrive(bar=ir.Peer(ref=empty, rank=r, type=T.PeerBarrier(0)),
+                               reads_only=True, loc=loc)
     if isinstance(mask, ir.Const):
         body: tuple[ir.Stmt, ...] = (arrive,)
     else:

@@ -51,40 +51,46 @@ def median_ms(fn, reps: int, warmup: int = 10) -> float:
 
 
 def gemm_launcher(kdef, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int = 128,
-                  bn: int = 256):
-    """A closure launching `kdef` on (a, b) into c, with its tensor maps built once."""
+                  bn: int = 256, cluster: int = 1):
+    """A closure launching `kdef` on (a, b) into c, with its tensor maps built once (with a
+    cluster pair, each CTA loads half of a B tile and the grid is whole clusters)."""
     m, k = a.shape
     n = b.shape[0]
     ta = TensorMap(a, box=(bm, 64), swizzle="128B")
-    tb = TensorMap(b, box=(bn, 64), swizzle="128B")
+    tb = TensorMap(b, box=(bn // cluster, 64), swizzle="128B")
     tc = TensorMap(c, box=(64, 64), swizzle="128B")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    grid = min(sms, -(-m // bm) * -(-n // bn))
+    if cluster > 1:  # as many clusters as can be resident at once (GPCs decide, not SMs / 2)
+        from ptxdsl.runtime.occupancy import max_active_clusters
+
+        sms = max_active_clusters(kdef.program().kernel()) * cluster
+    grid = min(sms // cluster, -(-m // (bm * cluster)) * -(-n // bn)) * cluster
     launch = kdef[grid]
     return lambda: launch(ta, tb, tc, m, n, k)
 
 
-def check(kdef, m: int, n: int, k: int, bm: int = 128, bn: int = 256, seed: int = 0) -> float:
+def check(kdef, m: int, n: int, k: int, bm: int = 128, bn: int = 256, seed: int = 0,
+          cluster: int = 1) -> float:
     """Run once on random data; return max |err| / tolerance against an f32 reference
     (<= 1 passes: rtol 2^-7 for the bf16 output rounding, atol for values near zero)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    gemm_launcher(kdef, a, b, c, bm, bn)()
+    gemm_launcher(kdef, a, b, c, bm, bn, cluster)()
     torch.cuda.synchronize()
     ref = a.float() @ b.float().T
     tol = 2 ** -7 * ref.abs() + 1e-3 * k ** 0.5
     return float(((c.float() - ref).abs() / tol).max())
 
 
-def bench(kdef, shapes, reps: int, bm: int = 128, bn: int = 256) -> list[tuple]:
+def bench(kdef, shapes, reps: int, bm: int = 128, bn: int = 256, cluster: int = 1) -> list[tuple]:
     rows = []
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        mine = gemm_launcher(kdef, a, b, c, bm, bn)
+        mine = gemm_launcher(kdef, a, b, c, bm, bn, cluster)
         mine()
         torch.cuda.synchronize()
         ref = torch.matmul(a, b.T)
@@ -141,6 +147,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--variants", action="store_true", help="also time other tile configs")
+    ap.add_argument("--cluster", action="store_true",
+                    help="also time the 2 x 1 cluster that multicasts B")
     ap.add_argument("--out")
     args = ap.parse_args()
     twin = _twin()
@@ -150,18 +158,22 @@ def main() -> None:
              f"{torch.cuda.get_device_name(0)}", "",
              "| config | M x N x K | ptxdsl TFLOP/s | cuBLAS TFLOP/s | ratio |",
              "|---|---|---|---|---|"]
-    configs = [("128x256x64 s3 g8", twin.gemm, 128, 256)]
+    configs = [("128x256x64 s3 g8", twin.gemm, 128, 256, 1)]
+    if args.cluster:
+        configs.append(("128x256x64 s3 g8, 2x1 cluster, B multicast",
+                        twin.make_gemm(cluster=(2, 1, 1)), 128, 256, 2))
     if args.variants:
         configs += [
-            ("128x256x64 s3 g16", twin.make_gemm(group=16), 128, 256),
+            ("128x256x64 s3 g16", twin.make_gemm(group=16), 128, 256, 1),
             ("128x256x64 s3 r24/240", twin.make_gemm(producer_regs=24, consumer_regs=240),
-             128, 256),
-            ("128x128x64 s6", twin.make_gemm(bn=128, stages=6), 128, 128),
-            ("256x128x64 s3 (128 rows per consumer)", twin.make_gemm(bm=256, bn=128), 256, 128),
+             128, 256, 1),
+            ("128x128x64 s6", twin.make_gemm(bn=128, stages=6), 128, 128, 1),
+            ("256x128x64 s3 (128 rows per consumer)", twin.make_gemm(bm=256, bn=128), 256, 128,
+             1),
         ]
-    for label, kdef, bm, bn in configs:
+    for label, kdef, bm, bn, cl in configs:
         print(f"# {label}", flush=True)
-        for m, n, k, tp, tc, ratio, _ in bench(kdef, SHAPES, reps, bm, bn):
+        for m, n, k, tp, tc, ratio, _ in bench(kdef, SHAPES, reps, bm, bn, cl):
             lines.append(f"| {label} | {m} x {n} x {k} | {tp:.1f} | {tc:.1f} | {ratio:.3f} |")
     text = "\n".join(lines) + "\n"
     print(text)

@@ -18,10 +18,13 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
               producer_regs: int = 40, consumer_regs: int = 232) -> ptxdsl.KernelDef:
     """A GEMM kernel with bm x bn x 64 tiles, `consumers` warpgroups of bm / consumers rows
     each (64 or 128), `stages` pipeline stages and tiles walked in groups of `group`
-    tile-rows. Clusters (TMA multicast) are not supported yet: cluster must be (1, 1, 1)."""
-    if tuple(cluster) != (1, 1, 1):
-        raise ValueError("make_gemm: cluster multicast is not implemented yet (cluster must "
-                         "be (1, 1, 1))")
+    tile-rows. `cluster=(2, 1, 1)` pairs the CTAs of a cluster on two vertically adjacent
+    tiles of one tile-column: each loads its own A tile and half of the shared B tile,
+    multicast to both, so every B tile crosses L2 once per pair (the pipeline derives the
+    bytes each full barrier expects and the remote releases of the empty barriers)."""
+    cm = cluster[0]
+    if tuple(cluster) not in ((1, 1, 1), (2, 1, 1)):
+        raise ValueError(f"make_gemm: cluster is (1, 1, 1) or (2, 1, 1), not {cluster}")
     assert dtype in (bf16, f16), "inputs are bf16 or f16"
     bk = SWIZZLE // dtype.nbytes
     wm = bm // consumers  # rows per consumer warpgroup
@@ -31,43 +34,57 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
     nacc = bn // 2  # f32 accumulators per thread per m64 block
     chunks = bn // 64  # 128-byte-wide column chunks of the C tile (one TMA store each)
     threads = 128 * (1 + consumers)
-    default = (bm, bn, stages, dtype, group, consumers, producer_regs, consumer_regs) == \
-        (128, 256, 3, bf16, 8, 2, 40, 232)
+    default = (bm, bn, stages, dtype, group, consumers, producer_regs, consumer_regs, cm) == \
+        (128, 256, 3, bf16, 8, 2, 40, 232, 1)
     name = "gemm" if default else (f"gemm_{dtype}_{bm}x{bn}x{bk}_s{stages}_c{consumers}_g{group}"
-                                   f"_r{producer_regs}_{consumer_regs}")
+                                   f"_r{producer_regs}_{consumer_regs}{'_x2' if cm == 2 else ''}")
 
     def coords(k, t, tiles_m, grp):
+        """The tile (m0, n0) of work item t; with a cluster pair, t is a pair of tiles and
+        the CTA of rank r takes its r-th row."""
         first = k.let("first", t / grp * group)
         rows = k.let("rows", k.min(tiles_m - first, group))
-        m0 = k.let("m0", (first + t % grp % rows) * bm)
+        mt = first + t % grp % rows
+        if cm > 1:
+            mt = mt * cm + k.cluster_ctarank
+        m0 = k.let("m0", mt * bm)
         n0 = k.let("n0", t % grp / rows * bn)
         return m0, n0
 
     def body(k, a, b, c, m, n, kk_):
         ring = k.pipeline("ring", stages, a=(dtype, [bm, bk], 1024, SWIZZLE),
-                          b=(dtype, [bn, bk], 1024, SWIZZLE))
+                          b=(dtype, [cm, bn // cm, bk] if cm > 1 else [bn, bk], 1024, SWIZZLE))
         cs = k.shared("cs", dtype, [consumers, mw * chunks, 64, 64], align=1024,
                       swizzle=SWIZZLE)
-        tiles_m = k.let("tiles_m", (m + (bm - 1)) / bm)
+        # work items: tiles, or with a cluster pair, pairs of vertically adjacent tiles
+        tiles_m = k.let("tiles_m", (m + (bm * cm - 1)) / (bm * cm))
         tiles_n = k.let("tiles_n", (n + (bn - 1)) / bn)
         ktiles = k.let("ktiles", (kk_ + (bk - 1)) / bk)
         ntiles = k.let("ntiles", tiles_m * tiles_n)
         grp = k.let("group", group * tiles_n)
+        first_item, items_step = (k.clusterid.x, k.nclusterid.x) if cm > 1 else \
+            (k.ctaid.x, k.nctaid.x)
         with k.role("producer", 0, 4, regs=producer_regs):
             with k.if_((k.warp == 0) & k.elect()):
-                with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
+                with k.for_("t", first_item, ntiles, items_step) as t:
                     m0, n0 = coords(k, t, tiles_m, grp)
                     with k.for_("kt", 0, ktiles) as kt:
                         k.acquire(ring)
                         k.tma_load(ring.a, a, [(kt * bk).to(s32), m0.to(s32)])
-                        k.tma_load(ring.b, b, [(kt * bk).to(s32), n0.to(s32)])
+                        if cm > 1:  # my half of B, to both CTAs of the pair
+                            half = k.cluster_ctarank
+                            k.tma_load_multicast(ring.b[half], b, [(kt * bk).to(s32),
+                                                 (n0 + half * (bn // cm)).to(s32)],
+                                                 k.cluster_mask())
+                        else:
+                            k.tma_load(ring.b, b, [(kt * bk).to(s32), n0.to(s32)])
                         k.commit(ring)
         with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
             wg = k.let("wg", k.warp / 4 - 1)
             leader = k.let("leader", k.tid.x % 128 == 0)
             row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
             col = k.let("col", k.laneid % 4 * 2)
-            with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
+            with k.for_("t", first_item, ntiles, items_step) as t:
                 m0, n0 = coords(k, t, tiles_m, grp)
                 # one m64nN accumulator per 64 rows the consumer owns
                 accs = [k.let("acc" if mw == 1 else f"acc{r}", type=array(f32, nacc))
@@ -78,8 +95,8 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
                     with k.for_("kk", 0, bk // 16, unroll=True) as kk:
                         for r, acc in enumerate(accs):
                             rows0 = wg * wm + r * 64 if r else wg * wm
-                            k.wgmma(acc, ring.a[rows0, kk * 16], ring.b[0, kk * 16],
-                                    (kt > 0) | (kk > 0))
+                            bop = ring.b[0, 0, kk * 16] if cm > 1 else ring.b[0, kk * 16]
+                            k.wgmma(acc, ring.a[rows0, kk * 16], bop, (kt > 0) | (kk > 0))
                     k.wgmma_commit()
                     k.wgmma_wait(0)
                     k.release(ring)
@@ -109,6 +126,8 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
              kdim: u32):
         body(k, a, b, c, m, n, kdim)
 
+    if cm > 1:
+        return ptxdsl.kernel(threads=threads, name=name, cluster=cm)(gemm)
     return ptxdsl.kernel(threads=threads, name=name)(gemm)
 
 
@@ -123,18 +142,22 @@ def tiles(m: int, n: int, bm: int = 128, bn: int = 256) -> int:
 
 
 def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 1000,
-            grid: int | None = None, bm: int = 128, bn: int = 256) -> dict:
+            grid: int | None = None, bm: int = 128, bn: int = 256, cluster: int = 1) -> dict:
     """Random bf16 A (m x k) and B (n x k); the reference is A @ B^T in f32 (m, n, k need
-    not be tile multiples; k and n are multiples of 8, as TMA wants 16-byte row pitches)."""
+    not be tile multiples; k and n are multiples of 8, as TMA wants 16-byte row pitches).
+    With `cluster=2` (make_gemm(cluster=(2, 1, 1))) each CTA loads half of a B tile."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
     b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
     ref = bf16_to_f32(a) @ bf16_to_f32(b).T
     box = {"swizzle": "128B"}
-    return {"grid": grid or min(SMS, tiles(m, n, bm, bn)),
+    # with a cluster pair, whole clusters, each on two vertically adjacent tiles
+    items = -(-m // (bm * cluster)) * -(-n // bn)
+    default_grid = min(SMS // cluster, items) * cluster
+    return {"grid": grid or default_grid,
             "inputs": {"a": a, "b": b, "m": m, "n": n, "kdim": k},
-            "tensor_maps": {"a": {"box": (bm, 64), **box}, "b": {"box": (bn, 64), **box},
+            "tensor_maps": {"a": {"box": (bm, 64), **box}, "b": {"box": (bn // cluster, 64), **box},
                             "c": {"box": (64, 64), **box}},
             "outputs": {"c": np.zeros((m, n), np.uint16)}, "expected": {"c": ref},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}

@@ -1,5 +1,6 @@
-"""One-shot GEMM launches for a profiler (`ncu --kernel-name gemm ... python
-samples/profile_gemm.py M N K`): a warm-up launch and a measured one of the sample kernel."""
+"""One-shot GEMM launches for a profiler (`ncu --kernel-name regex:gemm ... python
+samples/profile_gemm.py M N K [--cluster]`): a warm-up launch and a measured one of the
+sample kernel (or of its 2 x 1 cluster form, which multicasts B)."""
 
 import sys
 from pathlib import Path
@@ -10,11 +11,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_gemm import _twin, gemm_launcher  # noqa: E402
 
-m, n, k = (int(x) for x in sys.argv[1:4]) if len(sys.argv) > 3 else (4096, 4096, 4096)
+cluster = 2 if "--cluster" in sys.argv else 1
+sizes = [int(x) for x in sys.argv[1:] if x.isdigit()]
+m, n, k = sizes if len(sizes) == 3 else (4096, 4096, 4096)
 a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
 c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-launch = gemm_launcher(_twin().gemm, a, b, c)
+twin = _twin()
+kdef = twin.make_gemm(cluster=(2, 1, 1)) if cluster > 1 else twin.gemm
+launch = gemm_launcher(kdef, a, b, c, cluster=cluster)
 launch()
 launch()
 torch.matmul(a, b.T)

@@ -59,6 +59,15 @@ def test_gemm_variants(bench, cfg):
     assert bench.check(kdef, 1000, 1528, 1000, bm=cfg.get("bm", 128), bn=cfg.get("bn", 256)) <= 1.0
 
 
+@pytest.mark.parametrize("m, n, k", [(1000, 1528, 1000), (4096, 4096, 4096), (333, 520, 72),
+                                     (130, 4104, 136), (8, 8, 8)])
+def test_gemm_cluster_pair_multicasts_b(bench, m, n, k):
+    """2 x 1 clusters: each CTA loads its A tile and half of the pair's B tile, multicast to
+    both; odd tile-row counts leave the second CTA of the last pair off the matrix."""
+    kdef = bench._twin().make_gemm(cluster=(2, 1, 1))
+    assert bench.check(kdef, m, n, k, cluster=2) <= 1.0
+
+
 def test_gemm_sample_text_runs(bench):
     from ptxdsl.runner import run_sample
 

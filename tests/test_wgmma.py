@@ -217,3 +217,20 @@ def test_interpreter_reports_a_stage_overwritten_under_a_pending_wgmma():
             assert f"{path.name}:26:" in str(e)
             kinds.append(e.kind)
     assert kinds and set(kinds) == {"race"}
+
+
+def test_gemm_cluster_pair_in_the_interpreter():
+    """The GEMM twin on 2 x 1 clusters (each CTA loads half of the pair's B tile, multicast to
+    both) on fresh data: 3 tile-rows, so the last pair's second CTA is off the matrix and still
+    delivers its half of B to its partner."""
+    from conftest import sample_module
+
+    from ptxdsl.interp import run_sample
+    from ptxdsl.runner import bf16_to_f32
+
+    twin = sample_module("gemm")
+    ex = twin.example(np.random.default_rng(), m=300, n=256, k=64, cluster=2)
+    assert ex["grid"] == 4 and ex["tensor_maps"]["b"]["box"] == (128, 64)
+    c = bf16_to_f32(run_sample(twin.make_gemm(cluster=(2, 1, 1)).ir, ex, seed=3)["c"])
+    ref = ex["expected"]["c"]
+    assert (np.abs(c - ref) <= ex["rtol"] * np.abs(ref) + ex["atol"]).all()

@@ -296,6 +296,9 @@ class MBarrierArrive(Op):
     syntax: ClassVar[str] = "mbarrier_arrive"
     bar: Expr
     count: Expr | None = None
+    # set by the lowering on a cluster pipeline's release of a stage its threads only read:
+    # a peer's barrier is then arrived on with .release.cta (see ops/mbarrier.py)
+    reads_only: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

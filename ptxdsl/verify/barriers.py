@@ -12,6 +12,7 @@ from .. import ir
 from ..errors import Note, Span
 from .effects import bar, effect, issuers, op_name, smem, val
 from .facts import Facts, Report, text
+from .remote import MULTICAST
 from .threads import BarRef, Visit, child_blocks, walk
 from .values import Evaluator
 
@@ -106,7 +107,13 @@ def _expect_tx_block(block: tuple[ir.Stmt, ...], out: Report) -> None:
             if (nested or k != key) and _may_alias(k, key):
                 seg.partial = True
 
+    multicast = False  # peers deliver to this CTA's barriers too: the block can't tell totals
     for s in block:
+        if isinstance(s, MULTICAST):
+            multicast = True
+            for armed_seg in armed.values():
+                armed_seg.partial = True
+            continue
         e = effect(s)
         key = getattr(s, e.expect or e.complete or "", None)
         if key is not None:
@@ -119,6 +126,7 @@ def _expect_tx_block(block: tuple[ir.Stmt, ...], out: Report) -> None:
                 if seg is not None:
                     _compare(seg, out)
                 armed[key] = _Armed([s], early.pop(key, []))
+                armed[key].partial = multicast
         elif isinstance(s, ir.Op) and e.complete and key is not None:
             if key in armed:
                 armed[key].copies.append(s)

@@ -15,6 +15,7 @@ commit group) with the buffers they read. It reports
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -267,6 +268,21 @@ def check_wgmma_operands(facts: Facts, out: Report) -> None:
                 out.error(f"the wgmma {which} operand starts at row {r} of '{shown}'; a "
                           "descriptor addresses groups of 8 rows, so the row must be a "
                           "multiple of 8", place.loc or s.loc)
+            if r is not None and decl.swizzle != 16 and len(idx) > 2:
+                # rows run on across the leading dimensions ([2][128][64] holds 256 rows):
+                # count from the indexed row to the end of the block that the innermost
+                # constant leading indices select (a pipeline's stage index is not constant)
+                lead: list[int] = []
+                for i in reversed(idx[:-2]):
+                    v = const_int(i)
+                    if v is None:
+                        break
+                    lead.insert(0, v)
+                dims = decl.shape[len(decl.shape) - 2 - len(lead):-2]
+                flat = 0
+                for v, d in zip(lead, dims, strict=True):
+                    flat = flat * d + v
+                r, nrows = flat * nrows + r, nrows * math.prod(dims)
             if r is not None and r + rows > nrows:
                 out.error(f"the wgmma {which} operand needs {rows} rows from row {r}, but "
                           f"'{shown}' has {nrows}", place.loc or s.loc)
