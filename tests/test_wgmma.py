@@ -81,6 +81,20 @@ def test_mn_major_operand_must_span_its_blocks():
     assert "spans 128 elements along M / N, but 'bt' holds 64" in errors(text)
 
 
+def test_k_major_rows_run_on_across_leading_dimensions():
+    """[2][32][64] holds 64 K-major rows: an m64n64 B operand may start at [0, 0, k] (both
+    blocks), not at [1, 0, k] (32 rows left)."""
+    body = """shared bh: bf16[2][32][64] align 1024 swizzle 128;
+    let acc: f32[32];
+    wgmma_fence();
+    wgmma(acc, sa[0, 0], bh[{blk}, 0, 16], false);
+    wgmma_commit();
+    wgmma_wait(0);"""
+    ptxdsl.compile_module(ptxdsl.parse(KERNEL.format(body=body.format(blk=0)), "k.ptxdsl"))
+    msg = errors(KERNEL.format(body=body.format(blk=1)))
+    assert "the wgmma B operand needs 64 rows from row 32, but 'bh' has 64" in msg
+
+
 def test_register_array_roundtrips_and_indexes_by_dimension():
     text = """kernel k(c: ptr<f32>) threads(32) {
     let acc: f32[2][4] = 1.0;
@@ -231,6 +245,9 @@ def test_gemm_cluster_pair_in_the_interpreter():
     twin = sample_module("gemm")
     ex = twin.example(np.random.default_rng(), m=300, n=256, k=64, cluster=2)
     assert ex["grid"] == 4 and ex["tensor_maps"]["b"]["box"] == (128, 64)
-    c = bf16_to_f32(run_sample(twin.make_gemm(cluster=(2, 1, 1)).ir, ex, seed=3)["c"])
+    kdef = twin.make_gemm(cluster=(2, 1, 1))
+    ptx = kdef.program().ptx_module.ptx  # verified: the multicast's bytes are the lowering's
+    assert "multicast::cluster" in ptx and ".reqnctapercluster 2, 1, 1" in ptx
+    c = bf16_to_f32(run_sample(kdef.ir, ex, seed=3)["c"])
     ref = ex["expected"]["c"]
     assert (np.abs(c - ref) <= ex["rtol"] * np.abs(ref) + ex["atol"]).all()
