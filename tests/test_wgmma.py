@@ -246,8 +246,11 @@ def test_gemm_cluster_pair_in_the_interpreter():
     ex = twin.example(np.random.default_rng(), m=300, n=256, k=64, cluster=2)
     assert ex["grid"] == 4 and ex["tensor_maps"]["b"]["box"] == (128, 64)
     kdef = twin.make_gemm(cluster=(2, 1, 1))
-    ptx = kdef.program().ptx_module.ptx  # verified: the multicast's bytes are the lowering's
-    assert "multicast::cluster" in ptx and ".reqnctapercluster 2, 1, 1" in ptx
+    mod = kdef.program().ptx_module  # verified: the multicast's bytes are the lowering's
+    assert "multicast::cluster" in mod.ptx and ".reqnctapercluster 2, 1, 1" in mod.ptx
+    # the launch checks the swizzle of the map the multicast reads, as for plain loads
+    assert {p.name: p.swizzle for p in mod.kernels[0].params if p.kind == "tmap"} == \
+        {"a": 128, "b": 128, "c": 128}
     c = bf16_to_f32(run_sample(kdef.ir, ex, seed=3)["c"])
     ref = ex["expected"]["c"]
     assert (np.abs(c - ref) <= ex["rtol"] * np.abs(ref) + ex["atol"]).all()

@@ -69,8 +69,9 @@ def tmap_swizzles(k: ir.Kernel, layout: Layout) -> dict[str, tuple[int | None, s
     (the swizzle they declare, a buffer name); (None, "") where two buffers disagree."""
     out: dict[str, tuple[int | None, str]] = {}
     for s in ir.walk(k.body):
-        if isinstance(s, (ir.TensorLoad, ir.TensorStore)) and isinstance(s.tmap, ir.Var):
-            smem = s.dst if isinstance(s, ir.TensorLoad) else s.src
+        if isinstance(s, (ir.TensorLoad, ir.TensorLoadMulticast, ir.TensorStore,
+                          ir.TensorReduce)) and isinstance(s.tmap, ir.Var):
+            smem = s.dst if isinstance(s, (ir.TensorLoad, ir.TensorLoadMulticast)) else s.src
             while isinstance(smem, ir.Index):
                 smem = smem.base
             decl = layout.decl(smem.name)  # type: ignore[attr-defined]
