@@ -11,5 +11,6 @@ from .cluster import *  # noqa: F403
 from .core import *  # noqa: F403
 from .core import Node, walk  # noqa: F401  (named for readers and type checkers)
 from .oneshot import *  # noqa: F403
+from .pipeline import *  # noqa: F403
 from .reduce import *  # noqa: F403
 from .wgmma import *  # noqa: F403

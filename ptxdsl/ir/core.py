@@ -446,91 +446,17 @@ class TensorMapPrefetch(Op):
     tmap: Expr
 
 
-# --- pipelines and roles: lowered to the statements above by ptxdsl.lower -------------
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PipelineDecl(Stmt):
-    """N stages of shared buffers with a full and an empty mbarrier per stage. Arrival counts,
-    expect_tx bytes, stage index and phase are derived by the compiler."""
+class TensorPrefetch(Op):
+    """`cp.async.bulk.prefetch.tensor.Nd.L2.global.tile [tmap, {coords}]`: bring a tile into
+    L2 ahead of its load."""
 
-    name: str
-    stages: int
-    buffers: tuple[SharedDecl, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PipelineObj(Expr):
-    """A declared pipeline (type PipelineRef)."""
-
-    name: str
+    syntax: ClassVar[str] = "tma_prefetch"
+    tmap: Expr
+    coords: tuple[Expr, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageBuf(Expr):
-    """The current stage of a pipeline buffer for one side: "put" between acquire and
-    commit, "get" between wait and release."""
-
-    pipe: str
-    buf: str
-    side: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageIndex(Expr):
-    """The current stage index (u32) of a pipeline side (`ring.stage`)."""
-
-    pipe: str
-    side: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageBarrier(Expr):
-    """The full barrier of the producer's current stage: where stage copies complete."""
-
-    pipe: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Acquire(Op):
-    """Producer: wait until the current stage is empty (`mbarrier.try_wait.parity` on its
-    empty barrier, phase derived)."""
-
-    syntax: ClassVar[str] = "acquire"
-    pipe: Expr
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Commit(Op):
-    """Producer: `mbarrier.arrive.expect_tx` on the stage's full barrier with the bytes of the
-    copies issued since acquire; advance to the next stage."""
-
-    syntax: ClassVar[str] = "commit"
-    pipe: Expr
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Wait(Op):
-    """Consumer: wait until the current stage is full."""
-
-    syntax: ClassVar[str] = "wait"
-    pipe: Expr
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Release(Op):
-    """Consumer: `mbarrier.arrive` on the stage's empty barrier (after this thread's bulk
-    stores from the stage have been read); advance to the next stage."""
-
-    syntax: ClassVar[str] = "release"
-    pipe: Expr
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RoleSync(Op):
-    """`bar.sync id, nthreads` among the threads of the enclosing role (id allocated)."""
-
-    syntax: ClassVar[str] = "role_sync"
+# --- roles (pipelines and their operations: ir/pipeline.py) ------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -543,26 +469,6 @@ class Role(Stmt):
     warp_stop: int
     regs: int | None
     body: tuple[Stmt, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SetMaxNReg(Stmt):
-    """`setmaxnreg.{inc,dec}.sync.aligned.u32 regs` (sm_90a)."""
-
-    regs: int
-    inc: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TensorPrefetch(Op):
-    """`cp.async.bulk.prefetch.tensor.Nd.L2.global.tile [tmap, {coords}]`: bring a tile into
-    L2 ahead of its load."""
-
-    syntax: ClassVar[str] = "tma_prefetch"
-    tmap: Expr
-    coords: tuple[Expr, ...]
-
-
 
 
 # ----------------------------------------------------------------------------- kernel
