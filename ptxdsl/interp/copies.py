@@ -51,13 +51,17 @@ class AsyncLoad:
         self.cta.smem.begin_load(th, self, self.vc)
         self.bar.copies += 1
 
+    def landing(self, part: Any, chunk: np.ndarray) -> np.ndarray:
+        """The bytes a chunk leaves at `part`: the chunk itself (a reduction combines)."""
+        return chunk
+
     def step(self) -> bool:
         """Land one chunk; True when the copy is finished."""
         if self.data is None:
             self.data = self.fetch()  # global memory is read when the first bytes land
         a, b = self.chunks.pop(self.cta.rng.randrange(len(self.chunks)))
-        bar = self.bar
-        self.cta.smem.deliver(self, _part(self.dst, a, b), self.data[a:b], bar.agent,
+        part, bar = _part(self.dst, a, b), self.bar
+        self.cta.smem.deliver(self, part, self.landing(part, self.data[a:b]), bar.agent,
                               bar.delivery_clock())
         done = not self.chunks
         if done:

@@ -14,7 +14,7 @@ from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import PLAIN, Program, Step
 from ..opdef import ErrorFn, OpDef, const_int, definition, register
-from .mbarrier import check_parity
+from .mbarrier import check_parity, emit_poll_loop
 
 CP_SIZES = (4, 8, 16)
 # tensor-descriptor layout (sm_80 stand-in for the 128-byte tensor map), little-endian:
@@ -195,23 +195,11 @@ class MBarrierTestWait(OpDef):
         check_parity(n, err)
 
     def emit(self, e, n: ir.MBarrierTestWait) -> None:
+        poll = "mbarrier.test_wait.parity.shared::cta.b64"
         if e.watchdog_ns:
-            e.bounded_wait(n, poll="mbarrier.test_wait.parity.shared::cta.b64")
+            e.bounded_wait(n, poll=poll)
             return
-        w = e.w
-        a, parity = e.bar_addr(n.bar), e.ev(n.parity)
-        p = w.reg(T.pred)
-        top = w.label("wait")
-        w.place_label(top)
-        w.instr("mbarrier.test_wait.parity.shared::cta.b64", p, a, parity)
-        if WAIT_BACKOFF_NS:
-            done = w.label("waited")
-            w.instr("bra", done, guard=p)
-            w.instr("nanosleep.u32", str(WAIT_BACKOFF_NS))
-            w.instr("bra.uni", top)
-            w.place_label(done)
-        else:
-            w.instr("bra", top, guard=f"!{p}")
+        emit_poll_loop(e, n, poll, WAIT_BACKOFF_NS)
 
     def interp(self, c: Program, n: ir.MBarrierTestWait) -> Step:
         return definition(ir.MBarrierWait).interp(c, n)

@@ -155,6 +155,26 @@ class MBarrierExpectTx(OpDef):
         return PLAIN, True, lambda th: bar(th).expect_tx(th, nbytes(th), n)
 
 
+def emit_poll_loop(e, n: ir.MBarrierWait | ir.MBarrierTestWait, poll: str,
+                   backoff_ns: int = 0) -> None:
+    """Loop on `poll` (try_wait, or sm_80's test_wait) for the phase of parity `n.parity`,
+    sleeping `backoff_ns` between polls when given."""
+    w = e.w
+    a, parity = e.bar_addr(n.bar), e.ev(n.parity)
+    p = w.reg(T.pred)
+    top = w.label("wait")
+    w.place_label(top)
+    w.instr(poll, p, a, parity)
+    if backoff_ns:
+        done = w.label("waited")
+        w.instr("bra", done, guard=p)
+        w.instr("nanosleep.u32", str(backoff_ns))
+        w.instr("bra.uni", top)
+        w.place_label(done)
+    else:
+        w.instr("bra", top, guard=f"!{p}")
+
+
 @register
 class MBarrierWait(OpDef):
     node = ir.MBarrierWait
@@ -167,13 +187,7 @@ class MBarrierWait(OpDef):
         if e.watchdog_ns:
             e.bounded_wait(n)
             return
-        w = e.w
-        a, parity = e.bar_addr(n.bar), e.ev(n.parity)
-        p = w.reg(T.pred)
-        top = w.label("wait")
-        w.place_label(top)
-        w.instr("mbarrier.try_wait.parity.shared::cta.b64", p, a, parity)
-        w.instr("bra", top, guard=f"!{p}")
+        emit_poll_loop(e, n, "mbarrier.try_wait.parity.shared::cta.b64")
 
     def interp(self, c: Program, n: ir.MBarrierWait) -> Step:
         bar, parity = c.barrier_place(n.bar), c.expr(n.parity)

@@ -18,7 +18,7 @@ import numpy as np
 from .. import ir
 from .. import types as T
 from ..interp.cluster import PeerLoad, check_remote_barrier
-from ..interp.copies import AsyncStore, _part
+from ..interp.copies import AsyncStore
 from ..interp.cta import Thread
 from ..interp.errors import fail, note
 from ..interp.program import PLAIN, Program, Step
@@ -97,6 +97,17 @@ def _apply(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- definitions
 
+def _check_same_elements(syntax: str, n: Any, table: dict, err: ErrorFn) -> None:
+    """A shared -> (global or peer) reduction: both sides hold one element type, and the
+    operation is one PTX allows on it (`table`)."""
+    d, s = _elem(n.dst), _elem(n.src)
+    if d is not None and s is not None and d != s:
+        err(f"{syntax} reduces {s} elements into {d} memory; the types must match",
+            n.dst.loc or n.loc)
+        return
+    check_reduce(syntax, n.op, s, table, n.src, err, n.loc)
+
+
 class _BulkReduce(_BulkCopy):
     operands = (("dst", "gref", False), ("src", "smem", False), ("nbytes", "u32", True))
     async_reads = True
@@ -104,12 +115,7 @@ class _BulkReduce(_BulkCopy):
 
     def check(self, n: Any, err: ErrorFn) -> None:
         super().check(n, err)
-        d, s = _elem(n.dst), _elem(n.src)
-        if d is not None and s is not None and d != s:
-            err(f"{self.syntax} reduces {s} elements into {d} memory; the types must match",
-                n.dst.loc or n.loc)
-            return
-        check_reduce(self.syntax, n.op, s, GLOBAL_TYPES, n.src, err, n.loc)
+        _check_same_elements(self.syntax, n, GLOBAL_TYPES, err)
 
     def emit(self, e: Any, n: Any) -> None:
         _, dst = e.addr(n.dst)
@@ -173,12 +179,7 @@ class _ClusterReduce(BulkCopyCluster):
 
     def check(self, n: Any, err: ErrorFn) -> None:
         super().check(n, err)
-        d, s = _elem(n.dst), _elem(n.src)
-        if d is not None and s is not None and d != s:
-            err(f"{self.syntax} reduces {s} elements into {d} memory; the types must match",
-                n.dst.loc or n.loc)
-            return
-        check_reduce(self.syntax, n.op, s, CLUSTER_TYPES, n.src, err, n.loc)
+        _check_same_elements(self.syntax, n, CLUSTER_TYPES, err)
 
     def emit(self, e: Any, n: Any) -> None:
         _, dst = e.addr(n.dst)
@@ -234,19 +235,8 @@ class ReduceLoad(PeerLoad):
         smem.loads[self.id] = self
         self.bar.copies += 1
 
-    def step(self) -> bool:
-        if self.data is None:
-            self.data = self.fetch()
-        a, b = self.chunks.pop(self.cta.rng.randrange(len(self.chunks)))
-        part, bar = _part(self.dst, a, b), self.bar
-        landed = self.combine(self.cta.smem.u8[part].copy(), self.data[a:b])
-        self.cta.smem.deliver(self, part, landed, bar.agent, bar.delivery_clock())
-        done = not self.chunks
-        if done:
-            bar.copies -= 1
-            self.cta.smem.end_load(self)
-        bar.complete_tx(b - a, self.node, self.vc)
-        return done
+    def landing(self, part: Any, chunk: np.ndarray) -> np.ndarray:
+        return self.combine(self.cta.smem.u8[part].copy(), chunk)
 
 
 def _definitions() -> None:
