@@ -1,26 +1,38 @@
-"""One-shot GEMM launches for a profiler (`ncu --kernel-name regex:gemm ... python
-samples/profile_gemm.py M N K [--cluster]`): a warm-up launch and a measured one of the
-sample kernel (or of its 2 x 1 cluster form, which multicasts B)."""
+"""One-shot GEMM launches for a profiler: a warm-up launch and a measured one of the sample
+kernel (or of its 2 x 1 cluster form, which multicasts B), then cuBLAS once.
 
-import sys
-from pathlib import Path
+    ncu --kernel-name regex:gemm ... python -m bench.profile_gemm M N K [--cluster]"""
 
-import torch
+from __future__ import annotations
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import argparse
 
-from bench_gemm import _twin, gemm_launcher  # noqa: E402
+from .common import twin
+from .gemm import gemm_launcher
 
-cluster = 2 if "--cluster" in sys.argv else 1
-sizes = [int(x) for x in sys.argv[1:] if x.isdigit()]
-m, n, k = sizes if len(sizes) == 3 else (4096, 4096, 4096)
-a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-twin = _twin()
-kdef = twin.make_gemm(cluster=(2, 1, 1)) if cluster > 1 else twin.gemm
-launch = gemm_launcher(kdef, a, b, c, cluster=cluster)
-launch()
-launch()
-torch.matmul(a, b.T)
-torch.cuda.synchronize()
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile_gemm", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mnk", type=int, nargs="*", default=[4096, 4096, 4096], help="M N K")
+    ap.add_argument("--cluster", action="store_true", help="the 2 x 1 cluster form")
+    a = ap.parse_args(argv)
+    if len(a.mnk) != 3:
+        ap.error("give M N K")
+    import torch
+
+    m, n, k = a.mnk
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    t = twin("gemm")
+    kdef = t.make_gemm(cluster=(2, 1, 1)) if a.cluster else t.gemm
+    launch = gemm_launcher(kdef, x, y, c, cluster=2 if a.cluster else 1)
+    launch()
+    launch()
+    torch.matmul(x, y.T)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
