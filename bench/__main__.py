@@ -16,7 +16,17 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from .common import BenchError, Section, heading, machine, render_page, split_page, today
+from .common import (
+    BenchError,
+    Section,
+    Unavailable,
+    gpu_name,
+    heading,
+    machine,
+    render_page,
+    split_page,
+    today,
+)
 
 # name -> (module, fixed options); `all` runs them in this order
 WORKLOADS: dict[str, tuple[str, dict]] = {
@@ -91,11 +101,9 @@ def write_page(out: str, machine_line: str, fresh: dict[str, str], notes: dict[s
 
 
 def run_all(a: argparse.Namespace) -> int:
-    fresh, failed = {}, {}
+    fresh, failed, unavailable = {}, {}, {}
     skip = set(filter(None, a.skip.split(",")))
     mach = machine()
-    from .common import gpu_name
-
     gpu, date = gpu_name(), today()
     print(f"Machine: {mach}", flush=True)
     for name in WORKLOADS:
@@ -104,6 +112,10 @@ def run_all(a: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         try:
             sections = module(name).run(defaults(name))
+        except Unavailable as e:
+            unavailable[name] = str(e)
+            print(f"== {name}: not run here: {e}", flush=True)
+            continue
         except Exception as e:  # one workload's failure must not lose the others' numbers
             traceback.print_exc()
             failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -113,7 +125,7 @@ def run_all(a: argparse.Namespace) -> int:
         print(fresh[name], flush=True)
         print(f"== {name}: {time.perf_counter() - t0:.0f} s", flush=True)
     if a.out:
-        write_page(a.out, mach, fresh, failed)
+        write_page(a.out, mach, fresh, {**unavailable, **failed})
     return 1 if failed else 0
 
 
@@ -126,8 +138,6 @@ def main(argv: list[str] | None = None) -> int:
             from .gpu_runs import record
 
             return record(a.out, a.pytest_args)
-        from .common import gpu_name
-
         sections: list[Section] = module(a.workload).run(a)
         text = "\n".join(s.stamp(today(), gpu_name()).render() for s in sections)
         print(text)

@@ -30,6 +30,11 @@ class BenchError(Exception):
     `python -m bench` prints it and exits 1, `all` records it in the section instead."""
 
 
+class Unavailable(BenchError):
+    """A workload this machine cannot run (the two-GPU copies on one GPU): `all` keeps its
+    previous section, says why, and does not count it as a failure."""
+
+
 # ----------------------------------------------------------------------------- samples
 
 

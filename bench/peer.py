@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import BenchError, Row, Section, alone_ms, queued_ms, sh, twin
+from .common import BenchError, Row, Section, Unavailable, alone_ms, queued_ms, sh, twin
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 BULK = ((1024, 8), (4096, 4))  # (u32 words a chunk, stages)
@@ -52,7 +52,7 @@ def run(a: argparse.Namespace) -> list[Section]:
     from ptxdsl import runtime as rt
 
     if torch.cuda.device_count() < 2:
-        raise BenchError("the GPU-to-GPU copies need two GPUs")
+        raise Unavailable("the GPU-to-GPU copies need two GPUs")
     pc = twin("peer_copy")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     quarter = sms // 4

@@ -146,6 +146,38 @@ def test_write_page_replaces_fresh_sections_and_keeps_the_others(tmp_path):
     assert "Not re-measured on" in sections["peer"] and "needs two GPUs" in sections["peer"]
 
 
+def test_all_keeps_sections_it_cannot_measure_and_fails_only_on_errors(tmp_path, monkeypatch,
+                                                                       capsys):
+    import types
+
+    import bench.__main__ as cli
+
+    def workload(behaviour):
+        def run(a):
+            if behaviour == "ok":
+                return [Section(a.workload, "Fresh", "Measured now.", [row(case="new")])]
+            raise behaviour
+
+        return types.SimpleNamespace(run=run, add_args=lambda p: None, __doc__="A workload.")
+
+    fakes = {"copy": workload("ok"), "peer": workload(common.Unavailable("needs two GPUs")),
+             "norms": workload(common.BenchError("a wrong result"))}
+    monkeypatch.setattr(cli, "WORKLOADS", {name: (name, {}) for name in fakes})
+    monkeypatch.setattr(cli, "module", fakes.__getitem__)
+    out = tmp_path / "page.md"
+    old = {k: Section(k, "Old", f"Old {k}.", [row(case="old")]).stamp("d0", "H200").render()
+           for k in ("copy", "peer")}
+    write_page(str(out), "old machine", old, {})
+    assert cli.main(["all", "--out", str(out)]) == 1  # the error fails the run ...
+    _, sections = common.split_page(out.read_text())
+    assert "Measured now." in sections["copy"] and "Old copy." not in sections["copy"]
+    assert "Old peer." in sections["peer"] and "needs two GPUs" in sections["peer"]
+    assert "a wrong result" in sections["norms"]
+    fakes["norms"] = workload("ok")
+    assert cli.main(["all", "--out", str(out)]) == 0  # ... an unavailable workload does not
+    capsys.readouterr()
+
+
 def test_the_compile_workload_runs_here_and_writes_its_section(tmp_path, capsys):
     out = tmp_path / "page.md"
     assert main(["compile", "--reps", "1", "--out", str(out)]) == 0
