@@ -1,29 +1,26 @@
 """The wgmma GEMM sample on the GPU against an f32 reference of torch, on random bf16 data,
 including shapes that are not tile multiples (TMA zero-fills and clips the ragged edges)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from bench.common import twin as sample_twin
 
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.gpu
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_gemm", ROOT / "samples" / "bench_gemm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def bench():
+    """bench/gemm.py: the GEMM launcher and its check against an f32 reference."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    return _bench()
+    from bench import gemm
+
+    return gemm
 
 
 SHAPES = [(256, 256, 256), (128, 256, 64), (1000, 1528, 1000), (4096, 4096, 4096),
@@ -32,7 +29,7 @@ SHAPES = [(256, 256, 256), (128, 256, 64), (1000, 1528, 1000), (4096, 4096, 4096
 
 @pytest.mark.parametrize("m, n, k", SHAPES)
 def test_gemm_matches_torch(bench, m, n, k):
-    twin = bench._twin()
+    twin = sample_twin("gemm")
     assert bench.check(twin.gemm, m, n, k) <= 1.0
 
 
@@ -43,7 +40,7 @@ def test_gemm_variants(bench, cfg):
 
     import ptxdsl
 
-    twin = bench._twin()
+    twin = sample_twin("gemm")
     if cfg.get("dtype") == "f16":
         kdef = twin.make_gemm(dtype=ptxdsl.f16)
         m, n, k = 520, 776, 264
@@ -64,7 +61,7 @@ def test_gemm_variants(bench, cfg):
 def test_gemm_cluster_pair_multicasts_b(bench, m, n, k):
     """2 x 1 clusters: each CTA loads its A tile and half of the pair's B tile, multicast to
     both; odd tile-row counts leave the second CTA of the last pair off the matrix."""
-    kdef = bench._twin().make_gemm(cluster=(2, 1, 1))
+    kdef = sample_twin("gemm").make_gemm(cluster=(2, 1, 1))
     assert bench.check(kdef, m, n, k, cluster=2) <= 1.0
 
 
@@ -122,7 +119,7 @@ def test_launch_rejects_a_tensor_map_whose_swizzle_disagrees_with_the_buffer(ben
 
     import ptxdsl
 
-    twin = bench._twin()
+    twin = sample_twin("gemm")
     a = torch.zeros(256, 256, device="cuda", dtype=torch.bfloat16)
     c = torch.empty(256, 256, device="cuda", dtype=torch.bfloat16)
     ta = ptxdsl.TensorMap(a, box=(128, 64), swizzle="none")

@@ -17,29 +17,36 @@ from typing import Any
 
 from ..errors import DeviceError, LaunchError
 from .driver import check, driver, ensure_current, stream_handle
+from .resource import Resource
 
 
-class Graph:
+class Graph(Resource):
     """An instantiated CUDA graph (a `CUgraphExec`), made by `capture`.
 
     `replay(stream)` launches it on `stream` (default: the stream it was captured on);
-    `nodes` is how many operations it holds. Freed by `close()` or garbage collection."""
+    `nodes` is how many operations it holds. Destroyed by `close()`, at the end of a `with`
+    block, or by garbage collection (see resource.py)."""
+
+    noun = "CUDA graph"
 
     def __init__(self, stream: int):
         self.stream = stream
         self.nodes = 0
         self._graph: Any = None
         self._exec: Any = None
+        Resource.__init__(self)
 
     def replay(self, stream: Any = None) -> None:
         """Launch the whole graph once on `stream` (asynchronous, like a kernel launch)."""
+        self._check_open()
         if self._exec is None:
-            raise LaunchError("this graph has no instantiated capture (closed, or capture failed)")
+            raise LaunchError(
+                "this CUDA graph has no instantiated capture (its capture failed or has not ended)"
+            )
         sh = self.stream if stream is None else stream_handle(stream)
         check(driver().cuGraphLaunch(self._exec, sh), "cuGraphLaunch")
 
-    def close(self) -> None:
-        """Destroy the graph (a replay already queued still runs)."""
+    def _release(self) -> None:  # a replay already queued still runs
         drv = driver()
         ex, self._exec = self._exec, None
         g, self._graph = self._graph, None
@@ -48,14 +55,9 @@ class Graph:
         if g is not None:
             check(drv.cuGraphDestroy(g), "cuGraphDestroy")
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown or a dead context: nothing to report to
-            pass
-
     def __repr__(self) -> str:
-        state = "closed" if self._exec is None else f"{self.nodes} nodes"
+        state = "closed" if self.closed else "empty" if self._exec is None else \
+            f"{self.nodes} nodes"
         return f"Graph({state}, stream=0x{self.stream:x})"
 
 

@@ -17,6 +17,7 @@ from ..errors import LaunchError
 from .driver import check, device_context, driver, ensure_current, make_current
 from .dtypes import bits_dtype, f32_to_bf16_bits, host_array, scalar_of
 from .interop import ArrayDesc, contiguous_strides
+from .resource import Resource
 
 
 def _shape_of(shape: Any) -> tuple[int, ...]:
@@ -27,14 +28,15 @@ def _shape_of(shape: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
-class DeviceArray:
+class DeviceArray(Resource):
     """A C-contiguous array in GPU memory.
 
     `elem` is the ptxdsl element type; `dtype` is the numpy dtype that holds it on the host
     (bf16: ml_dtypes' bfloat16; uint16 bit patterns are accepted too). Exposes
     `__cuda_array_interface__`, so `torch.as_tensor(a, device="cuda")` and `cupy.asarray(a)`
     view it without copying.
-    Freed by `free()`, at the end of a `with` block, or when garbage-collected.
+    Freed by `free()` (or `close()`), at the end of a `with` block, or when
+    garbage-collected (see resource.py).
 
     `device` is the ordinal of the GPU whose context allocated it or through which it is
     reached (None: this thread's device); copies and `free` run in that context. A view of
@@ -42,6 +44,7 @@ class DeviceArray:
 
     __slots__ = ("ptr", "shape", "elem", "dtype", "nbytes", "device", "_owned", "_owner",
                  "_desc", "__weakref__")  # fmt: skip
+    noun, released = "device array", "freed"
 
     def __init__(
         self,
@@ -62,6 +65,7 @@ class DeviceArray:
         self._owned = owned
         self._owner = owner
         self._desc = ArrayDesc(ptr, shape, contiguous_strides(shape, elem.nbytes), elem)
+        Resource.__init__(self)
 
     def _current(self) -> None:
         if self.device is None:
@@ -69,13 +73,9 @@ class DeviceArray:
         else:
             make_current(device_context(self.device))
 
-    def _check_alive(self) -> None:
-        if self.ptr == 0 and self.nbytes:
-            raise LaunchError("the device array was freed")
-
     @property
     def __ptxdsl_array__(self) -> ArrayDesc:
-        self._check_alive()
+        self._check_open()
         return self._desc
 
     @property
@@ -107,7 +107,7 @@ class DeviceArray:
     def copy_to_host(self, out: np.ndarray | None = None) -> np.ndarray:
         """A numpy copy of the data (bf16 as bfloat16); writes into `out` when given (bf16
         also into uint16 bit patterns)."""
-        self._check_alive()
+        self._check_open()
         if out is None:
             out = np.empty(self.shape, self.dtype)
         elif host_array(out, self.elem) is None or out.nbytes != self.nbytes or \
@@ -133,30 +133,21 @@ class DeviceArray:
                 f"cannot copy a {src.dtype} array of {src.nbytes} bytes into a device array "
                 f"of {self.elem} with {self.nbytes} bytes"
             )
-        self._check_alive()
+        self._check_open()
         if self.nbytes:
             self._current()
             check(driver().cuMemcpyHtoD(self.ptr, src, self.nbytes), "cuMemcpyHtoD")
 
     def free(self) -> None:
-        """Release the memory now; later use of the array raises."""
-        ptr, self.ptr = self.ptr, 0
+        """Release the memory now (same as `close()`); later use of the array raises."""
+        self.close()
+
+    def _release(self) -> None:
+        ptr, self.ptr = self.ptr, 0  # 0 also sends a freed array off the launch fast path
         self._owner = None
         if ptr and self._owned:
             self._current()
             check(driver().cuMemFree(ptr), "cuMemFree")
-
-    def __enter__(self) -> DeviceArray:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.free()
-
-    def __del__(self) -> None:
-        try:
-            self.free()
-        except Exception:  # interpreter shutdown or a dead context: nothing to report to
-            pass
 
     def __len__(self) -> int:
         if not self.shape:

@@ -26,6 +26,7 @@ from typing import Any
 from ..errors import DeviceError, LaunchError
 from .driver import check, device_context, device_ordinal, driver, make_current
 from .dtypes import scalar_of
+from .resource import Resource
 
 _SYS_PIDFD_GETFD = 438  # x86_64 and aarch64
 _PR_SET_PTRACER, _PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1)
@@ -88,11 +89,14 @@ def _prop(device: int, shareable: bool) -> Any:
     return prop
 
 
-class VmmAllocation:
+class VmmAllocation(Resource):
     """VMM memory mapped into this process: `ptr` (its address here), `size` (bytes, a
     multiple of the granularity), `nbytes` (bytes asked for), `device` (the GPU holding
-    it), `access` (GPUs that may use `ptr`). `free()` unmaps it; the memory itself lives
-    on while another process still maps it."""
+    it), `access` (GPUs that may use `ptr`). `free()` (or `close()`, the end of a `with`
+    block, garbage collection) unmaps it; the memory itself lives on while another process
+    still maps it."""
+
+    noun, released = "VMM allocation", "freed"
 
     def __init__(
         self,
@@ -111,10 +115,11 @@ class VmmAllocation:
         self.access: tuple[int, ...] = ()
         with _lock:
             _live[ptr] = self
+        Resource.__init__(self)
 
     def set_access(self, devices: Any) -> None:
         """Let kernels on each of `devices` read and write the memory (adds to `access`)."""
-        self._check_alive()
+        self._check_open()
         devs = sorted({device_ordinal(d) for d in devices})
         for d in devs:
             device_context(d)  # a clear error for an ordinal that does not exist
@@ -135,7 +140,7 @@ class VmmAllocation:
 
     def export(self) -> ShareableHandle:
         """A handle another process can import (the allocation must be `shareable`)."""
-        self._check_alive()
+        self._check_open()
         if not self.shareable:
             raise LaunchError(
                 "this VMM allocation was not made shareable; allocate it with "
@@ -163,7 +168,7 @@ class VmmAllocation:
 
         from .memory import DeviceArray, _shape_of
 
-        self._check_alive()
+        self._check_open()
         elem = scalar_of(dtype)
         if shape is None:
             shape = ((self.nbytes - offset) // elem.nbytes,)
@@ -181,15 +186,13 @@ class VmmAllocation:
         )
         return DeviceArray(self.ptr + offset, shape_t, elem, owned=False, device=dev, owner=self)
 
-    def _check_alive(self) -> None:
-        if not self.ptr:
-            raise LaunchError("the VMM allocation was freed")
-
     def free(self) -> None:
-        """Unmap and release (views made by `array` must not be used afterwards)."""
+        """Unmap and release, same as `close()` (views made by `array` must not be used
+        afterwards)."""
+        self.close()
+
+    def _release(self) -> None:
         ptr, self.ptr = self.ptr, 0
-        if not ptr:
-            return
         with _lock:
             _live.pop(ptr, None)
         drv = driver()
@@ -204,18 +207,6 @@ class VmmAllocation:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-    def __enter__(self) -> VmmAllocation:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.free()
-
-    def __del__(self) -> None:
-        try:
-            self.free()
-        except Exception:  # interpreter shutdown or a dead context: nothing to report to
-            pass
 
     def __repr__(self) -> str:
         src = "" if self.imported_from is None else f", imported from pid {self.imported_from}"

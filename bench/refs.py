@@ -1,11 +1,10 @@
-"""The references samples/bench.py measures ptxdsl against, each written or loaded here.
+"""The references the benchmarks measure ptxdsl against, each written or loaded here.
 
-Every function returns None when its library is missing, so the benchmark still runs (and
-says "not installed") where Triton, cupy or Liger are absent."""
+Every function returns None when its library is missing, so a benchmark still runs (and
+says what it could not measure) where Triton, cupy or Liger are absent. torch is imported
+where it is used, so the module imports without it."""
 
 from __future__ import annotations
-
-import torch
 
 
 def triton_copy():
@@ -135,6 +134,8 @@ def liger_norms():
 
 def torch_norm(kind, n, w, b, eps):
     """torch's own (eager) op for `kind`."""
+    import torch
+
     f = torch.nn.functional
     if kind == "rmsnorm":
         return lambda x: f.rms_norm(x, (n,), w, eps)
@@ -146,6 +147,8 @@ def torch_norm(kind, n, w, b, eps):
 def compiled_norms(kind, n, w, b, eps):
     """torch.compile (Inductor) of the op two ways: torch's own op, and the math written out
     in float32; (description, compiled function) pairs, empty without Inductor."""
+    import torch
+
     try:
         import torch._inductor  # noqa: F401
     except Exception:
@@ -210,6 +213,8 @@ def cupy_probe():
 
 def triton_probe():
     """A Triton launch of a do-nothing kernel with a tensor and a u32, or None."""
+    import torch
+
     try:
         import triton
         import triton.language as tl
@@ -223,3 +228,71 @@ def triton_probe():
 
     x = torch.zeros(64, dtype=torch.int32, device="cuda")
     return lambda: probe[(1,)](x, 7)
+
+
+def triton_longrow():
+    """Row-per-program Triton RMSNorm and softmax for long bf16 rows: the whole row in
+    registers (ONE_PASS, as Liger does for n <= 65536) or two passes over BLOCK-wide
+    blocks (online softmax); `run(kind, x, w, y, block, one_pass, warps)`. Or None."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def rms_row(x_ptr, w_ptr, y_ptr, n, eps, BLOCK: tl.constexpr, ONE_PASS: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        x_ptr += row * n
+        y_ptr += row * n
+        if ONE_PASS:
+            cols = tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + cols).to(tl.float32)
+            inv = tl.rsqrt(tl.sum(x * x, axis=0) / n + eps)
+            w = tl.load(w_ptr + cols).to(tl.float32)
+            tl.store(y_ptr + cols, (x * inv * w).to(tl.bfloat16))
+        else:
+            acc = tl.zeros([BLOCK], tl.float32)
+            for off in range(0, n, BLOCK):
+                x = tl.load(x_ptr + off + tl.arange(0, BLOCK)).to(tl.float32)
+                acc += x * x
+            inv = tl.rsqrt(tl.sum(acc, axis=0) / n + eps)
+            for off in range(0, n, BLOCK):
+                cols = off + tl.arange(0, BLOCK)
+                x = tl.load(x_ptr + cols).to(tl.float32)
+                w = tl.load(w_ptr + cols).to(tl.float32)
+                tl.store(y_ptr + cols, (x * inv * w).to(tl.bfloat16))
+
+    @triton.jit
+    def softmax_row(x_ptr, y_ptr, n, BLOCK: tl.constexpr, ONE_PASS: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        x_ptr += row * n
+        y_ptr += row * n
+        if ONE_PASS:
+            cols = tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + cols).to(tl.float32)
+            e = tl.exp(x - tl.max(x, axis=0))
+            tl.store(y_ptr + cols, (e / tl.sum(e, axis=0)).to(tl.bfloat16))
+        else:  # online softmax: one pass for (max, sum), one to write
+            m = tl.full([BLOCK], -float("inf"), tl.float32)
+            s = tl.zeros([BLOCK], tl.float32)
+            for off in range(0, n, BLOCK):
+                x = tl.load(x_ptr + off + tl.arange(0, BLOCK)).to(tl.float32)
+                nm = tl.maximum(m, x)
+                s = s * tl.exp(m - nm) + tl.exp(x - nm)
+                m = nm
+            big = tl.max(m, axis=0)
+            total = tl.sum(s * tl.exp(m - big), axis=0)
+            for off in range(0, n, BLOCK):
+                cols = off + tl.arange(0, BLOCK)
+                x = tl.load(x_ptr + cols).to(tl.float32)
+                tl.store(y_ptr + cols, (tl.exp(x - big) / total).to(tl.bfloat16))
+
+    def run(kind, x, w, y, block, one_pass, warps):
+        rows, n = x.shape
+        if kind == "rmsnorm":
+            rms_row[(rows,)](x, w, y, n, 1e-5, BLOCK=block, ONE_PASS=one_pass, num_warps=warps)
+        else:
+            softmax_row[(rows,)](x, y, n, BLOCK=block, ONE_PASS=one_pass, num_warps=warps)
+
+    return run

@@ -1,33 +1,31 @@
 """Run norm kernels once each at full size (16384 x 8192), for `ncu` to profile.
 
-    python samples/profile_norm.py SPEC [SPEC ...]
+    python -m bench.profile_norm SPEC [SPEC ...]
 
 SPEC is kind:dtype:impl[:key=value,...], impl one of
   row     the one-row-per-CTA form (samples/norms.py make_norm_row; keys warps, minctas),
           one CTA per row;
   tma     the TMA ring form (make_norm; keys stages, warps), every CTA resident;
-  triton  the one-row-per-program Triton kernels of samples/bench_refs.py (key warps).
+  triton  the one-row-per-program Triton kernels of bench/refs.py (key warps).
 The ptxdsl kernels are named prof_<kind>_<dtype>_<impl>_..., Triton's rms, smax and lnorm:
 `ncu -k regex:'prof_|rms|smax|lnorm'` selects them all."""
 
-import sys
-from pathlib import Path
+from __future__ import annotations
 
-import torch
+import argparse
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import bench_refs as refs  # noqa: E402
-import norms  # noqa: E402
-
-import ptxdsl  # noqa: E402
-from ptxdsl.runtime.occupancy import max_active_clusters  # noqa: E402
+from . import refs
+from .common import resident, twin
 
 ROWS, N = 16384, 8192
 
 
 def run(spec: str) -> None:
+    import torch
+
+    import ptxdsl
+
+    norms = twin("norms")
     kind, dt, impl, *rest = spec.split(":")
     opts = {k: int(v) for k, v in (kv.split("=") for kv in rest[0].split(","))} if rest else {}
     tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
@@ -50,7 +48,7 @@ def run(spec: str) -> None:
     else:
         raise SystemExit(f"unknown impl {impl!r}: row, tma or triton")
     k = kd.program().kernel()
-    grid = ROWS if impl == "row" else max_active_clusters(k, (1, 1, 1))
+    grid = ROWS if impl == "row" else resident(k)
     args = {"rmsnorm": (x, w, y, ROWS), "softmax": (x, y, ROWS),
             "layernorm": (x, w, b, y, ROWS)}[kind]
     k[grid](*args)
@@ -58,5 +56,14 @@ def run(spec: str) -> None:
     print(f"{name}: grid {grid}", flush=True)
 
 
-for s in sys.argv[1:] or ["rmsnorm:bf16:row"]:
-    run(s)
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile_norm", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("spec", nargs="*", default=["rmsnorm:bf16:row"],
+                    help="kind:dtype:impl[:key=value,...]")
+    for s in ap.parse_args(argv).spec:
+        run(s)
+
+
+if __name__ == "__main__":
+    main()

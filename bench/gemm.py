@@ -1,0 +1,139 @@
+"""GEMM: ptxdsl's warp-specialised wgmma GEMM (samples/gemm.py) against cuBLAS
+(torch.matmul), side by side in one process on the same inputs, correctness checked first.
+
+    python -m bench gemm [--shape MxNxK,...] [--variants] [--quick]
+    python -m bench cluster-gemm [--shape ...]     # the 2 x 1 cluster form, B multicast
+
+C = A @ B^T with A (M x K) and B (N x K) row-major bf16, f32 accumulation, bf16 C. cuBLAS
+runs torch.matmul(A, B.T) and torch.matmul(A, Bt) with Bt = B^T stored K x N; its faster
+layout is the reference. Times: the best of three interleaved rounds of medians of 30
+CUDA-event-timed runs. TFLOP/s count 2 M N K."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .common import BenchError, Row, Section, gemm_error, interleaved_ms, sms, twin
+
+SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 32768), (4096, 4096, 512))
+ABOUT = ("bf16 in, f32 accumulate, bf16 out, C = A @ B^T; cuBLAS is `torch.matmul`, the faster "
+         "of its two operand layouts; best of 3 interleaved rounds of medians of 30 "
+         "CUDA-event-timed runs; every kernel checked against an f32 reference first.")
+ABOUT_CLUSTER = ("`make_gemm(cluster=(2, 1, 1))`: each CTA of a pair loads its own A tile and "
+                 "half of the shared B tile, multicast to both; grid: the clusters "
+                 "`cuOccupancyMaxActiveClusters` allows. Otherwise as the GEMM section.")
+LIMITS = ("at 4096^3 the tensor pipe is active 93.6% of cycles (Nsight Compute); at K = 512 "
+          "each tile's fill and epilogue weigh more (73%). Not tried: one wgmma group kept in "
+          "flight across K steps, 4 stages, stmatrix in the epilogue.")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape", default=",".join("x".join(map(str, s)) for s in SHAPES),
+                   help="comma-separated MxNxK")
+    p.add_argument("--variants", action="store_true", help="also other tile configurations")
+    p.add_argument("--quick", action="store_true", help="fewer runs")
+
+
+def shapes(text: str) -> list[tuple[int, int, int]]:
+    out = []
+    for s in text.split(","):
+        dims = tuple(int(d) for d in s.lower().split("x"))
+        if len(dims) != 3:
+            raise BenchError(f"a shape is MxNxK, got {s!r}")
+        out.append(dims)
+    return out
+
+
+def gemm_launcher(kdef: Any, a: Any, b: Any, c: Any, bm: int = 128, bn: int = 256,
+                  cluster: int = 1):
+    """A closure launching `kdef` on (a, b) into c, with its tensor maps built once (with a
+    cluster pair, each CTA loads half of a B tile and the grid is whole clusters)."""
+    from ptxdsl.runtime import TensorMap
+
+    m, k = a.shape
+    n = b.shape[0]
+    ta = TensorMap(a, box=(bm, 64), swizzle="128B")
+    tb = TensorMap(b, box=(bn // cluster, 64), swizzle="128B")
+    tc = TensorMap(c, box=(64, 64), swizzle="128B")
+    ctas = sms()
+    if cluster > 1:  # as many clusters as can be resident at once (GPCs decide, not SMs / 2)
+        from ptxdsl.runtime.occupancy import max_active_clusters
+
+        ctas = max_active_clusters(kdef.program().kernel()) * cluster
+    grid = min(ctas // cluster, -(-m // (bm * cluster)) * -(-n // bn)) * cluster
+    launch = kdef[grid]
+    return lambda: launch(ta, tb, tc, m, n, k)
+
+
+def check(kdef: Any, m: int, n: int, k: int, bm: int = 128, bn: int = 256, seed: int = 0,
+          cluster: int = 1) -> float:
+    """Run once on random data; max |err| / tolerance against an f32 reference (<= 1
+    passes)."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemm_launcher(kdef, a, b, c, bm, bn, cluster)()
+    torch.cuda.synchronize()
+    return gemm_error(c, a, b)
+
+
+def configs(a: argparse.Namespace, cluster: bool) -> list[tuple[str, Any, int, int, int]]:
+    """(label, kernel, bm, bn, cluster size) of the kernels to time."""
+    t = twin("gemm")
+    if cluster:
+        return [("2x1 cluster, B multicast", t.make_gemm(cluster=(2, 1, 1)), 128, 256, 2)]
+    out = [("128x256x64, 3 stages, groups of 8", t.gemm, 128, 256, 1)]
+    if a.variants:
+        out += [
+            ("groups of 16", t.make_gemm(group=16), 128, 256, 1),
+            ("registers 24/240", t.make_gemm(producer_regs=24, consumer_regs=240), 128, 256, 1),
+            ("128x128x64, 6 stages", t.make_gemm(bn=128, stages=6), 128, 128, 1),
+            ("256x128x64, 128 rows a consumer", t.make_gemm(bm=256, bn=128), 256, 128, 1),
+        ]
+    return out
+
+
+def measure(a: argparse.Namespace, cluster: bool) -> list[Row]:
+    import torch
+
+    reps = 10 if a.quick else 30
+    cmd = "python -m bench " + ("cluster-gemm" if cluster else "gemm")
+    rows = []
+    for m, n, k in shapes(a.shape):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        y = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        yt = y.T.contiguous()
+        fns = {"cuBLAS A @ B.T": lambda x=x, y=y: torch.matmul(x, y.T),
+               "cuBLAS A @ Bt": lambda x=x, yt=yt: torch.matmul(x, yt)}
+        for label, kdef, bm, bn, cl in configs(a, cluster):
+            mine = gemm_launcher(kdef, x, y, c, bm, bn, cl)
+            c.fill_(float("nan"))
+            mine()
+            torch.cuda.synchronize()
+            err = gemm_error(c, x, y)
+            if not err <= 1.0:
+                raise BenchError(f"{label} at {m}x{n}x{k}: error {err:.2f} x the tolerance")
+            fns[label] = mine
+        ms = interleaved_ms(fns, reps)
+        flops = 2 * m * n * k
+        best_ref = min((r for r in ms if r.startswith("cuBLAS")), key=ms.__getitem__)
+        best = min((r for r in ms if not r.startswith("cuBLAS")), key=ms.__getitem__)
+        rows.append(Row(f"{m} x {n} x {k}", best, flops / ms[best] / 1e9, "cuBLAS",
+                        flops / ms[best_ref] / 1e9, "TFLOP/s",
+                        f"{cmd} --shape {m}x{n}x{k}", target=1.0))
+    return rows
+
+
+def run(a: argparse.Namespace) -> list[Section]:
+    if a.cluster:
+        s = Section("cluster-gemm", "GEMM on 2 x 1 clusters, B multicast", ABOUT_CLUSTER,
+                    limits=LIMITS)
+    else:
+        s = Section("gemm", "GEMM, bf16, C = A @ B^T", ABOUT, limits=LIMITS)
+    s.rows = measure(a, a.cluster)
+    return [s]

@@ -1,0 +1,117 @@
+"""Split-K GEMM: ptxdsl's split-K kernel with TMA reductions (samples/gemm_splitk.py, both
+modes) against cuBLAS (torch.matmul) on skinny-output, long-K shapes, side by side in one
+process on the same inputs, correctness checked first.
+
+    python -m bench splitk [--shape MxNxK,...] [--splits 8,16] [--variant stages,chunks]
+                           [--batch 20] [--quick]
+
+C = A @ B^T, bf16 in and out, f32 accumulation. The workspace and semaphores are made once
+and left at zero by every launch, so a run is one launch. Times: the best of three
+interleaved rounds of medians of 100 CUDA-event-timed intervals of `--batch` launches back
+to back (20: GPU time per launch; 1: one launch alone, host launch cost included)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .common import BenchError, Row, Section, gemm_error, interleaved_ms, sms, twin
+from .gemm import shapes
+
+SHAPES = "512x512x65536,1024x1024x32768,256x4096x16384"
+ABOUT = ("bf16, C = A @ B^T; f32 partials TMA-reduce-added into a workspace, splits chosen to "
+         "fill the SMs once; cuBLAS is `torch.matmul`, the faster of its two layouts. GPU time "
+         "per launch (20 launches back to back per interval), best of 3 interleaved rounds; "
+         "every configuration checked against an f32 reference and its workspace checked back "
+         "at zero first.")
+LIMITS = ("cuBLAS runs a 128 x 128 split-K kernel on 2-CTA clusters plus a separate reduce "
+          "kernel, its SMs evenly busy; in `gemm_splitk` the busiest SM works ~12 us longer "
+          "than the average (Nsight Compute at 512 x 512 x 65536): the slowest main loops, the "
+          "16 splits of a tile reducing into one workspace tile, and the last arrival's "
+          "read-back. The deterministic mode serialises the splits (~3.2 us a link). Not "
+          "tried: clusters with multicast of A / B, one wgmma group in flight, a separate "
+          "reduction kernel.")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape", default=SHAPES, help="comma-separated MxNxK")
+    p.add_argument("--splits", default="0", help="comma-separated split counts for the first "
+                   "shape (0: as many as fill the GPU once)")
+    p.add_argument("--variant", default="", help="stages,chunks of make_splitk (default: the "
+                   "sample's kernel)")
+    p.add_argument("--batch", type=int, default=20, help="launches per timed interval")
+    p.add_argument("--quick", action="store_true", help="fewer runs")
+
+
+class SplitK:
+    """A launcher of the split-K kernel (or the variant `kdef`) on (a, b) into c, with its
+    workspace, semaphores and tensor maps made once."""
+
+    def __init__(self, a: Any, b: Any, c: Any, splits: int | None = None,
+                 ordered: bool = False, kdef: Any = None):
+        import torch
+
+        from ptxdsl.runtime import TensorMap
+
+        t = twin("gemm_splitk")
+        m, k = a.shape
+        n = b.shape[0]
+        self.splits = splits or t.pick_splits(m, n, k, sms())
+        t.check_splits(k, self.splits)
+        self.ws = torch.zeros(m, n, device=a.device, dtype=torch.float32)
+        self.sem = torch.zeros(2 * t.tiles(m, n), device=a.device, dtype=torch.uint32)
+        maps = (TensorMap(a, box=(t.BM, t.BK), swizzle="128B"),
+                TensorMap(b, box=(t.BN, t.BK), swizzle="128B"),
+                TensorMap(self.ws, box=(64, t.PART), swizzle="128B"))
+        launch = (kdef or t.gemm_splitk)[t.tiles(m, n) * self.splits]
+        args = (*maps, self.ws, c, self.sem, m, n, k, self.splits, int(ordered))
+        self.run = lambda: launch(*args)
+
+    def __call__(self) -> None:
+        self.run()
+
+    def clean(self) -> bool:
+        """Whether the workspace and the semaphores are back at zero."""
+        import torch
+
+        return not self.ws.any() and not self.sem.view(torch.int32).any()
+
+
+def run(a: argparse.Namespace) -> list[Section]:
+    import torch
+
+    t = twin("gemm_splitk")
+    kdef = t.make_splitk(*map(int, a.variant.split(","))) if a.variant else None
+    reps = 20 if a.quick else 100
+    split_options = [int(s) or None for s in a.splits.split(",") if s] or [None]
+    s = Section("splitk", "Split-K GEMM with TMA reduce-add", ABOUT, limits=LIMITS)
+    todo = shapes(a.shape)
+    for m, n, k in todo:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        y = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        yt = y.T.contiguous()
+        for splits in split_options if (m, n, k) == todo[0] else [None]:
+            fns = {"cuBLAS A @ B.T": lambda x=x, y=y: torch.matmul(x, y.T),
+                   "cuBLAS A @ Bt": lambda x=x, yt=yt: torch.matmul(x, yt)}
+            for ordered in (False, True):
+                c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                mine = SplitK(x, y, c, splits, ordered, kdef)
+                mine()
+                torch.cuda.synchronize()
+                err = gemm_error(c, x, y)
+                if not err <= 1.0 or not mine.clean():
+                    raise BenchError(f"split-K {m}x{n}x{k}, {mine.splits} splits: error "
+                                     f"{err:.2f} x tol, workspace clean: {mine.clean()}")
+                fns[f"{'deterministic' if ordered else 'unordered'}, {mine.splits} splits"] = mine
+            ms = interleaved_ms(fns, reps, batch=a.batch)
+            flops = 2 * m * n * k
+            best_ref = min(ms["cuBLAS A @ B.T"], ms["cuBLAS A @ Bt"])
+            cmd = f"python -m bench splitk --shape {m}x{n}x{k}" + \
+                (f" --splits {splits}" if splits else "") + \
+                (f" --batch {a.batch}" if a.batch != 20 else "")
+            for mode in (r for r in ms if not r.startswith("cuBLAS")):
+                s.rows.append(Row(f"{m} x {n} x {k}", mode, flops / ms[mode] / 1e9, "cuBLAS",
+                                  flops / best_ref / 1e9, "TFLOP/s", cmd,
+                                  target=1.2 if (m, n, k) == (512, 512, 65536)
+                                  and mode.startswith("unordered") else None))
+    return [s]
