@@ -16,7 +16,8 @@ from typing import Any
 
 from .common import BenchError, Row, Section, gemm_error, interleaved_ms, sms, twin
 
-SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 32768), (4096, 4096, 512))
+SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (8192, 8192, 1024), (2048, 2048, 32768),
+          (4096, 4096, 512), (16384, 16384, 4096))
 ABOUT = ("bf16 in, f32 accumulate, bf16 out, C = A @ B^T; cuBLAS is `torch.matmul`, the faster "
          "of its two operand layouts; best of 3 interleaved rounds of medians of 30 "
          "CUDA-event-timed runs; every kernel checked against an f32 reference first.")
