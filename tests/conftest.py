@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import io
+import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,15 @@ sys.path.insert(0, str(ROOT))
 def pytest_addoption(parser):
     parser.addoption("--update-goldens", action="store_true",
                      help="rewrite golden files (PTX and error renderings) from current output")
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """Workers for `-n auto` (pyproject's default): one per core for the CPU suite, none for a
+    GPU run (`-m gpu`), whose tests share one device and time kernels."""
+    marks = config.getoption("markexpr") or ""
+    if "gpu" in marks and "not gpu" not in marks:
+        return 0
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 @pytest.fixture
@@ -107,3 +120,33 @@ def assert_ok(results) -> None:
     assert results, "nothing was checked"
     for r in results:
         assert r.ok, f"{r.name}: {r.detail} (max abs err {r.max_abs_err:.3g})"
+
+
+@dataclass(frozen=True)
+class CliRun:
+    """What one `ptxdsl` command printed and returned."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str, cwd: Path = ROOT) -> CliRun:
+    """Run the `ptxdsl` command in this process: the same `main` the console script calls,
+    with stdout/stderr captured and argparse's exits turned into exit codes. A fresh
+    interpreter costs about a second per call, most of a CLI test's time; the entry point
+    itself is covered by the subprocess tests in test_cli.py."""
+    from ptxdsl.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.chdir(here)
+    return CliRun(code, out.getvalue(), err.getvalue())

@@ -1,15 +1,17 @@
 """The ptxdsl command line: exit codes, outputs, and no tracebacks on bad input."""
 
+import os
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, cli
 
 
-def cli(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
+def entry_point(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """`python -m ptxdsl` in a fresh interpreter: the real entry point, exit code and streams."""
     return subprocess.run([sys.executable, "-m", "ptxdsl", *args], capture_output=True,
-                          text=True, cwd=cwd)
+                          text=True, cwd=ROOT, env={**os.environ, **env})
 
 
 def test_compile_writes_ptx(tmp_path):
@@ -37,7 +39,7 @@ def test_check_and_fmt():
 
 
 def test_help_lists_commands():
-    r = cli("--help")
+    r = entry_point("--help")
     assert r.returncode == 0
     for word in ("compile", "check", "fmt", "PTXDSL_DEBUG"):
         assert word in r.stdout
@@ -72,9 +74,10 @@ def test_missing_file():
 def test_debug_switch_shows_traceback(tmp_path):
     f = tmp_path / "bad.ptxdsl"
     f.write_text("kernel k() threads(32) { let x = y; }")
-    r = subprocess.run([sys.executable, "-m", "ptxdsl", "check", str(f)], capture_output=True,
-                       text=True, cwd=ROOT, env={**__import__("os").environ, "PTXDSL_DEBUG": "1"})
+    r = entry_point("check", str(f), PTXDSL_DEBUG="1")
     assert r.returncode == 1 and "Traceback" in r.stderr
+    r = entry_point("check", str(f))
+    assert r.returncode == 1 and "unknown name 'y'" in r.stderr and "Traceback" not in r.stderr
 
 
 

@@ -2,11 +2,9 @@
 their instantiation (-D, defines=) and compile-time assertions."""
 
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, SAMPLES, sample_module
+from conftest import SAMPLES, cli, sample_module
 
 import ptxdsl
 from ptxdsl import types as T
@@ -81,8 +79,7 @@ def test_norms_carry_no_size_literal_and_no_hand_written_mbarrier():
 def test_cli_compiles_norms_for_several_sizes(tmp_path):
     def compile_(*extra):
         out = tmp_path / "n.ptx"
-        r = subprocess.run([sys.executable, "-m", "ptxdsl", "compile", str(NORMS), "-o",
-                            str(out), *extra], capture_output=True, text=True, cwd=ROOT)
+        r = cli("compile", str(NORMS), "-o", str(out), *extra)
         assert r.returncode == 0, r.stderr
         return out.read_text()
 
@@ -97,11 +94,9 @@ def test_cli_compiles_norms_for_several_sizes(tmp_path):
 
 
 def test_cli_rejects_bad_defines():
-    r = subprocess.run([sys.executable, "-m", "ptxdsl", "compile", str(NORMS), "-D", "N"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = cli("compile", str(NORMS), "-D", "N")
     assert r.returncode == 1 and "-D N: expected NAME=VALUE, e.g. -D N=8192" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "ptxdsl", "check", str(NORMS), "-D", "N=3000"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = cli("check", str(NORMS), "-D", "N=3000")
     assert r.returncode == 1 and "compile-time assertion failed: a row is whole 16-byte " \
         "vectors for every consumer thread (N % (THREADS * VEC) == 0 is false)" in r.stderr
 
@@ -180,8 +175,6 @@ def test_type_parameter_mistakes():
 
 
 def test_interp_runs_an_instantiated_sample_with_data_sized_alike():
-    r = subprocess.run([sys.executable, "-m", "ptxdsl", "interp", str(NORMS), "-D", "N=2048",
-                        "-D", "T=f32", "--kernel", "rmsnorm"], capture_output=True, text=True,
-                       cwd=ROOT)
+    r = cli("interp", str(NORMS), "-D", "N=2048", "-D", "T=f32", "--kernel", "rmsnorm")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("PASS rmsnorm: y max |err|")

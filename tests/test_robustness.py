@@ -3,12 +3,10 @@ every check, each with its located message; and the compiler's resource bounds."
 
 import inspect
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, assemble
+from conftest import ROOT, assemble, cli
 from fuzzing import outcome
 
 import ptxdsl
@@ -40,8 +38,7 @@ def test_leading_zero_is_a_located_error_with_exit_status_1(tmp_path):
     """Issue 15: `032` ended in 'internal error: ValueError ... base 0' and exit status 2."""
     f = tmp_path / "zero.ptxdsl"
     f.write_text(body("    p[0] = 032;"))
-    r = subprocess.run([sys.executable, "-m", "ptxdsl", "compile", str(f)], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = cli("compile", str(f))
     assert r.returncode == 1, r.stderr
     assert "zero.ptxdsl:2:12: error: integer literal 032 has a leading zero; write 32" in r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
