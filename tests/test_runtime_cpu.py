@@ -1190,8 +1190,8 @@ kernel tile(map: tmap<f32, 2>) threads(32) {
         with pytest.raises(LaunchError) as e:
             packer.pack((tmap(box=(8, 32), swizzle="128B"),), {})
         assert str(e.value) == (
-            "error: argument 'map' is a tensor map with swizzle 128B, which needs 1024-byte aligned "
-            "shared tiles, but the kernel's tile in 'smem' is 128-byte aligned: declare it "
+            "error: argument 'map' is a tensor map with swizzle 128B, which needs 1024-byte "
+            "aligned shared tiles, but the kernel's tile in 'smem' is 128-byte aligned: declare it "
             "`align 1024`, or pass a map without swizzle")
     with pytest.raises(LaunchError, match="swizzle 64B, which needs 512-byte aligned"):
         packer.pack((tmap(box=(8, 16), swizzle="64B"),), {})

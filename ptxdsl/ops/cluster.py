@@ -19,7 +19,6 @@ from ..opdef import ErrorFn, OpDef, const_int, register
 from .bulk import check_smem_aligned, smem_bytes, stage_barrier
 from .tensor import check_tile, tensor_operands, tmap_operand
 
-
 MASK_BITS = 16
 
 
