@@ -226,10 +226,11 @@ def _tmap_converter(p: ParamInfo) -> Converter:
         )
 
     # what the generated fast path accepts without calling conv: element type, rank and the
-    # swizzle the kernel's buffer declares (any, when no buffer declares one)
-    swizzles = ("none", "32B", "64B", "128B") if p.swizzle is None else (tma_name(p.swizzle),)
-    swizzles = tuple(sw for sw in swizzles if not p.tile_align or
-                     swizzle_align(tma_swizzle_bytes(sw)) <= p.tile_align)
+    # swizzle the kernel's buffer declares (any, when no buffer declares one) that its tiles
+    # are aligned for
+    declared = ("none", "32B", "64B", "128B") if p.swizzle is None else (tma_name(p.swizzle),)
+    swizzles = [sw for sw in declared if not p.tile_align or
+                swizzle_align(tma_swizzle_bytes(sw)) <= p.tile_align]
     conv.sigs = frozenset((name, p.rank, sw) for name in ok  # type: ignore[attr-defined]
                           for sw in swizzles)
     return conv
