@@ -23,6 +23,10 @@ class ParamInfo:
     # declare, which the tensor map passed at launch must use; None when unconstrained
     swizzle: int | None = None
     buffer: str = ""  # the buffer that declares it (for the launch error)
+    # for "tmap": the alignment (bytes) of the least aligned shared tile its copies reach,
+    # which a swizzled tensor map must not exceed (0: not known), and that tile's buffer
+    tile_align: int = 0
+    tile: str = ""
 
     @property
     def nbytes(self) -> int:

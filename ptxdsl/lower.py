@@ -8,7 +8,10 @@ What the author does not write is derived here:
   - barriers are initialised by one thread, fenced, and published with `bar.sync 0`;
   - roles become one if/else chain on `%warp` with `setmaxnreg` and a derived register cap;
   - a producer waits for every stage to be released before it exits (the producer tail), so
-    no consumer can still signal a CTA that has left.
+    no consumer can still signal a CTA that has left. Only threads that acquired wait: where
+    the producer loop runs on more threads than its `acquire` (a role that both produces and
+    consumes, one thread fetching for all), a per-thread flag set by `acquire` guards the
+    tail, since a thread that never acquired waits for a phase that never completes.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ class _PipeFacts:
     commit_bytes: dict[int, int] = field(default_factory=dict)
     mask: ir.Expr | None = None  # multicast group of a cluster pipeline (see multicast.py)
     group: int = 1  # CTAs whose copies fill each stage
+    # some producer loop runs on threads that do not acquire: the tail needs the acquired flag
+    partial_tail: bool = False
 
 
 class _Lowerer:
@@ -127,23 +132,27 @@ class _Lowerer:
                 self.model.env[s.name] = s.value
 
     # -- pass 1: who commits / releases, and how many bytes each commit covers
-    def analyse(self, stmts: tuple[ir.Stmt, ...], path: list, open_puts: dict[str, int] | None
-                ) -> None:
-        open_puts = {} if open_puts is None else open_puts
+    def analyse(self, stmts: tuple[ir.Stmt, ...], path: list, in_role: bool = False,
+                tail_path: list | None = None) -> None:
+        """`tail_path`: the path to the producer loop that gets the tail (see `block`)."""
         local: dict[str, int] = {}
         for s in stmts:
             if isinstance(s, ir.PipelineDecl):
                 self.pipes[s.name] = _PipeFacts(s)
             elif isinstance(s, ir.Role):
                 cond = self.role_cond(s)
-                self.analyse(s.body, path + [(cond, True)], None)
+                self.analyse(s.body, path + [(cond, True)], True)
             elif isinstance(s, ir.If):
-                self.analyse(s.then, path + [(s.cond, True)], None)
-                self.analyse(s.orelse, path + [(s.cond, False)], None)
+                self.analyse(s.then, path + [(s.cond, True)], in_role, tail_path)
+                self.analyse(s.orelse, path + [(s.cond, False)], in_role, tail_path)
             elif isinstance(s, (ir.For, ir.While)):
-                self.analyse(s.body, path, None)
+                tails = in_role and tail_path is None and isinstance(s, ir.For) and \
+                    bool(_committed(s.body))
+                self.analyse(s.body, path, in_role, path if tails else tail_path)
             elif isinstance(s, ir.Acquire):
                 local[s.pipe.name] = 0  # type: ignore[attr-defined]
+                if tail_path is not None and not self.same_threads(tail_path, path):
+                    self.pipes[s.pipe.name].partial_tail = True  # type: ignore[attr-defined]
             elif isinstance(s, ir.Commit):
                 name = s.pipe.name  # type: ignore[attr-defined]
                 self.pipes[name].commit_bytes[id(s)] = local.pop(name, 0)
@@ -196,6 +205,13 @@ class _Lowerer:
         self.diags.error("a copy whose barrier is derived (into a pipeline stage, or in an "
                          "async block) needs a constant byte count", s.loc)
         return 0
+
+    def same_threads(self, a: list, b: list) -> bool:
+        """Whether paths `a` and `b` are run by the same threads (False when unknown)."""
+        try:
+            return self.model.active(a) == self.model.active(b)
+        except _Unknown:
+            return False
 
     def count(self, path: list, s: ir.Stmt) -> int:
         return len(self.threads(path, s))
@@ -279,13 +295,29 @@ class _Lowerer:
         return ir.MBarrierWait(bar=self.stage_bar(pipe, "empty", "put"), parity=parity, loc=loc,
                                role=role[1].name if role else "")
 
+    def tail(self, pipe: str, loc: Span | None, role: tuple[int, ir.Role]) -> list[ir.Stmt]:
+        """The producer tail: wait until every stage is released, on the phase this thread's
+        acquires reached; only threads that acquired wait where some did not."""
+        out: list[ir.Stmt] = []
+        for _ in range(self.pipes[pipe].decl.stages):
+            wait = self.acquire(pipe, loc, role)
+            out.append(dataclasses.replace(wait, role=f"{wait.role}, producer tail"))
+            out += self.advance(pipe, "put", loc)
+        if not self.pipes[pipe].partial_tail:
+            return out
+        acquired = _cmp("ne", _var(f"{pipe}.put_acquired"), _c(0))
+        return [ir.If(cond=acquired, then=tuple(out), orelse=(), loc=loc)]
+
     def block(self, stmts: tuple[ir.Stmt, ...], role: tuple[int, ir.Role] | None,
               in_commit_loop: bool = False) -> tuple[ir.Stmt, ...]:
         out: list[ir.Stmt] = []
         stores: set[str] = set()
         for s in stmts:
             if isinstance(s, ir.Acquire):
-                out.append(self.acquire(s.pipe.name, s.loc, role))  # type: ignore[attr-defined]
+                name = s.pipe.name  # type: ignore[attr-defined]
+                out.append(self.acquire(name, s.loc, role))
+                if self.pipes[name].partial_tail:
+                    out.append(ir.Assign(name=f"{name}.put_acquired", value=_c(1), loc=s.loc))
             elif isinstance(s, ir.Commit):
                 name = s.pipe.name  # type: ignore[attr-defined]
                 nbytes = self.pipes[name].commit_bytes.get(id(s), 0)
@@ -323,11 +355,8 @@ class _Lowerer:
             elif isinstance(s, ir.For) and role is not None and not in_commit_loop and \
                     (pipes := _committed(s.body)):
                 out.append(self.stmt(s, role, True))
-                for name in pipes:  # the producer tail
-                    for _ in range(self.pipes[name].decl.stages):
-                        tail = self.acquire(name, s.loc, role)
-                        out.append(dataclasses.replace(tail, role=f"{tail.role}, producer tail"))
-                        out += self.advance(name, "put", s.loc)
+                for name in pipes:
+                    out += self.tail(name, s.loc, role)
             elif isinstance(s, ir.AsyncLoad):
                 out += self.oneshots.expand(s, lambda b: self.block(b, role, in_commit_loop))
             elif isinstance(s, ir.AsyncAwait):
@@ -363,7 +392,7 @@ class _Lowerer:
         return dataclasses.replace(s, **changes) if changes else s
 
     def lower(self) -> ir.Kernel:
-        self.analyse(self.k.body, [], None)
+        self.analyse(self.k.body, [])
         self.oneshots.analyse(self.k.body, [], None, self.role_cond, self.threads,
                               self.copy_bytes)
         self.check_role_coverage()
@@ -391,6 +420,9 @@ class _Lowerer:
                 for what in ("stage", "phase"):
                     cursors.append(ir.Let(name=f"{name}.{side}_{what}", var_type=T.u32,
                                           value=_c(0), loc=d.loc))
+            if facts.partial_tail:
+                cursors.append(ir.Let(name=f"{name}.put_acquired", var_type=T.u32, value=_c(0),
+                                      loc=d.loc))
         clustered = any(f.mask is not None for f in self.pipes.values())
         body: list[ir.Stmt] = []
         for st in self.k.body:

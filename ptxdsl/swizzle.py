@@ -41,6 +41,17 @@ def tma_name(swizzle: int) -> str:
     return "none" if swizzle in (0, 16) else f"{swizzle}B"
 
 
+def swizzle_align(swizzle: int) -> int:
+    """The alignment (bytes) a TMA tile needs with a swizzle of `swizzle` bytes (0 or 16:
+    none): 8 rows of the pattern, so it starts in phase; 128 without swizzle."""
+    return 8 * swizzle if swizzle in (32, 64, 128) else 128
+
+
+def tma_swizzle_bytes(name: str) -> int:
+    """The bytes of a tensor-map swizzle mode ("none", "32B", "64B", "128B"); 0 for none."""
+    return 0 if name == "none" else int(name.rstrip("B"))
+
+
 def blocked(swizzle: int, major: str) -> bool:
     """Whether the layout is [blocks][rows][row] with blocks one leading-byte-offset apart:
     MN-major rows (blocks along M / N) and the unswizzled layout (blocks along K)."""

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.gpu
 
 
 
-@pytest.mark.parametrize("name", ["add_one", "pipeline", "stream_copy", "norms", "colsum"])
+@pytest.mark.parametrize("name", ["add_one", "pipeline", "stream_copy", "norms", "colsum",
+                                  "cuda_pipeline"])
 def test_sample_matches_numpy(name):
     for _kernel, results in run_sample(SAMPLES / f"{name}.ptxdsl"):
         assert_ok(results)

@@ -972,3 +972,17 @@ def test_interp_catches_broken_corpus_kernel(path):
         run_quiet(k, 2, args, seed=0)
     assert e.value.kind == expect, str(e.value)
     assert f"{path.name}:{line}:" in str(e.value)
+
+
+def test_swizzled_tensor_map_into_a_tile_aligned_for_no_swizzle_is_flagged():
+    """A tile declared without swizzle is checked against the map's swizzle when it runs:
+    128-byte alignment is enough without swizzle, a 128B-swizzled map needs 1024."""
+    a = np.arange(40 * 48, dtype=np.float32).reshape(40, 48)
+    out = np.zeros(256, np.float32)
+    plain = TensorMapModel(a, (8, 32))
+    run(kernel(tile_in(8, 32, align=128)), 1, {"src": plain, "out": out, "x": 8, "y": 4})
+    assert (out == a[4:12, 8:40].reshape(-1)).all()
+    msg = interp_error(tile_in(8, 32, align=128), 1,
+                       {"src": TensorMapModel(a, (8, 32), swizzle="128B"), "out": out,
+                        "x": 8, "y": 4}, "alignment")
+    assert "tma_load needs 1024-byte aligned shared memory" in msg, msg

@@ -1158,3 +1158,42 @@ def test_tensor_map_with_an_unhashable_option_is_built_uncached(fake_encoder):
     a = TensorMap(src, (32, 32), element_strides=[1, 1])
     b = TensorMap(src, (32, 32), element_strides=[1, 1])
     assert a is not b and a.raw == b.raw
+
+
+def test_swizzled_map_into_a_tile_aligned_for_no_swizzle_is_refused_at_launch(fake_encoder):
+    """The compiler says nothing about a tile that declares no swizzle (its map's swizzle is
+    known only here); the launch refuses a swizzle the tile is not aligned for, on the checked
+    path and on the fast one."""
+    import ptxdsl
+
+    text = """
+kernel tile(map: tmap<f32, 2>) threads(32) {
+    shared smem: f32[8][32] align 128;
+    mbarrier bar count 1;
+    if %laneid == 0 {
+        mbarrier_init(bar);
+        fence_mbarrier_init();
+    }
+    bar_sync(0);
+    if %laneid == 0 {
+        mbarrier_arrive_expect_tx(bar, sizeof(smem));
+        tma_load(smem, map, [0, 0], bar);
+    }
+    mbarrier_wait(bar, 0);
+}
+"""
+    info = ptxdsl.compile(text).ptx_module.kernel()
+    assert (info.params[0].tile_align, info.params[0].tile) == (128, "smem")
+    packer = ArgPacker(info)
+    for _ in range(2):  # the second call takes the fast path
+        packer.pack((tmap(box=(8, 32)),), {})
+        with pytest.raises(LaunchError) as e:
+            packer.pack((tmap(box=(8, 32), swizzle="128B"),), {})
+        assert str(e.value) == (
+            "error: argument 'map' is a tensor map with swizzle 128B, which needs 1024-byte "
+            "aligned shared tiles, but the kernel's tile in 'smem' is 128-byte aligned: declare it "
+            "`align 1024`, or pass a map without swizzle")
+    with pytest.raises(LaunchError, match="swizzle 64B, which needs 512-byte aligned"):
+        packer.pack((tmap(box=(8, 16), swizzle="64B"),), {})
+    aligned = ptxdsl.compile(text.replace("align 128", "align 1024")).ptx_module.kernel()
+    ArgPacker(aligned).pack((tmap(box=(8, 32), swizzle="128B"),), {})

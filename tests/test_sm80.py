@@ -454,7 +454,8 @@ def _gpu_outputs(program, ex: dict) -> dict:
 
 def _gpu_cases() -> list:
     return [pytest.param(name, k.name, id=f"{name}-{k.name}")
-            for name in ("add_one", "stream_copy", "norms", "memcpy_async", "pipeline")
+            for name in ("add_one", "stream_copy", "norms", "memcpy_async", "pipeline",
+                         "cuda_pipeline")
             for k in sm80_kernels(name)]
 
 

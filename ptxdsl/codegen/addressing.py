@@ -1,9 +1,10 @@
 """Addresses the emitter derives from declarations: generic accesses to swizzled buffers,
 index arithmetic of constants and unrolled loop variables folded into address offsets, and
-the swizzle that each tensor-map parameter must carry at launch."""
+the swizzle and tile alignment that each tensor-map parameter must fit at launch."""
 
 from __future__ import annotations
 
+from math import gcd, prod
 from typing import Any
 
 from .. import ir
@@ -62,6 +63,34 @@ class Addressing:
             return ca + cb, ir.Binary(op="add", a=ra, b=rb, type=e.type)
         return 0, e
 
+
+
+def tile_aligns(k: ir.Kernel, layout: Layout) -> dict[str, tuple[int, str]]:
+    """For each tensor-map parameter: the alignment (bytes) that every shared tile its TMA
+    copies reach is known to have, and the buffer of the least aligned one (the launch
+    compares it with the swizzle of the tensor map passed)."""
+    out: dict[str, tuple[int, str]] = {}
+    for s in ir.walk(k.body):
+        if isinstance(s, (ir.TensorLoad, ir.TensorLoadMulticast, ir.TensorStore,
+                          ir.TensorReduce)) and isinstance(s.tmap, ir.Var):
+            smem = s.dst if isinstance(s, (ir.TensorLoad, ir.TensorLoadMulticast)) else s.src
+            align, offset = layout.align, 0
+            while isinstance(smem, ir.Index):
+                view = smem.base.type
+                assert isinstance(view, T.SharedRef)
+                for i, x in enumerate(smem.indices):
+                    step = view.elem.nbytes * prod(view.shape[i + 1:])
+                    if isinstance(x, ir.Const):
+                        offset += int(x.value) * step
+                    else:
+                        align = gcd(align, step)
+                smem = smem.base
+            offset += layout.offset(smem.name)  # type: ignore[attr-defined]
+            align = gcd(align, offset) if offset else align
+            name = smem.name.split(".")[-1]  # type: ignore[attr-defined]
+            if s.tmap.name not in out or align < out[s.tmap.name][0]:
+                out[s.tmap.name] = (align, name)
+    return out
 
 
 def tmap_swizzles(k: ir.Kernel, layout: Layout) -> dict[str, tuple[int | None, str]]:

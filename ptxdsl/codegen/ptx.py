@@ -16,7 +16,7 @@ from ..bounds import MAX_PTX_LINES
 from ..errors import CompileError, Diagnostic, Span
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
 from ..opdef import EXPR_REGISTRY, definition
-from .addressing import Addressing, tmap_swizzles
+from .addressing import Addressing, tile_aligns, tmap_swizzles
 from .arith import Arithmetic
 from .asyncops import AsyncOps
 from .layout import Layout, layout_kernel
@@ -480,11 +480,13 @@ def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] 
                 watchdog_ms: int = 0) -> KernelInfo:
     params = []
     swizzles = tmap_swizzles(k, layout)
+    aligns = tile_aligns(k, layout)
     for p in k.params:
         t = p.type
         if isinstance(t, T.TensorMap):
             swz, buf = swizzles.get(p.name, (None, ""))
-            params.append(ParamInfo(p.name, "tmap", t.elem, t.rank, swz, buf))
+            align, tile = aligns.get(p.name, (0, ""))
+            params.append(ParamInfo(p.name, "tmap", t.elem, t.rank, swz, buf, align, tile))
         elif isinstance(t, T.Ptr):
             params.append(ParamInfo(p.name, "ptr", t.elem))
         else:

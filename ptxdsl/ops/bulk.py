@@ -17,8 +17,11 @@ from ..opdef import ErrorFn, OpDef, const_int, register
 
 
 def stage_barrier(values: dict[str, Any], loc: Any, syntax: str) -> str | None:
-    """An omitted barrier of a copy into a pipeline stage is the stage's full barrier."""
+    """An omitted barrier of a copy into a pipeline stage, or into a view of one
+    (`ring.tile[r]`: a thread's or a multicast CTA's share), is the stage's full barrier."""
     dst = values.get("dst")
+    while isinstance(dst, ir.Index):
+        dst = dst.base
     if isinstance(dst, ir.StageBuf) and dst.side == "put":
         values["bar"] = ir.StageBarrier(pipe=dst.pipe, type=T.BarrierRef(0), loc=loc)
         return None

@@ -19,19 +19,6 @@ from ..opdef import ErrorFn, OpDef, const_int, register
 from .bulk import check_smem_aligned, smem_bytes, stage_barrier
 from .tensor import check_tile, tensor_operands, tmap_operand
 
-
-def _stage_barrier(values: dict[str, Any], loc: Any, syntax: str) -> str | None:
-    """Like bulk.stage_barrier, also for a view of a stage buffer (`ring.tile[r]`): a CTA's
-    share of a multicast stage."""
-    dst = values["dst"]
-    while isinstance(dst, ir.Index):
-        dst = dst.base
-    if isinstance(dst, ir.StageBuf) and dst.side == "put":
-        values["bar"] = ir.StageBarrier(pipe=dst.pipe, type=T.BarrierRef(0), loc=loc)
-        return None
-    return stage_barrier(values, loc, syntax)
-
-
 MASK_BITS = 16
 
 
@@ -284,7 +271,7 @@ class TensorLoadMulticast(OpDef):
                 ("mask", "u16", False), ("bar", "bar", True))
 
     def derive(self, values: dict[str, Any], loc: Any) -> str | None:
-        return _stage_barrier(values, loc, self.syntax) if values.get("bar") is None else None
+        return stage_barrier(values, loc, self.syntax) if values.get("bar") is None else None
 
     def omitted(self, n: ir.TensorLoadMulticast, name: str) -> bool:
         return isinstance(n.bar, ir.StageBarrier)
@@ -329,7 +316,7 @@ class BulkLoadMulticast(OpDef):
     def derive(self, values: dict[str, Any], loc: Any) -> str | None:
         if values.get("nbytes") is None:
             smem_bytes(values, "dst", loc)
-        return _stage_barrier(values, loc, self.syntax) if values.get("bar") is None else None
+        return stage_barrier(values, loc, self.syntax) if values.get("bar") is None else None
 
     def omitted(self, n: ir.BulkLoadMulticast, name: str) -> bool:
         if name == "nbytes":

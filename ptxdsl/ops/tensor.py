@@ -13,7 +13,7 @@ from ..interp.program import PLAIN, Program, Step
 from ..interp.scalar import wrapper
 from ..interp.tensormap import TensorMapModel
 from ..opdef import ErrorFn, OpDef, register
-from ..swizzle import tma_name
+from ..swizzle import swizzle_align, tma_name, tma_swizzle_bytes
 from .bulk import check_smem_aligned, stage_barrier
 
 _S32 = wrapper(T.s32)
@@ -67,7 +67,7 @@ def tensor_operands(c: Program, tmap: ir.Expr, coords: tuple[ir.Expr, ...], smem
         if model.nbytes > view:
             fail("bounds", f"{th.name}: the box of {s.syntax} is {model.nbytes} bytes, but the "
                  f"shared-memory operand holds {view}", s)
-        check_smem_aligned(th, s, o, 128)
+        check_smem_aligned(th, s, o, swizzle_align(tma_swizzle_bytes(model.swizzle)))
         base = th.cta.smem.base
         swizzled = model.smem_index(base + o)
         if swizzled is None:

@@ -18,7 +18,7 @@ import numpy as np
 from .. import types as T
 from ..errors import Diagnostic, LaunchError
 from ..kernelinfo import KernelInfo, ParamInfo
-from ..swizzle import tma_name
+from ..swizzle import swizzle_align, tma_name, tma_swizzle_bytes
 from .dtypes import compatible
 from .interop import CUPY_TYPES, TORCH_TYPES, DevicePointer, array_family, describe
 from .memory import DeviceArray
@@ -207,6 +207,14 @@ def _tmap_converter(p: ParamInfo) -> Converter:
                     f"{f'swizzle {p.swizzle}' if p.swizzle else 'no swizzle'}: TMA would lay "
                     "the tile out differently from what the kernel reads"
                 )
+            need = swizzle_align(tma_swizzle_bytes(s.swizzle))
+            if p.tile_align and p.tile_align < need:
+                raise LaunchError(
+                    f"argument '{p.name}' is a tensor map with swizzle {s.swizzle}, which needs "
+                    f"{need}-byte aligned shared tiles, but the kernel's tile in '{p.tile}' is "
+                    f"{p.tile_align}-byte aligned: declare it `align {need}`, or pass a map "
+                    "without swizzle"
+                )
             if s.elem.name in ok and len(s.shape) == p.rank:
                 return v.raw
             raise LaunchError(
@@ -218,8 +226,11 @@ def _tmap_converter(p: ParamInfo) -> Converter:
         )
 
     # what the generated fast path accepts without calling conv: element type, rank and the
-    # swizzle the kernel's buffer declares (any, when no buffer declares one)
-    swizzles = ("none", "32B", "64B", "128B") if p.swizzle is None else (tma_name(p.swizzle),)
+    # swizzle the kernel's buffer declares (any, when no buffer declares one) that its tiles
+    # are aligned for
+    declared = ("none", "32B", "64B", "128B") if p.swizzle is None else (tma_name(p.swizzle),)
+    swizzles = [sw for sw in declared if not p.tile_align or
+                swizzle_align(tma_swizzle_bytes(sw)) <= p.tile_align]
     conv.sigs = frozenset((name, p.rank, sw) for name in ok  # type: ignore[attr-defined]
                           for sw in swizzles)
     return conv

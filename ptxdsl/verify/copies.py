@@ -18,7 +18,7 @@ from .. import ir
 from ..errors import Note
 from .effects import duplicated, effect, issuers, op_name, smem
 from .facts import Facts, Report, text
-from .threads import SmemRef, Visit
+from .threads import BarRef, SmemRef, Visit
 
 UNFENCED, FENCED, PUBLISHED = 0, 1, 2
 
@@ -239,10 +239,14 @@ def check_issuers(facts: Facts, out: Report) -> None:
         k = issuers(v)
         if k <= 1:
             continue
-        if e.arrive and k != n:
-            continue  # some threads chosen on purpose: their count is check_arrival_counts'
-        if k != n and not duplicated(v, n):
+        bar = v.args.get(e.arrive) if e.arrive else None
+        if e.arrive and (k != n or isinstance(bar, BarRef) and bar.decl.count == n):
+            # some threads chosen on purpose, or every thread arriving as the barrier's count
+            # says (a pipeline committed by every thread): check_arrival_counts' and the
+            # expect_tx totals' to judge
             continue
+        if not duplicated(v, n):
+            continue  # each thread copies its own part
         elect = any(_has_elect(g) for g in v.guards)
         hint = ("elect() picks one thread in each warp: select one warp too, e.g. "
                 "'if %warp == 0'") if elect else \

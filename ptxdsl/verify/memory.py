@@ -7,6 +7,7 @@ from math import gcd
 from .. import ir
 from ..errors import Note
 from ..limits import MAX_SMEM_BYTES
+from ..swizzle import swizzle_align
 from . import absint
 from .effects import effect, op_name, smem
 from .facts import Facts, Report, text
@@ -15,7 +16,6 @@ from .values import Val, lowbit
 
 BULK_ALIGN = 16
 TMA_ALIGN = 128
-SWIZZLE_128B_ALIGN = 1024
 MAX_BOX_DIM = 256
 
 
@@ -35,7 +35,9 @@ def _declared(ref: SmemRef, facts: Facts) -> Note:
 
 def check_alignment(facts: Facts, out: Report) -> None:
     """Bulk copies: 16-byte aligned shared and global addresses and sizes. TMA: 128-byte
-    aligned shared operands (1024 for 128-byte swizzle, a property of the tensor map)."""
+    aligned shared operands, and for a buffer that declares a swizzle, aligned to its
+    pattern (8 rows: 1024 bytes for 128B). Where no swizzle is declared the tensor map's is
+    unknown here; the launch compares it with the tile's alignment (kernelinfo.ParamInfo)."""
     swizzle_warned: set[str] = set()
     for v in facts.trace.visits:
         e = effect(v.stmt)
@@ -44,12 +46,13 @@ def check_alignment(facts: Facts, out: Report) -> None:
             continue
         need = TMA_ALIGN if e.tma else BULK_ALIGN
         got = _shared_alignment(v, ref, need, facts, out)
-        if e.tma and got is not None and got < SWIZZLE_128B_ALIGN and \
-                ref.decl.name not in swizzle_warned:
+        swizzle = getattr(ref.decl, "swizzle", 0)
+        atom = swizzle_align(swizzle)
+        if e.tma and got is not None and got < atom and ref.decl.name not in swizzle_warned:
             swizzle_warned.add(ref.decl.name)
             out.warning(f"{op_name(v.stmt)}'s shared operand '{text(ref.expr)}' is {got}-byte "
-                        f"aligned; a tensor map with 128-byte swizzle needs "
-                        f"{SWIZZLE_128B_ALIGN}-byte aligned tiles", v.stmt.loc,
+                        f"aligned; '{ref.decl.name}' declares swizzle {swizzle}, whose tensor "
+                        f"map needs {atom}-byte aligned tiles", v.stmt.loc,
                         _declared(ref, facts))
         g = v.args.get(e.global_operand) if e.global_operand else None
         if isinstance(g, GmemRef):
