@@ -11,7 +11,6 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..errors import Span
-from ..literals import MAX_SHIFT, float_fits, float_range_text, int_fits_error, show_int
 from .atomic import ATOMIC_FUNCTIONS, atomic_call
 from .cluster import CLUSTER_FUNCTIONS, cluster_call, peer_index
 from .common import (
@@ -35,6 +34,7 @@ from .common import (
     untyped,
 )
 from .hints import convert, convert_hint, name_hint
+from .literals import MAX_SHIFT, float_fits, float_range_text, int_fits_error, show_int
 from .scope import Scope
 
 

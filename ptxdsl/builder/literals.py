@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from . import types as T
+from .. import types as T
 
 INT_MIN = -(1 << 63)  # s64's least value
 INT_MAX = (1 << 64) - 1  # u64's largest value
