@@ -6,9 +6,12 @@ DiagnosticBag with its span.
 Layers, each a module of one concept: `scope` (state and names) <- `exprs` (typing of
 expressions) <- `decls` (declarations, pipeline regions, roles) <- `stmts` (statements and
 the finished kernel: `KernelBuilder`). `operands` checks the operands of intrinsic operations
-against their OpDef.
+against their OpDef. `atomic` and `cluster` sit above `exprs`: they register their built-in
+functions (and `peer()` views) with it, which never imports them.
 """
 
+# The function families register with the expression builder (exprs.CALLS) when imported.
+from . import atomic, cluster  # noqa: F401
 from .common import (
     BINARY_SYMBOL,
     COMPARE_SYMBOL,
