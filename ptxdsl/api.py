@@ -25,8 +25,8 @@ from . import types as T
 from .builder import SPECIAL_REGS, VALUE_FUNCTIONS, KernelBuilder, Lit, Operand
 from .builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
 from .builder.common import describe, ptx_name_ok
+from .builder.literals import int_fits_error
 from .errors import CompileError, Diagnostic, Note, Span, python_source
-from .literals import int_fits_error
 from .opdef import BY_SYNTAX
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))

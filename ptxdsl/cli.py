@@ -161,27 +161,17 @@ def _command(args: argparse.Namespace) -> int:
         _write(print_module(module), None)
         return 0
     if args.command == "check":
-        from .lower import lower_module
-        from .verify import verify_module
+        from .lower import lower
 
-        lowered = lower_module(module)
-        for w in verify_module(lowered):
-            print(w.render(), file=sys.stderr)
-        if args.arch == "sm_80":
-            from .lower_sm80 import lower_sm80_module
-
-            lower_sm80_module(lowered)
+        lower(module, args.arch, warn=lambda w: print(w.render(), file=sys.stderr))
         n = len(module.kernels)
         target = f", lowers to {args.arch}" if args.arch else ""
         print(f"{src.name}: ok ({n} kernel{'s' if n != 1 else ''}{target})")
         return 0
     if args.emit == "ir":
-        from .lower import lower_module
-        from .verify import verify_module
+        from .lower import lower
 
-        lowered = lower_module(module)
-        verify_module(lowered)
-        _write(dump(lowered) + "\n", args.output)
+        _write(dump(lower(module)) + "\n", args.output)  # the Hopper form, for every --arch
         return 0
     ptx = compile_module(module, arch=args.arch, source_name=src.name,
                          watchdog_ms=max(0, args.watchdog))

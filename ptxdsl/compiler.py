@@ -18,17 +18,11 @@ from .kernelinfo import KernelInfo, PtxModule
 
 def compile_module(module: ir.Module, arch: str | None = None,
                    source_name: str | None = None, watchdog_ms: int = 0) -> PtxModule:
-    """PTX for an IR module: pipelines and roles lowered, the verifier run, PTX emitted."""
-    from .lower import lower_module
-    from .lower_sm80 import is_sm80, lower_sm80_module
-    from .verify import verify_module
+    """PTX for an IR module: the target's passes run (`ptxdsl.lower.PASSES`), PTX emitted."""
+    from .lower import lower
 
     with stack_room():
-        lowered = lower_module(module)
-        verify_module(lowered)
-        if is_sm80(arch):
-            lowered = lower_sm80_module(lowered)
-        return emit_module(lowered, arch=arch, source_name=source_name,
+        return emit_module(lower(module, arch), arch=arch, source_name=source_name,
                            watchdog_ms=watchdog_ms)
 
 

@@ -30,7 +30,7 @@ from fuzzing import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ptxdsl.frontend import _parser
+from ptxdsl.frontend.parser import _parser
 
 
 def fuzz(default: int) -> settings:

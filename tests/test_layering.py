@@ -1,7 +1,7 @@
 """The package is layered: no module imports a module that imports it back, directly or
-through others. Imports at module level and inside functions count; names imported only for
-annotations (under `if TYPE_CHECKING:`) are listed separately and may point upward, as a
-CTA's thread may be annotated in the mbarrier module that the CTA module builds on."""
+through others. Every import counts: at module level, inside functions, and names imported
+only for annotations (under `if TYPE_CHECKING:`), since a type a module names is a type it
+depends on."""
 
 from __future__ import annotations
 
@@ -11,24 +11,19 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "ptxdsl"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+def _module_name(path: Path, pkg: Path) -> str:
+    parts = list(path.relative_to(pkg.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    mods = {_module_name(p): p for p in PKG.rglob("*.py")}
+def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
+    mods = {_module_name(p, pkg): p for p in pkg.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        tree = ast.parse(path.read_text())
-        typing_only = {id(n) for top in ast.walk(tree) if _is_type_checking(top)
-                       for n in ast.walk(top)}
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
+        for node in ast.walk(ast.parse(path.read_text())):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -43,11 +38,6 @@ def import_graph() -> dict[str, set[str]]:
                 if t in mods and t != name:
                     graph[name].add(t)
     return graph
-
-
-def _is_type_checking(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and \
-        node.test.id == "TYPE_CHECKING"
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -85,15 +75,32 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_no_import_cycles():
-    graph = import_graph()
+def package_cycles(pkg: Path = PKG) -> list[list[str]]:
+    graph = import_graph(pkg)
     # A package's __init__ re-exporting its submodules is not a cycle of the layering: drop
     # the edge from a submodule to its own package's __init__ (Python resolves those first).
     for m, deps in graph.items():
         graph[m] = {d for d in deps if not m.startswith(d + ".")}
-    found = cycles(graph)
+    return cycles(graph)
+
+
+def test_no_import_cycles():
+    found = package_cycles()
     assert found == [], f"import cycles: {found}"
 
 
 def test_checker_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_checker_finds_a_type_only_cycle(tmp_path):
+    """A module that names another's type only for annotations still depends on it."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "state.py").write_text("from typing import TYPE_CHECKING\n\n"
+                                  "if TYPE_CHECKING:\n    from .step import Step\n")
+    (pkg / "step.py").write_text("from .state import State\n")
+    assert package_cycles(pkg) == [["pkg.state", "pkg.step"]]
+    (pkg / "state.py").write_text("class State: ...\n")
+    assert package_cycles(pkg) == []

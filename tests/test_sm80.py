@@ -14,8 +14,7 @@ from ptxdsl.cli import main
 from ptxdsl.compiler import Program
 from ptxdsl.errors import CompileError
 from ptxdsl.interp import InterpError, TensorMapModel, run_sample
-from ptxdsl.lower import lower_module
-from ptxdsl.lower_sm80 import lower_sm80_module
+from ptxdsl.lower import lower
 from ptxdsl.runner import compare
 
 HOPPER_ONLY = ("cp.async.bulk", "try_wait", "elect.sync", "setmaxnreg", "fence.proxy.async",
@@ -40,7 +39,7 @@ def lowers_to_sm80(k: ir.Kernel) -> bool:
     """Whether a kernel has an sm_80 build; if not, the error must be located and name what
     needs Hopper (what `ptxdsl compile --arch sm_80` reports for such a sample)."""
     try:
-        lower_sm80_module(lower_module(ir.Module(kernels=(k,), loc=k.loc)))
+        lower(ir.Module(kernels=(k,), loc=k.loc), "sm_80")
     except CompileError as e:
         assert HOPPER_ONLY_ERROR.search(e.render()), e.render()
         return False
@@ -263,7 +262,7 @@ def test_cluster_special_registers_are_located_sm80_errors():
 
 
 def test_any_other_hopper_only_operation_is_named_in_the_error():
-    """Operations added later (wgmma, multicast, TMA reduce) reach lower_sm80 as ir.Op nodes it
+    """Operations added later (wgmma, multicast, TMA reduce) reach the sm80 pass as ir.Op nodes it
     does not know: it names them instead of emitting Hopper PTX."""
     from dataclasses import dataclass
     from typing import ClassVar
@@ -278,7 +277,7 @@ def test_any_other_hopper_only_operation_is_named_in_the_error():
     bad = ir.Module(kernels=(ir.Kernel(name="k", params=(), threads=(128, 1, 1),
                                        body=(node,), loc=k.loc),))
     with pytest.raises(CompileError) as info:
-        lower_sm80_module(lower_module(bad))
+        lower(bad, "sm_80")
     msg = info.value.render()
     assert "'wgmma_fake' has no sm_80 form" in msg and ":2:5:" in msg
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import SAMPLES, sample_kernel_defs, sample_names
 
 import ptxdsl
-from ptxdsl.lower import lower_module
+from ptxdsl.lower import lower
 from ptxdsl.verify import verify_module
 
 BROKEN = Path(__file__).parent / "broken"
@@ -52,7 +52,7 @@ CASES = [read_case(p) for p in sorted(BROKEN.glob("*.ptxdsl"))]
 
 def verify_text(text: str, name: str = "k.ptxdsl") -> list:
     """Warnings of a kernel that verifies; raises CompileError otherwise."""
-    return verify_module(lower_module(ptxdsl.parse(text, name)))
+    return verify_module(lower(ptxdsl.parse(text, name), checks=False))
 
 
 def errors_of(text: str, name: str) -> list:
@@ -134,7 +134,7 @@ def test_sample_verifies_clean(name):
     verify_module(ptxdsl.parse(path.read_text(), path.name))  # unlowered, as `ptxdsl check`
     # and the Python twin, whose spans point into Python
     for kd in sample_kernel_defs(name):
-        verify_module(lower_module(ptxdsl.ir.Module(kernels=(kd.ir,))))
+        verify_module(lower(ptxdsl.ir.Module(kernels=(kd.ir,)), checks=False))
 
 
 # ----------------------------------------------------------------------------- correct code

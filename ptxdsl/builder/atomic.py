@@ -5,15 +5,11 @@ scope are bare words (`acq_rel`, `gpu`); in the Python API, strings."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .. import ir
 from .. import types as T
 from ..errors import Span
 from .common import Lit, Operand, is_err
-
-if TYPE_CHECKING:
-    from .exprs import Expressions
+from .exprs import Expressions, register_calls
 
 ATOMIC_FUNCTIONS = ir.ATOMIC_FUNCTIONS
 WORDS = frozenset(ir.ORDERS + ir.SCOPES)
@@ -110,3 +106,6 @@ def atomic_call(b: Expressions, fn: str, args: list, loc: Span | None) -> Operan
     if any(is_err(v.type) for v in operands):
         return bad
     return ir.Atomic(op=op, ref=ref, args=operands, sem=order, scope=scope, type=elem, loc=loc)
+
+
+register_calls(ATOMIC_FUNCTIONS, atomic_call)

@@ -5,15 +5,12 @@ the multicast rank masks `cta_mask(r, ...)`, `cluster_mask()`, `cluster_row_mask
 from __future__ import annotations
 
 from math import prod
-from typing import TYPE_CHECKING
 
 from .. import ir
 from .. import types as T
 from ..errors import Span
 from .common import Lit, Operand, describe, is_err
-
-if TYPE_CHECKING:
-    from .exprs import Expressions
+from .exprs import Expressions, register_calls, register_view
 
 CLUSTER_FUNCTIONS = {"peer", "cta_mask", "cluster_mask", "cluster_row_mask", "cluster_col_mask"}
 
@@ -97,3 +94,7 @@ def peer_index(b: Expressions, base: ir.Peer, idx: list[Operand], loc: Span | No
     st = inner.type
     assert isinstance(st, T.SharedRef)
     return ir.Peer(ref=inner, rank=base.rank, type=T.PeerShared(st.elem, st.shape), loc=loc)
+
+
+register_calls(CLUSTER_FUNCTIONS, cluster_call)
+register_view(ir.Peer, peer_index)

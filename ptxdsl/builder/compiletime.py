@@ -12,10 +12,10 @@ from __future__ import annotations
 from .. import ir
 from .. import types as T
 from ..errors import Span
-from ..literals import LiteralError, float_literal, int_literal
 from .common import Lit, Operand, Symbol, describe
 from .decls import Declarations
 from .hints import source_text
+from .literals import LiteralError, float_literal, int_literal
 
 
 class CompileTime(Declarations):

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import ir
 from .. import types as T
 from ..errors import Span
-from ..literals import MAX_SHIFT, float_fits, float_range_text, int_fits_error, show_int
-from .atomic import ATOMIC_FUNCTIONS, atomic_call
-from .cluster import CLUSTER_FUNCTIONS, cluster_call, peer_index
 from .common import (
     ARITH_OPS,
     BINARY_SYMBOL,
@@ -35,7 +33,35 @@ from .common import (
     untyped,
 )
 from .hints import convert, convert_hint, name_hint
+from .literals import (
+    LiteralError,
+    float_fits,
+    float_range_text,
+    fold,
+    int_fits_error,
+    show_int,
+    show_value,
+)
 from .scope import Scope
+
+# Families of built-in functions kept in modules of their own (atomic.py, cluster.py), and
+# views whose indexing they define (cluster.py's peer()), register here when imported; the
+# builder package imports them, so both tables are full before any kernel is built.
+CallRule = Callable[["Expressions", str, list[Operand], Span | None], Operand]
+IndexRule = Callable[["Expressions", Any, list[Operand], Span | None], ir.Expr]
+CALLS: dict[str, CallRule] = {}
+VIEWS: dict[type[ir.Expr], IndexRule] = {}
+
+
+def register_calls(names: Iterable[str], rule: CallRule) -> None:
+    """`rule(builder, fn, args, loc)` builds a call of each function in `names`."""
+    for name in names:
+        CALLS[name] = rule
+
+
+def register_view(node: type[ir.Expr], rule: IndexRule) -> None:
+    """`rule(builder, view, indices, loc)` indexes an expression of type `node`."""
+    VIEWS[node] = rule
 
 
 class Expressions(Scope):
@@ -78,8 +104,8 @@ class Expressions(Scope):
         if not isinstance(ty, T.Scalar):
             return self.error(f"a literal cannot be used as {ty}", loc)
         if lit.type is not None and lit.type != ty:
-            return self.error(f"expected {ty}, got the {lit.type} constant {_show(v)} (convert "
-                              f"it with 'as {ty}')", loc)
+            return self.error(f"expected {ty}, got the {lit.type} constant {show_value(v)} "
+                              f"(convert it with 'as {ty}')", loc)
         if ty.is_pred:
             if isinstance(v, bool):
                 return ir.Const(value=v, type=ty, loc=loc)
@@ -89,7 +115,7 @@ class Expressions(Scope):
         if ty.is_float:
             f = float(v) if isinstance(v, float) or abs(v) <= 1 << 1000 else math.inf
             if not float_fits(f, ty) or (math.isinf(f) and not isinstance(v, float)):
-                return self.error(f"literal {_show(v)} does not fit in {ty} "
+                return self.error(f"literal {show_value(v)} does not fit in {ty} "
                                   f"({float_range_text(ty)})", loc)
             return ir.Const(value=f, type=ty, loc=loc)
         if isinstance(v, float):
@@ -264,54 +290,11 @@ class Expressions(Scope):
         return Lit(e.value, lit.loc, ty)
 
     def _fold_value(self, op: str, a: Lit, b: Lit, loc: Span | None) -> Lit:
-        x, y = a.value, b.value
         try:
-            if op == "add":
-                r = x + y
-            elif op == "sub":
-                r = x - y
-            elif op == "mul":
-                r = x * y
-            elif op == "div":
-                if isinstance(x, int) and isinstance(y, int):
-                    r = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
-                else:
-                    r = x / y
-            elif op == "rem":
-                if isinstance(x, int) and isinstance(y, int):
-                    r = x - y * (abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1))
-                else:
-                    r = math.fmod(x, y)
-            elif op in ("min", "max"):
-                r = min(x, y) if op == "min" else max(x, y)
-            elif op in ("shl", "shr") and isinstance(y, int) and not 0 <= y <= MAX_SHIFT:
-                self.diags.error(f"shift count {_show(y)} of a constant expression is outside "
-                                 f"[0, {MAX_SHIFT}]", loc)
-                return Lit(0, loc)
-            elif op in ("and", "or", "xor", "shl", "shr", "land", "lor") and \
-                    isinstance(x, int) and isinstance(y, int):
-                r = {"and": x & y, "or": x | y, "xor": x ^ y, "shl": x << y, "shr": x >> y,
-                     "land": bool(x and y), "lor": bool(x or y)}[op]
-            else:
-                self.diags.error(f"'{BINARY_SYMBOL.get(op, op)}' is not defined for "
-                                 f"{x!r} and {y!r}", loc)
-                return Lit(0, loc)
-        except ZeroDivisionError:
-            self.diags.error("division by zero in a constant expression", loc)
+            return Lit(fold(op, BINARY_SYMBOL.get(op, op), a.value, b.value), loc)
+        except LiteralError as e:
+            self.diags.error(str(e), loc)
             return Lit(0, loc)
-        except (OverflowError, ValueError):  # int(inf), a float from a huge integer
-            self.diags.error(f"the constant expression '{BINARY_SYMBOL.get(op, op)}' of "
-                             f"{_show(x)} and {_show(y)} has no finite value", loc)
-            return Lit(0, loc)
-        if isinstance(r, float) and not math.isfinite(r) and _finite(x) and _finite(y):
-            self.diags.error(f"the constant expression '{BINARY_SYMBOL.get(op, op)}' of "
-                             f"{_show(x)} and {_show(y)} overflows f64", loc)
-            return Lit(0, loc)
-        if isinstance(r, int) and (why := int_fits_error(r)) is not None:
-            self.diags.error(f"the constant expression '{BINARY_SYMBOL.get(op, op)}' of "
-                             f"{_show(x)} and {_show(y)}: its value {why}", loc)
-            return Lit(0, loc)
-        return Lit(r, loc)
 
     def compare(self, op: str, a: Operand, b: Operand, loc: Span | None = None) -> Operand:
         if isinstance(a, Lit) and isinstance(b, Lit):
@@ -395,8 +378,9 @@ class Expressions(Scope):
         ty = base.type
         if is_err(ty):
             return base
-        if isinstance(base, ir.Peer):
-            return peer_index(self, base, idx, loc)
+        view = VIEWS.get(type(base))
+        if view is not None:
+            return view(self, base, idx, loc)
         if isinstance(ty, T.SharedRef):
             if len(idx) > len(ty.shape):
                 return self.error(f"{describe(base)} has {len(ty.shape)} dimension(s), "
@@ -513,10 +497,9 @@ class Expressions(Scope):
                 return False
             return True
 
-        if fn in CLUSTER_FUNCTIONS:
-            return cluster_call(self, fn, args, loc)
-        if fn in ATOMIC_FUNCTIONS:
-            return atomic_call(self, fn, args, loc)
+        rule = CALLS.get(fn)
+        if rule is not None:
+            return rule(self, fn, args, loc)
         if fn in ("min", "max"):
             return self.binary(fn, args[0], args[1], loc) if arity(2) else Lit(0, loc)
         if fn == "select":
@@ -606,13 +589,3 @@ def _byte(t: T.Type) -> bool:
     """An 8-bit integer: a memory type, loaded into and stored from 16-bit registers; it
     computes only after conversion."""
     return isinstance(t, T.Scalar) and t.nbytes == 1 and not t.is_pred
-
-
-def _finite(v: object) -> bool:
-    return not isinstance(v, float) or math.isfinite(v)
-
-
-def _show(v: object) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return show_int(v) if isinstance(v, int) else repr(v)

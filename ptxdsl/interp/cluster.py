@@ -25,6 +25,7 @@ from .errors import InterpError, fail, id_ranges, note, threads_phrase
 if TYPE_CHECKING:
     from .cta import CTA, Thread
     from .mbarrier import MBarrier
+    from .state import ThreadState
 
 
 class ClusterBarrier:
@@ -207,7 +208,7 @@ class PeerLoad(AsyncLoad):
 
     __slots__ = ("source",)
 
-    def start(self, th: Thread) -> None:
+    def start(self, th: ThreadState) -> None:
         self.source = th.cta if self.op == "bulk_copy_cluster" else None
         smem, sel = self.cta.smem, self.dst
         self.vc = self.cta.clocks.zeros()

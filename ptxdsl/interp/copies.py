@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .memory import Sel
+from .state import Sel
 
 if TYPE_CHECKING:
-    from .cta import CTA, Thread
     from .mbarrier import MBarrier
+    from .state import CTAState, ThreadState
 
 MAX_CHUNKS = 4
 
@@ -34,7 +34,7 @@ class AsyncLoad:
 
     __slots__ = ("id", "op", "node", "cta", "bar", "dst", "fetch", "chunks", "data", "vc")
 
-    def __init__(self, cta: CTA, node: Any, bar: MBarrier, dst: Sel, nbytes: int,
+    def __init__(self, cta: CTAState, node: Any, bar: MBarrier, dst: Sel, nbytes: int,
                  fetch: Callable[[], np.ndarray]):
         self.id = cta.new_copy_id()
         self.op = node.syntax
@@ -46,7 +46,7 @@ class AsyncLoad:
         bounds = [0, *cuts, nbytes]
         self.chunks = list(zip(bounds, bounds[1:], strict=False))
 
-    def start(self, th: Thread) -> None:
+    def start(self, th: ThreadState) -> None:
         self.vc = self.cta.clocks.release(th.tid)  # what the copy is ordered after
         self.cta.smem.begin_load(th, self, self.vc)
         self.bar.copies += 1
@@ -77,7 +77,7 @@ class AsyncStore:
     __slots__ = ("id", "op", "node", "cta", "issuer", "src", "write", "data", "read_done",
                  "write_done", "waited")
 
-    def __init__(self, cta: CTA, node: Any, issuer: Thread, src: Sel,
+    def __init__(self, cta: CTAState, node: Any, issuer: ThreadState, src: Sel,
                  write: Callable[[np.ndarray], None]):
         self.id = cta.new_copy_id()
         self.op = node.syntax
@@ -87,7 +87,7 @@ class AsyncStore:
         self.write_done = False
         self.waited = False
 
-    def start(self, th: Thread) -> None:
+    def start(self, th: ThreadState) -> None:
         self.cta.smem.begin_store(self)
         self.issuer.bulk.open.append(self)
 
@@ -116,7 +116,7 @@ class BulkGroups:
         self.open: list[AsyncStore] = []
         self.groups: list[list[AsyncStore]] = []
         self.read_waited = 0  # oldest groups whose reads a bulk_wait_read has seen finish
-        self.waiters: list[Thread] = []
+        self.waiters: list[ThreadState] = []
 
     def commit(self) -> None:
         self.groups.append(self.open)

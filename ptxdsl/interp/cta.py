@@ -24,7 +24,7 @@ from .memory import GlobalMemory, SharedMemory
 from .sync import Gather, NamedBarrier, finish
 
 if TYPE_CHECKING:
-    from .program import Program
+    from .state import KernelCode
 
 PREEMPT = object()  # yielded by a thread that may continue but lets others run first
 
@@ -78,7 +78,7 @@ class Thread:
 class CTA:
     """The state of one CTA and the scheduler that runs it to completion."""
 
-    def __init__(self, prog: Program, ctaid: tuple[int, int, int], grid: tuple[int, int, int],
+    def __init__(self, prog: KernelCode, ctaid: tuple[int, int, int], grid: tuple[int, int, int],
                  gmem: GlobalMemory, params: list[Any], seed: int, max_steps: int,
                  warned: set[int], cluster: tuple[int, int, int] = (1, 1, 1)):
         k = prog.kernel

@@ -21,30 +21,30 @@ from .errors import fail
 
 if TYPE_CHECKING:
     from .mbarrier import MBarrier
-    from .program import Program
+    from .state import KernelCode
 
 Fn = Callable[[Thread], Any]
 MASK64 = (1 << 64) - 1
 COLLECTIVES = {"elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_idx"}
 
 
-def compile_expr(c: Program, e: ir.Expr) -> Fn:
+def compile_expr(c: KernelCode, e: ir.Expr) -> Fn:
     """A closure computing `e` for a thread."""
     f = _EXPR.get(type(e))
     return f(c, e) if f is not None else EXPR_REGISTRY[type(e)].interp(c, e)
 
 
-def _const(c: Program, e: ir.Const) -> Fn:
+def _const(c: KernelCode, e: ir.Const) -> Fn:
     v = scalar.normaliser(e.type)(e.value)
     return lambda th: v
 
 
-def _var(c: Program, e: ir.Var) -> Fn:
+def _var(c: KernelCode, e: ir.Var) -> Fn:
     slot = c.slots[e.name]
     return lambda th: th.regs[slot]
 
 
-def _sreg(c: Program, e: ir.SReg) -> Fn:
+def _sreg(c: KernelCode, e: ir.SReg) -> Fn:
     if e.name in ("clock", "clock64", "globaltimer"):  # a monotonic count of scheduler steps
         mask = (1 << e.type.nbits) - 1  # type: ignore[attr-defined]
         return lambda th: th.cta.steps & mask
@@ -52,12 +52,12 @@ def _sreg(c: Program, e: ir.SReg) -> Fn:
     return lambda th: th.sregs[name]
 
 
-def _unary(c: Program, e: ir.Unary) -> Fn:
+def _unary(c: KernelCode, e: ir.Unary) -> Fn:
     f, x = scalar.unary(e.op, e.type), compile_expr(c, e.x)  # type: ignore[arg-type]
     return lambda th: f(x(th))
 
 
-def _binary(c: Program, e: ir.Binary) -> Fn:
+def _binary(c: KernelCode, e: ir.Binary) -> Fn:
     a, b = compile_expr(c, e.a), compile_expr(c, e.b)
     t = e.type
     if isinstance(t, T.Ptr):  # pointer +/- element count
@@ -79,13 +79,13 @@ def _binary(c: Program, e: ir.Binary) -> Fn:
     return lambda th: f(a(th), b(th))
 
 
-def _compare(c: Program, e: ir.Compare) -> Fn:
+def _compare(c: KernelCode, e: ir.Compare) -> Fn:
     f = scalar.compare(e.op, e.a.type)  # type: ignore[arg-type]
     a, b = compile_expr(c, e.a), compile_expr(c, e.b)
     return lambda th: f(a(th), b(th))
 
 
-def _select(c: Program, e: ir.Select) -> Fn:
+def _select(c: KernelCode, e: ir.Select) -> Fn:
     cond, a, b = compile_expr(c, e.cond), compile_expr(c, e.a), compile_expr(c, e.b)
 
     def select(th: Thread) -> Any:  # selp reads both operands
@@ -95,12 +95,12 @@ def _select(c: Program, e: ir.Select) -> Fn:
     return select
 
 
-def _cast(c: Program, e: ir.Cast) -> Fn:
+def _cast(c: KernelCode, e: ir.Cast) -> Fn:
     f, x = scalar.cast(e.x.type, e.type), compile_expr(c, e.x)  # type: ignore[arg-type]
     return lambda th: f(x(th))
 
 
-def _call(c: Program, e: ir.Call) -> Fn:
+def _call(c: KernelCode, e: ir.Call) -> Fn:
     if e.fn in COLLECTIVES:
         slot = c.hoisted[id(e)]  # computed by the statement's prelude
         return lambda th: th.regs[slot]
@@ -112,12 +112,12 @@ def _call(c: Program, e: ir.Call) -> Fn:
     return lambda th: f(*(a(th) for a in args))
 
 
-def _pack(c: Program, e: ir.Pack) -> Fn:
+def _pack(c: KernelCode, e: ir.Pack) -> Fn:
     elems = [compile_expr(c, x) for x in e.elems]
     return lambda th: tuple(f(th) for f in elems)
 
 
-def _extract(c: Program, e: ir.Extract) -> Fn:
+def _extract(c: KernelCode, e: ir.Extract) -> Fn:
     v, i = compile_expr(c, e.vec), compile_expr(c, e.index)
     if isinstance(e.vec.type, T.RegArray):
         def element(th: Thread) -> Any:
@@ -130,7 +130,7 @@ def _extract(c: Program, e: ir.Extract) -> Fn:
     return lambda th: v(th)[i(th)]
 
 
-def _load(c: Program, e: ir.Load) -> Fn:
+def _load(c: KernelCode, e: ir.Load) -> Fn:
     t = e.type
     read, _ = scalar.codec(t)
     n = t.nbytes  # type: ignore[attr-defined]
@@ -167,7 +167,7 @@ def _load(c: Program, e: ir.Load) -> Fn:
     return gload
 
 
-_EXPR: dict[type, Callable[[Program, Any], Fn]] = {
+_EXPR: dict[type, Callable[[KernelCode, Any], Fn]] = {
     ir.Const: _const, ir.Var: _var, ir.SReg: _sreg, ir.Unary: _unary, ir.Binary: _binary,
     ir.Compare: _compare, ir.Select: _select, ir.Cast: _cast, ir.Call: _call, ir.Pack: _pack,
     ir.Extract: _extract, ir.Load: _load,
@@ -195,7 +195,7 @@ def check_aligned(th: Thread, off: int, n: int, node: Any) -> None:
              f"({th.cta.smem.where(off)}) is not {n}-byte aligned", node)
 
 
-def shared_place(c: Program, ref: ir.Expr, logical: bool = False) -> tuple[Fn, int]:
+def shared_place(c: KernelCode, ref: ir.Expr, logical: bool = False) -> tuple[Fn, int]:
     """(byte offset of a shared place or view, bytes of the view); indices are
     bounds-checked against the declared shape. An element of a swizzled buffer is at its
     swizzled offset, unless `logical` (wgmma descriptors take the logical address)."""
@@ -238,7 +238,7 @@ def shared_place(c: Program, ref: ir.Expr, logical: bool = False) -> tuple[Fn, i
     return offset, view
 
 
-def peer_place(c: Program, ref: ir.Peer) -> tuple[Callable[[Thread], tuple[Any, int]], int]:
+def peer_place(c: KernelCode, ref: ir.Peer) -> tuple[Callable[[Thread], tuple[Any, int]], int]:
     """(the CTA and byte offset of a place in a peer CTA, bytes of the view)."""
     off, view = shared_place(c, ref.ref)
     rank = compile_expr(c, ref.rank)
@@ -256,7 +256,7 @@ def peer_place(c: Program, ref: ir.Peer) -> tuple[Callable[[Thread], tuple[Any, 
     return where, view
 
 
-def global_place(c: Program, ref: ir.Expr) -> tuple[Fn, int]:
+def global_place(c: KernelCode, ref: ir.Expr) -> tuple[Fn, int]:
     """(address of `ptr[i]`, element size)."""
     assert isinstance(ref, ir.Index) and isinstance(ref.type, T.GlobalRef), ref
     base, idx = compile_expr(c, ref.base), compile_expr(c, ref.indices[0])
@@ -264,7 +264,7 @@ def global_place(c: Program, ref: ir.Expr) -> tuple[Fn, int]:
     return (lambda th: (base(th) + idx(th) * esize) & MASK64), esize
 
 
-def barrier_place(c: Program, e: ir.Expr) -> Callable[[Thread], MBarrier]:
+def barrier_place(c: KernelCode, e: ir.Expr) -> Callable[[Thread], MBarrier]:
     """The mbarrier object that `bar` or `bars[i]` names (`peer(bar, r)`: that of a peer)."""
     if isinstance(e, ir.Peer):
         local, rank = barrier_place(c, e.ref), compile_expr(c, e.rank)

@@ -17,7 +17,7 @@ from ..errors import Note
 from .errors import fail, note, threads_phrase
 
 if TYPE_CHECKING:
-    from .cta import CTA, Thread
+    from .state import CTAState, ThreadState
 
 MAX_COUNT = (1 << 20) - 1
 MAX_TX = (1 << 20) - 1
@@ -31,7 +31,7 @@ class MBarrier:
                  "waiters", "init_node", "init_tid", "init_clock", "fenced", "base",
                  "pending_vc", "last_vc", "copies")
 
-    def __init__(self, label: str, cta: CTA, agent: int):
+    def __init__(self, label: str, cta: CTAState, agent: int):
         self.label = label
         self.cta = cta
         self.agent = agent
@@ -40,7 +40,7 @@ class MBarrier:
         self.pending = 0
         self.expected = 0
         self.tx = 0
-        self.waiters: list[Thread] = []
+        self.waiters: list[ThreadState] = []
         self.init_node: Any = None
         self.init_tid = -1
         self.init_clock = 0
@@ -55,7 +55,7 @@ class MBarrier:
         return (f"phase {self.phase} (parity {self.phase & 1}, not complete): {self.pending} of "
                 f"{self.expected} arrival(s) pending, tx-count {self.tx}")
 
-    def explain(self, cta: CTA, tids: list[int], parity: int) -> tuple[str, list[Note]]:
+    def explain(self, cta: CTAState, tids: list[int], parity: int) -> tuple[str, list[Note]]:
         """Why threads `tids`, waiting for `parity`, are stuck (for the deadlock report)."""
         notes = []
         if self.tx > 0 and not self.pending:
@@ -73,7 +73,7 @@ class MBarrier:
         phase completes."""
         return self.base + self.phase + 1
 
-    def check_use(self, th: Thread, node: Any, verb: str) -> None:
+    def check_use(self, th: ThreadState, node: Any, verb: str) -> None:
         """Errors for using a barrier that is not initialised, or whose initialisation by
         another thread does not happen before this use."""
         if not self.initialised:
@@ -87,7 +87,7 @@ class MBarrier:
                  "after mbarrier_init", node,
                  note(f"'{self.label}' was initialised here", self.init_node))
 
-    def check_async_use(self, th: Thread, node: Any) -> None:
+    def check_async_use(self, th: ThreadState, node: Any) -> None:
         """A copy will complete on this barrier: the copy engine (async proxy) sees the
         initialisation only after the initialising thread's fence_mbarrier_init()."""
         self.check_use(th, node, f"issues a {node.syntax} completing on")
@@ -97,7 +97,7 @@ class MBarrier:
                  "copy engine may see it uninitialised", node,
                  note(f"'{self.label}' was initialised here", self.init_node))
 
-    def init(self, th: Thread, count: int, node: Any) -> None:
+    def init(self, th: ThreadState, count: int, node: Any) -> None:
         if self.initialised:
             fail("mbarrier", f"{th.name} initialises mbarrier {self.label} again while it is "
                  "live (mbarrier_inval it first)", node,
@@ -115,7 +115,7 @@ class MBarrier:
         self.fenced = False
         th.inits.append(self)
 
-    def inval(self, th: Thread, node: Any) -> None:
+    def inval(self, th: ThreadState, node: Any) -> None:
         self.check_use(th, node, "invalidates")
         if self.waiters or self.copies:
             what = "threads wait on it" if self.waiters else "a copy will still complete on it"
@@ -123,7 +123,7 @@ class MBarrier:
         self.initialised = False
         self.init_node = node
 
-    def arrive(self, th: Thread, count: int, node: Any) -> None:
+    def arrive(self, th: ThreadState, count: int, node: Any) -> None:
         """`mbarrier.arrive` (release): publishes `th`'s clock to this phase's waiters."""
         self.check_use(th, node, "arrives on")
         if count < 1 or count > self.pending:
@@ -135,7 +135,7 @@ class MBarrier:
         self.pending -= count
         self._advance()
 
-    def expect_tx(self, th: Thread, nbytes: int, node: Any) -> None:
+    def expect_tx(self, th: ThreadState, nbytes: int, node: Any) -> None:
         self.check_use(th, node, "sets expect_tx on")
         self._add_tx(nbytes, node)
         self._advance()  # bytes that landed before they were expected may now balance
@@ -153,7 +153,7 @@ class MBarrier:
         """`try_wait.parity`: whether the phase of this parity has completed."""
         return (self.phase & 1) != parity
 
-    def acquire(self, th: Thread) -> None:
+    def acquire(self, th: ThreadState) -> None:
         """A successful wait: `th` observes the latest completed phase."""
         self.cta.clocks.acquire(th.tid, self.last_vc)
 

@@ -29,12 +29,11 @@ from ..codegen.layout import Layout
 from .errors import InterpWarning, fail, note
 from .hb import Clocks
 from .scalar import Reader, Writer
+from .state import Sel
 
 if TYPE_CHECKING:
     from .copies import AsyncLoad, AsyncStore
-    from .cta import Thread
-
-Sel = slice | np.ndarray  # a set of shared-memory byte offsets: a range or an index array
+    from .state import ThreadState
 
 
 def first_offset(sel: Sel, mask: np.ndarray) -> int:
@@ -104,7 +103,7 @@ class SharedMemory:
         bad = vc.take(agents) < clocks
         return first_offset(sel, bad) if bad.any() else None
 
-    def _conflict(self, th: Thread, off: int, node: Any, what: str, write: bool) -> None:
+    def _conflict(self, th: ThreadState, off: int, node: Any, what: str, write: bool) -> None:
         """Report the recorded access at byte `off` that `what` is not ordered after."""
         if write:
             agent, site = int(self.w_agent[off]), self.sites[int(self.w_site[off])]
@@ -123,13 +122,13 @@ class SharedMemory:
              f"that {'write' if write else 'read'} before it (a barrier, or an mbarrier arrive "
              "observed by a wait)", node, note(f"{other} {verb} it here", site))
 
-    def _check_after_writes(self, th: Thread, sel: Sel, vc: np.ndarray, node: Any,
+    def _check_after_writes(self, th: ThreadState, sel: Sel, vc: np.ndarray, node: Any,
                             what: str) -> None:
         off = self._unordered(sel, self.w_agent[sel], self.w_clock[sel], vc)
         if off is not None:
             self._conflict(th, off, node, what, write=True)
 
-    def _check_after_reads(self, th: Thread, sel: Sel, vc: np.ndarray, node: Any,
+    def _check_after_reads(self, th: ThreadState, sel: Sel, vc: np.ndarray, node: Any,
                            what: str) -> None:
         off = self._unordered(sel, self.r_agent[sel], self.r_clock[sel], vc)
         if off is not None:
@@ -137,7 +136,7 @@ class SharedMemory:
 
     # ------------------------------------------------------------------ generic accesses
 
-    def read(self, th: Thread, off: int, n: int, rd: Reader, node: Any) -> Any:
+    def read(self, th: ThreadState, off: int, n: int, rd: Reader, node: Any) -> Any:
         sel = slice(off, off + n)
         if self.loads:
             self._check_in_flight(th, sel, node, "reads")
@@ -153,7 +152,7 @@ class SharedMemory:
         self.r_site[sel] = self.site(node)
         return rd(self.buf, off)
 
-    def write(self, th: Thread, off: int, n: int, wr: Writer, value: Any, node: Any) -> None:
+    def write(self, th: ThreadState, off: int, n: int, wr: Writer, value: Any, node: Any) -> None:
         sel = slice(off, off + n)
         if self.loads:
             self._check_in_flight(th, sel, node, "writes")
@@ -180,7 +179,7 @@ class SharedMemory:
             else:
                 th.unfenced.append([off, off + n, node])
 
-    def _check_in_flight(self, th: Thread, sel: Sel, node: Any, verb: str) -> None:
+    def _check_in_flight(self, th: ThreadState, sel: Sel, node: Any, verb: str) -> None:
         ids = self.loading[sel]
         if ids.any():
             load = self.loads[int(ids[np.argmax(ids != 0)])]
@@ -198,7 +197,7 @@ class SharedMemory:
 
     # ------------------------------------------------------------------ proxy fences
 
-    def fence(self, th: Thread) -> None:
+    def fence(self, th: ThreadState) -> None:
         """fence_proxy_async(): this thread's generic writes so far may reach the async
         proxy of any thread that this fence happens before."""
         me, epoch = th.tid + 1, self.clocks.vc[th.tid, th.tid]
@@ -207,7 +206,7 @@ class SharedMemory:
             fence[(self.gw_owner[a:b] == me) & (fence == 0)] = epoch
         th.unfenced.clear()
 
-    def check_async_read(self, th: Thread, sel: Sel, node: Any, op: str) -> None:
+    def check_async_read(self, th: ThreadState, sel: Sel, node: Any, op: str) -> None:
         """An async store issued by `th` reads `sel`: every generic write there must be
         followed by its writer's fence_proxy_async(), and that fence must happen before the
         store (or be `th`'s own)."""
@@ -223,7 +222,8 @@ class SharedMemory:
         self._check_after_writes(th, sel, self.clocks.vc[th.tid], node,
                                  f"the {op} issued by {th.name} reads")
 
-    def _missing_fence(self, th: Thread, sel: Sel, bad: np.ndarray, node: Any, op: str) -> None:
+    def _missing_fence(self, th: ThreadState, sel: Sel, bad: np.ndarray, node: Any,
+                       op: str) -> None:
         off = first_offset(sel, bad)
         writer = th.cta.threads[int(self.gw_owner[off]) - 1]
         site = self.sites[int(self.w_site[off])]
@@ -241,7 +241,7 @@ class SharedMemory:
 
     # ------------------------------------------------------------------ async copies
 
-    def begin_load(self, th: Thread, load: AsyncLoad, vc: np.ndarray) -> None:
+    def begin_load(self, th: ThreadState, load: AsyncLoad, vc: np.ndarray) -> None:
         """A load issued by `th` (whose clock is `vc`) will write `load.dst`."""
         sel = load.dst
         if self.stores and self.reading[sel].any():
@@ -307,7 +307,7 @@ class GlobalWatch:
     __slots__ = ("waiters",)
 
     def __init__(self) -> None:
-        self.waiters: list[Thread] = []
+        self.waiters: list[ThreadState] = []
 
     def explain(self, cta: Any, tids: list[int], detail: Any) -> tuple[str, list]:
         who = "thread" if len(tids) == 1 else "threads"
@@ -341,7 +341,7 @@ class GlobalMemory:
         self.regions.append((name, array.reshape(-1).view(np.uint8).data, array.nbytes))
         return len(self.regions) << self.SHIFT
 
-    def locate(self, th: Thread, addr: int, nbytes: int, esize: int, node: Any, what: str,
+    def locate(self, th: ThreadState, addr: int, nbytes: int, esize: int, node: Any, what: str,
                align: int = 0) -> tuple[memoryview, int]:
         """(bytes of the array, byte offset) of an access of `nbytes` to elements of
         `esize` bytes, bounds- and alignment-checked (`align` defaults to `esize`)."""

@@ -11,10 +11,9 @@ import numpy as np
 
 from .. import ir
 from .. import types as T
-from ..errors import CompileError, Diagnostic, DiagnosticBag, LaunchError
+from ..errors import Diagnostic, LaunchError
 from ..limits import MAX_SMEM_BYTES
-from ..lower import lower_kernel
-from ..lower_sm80 import is_sm80, lower_sm80_kernel
+from ..lower import lower
 from ..runtime.dtypes import compatible, scalar_of
 from . import scalar
 from .cluster import Cluster
@@ -159,12 +158,7 @@ def _program(k: ir.Kernel, arch: str | None = None) -> Program:
     if hit is None or hit[0] is not k:
         if len(_programs) > 64:
             _programs.clear()
-        diags = DiagnosticBag()
-        lowered = lower_kernel(k, diags)
-        diags.raise_if_any(CompileError)
-        if is_sm80(arch):
-            lowered = lower_sm80_kernel(lowered, diags)
-            diags.raise_if_any(CompileError)
+        lowered = lower(ir.Module(kernels=(k,), loc=k.loc), arch, checks=False).kernels[0]
         hit = _programs[(id(k), arch)] = (k, Program(lowered))
     return hit[1]
 

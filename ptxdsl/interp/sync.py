@@ -8,7 +8,7 @@ leave the others blocked, which the deadlock report shows.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from ..errors import Note
 from .errors import fail, id_ranges, threads_phrase
 
 if TYPE_CHECKING:
-    from .cta import CTA, Thread
+    from .state import CTAState, ThreadState
 
 
 class NamedBarrier:
@@ -30,11 +30,11 @@ class NamedBarrier:
         self.expected = 0  # 0 while idle
         self.arrived: list[int] = []
         self.generation = 0
-        self.waiters: list[Thread] = []
+        self.waiters: list[ThreadState] = []
         self.vc: Any = None  # join of the clocks the arrivals of this generation published
         self.released: dict[int, Any] = {}  # generation -> what its completion published
 
-    def arrive(self, th: Thread, count: int, node: Any) -> int:
+    def arrive(self, th: ThreadState, count: int, node: Any) -> int:
         """Count `th`'s arrival; returns the generation it arrived in (the barrier completes,
         and the generation advances, when `count` threads have arrived)."""
         cta = th.cta
@@ -57,7 +57,7 @@ class NamedBarrier:
                 cta.wake(self)
         return gen
 
-    def explain(self, cta: CTA, tids: list[int], detail: Any) -> tuple[str, list[Note]]:
+    def explain(self, cta: CTAState, tids: list[int], detail: Any) -> tuple[str, list[Note]]:
         """Why threads `tids` are stuck here (for the deadlock report)."""
         missing = [t.tid for t in cta.threads if t.tid not in self.arrived]
         exited = [t for t in missing if cta.threads[t].exited]
@@ -78,9 +78,9 @@ class Gather:
         self.node = node
         self.args: dict[int, tuple[Any, ...]] = {}
         self.results: dict[int, Any] | None = None
-        self.waiters: list[Thread] = []
+        self.waiters: list[ThreadState] = []
 
-    def explain(self, cta: CTA, tids: list[int], detail: Any) -> tuple[str, list[Note]]:
+    def explain(self, cta: CTAState, tids: list[int], detail: Any) -> tuple[str, list[Note]]:
         """Why lanes `tids` are stuck here (for the deadlock report)."""
         lanes = cta.threads[tids[0]].warp_threads
         absent = [t.tid for t in lanes if not t.exited and t.lane not in self.args]
@@ -89,7 +89,7 @@ class Gather:
                 "live lane of the warp)", [])
 
 
-def collective(th: Thread, site: int, fn: str, args: tuple[Any, ...],
+def collective(th: ThreadState, site: int, fn: str, args: tuple[Any, ...],
                node: Any) -> Generator[Any, None, Any]:
     """The value of a warp collective for `th`, once all live lanes have arrived."""
     gathers = th.warp_gathers
@@ -105,7 +105,7 @@ def collective(th: Thread, site: int, fn: str, args: tuple[Any, ...],
     return g.results[th.lane]
 
 
-def finish(cta: CTA, lanes: list[Thread], gathers: dict[int, Gather]) -> None:
+def finish(cta: CTAState, lanes: Sequence[ThreadState], gathers: dict[int, Gather]) -> None:
     """Complete every gather of a warp that all live lanes have reached (also called when a
     lane exits)."""
     live = [t.lane for t in lanes if not t.exited]
@@ -118,7 +118,7 @@ def finish(cta: CTA, lanes: list[Thread], gathers: dict[int, Gather]) -> None:
                 cta.wake(g)
 
 
-def _compute(g: Gather, lanes: list[Thread]) -> dict[int, Any]:
+def _compute(g: Gather, lanes: Sequence[ThreadState]) -> dict[int, Any]:
     args = g.args
     if g.fn == "elect":
         leader = min(args)

@@ -1,7 +1,7 @@
 """Ampere (sm_80) asynchronous copies: `cp.async`, its groups, its mbarrier arrivals, and the
 mbarrier wait that exists on sm_80 (`test_wait`).
 
-Kernels may write them by hand; `ptxdsl.lower_sm80` also produces them when it lowers the
+Kernels may write them by hand; `ptxdsl.lower.sm80` also produces them when it lowers the
 Hopper bulk and tensor copies of a kernel compiled for `--arch sm_80`.
 """
 

@@ -1,6 +1,6 @@
 """One-shot asynchronous loads: `async name { copies }` and `await(name)`.
 
-The block's copies complete on one mbarrier that lowering derives (`ptxdsl.lower_oneshot`):
+The block's copies complete on one mbarrier that lowering derives (`ptxdsl.lower.oneshot`):
 its arrival count from the threads that run the block, its transaction bytes from the
 copies, its init and fence in the kernel prologue, and the parity (0) that `await` waits on.
 """

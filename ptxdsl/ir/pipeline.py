@@ -1,6 +1,6 @@
 """Pipelines and the operations on them (`pipeline NAME stages N {...}`, `acquire`,
 `commit`, `wait`, `release`, stage buffers and barriers), register reallocation and the
-role barrier: lowered to the statements of `core` by ptxdsl.lower."""
+role barrier: lowered to the statements of `core` by ptxdsl.lower.pipelines."""
 
 from __future__ import annotations
 

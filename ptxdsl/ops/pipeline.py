@@ -1,7 +1,8 @@
 """Pipeline and role operations: acquire, commit, wait, release, role_sync.
 
-They have no PTX of their own: `ptxdsl.lower` rewrites them into mbarrier operations with
-derived stage indices, phases, arrival counts and byte totals (and role_sync into bar.sync).
+They have no PTX of their own: `ptxdsl.lower.pipelines` rewrites them into mbarrier
+operations with derived stage indices, phases, arrival counts and byte totals (and role_sync
+into bar.sync).
 The builder tracks their regions (an acquire is closed by a commit in the same block)."""
 
 from __future__ import annotations

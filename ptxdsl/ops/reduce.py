@@ -22,6 +22,7 @@ from ..interp.copies import AsyncStore
 from ..interp.cta import Thread
 from ..interp.errors import fail, note
 from ..interp.program import PLAIN, Program, Step
+from ..interp.state import ThreadState
 from ..opdef import ErrorFn, OpDef, register
 from .bulk import _BulkCopy, _check_bulk
 from .cluster import BulkCopyCluster
@@ -221,7 +222,7 @@ class ReduceLoad(PeerLoad):
     __slots__ = ("combine",)
     combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
 
-    def start(self, th: Thread) -> None:
+    def start(self, th: ThreadState) -> None:
         smem, sel = self.cta.smem, self.dst
         self.source, self.vc = None, self.cta.clocks.zeros()
         busy = smem.loading[sel]

@@ -1,6 +1,6 @@
 """The sm_80 stand-in for a tensor map: a 128-byte tensor descriptor in the same parameter.
 
-A kernel compiled for sm_80 copies tensor tiles with cp.async (see `ptxdsl.lower_sm80`), so
+A kernel compiled for sm_80 copies tensor tiles with cp.async (see `ptxdsl.lower.sm80`), so
 where sm_90a passes a CUtensorMap it reads the tensor's base address, shape, strides and
 swizzle from this descriptor (layout in `ptxdsl.ops.ampere`). The same Python call works for
 both builds: a `TensorMap` argument is turned into a descriptor from its own fields, and a

@@ -5,7 +5,7 @@ cp.async copies must be waited for (a wait_group/wait_all, or an mbarrier arrive
 from __future__ import annotations
 
 from .. import ir
-from ..errors import Note
+from ..errors import DiagnosticBag, Note
 from .effects import EFFECTS, Effect, bar, effect, issuers
 from .facts import Facts, Report
 
@@ -58,16 +58,11 @@ def check_noinc_arrivals(facts: Facts, out: Report) -> None:
                       f"count is {want}", head.stmt.loc, *notes, where)
 
 
-def verify_sm80(m: ir.Module) -> None:
-    """The checks that apply to a kernel after `lower_sm80`: the re-derived arrival counts
-    (noinc arrivals included), waits that can return, and the cp.async rules. Raises
-    CompileError with every problem."""
-    from ..errors import CompileError, DiagnosticBag
+def verify_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag) -> None:
+    """The checks that apply to a kernel after the sm_80 pass: the re-derived arrival counts
+    (noinc arrivals included), waits that can return, and the cp.async rules."""
     from .barriers import check_arrival_counts, check_waits
 
-    diags = DiagnosticBag()
-    for k in m.kernels:
-        facts, report = Facts(k), Report(diags)
-        for check in (check_arrival_counts, check_noinc_arrivals, check_waits, check_cp_async):
-            check(facts, report)
-    diags.raise_if_any(CompileError)
+    facts, report = Facts(k), Report(diags)
+    for check in (check_arrival_counts, check_noinc_arrivals, check_waits, check_cp_async):
+        check(facts, report)

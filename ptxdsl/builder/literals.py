@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from . import types as T
+from .. import types as T
 
 INT_MIN = -(1 << 63)  # s64's least value
 INT_MAX = (1 << 64) - 1  # u64's largest value
@@ -91,6 +91,53 @@ def int_fits_error(value: int) -> str | None:
            f"range of every integer type ({_range_text()})"
 
 
+def fold(op: str, symbol: str, x: int | float, y: int | float) -> int | float:
+    """The value of the constant expression `x op y` (`symbol`: the operator as written);
+    integer division and remainder truncate toward zero, as the target's do. Raises
+    LiteralError saying why it has none."""
+    both = f"'{symbol}' of {show_value(x)} and {show_value(y)}"
+    if op in ("shl", "shr") and isinstance(y, int) and not 0 <= y <= MAX_SHIFT:
+        raise LiteralError(f"shift count {show_value(y)} of a constant expression is outside "
+                           f"[0, {MAX_SHIFT}]")
+    try:
+        r = _arith(op, x, y)
+    except ZeroDivisionError:
+        raise LiteralError("division by zero in a constant expression") from None
+    except (OverflowError, ValueError):  # int(inf), a float from a huge integer
+        raise LiteralError(f"the constant expression {both} has no finite value") from None
+    if r is None:
+        raise LiteralError(f"'{symbol}' is not defined for {x!r} and {y!r}")
+    if isinstance(r, float) and not math.isfinite(r) and _finite(x) and _finite(y):
+        raise LiteralError(f"the constant expression {both} overflows f64")
+    if isinstance(r, int) and (why := int_fits_error(r)) is not None:
+        raise LiteralError(f"the constant expression {both}: its value {why}")
+    return r
+
+
+def _arith(op: str, x: int | float, y: int | float) -> int | float | None:
+    """`x op y` in Python's exact arithmetic; None where the operator has no meaning."""
+    if op == "add":
+        return x + y
+    if op == "sub":
+        return x - y
+    if op == "mul":
+        return x * y
+    if op in ("div", "rem") and isinstance(x, int) and isinstance(y, int):
+        q = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
+        return q if op == "div" else x - y * q
+    if op == "div":
+        return x / y
+    if op == "rem":
+        return math.fmod(x, y)
+    if op in ("min", "max"):
+        return min(x, y) if op == "min" else max(x, y)
+    if op in ("and", "or", "xor", "shl", "shr", "land", "lor") and \
+            isinstance(x, int) and isinstance(y, int):
+        return {"and": x & y, "or": x | y, "xor": x ^ y, "shl": x << y, "shr": x >> y,
+                "land": bool(x and y), "lor": bool(x or y)}[op]
+    return None
+
+
 def float_fits(value: float, ty: T.Scalar) -> bool:
     """Whether `value` converts to float type `ty` without overflowing to infinity
     (infinities and NaN given as such convert to themselves)."""
@@ -107,6 +154,17 @@ def float_range_text(ty: T.Scalar) -> str:
 def show_int(value: int) -> str:
     """A compile-time integer for a message: digits, or its size when it is huge."""
     return str(value) if abs(value) < 1 << 256 else _bits(value)
+
+
+def show_value(v: object) -> str:
+    """A compile-time value for a message."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return show_int(v) if isinstance(v, int) else repr(v)
+
+
+def _finite(v: object) -> bool:
+    return not isinstance(v, float) or math.isfinite(v)
 
 
 def _fmax(name: str) -> str:

@@ -1,6 +1,6 @@
 """Lowering of one-shot asynchronous loads (`async name { copies }`, `await(name)`).
 
-Derived exactly as a pipeline stage's full barrier is (see `ptxdsl.lower`):
+Derived exactly as a pipeline stage's full barrier is (see `ptxdsl.lower.pipelines`):
   - one mbarrier `name.bar`, expecting one arrival from each thread that runs the block;
   - each such thread arms it, before its copies, with `mbarrier.arrive.expect_tx` and the
     bytes those copies deliver;
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import ir
-from . import types as T
-from .errors import DiagnosticBag, Note, Span
+from .. import ir
+from .. import types as T
+from ..errors import DiagnosticBag, Note, Span
 
 
 @dataclass

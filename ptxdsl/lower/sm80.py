@@ -1,8 +1,8 @@
 """Lowering for Ampere (`--arch sm_80`): the Hopper forms of a lowered kernel become cp.async.
 
-Runs after `ptxdsl.lower` (pipelines and roles are already mbarriers and branches) and after
-the verifier has checked the Hopper form, so every byte count and arrival count it relies on
-is known to be right. What changes:
+Runs after `ptxdsl.lower.pipelines` (pipelines and roles are already mbarriers and
+branches) and after the verifier has checked the Hopper form, so every byte count and arrival
+count it relies on is known to be right (the pass list: `ptxdsl.lower.PASSES`). What changes:
 
 - A 1D bulk load becomes 16-byte `cp.async.cg` copies spread over the lanes of the issuing
   warp, then one `cp.async.mbarrier.arrive.noinc` per lane on the copy's barrier. A block run
@@ -31,11 +31,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import prod
 
-from . import ir
-from . import types as T
-from .errors import CompileError, DiagnosticBag, Note, Span
-from .lower import _ThreadModel, _Unknown
-from .opdef import const_int
+from .. import ir
+from .. import types as T
+from ..errors import DiagnosticBag, Note, Span
+from ..opdef import const_int
+from .threads import ThreadModel, Unknown
 
 ARCH = "sm_80"
 U32, S32, U64 = T.u32, T.s32, T.u64
@@ -60,10 +60,6 @@ _COPIES = (ir.BulkLoad, ir.TensorLoad, ir.BulkStore, ir.TensorStore)
 # plain statements every target has
 _CORE = (ir.SharedDecl, ir.BarrierDecl, ir.Let, ir.Assign, ir.SetElem, ir.Store, ir.Return,
          ir.Asm)
-
-
-def is_sm80(arch: str | None) -> bool:
-    return arch == ARCH
 
 
 def _c(v: int, t: T.Scalar = U32) -> ir.Const:
@@ -181,7 +177,7 @@ class _BarFacts:
 class _Sm80:
     def __init__(self, k: ir.Kernel, diags: DiagnosticBag):
         self.k, self.diags = k, diags
-        self.model = _ThreadModel(k.threads)
+        self.model = ThreadModel(k.threads)
         assigned = {s.name for s in ir.walk(k.body) if isinstance(s, ir.Assign)}
         for s in ir.walk(k.body):
             if isinstance(s, ir.Let) and s.value is not None and s.name not in assigned:
@@ -340,7 +336,7 @@ class _Sm80:
         """How many threads run a one-thread statement here (a widened block: one a warp)."""
         try:
             act = self.model.active(path)
-        except (_Unknown, KeyError, ZeroDivisionError, TypeError):
+        except (Unknown, KeyError, ZeroDivisionError, TypeError):
             return None
         return len({t // 32 for t in act}) if widen is not None else len(act)
 
@@ -368,7 +364,7 @@ class _Sm80:
         try:
             outer = self.model.active(path)
             inner = self.model.active(path + [(s.cond, True)])
-        except (_Unknown, KeyError, ZeroDivisionError, TypeError):
+        except (Unknown, KeyError, ZeroDivisionError, TypeError):
             return None
         warps = {t // 32 for t in inner}
         if not inner or len(inner) != len(warps) or \
@@ -584,17 +580,5 @@ class _Sm80:
 
 
 def lower_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag) -> ir.Kernel:
+    """The lowered kernel rewritten for sm_80; whatever has no sm_80 form goes to `diags`."""
     return _Sm80(k, diags).run()
-
-
-def lower_sm80_module(m: ir.Module) -> ir.Module:
-    """The lowered module rewritten for sm_80; raises CompileError naming whatever has no
-    sm_80 form."""
-    diags = DiagnosticBag()
-    kernels = tuple(lower_sm80_kernel(k, diags) for k in m.kernels)
-    diags.raise_if_any(CompileError)
-    out = dataclasses.replace(m, kernels=kernels)
-    from .verify.ampere import verify_sm80
-
-    verify_sm80(out)
-    return out

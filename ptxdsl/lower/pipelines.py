@@ -19,11 +19,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from . import ir
-from . import types as T
-from .errors import CompileError, DiagnosticBag, Note, Span
-from .lower_oneshot import OneShots
+from .. import ir
+from .. import types as T
+from ..errors import DiagnosticBag, Note, Span
 from .multicast import MULTICAST_COPIES, group_size, remote_release
+from .oneshot import OneShots
+from .threads import ThreadModel, Unknown
 
 REGISTER_FILE = 65536
 
@@ -42,64 +43,6 @@ def _and(a: ir.Expr, b: ir.Expr) -> ir.Expr:
 
 def _cmp(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return ir.Compare(op=op, a=a, b=b, type=T.pred)
-
-
-# ----------------------------------------------------------------------------- thread sets
-
-
-class _Unknown(Exception):
-    pass
-
-
-@dataclass
-class _ThreadModel:
-    """Which threads of a CTA run a statement, from conditions on thread indices."""
-
-    threads: tuple[int, int, int]
-    env: dict[str, ir.Expr] = field(default_factory=dict)
-
-    def value(self, e: ir.Expr, tid: int, active: frozenset[int]):
-        x, y, _ = self.threads
-        if isinstance(e, ir.Const):
-            return e.value
-        if isinstance(e, ir.SReg):
-            table = {"tid.x": tid % x, "tid.y": tid // x % y, "tid.z": tid // (x * y),
-                     "warp": tid // 32, "laneid": tid % 32, "ntid.x": x, "ntid.y": y,
-                     "ntid.z": self.threads[2]}
-            if e.name in table:
-                return table[e.name]
-            raise _Unknown
-        if isinstance(e, ir.Var) and e.name in self.env:
-            return self.value(self.env[e.name], tid, active)
-        if isinstance(e, ir.Call) and e.fn == "elect":
-            warp = [t for t in active if t // 32 == tid // 32]
-            return bool(warp) and tid == min(warp)
-        if isinstance(e, ir.Compare):
-            a, b = self.value(e.a, tid, active), self.value(e.b, tid, active)
-            return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b,
-                    "ge": a >= b}[e.op]
-        if isinstance(e, ir.Unary) and e.op == "not" and e.type == T.pred:
-            return not self.value(e.x, tid, active)
-        if isinstance(e, ir.Binary):
-            a, b = self.value(e.a, tid, active), self.value(e.b, tid, active)
-            if e.type == T.pred:
-                return (a and b) if e.op == "and" else (a or b) if e.op == "or" else a != b
-            ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-                   "div": lambda: a // b, "rem": lambda: a % b, "and": lambda: a & b,
-                   "or": lambda: a | b, "xor": lambda: a ^ b, "shl": lambda: a << b,
-                   "shr": lambda: a >> b, "min": lambda: min(a, b), "max": lambda: max(a, b)}
-            return ops[e.op]()
-        if isinstance(e, ir.Cast):
-            return self.value(e.x, tid, active)
-        raise _Unknown
-
-    def active(self, path: list[tuple[ir.Expr, bool]]) -> frozenset[int]:
-        """The threads that reach the end of a path of (condition, taken-branch) pairs."""
-        x, y, z = self.threads
-        act = frozenset(range(x * y * z))
-        for cond, polarity in path:
-            act = frozenset(t for t in act if bool(self.value(cond, t, act)) == polarity)
-        return act
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -124,7 +67,7 @@ class _Lowerer:
         self.diags = diags
         self.pipes: dict[str, _PipeFacts] = {}
         self.oneshots = OneShots(diags)
-        self.model = _ThreadModel(k.threads)
+        self.model = ThreadModel(k.threads)
         self.roles: list[ir.Role] = [s for s in k.body if isinstance(s, ir.Role)]
         assigned = {s.name for s in ir.walk(k.body) if isinstance(s, ir.Assign)}
         for s in ir.walk(k.body):
@@ -210,7 +153,7 @@ class _Lowerer:
         """Whether paths `a` and `b` are run by the same threads (False when unknown)."""
         try:
             return self.model.active(a) == self.model.active(b)
-        except _Unknown:
+        except Unknown:
             return False
 
     def count(self, path: list, s: ir.Stmt) -> int:
@@ -219,7 +162,7 @@ class _Lowerer:
     def threads(self, path: list, s: ir.Stmt) -> frozenset[int]:
         try:
             return self.model.active(path)
-        except _Unknown:
+        except Unknown:
             self.diags.error("cannot tell which threads run this statement, so its barrier "
                              "arrival count cannot be derived; select threads with conditions on "
                              "%tid, %warp, %laneid, elect() or a role", s.loc)
@@ -522,14 +465,7 @@ def _committed(stmts: tuple[ir.Stmt, ...]) -> list[str]:
 
 
 def lower_kernel(k: ir.Kernel, diags: DiagnosticBag) -> ir.Kernel:
+    """The kernel with every pipeline, role and one-shot load lowered; problems go to `diags`."""
     if not any(isinstance(s, (ir.PipelineDecl, ir.Role, ir.AsyncLoad)) for s in ir.walk(k.body)):
         return k
     return _Lowerer(k, diags).lower()
-
-
-def lower_module(m: ir.Module) -> ir.Module:
-    """The module with every pipeline and role lowered; raises CompileError on problems."""
-    diags = DiagnosticBag()
-    kernels = tuple(lower_kernel(k, diags) for k in m.kernels)
-    diags.raise_if_any(CompileError)
-    return dataclasses.replace(m, kernels=kernels)

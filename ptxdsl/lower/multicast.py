@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from math import prod
 
-from . import ir
-from . import types as T
+from .. import ir
+from .. import types as T
 
 MULTICAST_COPIES = (ir.TensorLoadMulticast, ir.BulkLoadMulticast)
 

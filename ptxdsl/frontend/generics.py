@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import lark
 
-from . import types as T
-from .builder.hints import type_hint
-from .errors import Span
+from .. import types as T
+from ..builder.hints import type_hint
+from ..errors import Span
 
 if TYPE_CHECKING:
-    from .builder import KernelBuilder
-    from .errors import DiagnosticBag, Source
+    from ..builder import KernelBuilder
+    from ..errors import DiagnosticBag, Source
 
 
 class CompileTimeWalker:

@@ -10,22 +10,25 @@ from typing import Any
 
 import lark
 
-from . import ir
-from . import types as T
-from .bounds import MAX_NESTING, MAX_SOURCE_BYTES, stack_room
-from .builder import BINARY_SYMBOL, KernelBuilder, Lit
-from .builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
-from .builder.common import ptx_name_ok
-from .builder.hints import syntax_fix, type_hint
-from .errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
-from .frontend_generics import CompileTimeWalker
-from .literals import LiteralError, float_literal, int_literal
-from .opdef import BY_SYNTAX
+from .. import ir
+from .. import types as T
+from ..bounds import MAX_NESTING, MAX_SOURCE_BYTES, stack_room
+from ..builder import BINARY_SYMBOL, KernelBuilder, Lit
+from ..builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
+from ..builder.common import ptx_name_ok
+from ..builder.hints import syntax_fix, type_hint
+from ..builder.literals import LiteralError, float_literal, int_literal
+from ..errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
+from ..opdef import BY_SYNTAX
+from .generics import CompileTimeWalker
 
 
 def _grammar_text() -> str:
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "grammar" / "ptxdsl.lark", here / "grammar" / "ptxdsl.lark"):
+    # A source checkout keeps the grammar at <root>/grammar; a wheel ships it as the package
+    # ptxdsl.grammar (pyproject's package-dir), beside this package.
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package.parent / "grammar" / "ptxdsl.lark",
+                      package / "grammar" / "ptxdsl.lark"):
         if candidate.is_file():
             return candidate.read_text()
     from importlib import resources
@@ -431,7 +434,7 @@ class _Walker(CompileTimeWalker):
                              self.span(t))
             return
         name, args = call.children
-        from .builder import VALUE_FUNCTIONS
+        from ..builder import VALUE_FUNCTIONS
 
         if str(name) in VALUE_FUNCTIONS:
             self.diags.error(f"the value of '{name}(...)' is unused", self.span(call))
