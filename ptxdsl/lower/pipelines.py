@@ -219,7 +219,7 @@ class _Lowerer:
         flip = ir.Select(cond=last, a=_c(1), b=_c(0), type=T.u32)
         nxt = ir.Select(cond=last, a=_c(0), b=ir.Binary(op="add", a=stage, b=_c(1), type=T.u32),
                         type=T.u32)
-        step = [ir.Assign(name=stage.name, value=nxt, loc=loc)]
+        step: list[ir.Stmt] = [ir.Assign(name=stage.name, value=nxt, loc=loc)]
         if side == "rel":
             return step
         return [ir.Assign(name=phase.name, value=ir.Binary(op="xor", a=phase, b=flip,
