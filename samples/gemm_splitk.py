@@ -2,10 +2,11 @@
 
 C = A @ B^T (A: M x K, B: N x K, row-major bf16; C: M x N bf16) for skinny outputs and long
 K: each CTA multiplies one 128 x 256 tile over one of `splits` slices of K (the wgmma main
-loop of gemm.py, one wgmma group in flight), then adds its f32 partial tile into a workspace (M x N f32, zero between
-launches) with TMA reduce-add through the tensor map `ws`, 32-column chunks through a
-swizzled staging buffer. A grid semaphore per half-tile (`sem`, one u32 per consumer
-warpgroup and tile, zero between launches) says when the sum is whole:
+loop of gemm.py, one wgmma group in flight), then adds its f32 partial tile into a
+workspace (M x N f32, zero between launches) with TMA reduce-add through the tensor map
+`ws`, 32-column chunks through a swizzled staging buffer. A grid semaphore per half-tile
+(`sem`, one u32 per consumer warpgroup and tile, zero between launches) says when the sum is
+whole:
 
 - unordered (`ordered` = 0): every split reduce-adds; its warpgroup leader waits for the
   reductions to complete (bulk_wait(0)), then increments the semaphore (acq_rel); the one
