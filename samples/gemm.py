@@ -18,7 +18,9 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
               producer_regs: int = 40, consumer_regs: int = 232) -> ptxdsl.KernelDef:
     """A GEMM kernel with bm x bn x 64 tiles, `consumers` warpgroups of bm / consumers rows
     each (64 or 128), `stages` pipeline stages and tiles walked in groups of `group`
-    tile-rows. `cluster=(2, 1, 1)` pairs the CTAs of a cluster on two vertically adjacent
+    tile-rows. Each consumer keeps one k-block's wgmma group in flight while it issues the
+    next (wgmma_wait(1), then the lagging release of the stage the older group read), so
+    `stages` >= 2. `cluster=(2, 1, 1)` pairs the CTAs of a cluster on two vertically adjacent
     tiles of one tile-column: each loads its own A tile and half of the shared B tile,
     multicast to both, so every B tile crosses L2 once per pair (the pipeline derives the
     bytes each full barrier expects and the remote releases of the empty barriers)."""
@@ -59,6 +61,7 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
         # work items: tiles, or with a cluster pair, pairs of vertically adjacent tiles
         tiles_m = k.let("tiles_m", (m + (bm * cm - 1)) / (bm * cm))
         tiles_n = k.let("tiles_n", (n + (bn - 1)) / bn)
+        # >= 1 (a tensor map has no empty dimension): the first k-block is issued before the loop
         ktiles = k.let("ktiles", (kk_ + (bk - 1)) / bk)
         ntiles = k.let("ntiles", tiles_m * tiles_n)
         grp = k.let("group", group * tiles_n)
@@ -89,17 +92,27 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
                 # one m64nN accumulator per 64 rows the consumer owns
                 accs = [k.let("acc" if mw == 1 else f"acc{r}", type=array(f32, nacc))
                         for r in range(mw)]
-                with k.for_("kt", 0, ktiles) as kt:
+
+                def kblock(first: bool) -> None:
+                    """Wait for the next stage and issue its wgmmas as one group."""
                     k.wait(ring)
                     k.wgmma_fence()
                     with k.for_("kk", 0, bk // 16, unroll=True) as kk:
                         for r, acc in enumerate(accs):
                             rows0 = wg * wm + r * 64 if r else wg * wm
                             bop = ring.b[0, 0, kk * 16] if cm > 1 else ring.b[0, kk * 16]
-                            k.wgmma(acc, ring.a[rows0, kk * 16], bop, (kt > 0) | (kk > 0))
+                            k.wgmma(acc, ring.a[rows0, kk * 16], bop, kk > 0 if first else True)
                     k.wgmma_commit()
-                    k.wgmma_wait(0)
+
+                # one wgmma group stays in flight: wgmma_wait(1) retires the previous k-block's
+                # group, and release hands back the oldest stage held, the one that group read
+                kblock(True)
+                with k.for_("kt", 1, ktiles):
+                    kblock(False)
+                    k.wgmma_wait(1)
                     k.release(ring)
+                k.wgmma_wait(0)
+                k.release(ring)
                 with k.if_(leader):
                     k.bulk_wait_read(0)
                 k.bar_sync(8 + wg, 128)

@@ -2,10 +2,11 @@
 
 C = A @ B^T (A: M x K, B: N x K, row-major bf16; C: M x N bf16) for skinny outputs and long
 K: each CTA multiplies one 128 x 256 tile over one of `splits` slices of K (the wgmma main
-loop of gemm.py), then adds its f32 partial tile into a workspace (M x N f32, zero between
-launches) with TMA reduce-add through the tensor map `ws`, 32-column chunks through a
-swizzled staging buffer. A grid semaphore per half-tile (`sem`, one u32 per consumer
-warpgroup and tile, zero between launches) says when the sum is whole:
+loop of gemm.py, one wgmma group in flight), then adds its f32 partial tile into a
+workspace (M x N f32, zero between launches) with TMA reduce-add through the tensor map
+`ws`, 32-column chunks through a swizzled staging buffer. A grid semaphore per half-tile
+(`sem`, one u32 per consumer warpgroup and tile, zero between launches) says when the sum is
+whole:
 
 - unordered (`ordered` = 0): every split reduce-adds; its warpgroup leader waits for the
   reductions to complete (bulk_wait(0)), then increments the semaphore (acq_rel); the one
@@ -55,7 +56,9 @@ def make_splitk(stages: int = 4, chunks: int = 2) -> ptxdsl.KernelDef:
         n0 = k.let("n0", tile / tiles_m * BN)
         with k.role("producer", 0, 4, regs=40):
             with k.if_((k.warp == 0) & k.elect()):
-                with k.for_("kt", kt0, kt1) as kt:
+                # at least one K step, as the consumers issue the first before their loop (an
+                # empty slice is refused by check_splits)
+                with k.for_("kt", kt0, k.max(kt1, kt0 + 1)) as kt:
                     k.acquire(ring)
                     k.tma_load(ring.a, a, [(kt * BK).to(s32), m0.to(s32)])
                     k.tma_load(ring.b, b, [(kt * BK).to(s32), n0.to(s32)])
@@ -66,15 +69,24 @@ def make_splitk(stages: int = 4, chunks: int = 2) -> ptxdsl.KernelDef:
             row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
             col = k.let("col", k.laneid % 4 * 2)
             acc = k.let("acc", type=ptxdsl.array(f32, BN // 2))
-            with k.for_("kt", kt0, kt1) as kt:
+
+            def kblock(first: bool) -> None:
+                """Wait for the next stage and issue its wgmmas as one group."""
                 k.wait(ring)
                 k.wgmma_fence()
                 with k.for_("kk", 0, BK // 16, unroll=True) as kk:
                     k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
-                            (kt > kt0) | (kk > 0))
+                            kk > 0 if first else True)
                 k.wgmma_commit()
-                k.wgmma_wait(0)
+
+            # one wgmma group in flight, as in gemm.py
+            kblock(True)
+            with k.for_("kt", kt0 + 1, kt1):
+                kblock(False)
+                k.wgmma_wait(1)
                 k.release(ring)
+            k.wgmma_wait(0)
+            k.release(ring)
             idx = k.let("idx", tile * 2 + wg)
             r0 = k.let("r0", m0 + wg * 64)
             first = k.let("first", (ordered != 0) & (split == 0))

@@ -34,7 +34,7 @@ def test_gemm_matches_torch(bench, m, n, k):
 
 
 @pytest.mark.parametrize("cfg", [dict(bn=128, stages=6), dict(group=1), dict(dtype="f16"),
-                                 dict(bm=256, bn=128)])
+                                 dict(bm=256, bn=128), dict(stages=2), dict(bn=128, stages=4)])
 def test_gemm_variants(bench, cfg):
     import torch
 

@@ -117,6 +117,8 @@ def test_corpus_covers_every_check():
         "is written after the last wgmma_fence()",
         "is read here while a wgmma that writes it may still be in flight",
         "hands the stage back to the producer while a wgmma",
+        "wgmma_wait(1) before release",
+        "while this role holds all 2 stage(s)",
         "thread(s) of warpgroup",
         "which declares no swizzle",
         "a descriptor addresses groups of 8 rows",

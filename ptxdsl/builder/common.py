@@ -84,8 +84,9 @@ class Symbol:
 class Frame:
     stmts: list[ir.Stmt] = field(default_factory=list)
     names: dict[str, Symbol] = field(default_factory=dict)
-    # open pipeline regions of this block: pipeline -> (side, where it was opened)
-    regions: dict[str, tuple[str, Span | None]] = field(default_factory=dict)
+    # open pipeline regions of this block: pipeline -> (side, where each was opened, oldest
+    # first); a consumer may hold several waited stages at once (a lagging release)
+    regions: dict[str, tuple[str, list[Span | None]]] = field(default_factory=dict)
 
 
 _PTX_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*|_[A-Za-z0-9_]+")

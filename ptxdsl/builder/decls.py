@@ -210,22 +210,34 @@ class Declarations(Expressions):
         return None
 
     def pipeline_op(self, cls: type[ir.Op], pipe: ir.Expr, loc: Span | None) -> None:
+        """Regions: acquire .. commit and wait .. release, each closed in the block that opens
+        it. A consumer may wait again while it holds a stage (its release lags: `release`
+        hands back the oldest stage it holds), so every block releases as many stages as it
+        waits on and the number held is the same on every path."""
         side, opens = REGION_OPS[cls.syntax]
         name = pipe.name  # type: ignore[attr-defined]
         current = self.region_side(name)
         frame = self.frames[-1]
         if opens:
-            if current is not None:
+            if current is not None and (current, side) != ("get", "get"):
                 self.diags.error(f"{cls.syntax}({name}) inside an open "
                                  f"{REGION_OPENER[current]}({name}) region", loc)
                 return
-            frame.regions[name] = (side, loc)
+            frame.regions.setdefault(name, (side, []))[1].append(loc)
         else:
-            if frame.regions.get(name, ("", None))[0] != side:
+            open_side, locs = frame.regions.get(name, ("", []))
+            if open_side != side:
+                lag = " (a release may lag behind its wait, but each block releases only " \
+                    "the stages it waits on, so that the number held is the same on every " \
+                    "path; issue the first step before the loop instead of releasing " \
+                    "conditionally)" if side == "get" and current == "get" else ""
                 self.diags.error(f"{cls.syntax}({name}) without a matching "
-                                 f"{REGION_OPENER[side]}({name}) earlier in the same block", loc)
+                                 f"{REGION_OPENER[side]}({name}) earlier in the same block{lag}",
+                                 loc)
                 return
-            del frame.regions[name]
+            locs.pop(0)
+            if not locs:
+                del frame.regions[name]
         self.emit(cls(pipe=pipe, loc=loc))  # type: ignore[call-arg]
 
     def role_begin(self, name: str, start: int, stop: int, regs: int | None,

@@ -100,9 +100,10 @@ class Scope:
 
     def pop(self) -> tuple[ir.Stmt, ...]:
         frame = self.frames.pop()
-        for pipe, (side, loc) in frame.regions.items():
-            self.diags.error(f"{REGION_OPENER[side]}({pipe}) is not closed by "
-                             f"{REGION_CLOSER[side]}({pipe}) in the same block", loc)
+        for pipe, (side, locs) in frame.regions.items():
+            for loc in locs:
+                self.diags.error(f"{REGION_OPENER[side]}({pipe}) is not closed by "
+                                 f"{REGION_CLOSER[side]}({pipe}) in the same block", loc)
         return tuple(frame.stmts)
 
     @property

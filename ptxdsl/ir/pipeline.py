@@ -30,7 +30,7 @@ class PipelineObj(Expr):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageBuf(Expr):
     """The current stage of a pipeline buffer for one side: "put" between acquire and
-    commit, "get" between wait and release."""
+    commit, "get" between wait and release (the stage waited last, where a release lags)."""
 
     pipe: str
     buf: str
@@ -72,7 +72,7 @@ class Commit(Op):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Wait(Op):
-    """Consumer: wait until the current stage is full."""
+    """Consumer: wait until the next stage is full (it may still hold earlier ones)."""
 
     syntax: ClassVar[str] = "wait"
     pipe: Expr
@@ -80,8 +80,8 @@ class Wait(Op):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Release(Op):
-    """Consumer: `mbarrier.arrive` on the stage's empty barrier (after this thread's bulk
-    stores from the stage have been read); advance to the next stage."""
+    """Consumer: `mbarrier.arrive` on the empty barrier of the oldest stage it holds (after
+    this thread's bulk stores from the stage have been read); advance to the next stage."""
 
     syntax: ClassVar[str] = "release"
     pipe: Expr

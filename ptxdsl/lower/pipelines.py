@@ -5,6 +5,8 @@ What the author does not write is derived here:
     arms it with the bytes of the copies issued since `acquire`;
   - each stage's empty barrier expects as many arrivals as threads run `release`;
   - stage index and phase are registers per pipeline side, advanced by commit / release;
+    where a consumer waits again before it releases (a lagging release, see lag.py), its
+    wait advances the wait cursor and its release a release cursor of its own;
   - barriers are initialised by one thread, fenced, and published with `bar.sync 0`;
   - roles become one if/else chain on `%warp` with `setmaxnreg` and a derived register cap;
   - a producer waits for every stage to be released before it exits (the producer tail), so
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
+from .lag import lagging_pipes
 from .multicast import MULTICAST_COPIES, group_size, remote_release
 from .oneshot import OneShots
 from .threads import ThreadModel, Unknown
@@ -66,6 +69,7 @@ class _Lowerer:
         self.k = k
         self.diags = diags
         self.pipes: dict[str, _PipeFacts] = {}
+        self.lagging: set[str] = set()
         self.oneshots = OneShots(diags)
         self.model = ThreadModel(k.threads)
         self.roles: list[ir.Role] = [s for s in k.body if isinstance(s, ir.Role)]
@@ -223,15 +227,19 @@ class _Lowerer:
         return ir.Index(base=arr, indices=(_var(f"{pipe}.{side}_stage"),), type=T.BarrierRef(0))
 
     def advance(self, pipe: str, side: str, loc: Span | None) -> list[ir.Stmt]:
+        """The cursor of `side` moves to the next stage; its phase flips on the wrap-around
+        (the release cursor of a lagging consumer has no phase: an arrival needs none)."""
         n = self.pipes[pipe].decl.stages
         stage, phase = _var(f"{pipe}.{side}_stage"), _var(f"{pipe}.{side}_phase")
         last = _cmp("eq", stage, _c(n - 1))
         flip = ir.Select(cond=last, a=_c(1), b=_c(0), type=T.u32)
         nxt = ir.Select(cond=last, a=_c(0), b=ir.Binary(op="add", a=stage, b=_c(1), type=T.u32),
                         type=T.u32)
+        step: list[ir.Stmt] = [ir.Assign(name=stage.name, value=nxt, loc=loc)]
+        if side == "rel":
+            return step
         return [ir.Assign(name=phase.name, value=ir.Binary(op="xor", a=phase, b=flip,
-                                                          type=T.u32), loc=loc),
-                ir.Assign(name=stage.name, value=nxt, loc=loc)]
+                                                          type=T.u32), loc=loc), *step]
 
     def acquire(self, pipe: str, loc: Span | None, role=None) -> ir.MBarrierWait:
         parity = ir.Binary(op="xor", a=_var(f"{pipe}.put_phase"), b=_c(1), type=T.u32)
@@ -269,6 +277,8 @@ class _Lowerer:
                 out += self.advance(name, "put", s.loc)
             elif isinstance(s, ir.Wait):
                 name = s.pipe.name  # type: ignore[attr-defined]
+                if name in self.lagging:  # the cursor rests on the stage waited last
+                    out += self.advance(name, "get", s.loc)
                 out.append(ir.MBarrierWait(bar=self.stage_bar(name, "full", "get"),
                                            parity=_var(f"{name}.get_phase"), loc=s.loc,
                                            role=role[1].name if role else ""))
@@ -277,18 +287,19 @@ class _Lowerer:
                 if name in stores:  # the stage is reused only once the store has read it
                     out.append(ir.BulkWaitRead(n=_c(0), loc=s.loc))
                     stores.discard(name)
-                arrive: ir.Stmt = ir.MBarrierArrive(bar=self.stage_bar(name, "empty", "get"),
+                side = "rel" if name in self.lagging else "get"
+                arrive: ir.Stmt = ir.MBarrierArrive(bar=self.stage_bar(name, "empty", side),
                                                     loc=s.loc)
                 mask = self.pipes[name].mask
                 if mask is not None:
-                    arrive = remote_release(self.stage_bar(name, "empty", "get"), mask,
+                    arrive = remote_release(self.stage_bar(name, "empty", side), mask,
                                             self.k.cluster, s.loc)
                 if self.pipes[name].release_per_warp.get(id(s)):
                     elect = ir.Call(fn="elect", args=(), type=T.pred)
                     out.append(ir.If(cond=elect, then=(arrive,), orelse=(), loc=s.loc))
                 else:
                     out.append(arrive)
-                out += self.advance(name, "get", s.loc)
+                out += self.advance(name, side, s.loc)
             elif isinstance(s, (ir.TensorStore, ir.BulkStore, ir.BulkReduce, ir.TensorReduce)) and \
                     isinstance(s.src, ir.StageBuf):
                 stores.add(s.src.pipe)
@@ -339,6 +350,8 @@ class _Lowerer:
         self.oneshots.analyse(self.k.body, [], None, self.role_cond, self.threads,
                               self.copy_bytes)
         self.check_role_coverage()
+        self.lagging = lagging_pipes(self.k.body, {n: f.decl.stages for n, f in self.pipes.items()},
+                                     self.diags)
         maxnreg = self.register_cap()
         top: list[ir.Stmt] = []
         inits: list[ir.Stmt] = []
@@ -359,10 +372,14 @@ class _Lowerer:
                     arr = ir.BarrierObj(name=f"{name}.{which}", type=T.BarrierRef(d.stages))
                     bar = ir.Index(base=arr, indices=(_c(s),), type=T.BarrierRef(0))
                     inits.append(ir.MBarrierInit(bar=bar, loc=d.loc))
-            for side in ("put", "get"):
-                for what in ("stage", "phase"):
-                    cursors.append(ir.Let(name=f"{name}.{side}_{what}", var_type=T.u32,
-                                          value=_c(0), loc=d.loc))
+            # a lagging consumer's wait cursor starts one stage before stage 0 (it advances
+            # before it waits), its release cursor at stage 0
+            lag = name in self.lagging
+            for side, what, v in (("put", "stage", 0), ("put", "phase", 0),
+                                  ("get", "stage", d.stages - 1 if lag else 0),
+                                  ("get", "phase", int(lag)), *([("rel", "stage", 0)] * lag)):
+                cursors.append(ir.Let(name=f"{name}.{side}_{what}", var_type=T.u32,
+                                      value=_c(v), loc=d.loc))
             if facts.partial_tail:
                 cursors.append(ir.Let(name=f"{name}.put_acquired", var_type=T.u32, value=_c(0),
                                       loc=d.loc))

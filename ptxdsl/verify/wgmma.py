@@ -8,8 +8,12 @@ commit group) with the buffers they read. It reports
   - a wgmma whose accumulator (or A fragment) was written after the last wgmma_fence, or
     that no wgmma_fence precedes;
   - a read or write of an accumulator while a wgmma that writes it may be in flight;
-  - a pipeline stage released to its producer while a wgmma reading that pipeline's
-    buffers may be in flight (the producer would overwrite the tile under it).
+  - a pipeline stage released to its producer while a wgmma reading that stage may be in
+    flight (the producer would overwrite the tile under it). A consumer whose release lags
+    holds several stages and releases the oldest: the walk counts the stages held (waits on
+    the pipeline's full barriers less releases) and, for each pending wgmma, how many waits
+    have passed since it was issued, so a wgmma that read a younger stage than the one
+    released may stay in flight (`wgmma_wait(1)` before a lagging release).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from .facts import Facts, Report
 WGMMA_OPS = (ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)
 _NEVER = ""  # the pseudo-array "no wgmma_fence yet"
 _MAX_GROUPS = 8
+_MAX_AGE = 8  # waits counted since a wgmma was issued; more are as good as this many
 _RESERVED_REGS = 8  # addresses, loop counters and predicates beside the register arrays
 
 
@@ -38,6 +43,9 @@ class _Op:
     bufs: frozenset[str]
     loc: Span | None = field(compare=False)
     a_regs: str = ""  # an A fragment in registers, read asynchronously too
+    # per pipeline it reads: the waits on that pipeline since it was issued (0: it reads the
+    # stage waited last)
+    ages: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class _State:
     dirty: frozenset[tuple[str, Span | None]]
     open: frozenset[_Op]
     groups: tuple[frozenset[_Op], ...]
+    held: tuple[tuple[str, int], ...] = ()  # stages waited on and not released, per pipeline
 
     def pending(self) -> frozenset[_Op]:
         out = set(self.open)
@@ -58,8 +67,11 @@ def _join(a: _State, b: _State) -> _State:
     empty: frozenset[_Op] = frozenset()
     ga = (empty,) * (n - len(a.groups)) + a.groups
     gb = (empty,) * (n - len(b.groups)) + b.groups
-    return _State(a.dirty | b.dirty, a.open | b.open, tuple(x | y for x, y in zip(ga, gb,
-                                                                               strict=True)))
+    ha, hb = dict(a.held), dict(b.held)
+    # the fewer stages held (the elected arm of a release has released one)
+    held = {p: min(ha.get(p, 0), hb.get(p, 0)) for p in ha.keys() | hb.keys()}
+    return _State(a.dirty | b.dirty, a.open | b.open,
+                  tuple(x | y for x, y in zip(ga, gb, strict=True)), tuple(sorted(held.items())))
 
 
 def _buffer(place: ir.Expr) -> str | None:
@@ -78,6 +90,8 @@ class _Hazards:
         return st
 
     def stmt(self, s: ir.Stmt, st: _State) -> _State:
+        if (pipe := _released(s)) is not None:
+            return self.release(s, pipe, st)
         if isinstance(s, ir.If):
             self.reads(s.cond, st)
             return _join(self.block(s.then, st), self.block(s.orelse, st))
@@ -100,14 +114,14 @@ class _Hazards:
             groups = st.groups + ((st.open,) if st.open else ())
             if len(groups) > _MAX_GROUPS:
                 groups = (groups[0] | groups[1],) + groups[2:]
-            return _State(st.dirty, frozenset(), groups)
+            return _State(st.dirty, frozenset(), groups, st.held)
         if isinstance(s, ir.WgmmaWait):
             n = const_int(s.n) or 0
             return dataclasses.replace(st, groups=st.groups[len(st.groups) - n:] if n else ())
         if isinstance(s, ir.Wgmma):
             return self.wgmma(s, st)
-        if isinstance(s, ir.MBarrierArrive):
-            self.release(s, st)
+        if isinstance(s, ir.MBarrierWait) and (pipe := _pipe_of(s.bar, ".full")):
+            st = _waited(st, pipe)
         for e in _exprs(s):
             self.reads(e, st)
         written = _written(s)
@@ -132,7 +146,8 @@ class _Hazards:
         if len(names) > 1:
             self.touch(names[1], s.loc, st, "read")
         bufs = frozenset(b for b in (_buffer(s.a), _buffer(s.b)) if b is not None)
-        op = _Op(names[0], bufs, s.loc, names[1] if len(names) > 1 else "")
+        ages = tuple(sorted({(b.split(".")[0], 0) for b in bufs if "." in b}))
+        op = _Op(names[0], bufs, s.loc, names[1] if len(names) > 1 else "", ages)
         return dataclasses.replace(st, open=st.open | {op})
 
     def touch(self, name: str, loc: Span | None, st: _State, how: str) -> None:
@@ -162,20 +177,57 @@ class _Hazards:
                     if isinstance(x, ir.Expr):
                         self.reads(x, st)
 
-    def release(self, s: ir.MBarrierArrive, st: _State) -> None:
-        bar = s.bar
-        while isinstance(bar, ir.Index):
-            bar = bar.base
-        name = getattr(bar, "name", "")
-        if not name.endswith(".empty"):
-            return
-        pipe = name[: -len(".empty")]
+    def release(self, s: ir.Stmt, pipe: str, st: _State) -> _State:
+        """The release of the oldest stage held: a wgmma issued before the wait on a younger
+        stage (age >= the stages held - 1) read it."""
+        held = dict(st.held)
+        n = held.get(pipe, 0)
         for op in sorted(st.pending(), key=lambda o: o.loc.start if o.loc else 0):
-            if any(b.startswith(pipe + ".") for b in op.bufs):
+            if dict(op.ages).get(pipe, -1) >= n - 1:
+                lag = f"wgmma_wait({n - 1}) before release" if n > 1 else \
+                    "wgmma_wait(0) before release"
                 self.out.error(f"release({pipe}) hands the stage back to the producer while a "
-                               "wgmma reading it may still be in flight; wgmma_wait(0) "
-                               "before release", s.loc, Note("the wgmma is issued here", op.loc))
-                return
+                               f"wgmma reading it may still be in flight; {lag}", s.loc,
+                               Note("the wgmma is issued here", op.loc))
+                break
+        held[pipe] = max(n - 1, 0)
+        return dataclasses.replace(st, held=tuple(sorted(held.items())))
+
+
+def _pipe_of(b: ir.Expr, suffix: str) -> str | None:
+    """The pipeline whose `suffix` ("full" or "empty") barriers `b` names, local or a peer's."""
+    if isinstance(b, ir.Peer):
+        b = b.ref
+    while isinstance(b, ir.Index):
+        b = b.base
+    name = getattr(b, "name", "")  # only a pipeline's barriers have a dot in their name
+    return name[: -len(suffix)] if name.endswith(suffix) else None
+
+
+def _released(s: ir.Stmt) -> str | None:
+    """The pipeline a statement releases a stage of: an arrive on its empty barrier, or the
+    loop of arrives on the peers' empty barriers that a cluster pipeline releases with."""
+    if isinstance(s, ir.MBarrierArrive):
+        return _pipe_of(s.bar, ".empty")
+    if isinstance(s, ir.For):
+        arrives = [x for x in ir.walk(s.body) if isinstance(x, ir.MBarrierArrive)]
+        pipes = {_pipe_of(x.bar, ".empty") for x in arrives}
+        if arrives and len(pipes) == 1 and all(isinstance(x.bar, ir.Peer) for x in arrives):
+            return pipes.pop()
+    return None
+
+
+def _waited(st: _State, pipe: str) -> _State:
+    """A wait on the next stage: one more held, and every pending wgmma one wait older."""
+    def older(op: _Op) -> _Op:
+        ages = tuple((p, min(a + 1, _MAX_AGE) if p == pipe else a) for p, a in op.ages)
+        return dataclasses.replace(op, ages=ages)
+
+    held = dict(st.held)
+    held[pipe] = min(held.get(pipe, 0) + 1, _MAX_AGE)
+    return _State(st.dirty, frozenset(map(older, st.open)),
+                  tuple(frozenset(map(older, g)) for g in st.groups),
+                  tuple(sorted(held.items())))
 
 
 def _exprs(s: ir.Stmt) -> list[ir.Expr]:
