@@ -26,6 +26,7 @@ import numpy as np
 
 from . import types as T
 from .errors import LaunchError
+from .runtime.dtypes import ml_float
 
 
 @dataclass
@@ -64,7 +65,7 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 def _as_float(a: np.ndarray, t: T.Scalar | None) -> np.ndarray:
     if t is not None and t.name == "bf16" and a.dtype == np.uint16:
         return bf16_to_f32(a)
-    if a.dtype.kind == "V":  # ml_dtypes' bfloat16 / fp8
+    if ml_float(a.dtype):  # ml_dtypes' bfloat16 / fp8
         return a.astype(np.float64)
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
@@ -120,7 +121,7 @@ def run_example(program: Any, ex: dict, *, stream: Any = None) -> list[CheckResu
 def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
             rtol: float, atol: float) -> CheckResult:
     w = np.asarray(want)
-    if got.dtype.kind == "V" and w.dtype.kind == "u" and w.dtype.itemsize == got.itemsize:
+    if ml_float(got.dtype) and w.dtype.kind == "u" and w.dtype.itemsize == got.itemsize:
         got = got.view(w.dtype)  # a bit-pattern reference for bfloat16 data: compare the bits
     # a reference given in the output's own dtype (e.g. bf16 bit patterns) compares bit for bit
     g = got.reshape(w.shape) if w.dtype == got.dtype else _as_float(got.reshape(w.shape), t)
