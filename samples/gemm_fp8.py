@@ -215,42 +215,50 @@ def quantize_blocks(x: np.ndarray, rows: int, t=e4m3) -> tuple[np.ndarray, np.nd
 
 def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 1024,
             grid: int | None = None, kernel: str = "gemm_fp8", bm: int = 128,
-            bn: int | None = None, cluster: int = 1) -> dict:
+            bn: int | None = None, cluster: int = 1, scales: str = "ptr",
+            types: tuple = (e4m3, e4m3)) -> dict:
     """Random inputs and an f32 reference of the dequantised product (m and n need not be
     tile multiples; n and k are multiples of 16 and, for the block-scaled kernel, k of 128 and
-    m of 4, as TMA wants 16-byte row pitches).
+    m of 4, as TMA wants 16-byte row pitches). `bm`, `bn`, `cluster`, `scales` and `types`
+    (of A and B) say how the kernel was made.
 
-    gemm_fp8: A and B standard normal in e4m3, per-tensor scales in [0.5, 2).
-    gemm_fp8_block: rows of very different magnitudes, quantised in blocks (1 x 128 for A,
-    128 x 128 for B) with per-block scales, as an fp8 training step would."""
+    gemm_fp8: A and B standard normal in fp8, per-tensor scales in [0.5, 2).
+    gemm_fp8_block: rows and columns of magnitudes 2^-8 .. 2^8, quantised in blocks (1 x 128
+    for A, 128 x 128 for B) with per-block scales, as an fp8 training step would; each
+    element of C is checked against the magnitude of its own row and column."""
+    from ptxdsl.fp8 import quantize
+
     block = kernel.startswith("gemm_fp8_block")
     bn = bn or (128 if block else 256)
     box = {"swizzle": "128B"}
     maps = {"a": {"box": (bm, BK), **box}, "b": {"box": (bn // cluster, BK), **box},
             "c": {"box": (64, 64), **box}}
     if block:
-        x = rng.standard_normal((m, k)).astype(np.float32) * np.exp2(rng.integers(-8, 8, (m, 1)))
-        w = rng.standard_normal((n, k)).astype(np.float32) * np.exp2(rng.integers(-8, 8, (n, 1)))
-        a, sa_blocks = quantize_blocks(x, 1)
-        b, sb = quantize_blocks(w, BLOCK)
+        rmag = np.exp2(rng.integers(-8, 9, m)).astype(np.float32)
+        cmag = np.exp2(rng.integers(-8, 9, n)).astype(np.float32)
+        x = rng.standard_normal((m, k)).astype(np.float32) * rmag[:, None]
+        w = rng.standard_normal((n, k)).astype(np.float32) * cmag[:, None]
+        a, sa_blocks = quantize_blocks(x, 1, types[0])
+        b, sb = quantize_blocks(w, BLOCK, types[1])
         sfa = np.ascontiguousarray(sa_blocks[:m].T)  # [K / 128][M]
         a_deq = a.astype(np.float32) * np.repeat(sa_blocks[:m], BLOCK, axis=1)
         b_deq = b.astype(np.float32) * np.repeat(np.repeat(sb, BLOCK, axis=0)[:n], BLOCK, axis=1)
-        ref = a_deq @ b_deq.T
+        ref = a_deq.astype(np.float64) @ b_deq.T.astype(np.float64)
         inputs = {"a": a, "b": b, "sfa": sfa, "sfb": sb, "m": m, "n": n, "kdim": k}
         maps["sfa"] = {"box": (1, bm)}
+        atol = 2 ** -8 * np.sqrt(k) * np.outer(rmag, cmag)
     else:
-        from ptxdsl.fp8 import quantize
-
-        a = quantize(rng.standard_normal((m, k)), e4m3)
-        b = quantize(rng.standard_normal((n, k)), e4m3)
+        a = quantize(rng.standard_normal((m, k)), types[0])
+        b = quantize(rng.standard_normal((n, k)), types[1])
         sa, sb = rng.uniform(0.5, 2.0, 2).astype(np.float32)
-        ref = (a.astype(np.float32) @ b.astype(np.float32).T) * (sa * sb)
+        ref = (a.astype(np.float64) @ b.astype(np.float64).T) * (float(sa) * float(sb))
         inputs = {"a": a, "b": b, "scale_a": np.array([sa]), "scale_b": np.array([sb]),
                   "m": m, "n": n, "kdim": k}
+        if scales == "scalar":
+            inputs["scale_a"], inputs["scale_b"] = float(sa), float(sb)
+        atol = 2 ** -8 * np.sqrt(k) * 4 * float(sa) * float(sb)
     items = -(-m // (bm * cluster)) * -(-n // bn)
     default_grid = min(SMS // cluster, items) * cluster
-    scale = float(np.abs(ref).max()) or 1.0
     return {"kernel": kernel, "grid": grid or default_grid, "inputs": inputs,
             "tensor_maps": maps, "outputs": {"c": np.zeros((m, n), np.uint16)},
-            "expected": {"c": ref}, "rtol": 2 ** -7, "atol": 2 ** -8 * scale}
+            "expected": {"c": ref}, "rtol": 2 ** -7, "atol": atol}
