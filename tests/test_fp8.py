@@ -368,3 +368,17 @@ def test_interpreter_tensor_maps_of_fp8():
     run(ptxdsl.parse(textwrap.dedent(text)).kernel(), 1,
         {"m": TensorMapModel(a, (16, 128), swizzle="128B"), "out": out})
     assert (out.reshape(16, 128) == a[:16].astype(np.float32)).all()
+
+
+def test_fp8_scalar_parameters_and_register_arrays(tmp_path):
+    text = """kernel k(x: e4m3, y: e5m2, p: ptr<f32>) threads(32) {
+        let a: e4m3[4] = 1.0;
+        a[1] = x;
+        p[%tid.x] = a[1] as f32 + y as f32 + a[0] as f32;
+    }"""
+    ptx = ptxdsl.compile(text).ptx
+    assert ".param .b8 p_x" in ptx and "ld.param.b8" in ptx
+    assemble(ptx, tmp_path)
+    p = np.zeros(32, np.float32)
+    run(ptxdsl.parse(text).kernel(), 1, {"x": 1.5, "y": E5M2(-3.0), "p": p})
+    assert (p == -0.5).all()
