@@ -10,14 +10,33 @@ from .compiler import KernelDef, Program, compile, compile_module, kernel
 from .errors import CompileError, DeviceError, LaunchError, PtxdslError
 from .frontend import parse, parse_file
 from .printer import print_kernel, print_module
-from .types import b16, b32, b64, bf16, f16, f32, f64, pred, s8, s16, s32, s64, u8, u16, u32, u64
+from .types import (
+    b16,
+    b32,
+    b64,
+    bf16,
+    e4m3,
+    e5m2,
+    f16,
+    f32,
+    f64,
+    pred,
+    s8,
+    s16,
+    s32,
+    s64,
+    u8,
+    u16,
+    u32,
+    u64,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CompileError", "DeviceError", "KernelContext", "KernelDef", "LaunchError", "Program",
     "PtxdslError", "Value", "array", "b16", "b32", "b64", "bf16", "compile", "compile_module",
-    "f16",
+    "e4m3", "e5m2", "f16",
     "f32", "f64", "kernel", "parse", "parse_file", "pred", "print_kernel", "print_module", "ptr",
     "s8", "s16", "s32", "s64", "tmap", "u8", "u16", "u32", "u64",
 ]  # fmt: skip

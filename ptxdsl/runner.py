@@ -26,6 +26,7 @@ import numpy as np
 
 from . import types as T
 from .errors import LaunchError
+from .runtime.dtypes import ml_float
 
 
 @dataclass
@@ -64,7 +65,7 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 def _as_float(a: np.ndarray, t: T.Scalar | None) -> np.ndarray:
     if t is not None and t.name == "bf16" and a.dtype == np.uint16:
         return bf16_to_f32(a)
-    if a.dtype.kind == "V":  # ml_dtypes' bfloat16 / fp8
+    if ml_float(a.dtype):  # ml_dtypes' bfloat16 / fp8
         return a.astype(np.float64)
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
@@ -118,13 +119,15 @@ def run_example(program: Any, ex: dict, *, stream: Any = None) -> list[CheckResu
 
 
 def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
-            rtol: float, atol: float) -> CheckResult:
+            rtol: float, atol: float | np.ndarray) -> CheckResult:
+    """`got` against the reference: exactly, or within atol + rtol * |want| element by element
+    (`atol` a number, or an array that broadcasts against `want`)."""
     w = np.asarray(want)
-    if got.dtype.kind == "V" and w.dtype.kind == "u" and w.dtype.itemsize == got.itemsize:
+    if ml_float(got.dtype) and w.dtype.kind == "u" and w.dtype.itemsize == got.itemsize:
         got = got.view(w.dtype)  # a bit-pattern reference for bfloat16 data: compare the bits
     # a reference given in the output's own dtype (e.g. bf16 bit patterns) compares bit for bit
     g = got.reshape(w.shape) if w.dtype == got.dtype else _as_float(got.reshape(w.shape), t)
-    if rtol == 0.0 and atol == 0.0:
+    if rtol == 0.0 and not np.any(atol):
         bad = int(np.count_nonzero(g != w))
         ok = bad == 0
         return CheckResult(name, ok, 0.0 if ok else float("inf"), 0.0 if ok else float("inf"),
@@ -135,8 +138,9 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
     max_abs = float(err.max()) if err.size else 0.0
     rel = float(np.linalg.norm(g64 - w64) / max(float(np.linalg.norm(w64)), 1e-30))
     ok = bool(finite and np.all(err <= atol + rtol * np.abs(w64)))
+    shown = f"{atol}" if np.ndim(atol) == 0 else "the per-element atol"
     detail = "" if ok else ("non-finite values in the output" if not finite else
-                            f"max |err| {max_abs:.3g} exceeds atol {atol} + rtol {rtol}·|ref|")
+                            f"max |err| {max_abs:.3g} exceeds {shown} + rtol {rtol}·|ref|")
     return CheckResult(name, ok, max_abs, rel, detail)
 
 

@@ -43,6 +43,11 @@ class Scalar(Type):
         return self.kind == "pred"
 
     @property
+    def is_fp8(self) -> bool:
+        """e4m3 / e5m2: a memory and conversion type; it computes only after conversion."""
+        return self.kind == "f" and self.nbytes == 1
+
+    @property
     def nbits(self) -> int:
         return self.nbytes * 8
 
@@ -67,11 +72,14 @@ f16 = Scalar("f16", 2, "f")
 bf16 = Scalar("bf16", 2, "f")
 f32 = Scalar("f32", 4, "f")
 f64 = Scalar("f64", 8, "f")
+e4m3 = Scalar("e4m3", 1, "f")  # fp8: 4 exponent bits, 3 mantissa bits, no infinities
+e5m2 = Scalar("e5m2", 1, "f")  # fp8: 5 exponent bits, 2 mantissa bits
 pred = Scalar("pred", 1, "pred")
 
 SCALARS: dict[str, Scalar] = {
     t.name: t
-    for t in (u8, u16, u32, u64, s8, s16, s32, s64, b16, b32, b64, f16, bf16, f32, f64, pred)
+    for t in (u8, u16, u32, u64, s8, s16, s32, s64, b16, b32, b64, f16, bf16, f32, f64, e4m3,
+              e5m2, pred)
 }
 
 
@@ -91,8 +99,11 @@ class Vector(Type):
 
 
 def vector_type(elem: Scalar, n: int) -> Vector | None:
-    """The vector type `elem x n`, or None when it is not a legal 4/8/16-byte vector."""
-    if elem.nbytes < 2 or elem.is_pred or n not in (2, 4, 8) or elem.nbytes * n not in (4, 8, 16):
+    """The vector type `elem x n`, or None when it is not a legal 4/8/16-byte vector (fp8
+    vectors: 4, 8 or 16 elements, moved as 32-bit words)."""
+    widths = (4, 8, 16) if elem.is_fp8 else (2, 4, 8)
+    if elem.is_pred or (elem.nbytes < 2 and not elem.is_fp8) or n not in widths \
+            or elem.nbytes * n not in (4, 8, 16):
         return None
     return Vector(elem, n)
 
@@ -237,11 +248,13 @@ _NUMPY: dict[str, str] = {
 
 def numpy_dtype(t: Scalar) -> np.dtype:
     """The numpy dtype that holds values of `t` (bf16: ml_dtypes' bfloat16, a real numpy
-    dtype; uint16 bit patterns are accepted where bf16 data is given)."""
-    if t.name == "bf16":
+    dtype; uint16 bit patterns are accepted where bf16 data is given; e4m3 / e5m2: ml_dtypes'
+    float8_e4m3fn / float8_e5m2)."""
+    if t.name in ("bf16", "e4m3", "e5m2"):
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype({"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
+                         "e5m2": ml_dtypes.float8_e5m2}[t.name])
     return np.dtype(_NUMPY[t.name])
 
 

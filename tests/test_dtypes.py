@@ -24,9 +24,10 @@ def test_ml_dtypes_map_to_element_types():
     assert scalar_of(ml_dtypes.bfloat16) == T.bf16
     assert scalar_of(np.dtype(ml_dtypes.bfloat16)) == T.bf16
     assert T.numpy_dtype(T.bf16) == np.dtype(ml_dtypes.bfloat16)
-    if "e4m3" not in T.SCALARS:  # the fp8 dtypes are named, not silently taken as bytes
-        with pytest.raises(LaunchError, match="float8_e4m3fn has no ptxdsl element type"):
-            scalar_of(ml_dtypes.float8_e4m3fn)
+    assert scalar_of(ml_dtypes.float8_e4m3fn) == T.e4m3  # fp8: named, not taken as bytes
+    assert scalar_of(ml_dtypes.float8_e5m2) == T.e5m2
+    with pytest.raises(LaunchError, match="float8_e4m3fnuz has no ptxdsl element type"):
+        scalar_of(ml_dtypes.float8_e4m3fnuz)
 
 
 def test_host_array_takes_bfloat16_and_uint16_bits_for_bf16_only():

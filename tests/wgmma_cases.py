@@ -7,15 +7,21 @@ from __future__ import annotations
 import numpy as np
 
 import ptxdsl
-from ptxdsl import array, bf16, f16, f32, ptr, tmap, u32
+from ptxdsl import array, bf16, e4m3, e5m2, f16, f32, ptr, tmap, u32
 
-TYPES = {"bf16": bf16, "f16": f16, "tf32": f32}
+TYPES = {"bf16": bf16, "f16": f16, "tf32": f32, "e4m3": e4m3, "e5m2": e5m2}
+
+
+def types_of(dtype: str) -> tuple:
+    """The input types of A and B: "e4m3.e5m2" mixes two fp8 types, any other name is both."""
+    ta, _, tb = dtype.partition(".")
+    return TYPES[ta], TYPES[tb or ta]
 
 
 def tile_k(swizzle: int, dtype: str, both_mn: bool) -> int:
     """K per tile: one swizzle row of a K-major operand; 64 rows when both are MN-major or
     the layout is unswizzled (swizzle 16: 64 k in blocks of 16 bytes)."""
-    return 64 if both_mn or swizzle == 16 else swizzle // TYPES[dtype].nbytes
+    return 64 if both_mn or swizzle == 16 else swizzle // types_of(dtype)[0].nbytes
 
 
 def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool = False,
@@ -25,22 +31,22 @@ def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool 
     warpgroup: TMA loads K-tiles, wgmma accumulates them. K-major operands are tiles of
     `swizzle`-byte rows of K; MN-major ones (A stored K x 64, B stored K x n in global memory)
     are blocks of `swizzle`-byte rows along M / N, one row per k."""
-    t = TYPES[dtype]
+    t, tb = types_of(dtype)
     bk = tile_k(swizzle, dtype, a_mn and b_mn)
     width = swizzle // t.nbytes  # elements per row
     kstep = 32 // t.nbytes  # k per wgmma
-    name = (f"mma_{dtype}_n{n}_sw{swizzle}{'_areg' if a_regs else ''}_neg{neg_a}{neg_b}"
-            f"{'_amn' if a_mn else ''}{'_bmn' if b_mn else ''}")
+    name = (f"mma_{dtype.replace('.', '_')}_n{n}_sw{swizzle}{'_areg' if a_regs else ''}"
+            f"_neg{neg_a}{neg_b}{'_amn' if a_mn else ''}{'_bmn' if b_mn else ''}")
 
     @ptxdsl.kernel(threads=128, name=name)
-    def mma(k, a: tmap(t, 2), b: tmap(t, 2), c: ptr(f32), kdim: u32):
+    def mma(k, a: tmap(t, 2), b: tmap(tb, 2), c: ptr(f32), kdim: u32):
         plain = swizzle == 16  # unswizzled: [k blocks][rows][16 bytes]
         sa = k.shared("sa", t, [64 // width, bk, width], swizzle=swizzle, major="mn") if a_mn \
             else k.shared("sa", t, [bk // width, 64, width], swizzle=16) if plain \
             else k.shared("sa", t, [64, bk], swizzle=swizzle)
-        sb = k.shared("sb", t, [n // width, bk, width], swizzle=swizzle, major="mn") if b_mn \
-            else k.shared("sb", t, [bk // width, n, width], swizzle=16) if plain \
-            else k.shared("sb", t, [n, bk], swizzle=swizzle)
+        sb = k.shared("sb", tb, [n // width, bk, width], swizzle=swizzle, major="mn") if b_mn \
+            else k.shared("sb", tb, [bk // width, n, width], swizzle=16) if plain \
+            else k.shared("sb", tb, [n, bk], swizzle=swizzle)
         bar = k.mbarrier("bar", count=1)
         tid = k.let("tid", k.tid.x)
         with k.if_(tid == 0):
@@ -105,11 +111,17 @@ def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool 
 
 
 def inputs(rng: np.random.Generator, n: int, kdim: int, dtype: str):
-    """(A, B) as the arrays TMA reads (bf16 as uint16 bits) and (A, B) as float64 values."""
+    """(A, B) as the arrays TMA reads (bf16 as uint16 bits, fp8 as ml_dtypes arrays) and
+    (A, B) as float64 values."""
+    from ptxdsl.fp8 import quantize
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     a = rng.standard_normal((64, kdim), np.float32)
     b = rng.standard_normal((n, kdim), np.float32)
+    ta, tb = types_of(dtype)
+    if ta.is_fp8:  # spread over the fp8 range: large and subnormal values
+        a8, b8 = quantize(a * 64, ta), quantize(b / 64, tb)
+        return a8, b8, a8.astype(np.float64), b8.astype(np.float64)
     if dtype == "bf16":
         ab, bb = f32_to_bf16(a), f32_to_bf16(b)
         return ab, bb, bf16_to_f32(ab).astype(np.float64), bf16_to_f32(bb).astype(np.float64)
@@ -138,7 +150,7 @@ def boxes(form: tuple) -> tuple[tuple[int, int], tuple[int, int], int]:
     """The TMA boxes of A and B (outermost first) and K per tile, for a form."""
     n, swizzle, dtype = form[:3]
     a_mn, b_mn = (form[6], form[7]) if len(form) > 6 else (False, False)
-    width = swizzle // TYPES[dtype].nbytes
+    width = swizzle // types_of(dtype)[0].nbytes
     bk = tile_k(swizzle, dtype, a_mn and b_mn)
     if swizzle == 16:  # one 16-byte k block per copy
         return (64, width), (n, width), bk
@@ -155,4 +167,7 @@ FORMS = [
     (256, 128, "bf16", False, 0, 0, False, True), (64, 128, "bf16", False, 0, 0, True, False),
     (128, 64, "f16", False, 0, 0, True, True), (64, 32, "bf16", True, 0, 0, False, True),
     (64, 16, "bf16", False, 0, 0), (256, 16, "f16", False, 0, 1), (32, 16, "tf32", False, 0, 0),
+    (64, 128, "e4m3", False, 0, 0), (256, 128, "e4m3", False, 0, 0),
+    (128, 64, "e5m2", False, 0, 1), (64, 128, "e4m3.e5m2", False, 1, 0),
+    (32, 32, "e5m2.e4m3", False, 0, 0), (64, 16, "e4m3", False, 0, 0),
 ]

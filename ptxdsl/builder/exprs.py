@@ -249,7 +249,8 @@ class Expressions(Scope):
             if op == "rem" and ty.is_float:
                 return self.error(f"'%' is not defined for {ty}", loc)
             if ty.nbytes == 1:
-                return self.error(f"arithmetic on {ty} is not supported; convert to u32", loc)
+                return self.error(f"arithmetic on {ty} is not supported; convert to "
+                                  f"{_wide(ty)}", loc)
         return ir.Binary(op=op, a=ea, b=eb, type=ty, loc=loc)
 
     def _fold(self, op: str, a: Lit, b: Lit, loc: Span | None) -> Lit:
@@ -311,6 +312,9 @@ class Expressions(Scope):
             return self.error(f"cannot compare values of type {ea.type}", loc)
         if ea.type.is_pred and op not in ("eq", "ne"):
             return self.error(f"'{COMPARE_SYMBOL[op]}' is not defined for pred", loc)
+        if ea.type.is_fp8:
+            return self.error(f"'{COMPARE_SYMBOL[op]}' is not defined for {ea.type}; convert to "
+                              "f32 first", loc)
         return ir.Compare(op=op, a=ea, b=eb, type=T.pred, loc=loc)
 
     def unary(self, op: str, x: Operand, loc: Span | None = None) -> Operand:
@@ -341,8 +345,8 @@ class Expressions(Scope):
         if op == "not" and ty.is_float:
             return self.error(f"cannot apply '!' or '~' to {ty}", loc)
         if _byte(ty):
-            return self.error(f"'{UNARY_SYMBOL[op]}' on {ty} is not supported; convert to u32",
-                              loc)
+            return self.error(f"'{UNARY_SYMBOL[op]}' on {ty} is not supported; convert to "
+                              f"{_wide(ty)}", loc)
         return ir.Unary(op=op, x=e, type=ty, loc=loc)
 
     def cast(self, x: Operand, ty: T.Type | None, loc: Span | None = None) -> Operand:
@@ -534,7 +538,7 @@ class Expressions(Scope):
                 return Lit(0, loc)
             x = self.value(args[0])
             if not is_err(x.type) and (not isinstance(x.type, T.Scalar) or x.type.kind == "u"
-                                        or x.type.is_pred):
+                                        or x.type.is_pred or x.type.is_fp8):
                 return self.error(f"abs() takes a signed integer or float, got {x.type}", loc)
             return ir.Call(fn=fn, args=(x,), type=x.type, loc=loc)
         if fn == "fma":
@@ -547,8 +551,9 @@ class Expressions(Scope):
             elif typed is not None:
                 want = self.rvalue(typed).type
             xs = tuple(self.value(a, want) for a in args)
-            if not is_err(want) and (not isinstance(want, T.Scalar) or not want.is_float):
-                return self.error(f"fma() takes floats, got {want}", loc)
+            if not is_err(want) and (not isinstance(want, T.Scalar) or not want.is_float
+                                     or want.is_fp8):
+                return self.error(f"fma() takes f16, bf16, f32 or f64, got {want}", loc)
             return ir.Call(fn=fn, args=xs, type=want, loc=loc)
         if fn in SHUFFLES:
             if not arity(2):
@@ -586,6 +591,11 @@ class Expressions(Scope):
 
 
 def _byte(t: T.Type) -> bool:
-    """An 8-bit integer: a memory type, loaded into and stored from 16-bit registers; it
-    computes only after conversion."""
+    """An 8-bit integer or fp8 float: a memory type, loaded into and stored from 16-bit
+    registers; it computes only after conversion."""
     return isinstance(t, T.Scalar) and t.nbytes == 1 and not t.is_pred
+
+
+def _wide(t: T.Scalar) -> str:
+    """The type to compute a byte type in."""
+    return "f32" if t.is_float else "u32"

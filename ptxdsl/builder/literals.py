@@ -6,7 +6,8 @@ Integers are decimal without leading zeros (`0`, `32`) or hexadecimal (`0x1F`); 
 rejected rather than read as octal (C) or decimal (a surprise either way). Every integer a
 program computes at compile time stays inside the 64-bit types' union, [-2**63, 2**64).
 Floats are decimal with a fraction or an exponent; one that overflows f64 is rejected, and
-a constant meets a float type only if it rounds to a finite value of that type.
+a constant meets a float type only if it rounds to a finite value of that type (or is an
+infinity or NaN that the type holds: e4m3 has no infinity).
 """
 
 from __future__ import annotations
@@ -141,6 +142,10 @@ def _arith(op: str, x: int | float, y: int | float) -> int | float | None:
 def float_fits(value: float, ty: T.Scalar) -> bool:
     """Whether `value` converts to float type `ty` without overflowing to infinity
     (infinities and NaN given as such convert to themselves)."""
+    if ty.is_fp8:
+        from ..fp8 import literal_fits
+
+        return literal_fits(value, ty)
     if not math.isfinite(value):
         return True
     limit = _OVERFLOW.get(ty.name)
@@ -168,7 +173,8 @@ def _finite(v: object) -> bool:
 
 
 def _fmax(name: str) -> str:
-    return {"f16": "65504", "bf16": "3.39e38", "f32": "3.40e38", "f64": "1.80e308"}[name]
+    return {"f16": "65504", "bf16": "3.39e38", "f32": "3.40e38", "f64": "1.80e308",
+            "e4m3": "448 and no infinity", "e5m2": "57344"}[name]
 
 
 def _range_text() -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import ir
 from .. import types as T
+from ..errors import CompileError, Diagnostic
 from .writer import immediate, int_type, op_type, reg_type
 
 _SREG_PTX = {"clock": "%clock", "clock64": "%clock64", "globaltimer": "%globaltimer"}
@@ -131,6 +132,12 @@ class Arithmetic:
         src_t, dst_t = e.x.type, e.type
         assert isinstance(src_t, T.Scalar) and isinstance(dst_t, T.Scalar)
         x = self.ev_reg(e.x)
+        if (src_t.is_fp8 or dst_t.is_fp8) and not src_t.is_pred:
+            if self.arch == "sm_80":
+                raise CompileError(Diagnostic(f"converting {src_t} to {dst_t} needs sm_89 or "
+                                              "later (cvt of fp8 pairs); the module is "
+                                              "compiled for sm_80", e.loc))
+            return self.fp8_cast(x, src_t, dst_t)
         r = w.reg(dst_t)
         if src_t.is_pred:
             w.instr(f"selp.{reg_type(dst_t)}", r, immediate(1, dst_t), immediate(0, dst_t), x)
@@ -162,6 +169,46 @@ class Arithmetic:
                 w.instr(f"cvt.rn.{dst_t.name}.{int_type(src_t)}", r, x)
         else:
             w.instr(f"cvt.{int_type(dst_t)}.{int_type(src_t)}", r, x)
+        return r
+
+    def fp8_cast(self, x: str, src_t: T.Scalar, dst_t: T.Scalar) -> str:
+        """Conversions to and from fp8. PTX converts pairs: `cvt.rn.f16x2.e4m3x2` widens the
+        byte (exactly) to the low f16 of a word; `cvt.rn.satfinite.e4m3x2.f32` narrows an f32
+        into the low byte beside a converted 0.0, which keeps the register zero-extended.
+        Every other source and destination goes through f16 or f32."""
+        w = self.w
+        if src_t.is_fp8:
+            pair = w.reg(T.b32)
+            w.instr(f"cvt.rn.f16x2.{src_t.name}x2", pair, x)
+            if dst_t.is_fp8:
+                r = w.reg(dst_t)
+                w.instr(f"cvt.rn.satfinite.{dst_t.name}x2.f16x2", r, pair)
+                return r
+            h, unused = w.reg(T.f16), w.reg(T.f16)
+            w.instr("mov.b32", f"{{{h}, {unused}}}", pair)
+            if dst_t == T.f16:
+                return h
+            f = w.reg(T.f32)
+            w.instr("cvt.f32.f16", f, h)
+            if dst_t == T.f32:
+                return f
+            r = w.reg(dst_t)
+            if dst_t.is_int:
+                w.instr(f"cvt.rzi.{int_type(dst_t)}.f32", r, f)
+            else:
+                w.instr(f"cvt{'.rn' if dst_t.nbytes < 4 else ''}.{dst_t.name}.f32", r, f)
+            return r
+        if src_t != T.f32:
+            f = w.reg(T.f32)
+            if src_t.is_int:
+                w.instr(f"cvt.rn.f32.{int_type(src_t)}", f, x)
+            else:
+                w.instr(f"cvt{'.rn' if src_t == T.f64 else ''}.f32.{src_t.name}", f, x)
+            x = f
+        zero = w.reg(T.f32)
+        w.instr("mov.f32", zero, immediate(0.0, T.f32))
+        r = w.reg(dst_t)
+        w.instr(f"cvt.rn.satfinite.{dst_t.name}x2.f32", r, zero, x)
         return r
 
     def call(self, e: ir.Call) -> str:

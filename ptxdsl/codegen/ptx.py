@@ -344,6 +344,8 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
             regs = values if values is not None else [w.reg(t.elem) for _ in range(t.n)]
             w.instr(f"{kind}.v{t.n}.{mem_type(t.elem)}", *_vec_operands(kind, a, regs))
             return regs
+        if t.elem.is_fp8:
+            return self.byte_vector_mem(kind, a, t, values)
         words = t.n // 2
         if values is None:
             packed = [w.reg(T.b32) for _ in range(words)]
@@ -361,6 +363,39 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
             w.instr("mov.b32", p, f"{{{values[2 * j]}, {values[2 * j + 1]}}}")
             packed.append(p)
         suffix = f".v{words}.b32" if words > 1 else ".b32"
+        w.instr(f"{kind}{suffix}", *_vec_operands(kind, a, packed))
+        return values
+
+    def byte_vector_mem(self, kind: str, a: str, t: T.Vector, values: list[str] | None):
+        """Vector ld/st of fp8: four bytes to a .b32 word. Each element lives zero-extended in
+        a 16-bit register, so a pair packs as lo | hi << 8 and unpacks with and / shr."""
+        w = self.w
+        words = t.n // 4
+        suffix = f".v{words}.b32" if words > 1 else ".b32"
+        if values is None:
+            packed = [w.reg(T.b32) for _ in range(words)]
+            w.instr(f"{kind}{suffix}", *_vec_operands(kind, a, packed))
+            regs = []
+            for p in packed:
+                halves = [w.reg(T.b16), w.reg(T.b16)]
+                w.instr("mov.b32", f"{{{halves[0]}, {halves[1]}}}", p)
+                for h in halves:
+                    lo, hi = w.reg(t.elem), w.reg(t.elem)
+                    w.instr("and.b16", lo, h, "255")
+                    w.instr("shr.u16", hi, h, "8")
+                    regs += [lo, hi]
+            return regs
+        packed = []
+        for j in range(words):
+            halves = []
+            for i in (4 * j, 4 * j + 2):
+                h = w.reg(T.b16)
+                w.instr("shl.b16", h, values[i + 1], "8")
+                w.instr("or.b16", h, h, values[i])
+                halves.append(h)
+            p = w.reg(T.b32)
+            w.instr("mov.b32", p, f"{{{halves[0]}, {halves[1]}}}")
+            packed.append(p)
         w.instr(f"{kind}{suffix}", *_vec_operands(kind, a, packed))
         return values
 
@@ -394,7 +429,7 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         if isinstance(e, ir.Const):
             if t == T.pred:
                 return "1" if e.value else "0"
-            if t in (T.f16, T.bf16):
+            if t in (T.f16, T.bf16) or t.is_fp8:  # type: ignore[attr-defined]
                 r = w.reg(t)
                 w.instr("mov.b16", r, immediate(e.value, t))  # type: ignore[arg-type]
                 return r

@@ -40,7 +40,9 @@ def reg_class(t: T.Type) -> tuple[str, str]:
 
 
 def mem_type(t: T.Scalar) -> str:
-    """Type suffix for ld/st/mov/selp: 16-bit floats move as raw .b16."""
+    """Type suffix for ld/st/mov/selp: 16-bit floats move as raw .b16, fp8 as .b8."""
+    if t.is_fp8:
+        return "b8"
     return "b16" if t in (T.f16, T.bf16) else t.name
 
 
@@ -75,6 +77,10 @@ def immediate(value: int | float | bool, t: T.Scalar) -> str:
         bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
         bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
         return f"0x{(bits >> 16) & 0xFFFF:04X}"
+    if t.is_fp8:  # the byte, zero-extended in its 16-bit register
+        from ..fp8 import to_bits
+
+        return f"0x{to_bits(float(value), t):04X}"
     return str(int(value))
 
 

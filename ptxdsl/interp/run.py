@@ -14,7 +14,7 @@ from .. import types as T
 from ..errors import Diagnostic, LaunchError
 from ..limits import MAX_SMEM_BYTES
 from ..lower import lower
-from ..runtime.dtypes import compatible, scalar_of
+from ..runtime.dtypes import compatible, ml_float, scalar_of
 from . import scalar
 from .cluster import Cluster
 from .cta import CTA
@@ -230,8 +230,8 @@ def _scalar_arg(name: str, t: T.Scalar, v: Any, problems: list[str]) -> Any:
         if isinstance(v, (bool, np.bool_)):
             return bool(v)
     elif t.is_float:
-        ml_float = isinstance(v, np.generic) and v.dtype.kind == "V"  # ml_dtypes' bf16 / fp8
-        if ml_float or isinstance(v, (int, float, np.integer, np.floating)) and \
+        ml_number = isinstance(v, np.generic) and ml_float(v.dtype)  # ml_dtypes' bf16 / fp8
+        if ml_number or isinstance(v, (int, float, np.integer, np.floating)) and \
                 not isinstance(v, bool):
             return scalar.normaliser(t)(float(v))
     elif isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):

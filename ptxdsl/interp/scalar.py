@@ -2,7 +2,8 @@
 
 Integers wrap at the type width, `div`/`rem` truncate toward zero, shifts clamp at the
 width; casts follow `cvt` (float -> int truncates toward zero, saturates, NaN -> 0; narrowing
-float casts round to nearest even; int -> f16/bf16 goes through f32 as the emitter does);
+float casts round to nearest even, to fp8 saturating; int -> f16/bf16/fp8 and f64 -> fp8 go
+through f32 as the emitter does);
 float results are rounded to their type after every operation. Approximate intrinsics
 (`ex2.approx`, `rsqrt.approx`, ...) are computed exactly and rounded.
 
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+from .. import fp8
 from .. import types as T
 
 INF = math.inf
@@ -75,6 +77,8 @@ def rounder(t: T.Scalar) -> Callable[[float], float]:
         return float
     if t == T.f32:
         return _round_f32
+    if t.is_fp8:  # cvt.rn.satfinite through f32: saturates instead of overflowing
+        return lambda x: fp8.convert(x, t)
     return _binary_rounder(*_FLOAT_FORMAT[t.name])
 
 
@@ -329,7 +333,7 @@ def intrinsic(fn: str, t: T.Scalar) -> Callable[..., Any]:
 
 _FMT = {"u8": "B", "s8": "b", "u16": "H", "s16": "h", "u32": "I", "s32": "i", "u64": "Q",
         "s64": "q", "b16": "H", "b32": "I", "b64": "Q", "f16": "e", "bf16": "H", "f32": "f",
-        "f64": "d"}  # fmt: skip
+        "f64": "d", "e4m3": "B", "e5m2": "B"}  # fmt: skip
 
 
 def bf16_from_bits(bits: int) -> float:
@@ -353,6 +357,8 @@ def codec(t: T.Type) -> tuple[Reader, Writer]:
     assert isinstance(elem, T.Scalar) and not elem.is_pred, t
     s = struct.Struct(f"<{n}{_FMT[elem.name]}")
     bf = elem == T.bf16
+    if elem.is_fp8:
+        return _fp8_codec(s, elem, n)
     if n == 1:
         if bf:
             return (lambda buf, off: bf16_from_bits(s.unpack_from(buf, off)[0]),
@@ -364,3 +370,11 @@ def codec(t: T.Type) -> tuple[Reader, Writer]:
                 lambda buf, off, v: s.pack_into(buf, off, *(bf16_to_bits(x) for x in v)))
     return (lambda buf, off: s.unpack_from(buf, off),
             lambda buf, off, v: s.pack_into(buf, off, *v))
+
+
+def _fp8_codec(s: struct.Struct, elem: T.Scalar, n: int) -> tuple[Reader, Writer]:
+    if n == 1:
+        return (lambda buf, off: fp8.from_bits(s.unpack_from(buf, off)[0], elem),
+                lambda buf, off, v: s.pack_into(buf, off, fp8.to_bits(v, elem)))
+    return (lambda buf, off: tuple(fp8.from_bits(b, elem) for b in s.unpack_from(buf, off)),
+            lambda buf, off, v: s.pack_into(buf, off, *(fp8.to_bits(x, elem) for x in v)))

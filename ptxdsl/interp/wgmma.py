@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import fp8
 from .. import swizzle as S
+from .. import types as T
 from .cta import Thread
 from .errors import fail, note
 
@@ -111,7 +113,10 @@ def raw(th: Thread, p: np.ndarray, esz: int) -> np.ndarray:
 
 
 def decode(data: np.ndarray, kind: str) -> np.ndarray:
-    """Element bytes (..., esz) as float32: bf16 / f16 widened, tf32 as its f32 value."""
+    """Element bytes (..., esz) as float32: bf16 / f16 / fp8 widened (exactly, so the products
+    of two fp8 or 16-bit values are exact in f32), tf32 as its f32 value."""
+    if data.shape[-1] == 1:
+        return data[..., 0].view(fp8.dtype(T.SCALARS[kind])).astype(np.float32)
     if data.shape[-1] == 2:
         bits = data[..., 0].astype(np.uint32) | (data[..., 1].astype(np.uint32) << 8)
         if kind == "bf16":

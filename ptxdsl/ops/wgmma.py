@@ -21,7 +21,7 @@ from ..interp.sync import collective
 from ..opdef import ErrorFn, OpDef, const_int, register
 from ..swizzle import desc_hi, lbo_field
 
-_INPUTS = {"bf16": "bf16", "f16": "f16", "f32": "tf32"}
+_INPUTS = {"bf16": "bf16", "f16": "f16", "f32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2"}
 
 
 def buffer_of(place: ir.Expr) -> ir.Expr:
@@ -32,7 +32,7 @@ def buffer_of(place: ir.Expr) -> ir.Expr:
 
 
 def k_of(elem: T.Scalar) -> int:
-    """K of one wgmma: 32 bytes of inputs (16 bf16/f16, 8 tf32)."""
+    """K of one wgmma: 32 bytes of inputs (16 bf16/f16, 8 tf32, 32 fp8)."""
     return 32 // elem.nbytes
 
 
@@ -55,14 +55,15 @@ class Wgmma(OpDef):
             err("the wgmma B operand is a place: the first element of the N x K tile, "
                 "written tile[n0, k0]", n.b.loc)
         if bt.elem.name not in _INPUTS:
-            err(f"wgmma inputs are bf16, f16 or f32 (as tf32), got {bt.elem}", n.b.loc)
+            err(f"wgmma inputs are bf16, f16, e4m3, e5m2 or f32 (as tf32), got {bt.elem}",
+                n.b.loc)
         if isinstance(at, T.SharedRef):
             if at.shape != ():
                 err("the wgmma A operand is a place: the first element of the 64 x K tile, "
                     "written tile[m0, k0]", n.a.loc)
-            if at.elem != bt.elem:
-                err(f"wgmma A and B must have one input type, got {at.elem} and {bt.elem}",
-                    n.a.loc)
+            if at.elem != bt.elem and not (at.elem.is_fp8 and bt.elem.is_fp8):
+                err(f"wgmma A and B must have one input type (or two fp8 types), got {at.elem} "
+                    f"and {bt.elem}", n.a.loc)
         elif isinstance(at, T.RegArray):
             if at.elem != bt.elem or at.elem.nbytes != 2 or at.n != 8:
                 err(f"an A fragment in registers is 8 elements of B's type (bf16 or f16), "
@@ -75,6 +76,7 @@ class Wgmma(OpDef):
         w = e.w
         elem = n.b.type.elem  # type: ignore[attr-defined]
         kind = _INPUTS[elem.name]
+        kind_a = _INPUTS[n.a.type.elem.name]  # type: ignore[attr-defined]
         regs = e.lookup(n.d.name)  # type: ignore[attr-defined]
         d = "{" + ", ".join(regs) + "}"
         if isinstance(n.a.type, T.RegArray):
@@ -92,12 +94,13 @@ class Wgmma(OpDef):
         p = e.ev_reg(acc)
         sa = "-1" if n.neg_a is not None and const_int(n.neg_a) else "1"
         sb = "-1" if n.neg_b is not None and const_int(n.neg_b) else "1"
-        # the transpose operands say MN-major (tf32 has none: its operands are K-major)
+        # the transpose operands say MN-major (tf32 and fp8 have none: their operands are
+        # K-major, which the verifier checks)
         tb = str(int(major_of(e.layout, n.b) == "mn"))
-        trans = [] if kind == "tf32" else ([tb] if isinstance(n.a.type, T.RegArray)
-                                           else [str(int(major_of(e.layout, n.a) == "mn")), tb])
+        trans = [] if elem.nbytes != 2 else ([tb] if isinstance(n.a.type, T.RegArray)
+                                             else [str(int(major_of(e.layout, n.a) == "mn")), tb])
         shape = f"m64n{2 * len(regs)}k{k_of(elem)}"
-        w.instr(f"wgmma.mma_async.sync.aligned.{shape}.f32.{kind}.{kind}", d, a, b, p, sa, sb,
+        w.instr(f"wgmma.mma_async.sync.aligned.{shape}.f32.{kind_a}.{kind}", d, a, b, p, sa, sb,
                 *trans)
 
     def interp(self, c: Program, n: ir.Wgmma) -> Step:
@@ -105,6 +108,7 @@ class Wgmma(OpDef):
         slot = c.slots[name]
         elem = n.b.type.elem  # type: ignore[attr-defined]
         kind, kdim, esz = _INPUTS[elem.name], k_of(elem), elem.nbytes
+        kind_a = _INPUTS[n.a.type.elem.name]  # type: ignore[attr-defined]
         ncols = 2 * n.d.type.n  # type: ignore[attr-defined]
         b_off, b_layout = operand_place(c, n.b)
         a_reg = isinstance(n.a.type, T.RegArray)
@@ -143,7 +147,7 @@ class Wgmma(OpDef):
                 if a_reg:
                     a = W.a_from_regs(th, quad, kind)  # type: ignore[arg-type]
                 else:
-                    a = W.decode(now[0], kind)
+                    a = W.decode(now[0], kind_a)
                 b = W.decode(now[-1], kind)
                 prod = (a @ b.T) * sign
                 frag = W.scatter(th, prod.astype(np.float32))

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import fp8
 from .. import types as T
 from ..errors import Diagnostic, LaunchError
 from ..kernelinfo import KernelInfo, ParamInfo
 from ..swizzle import swizzle_align, tma_name, tma_swizzle_bytes
-from .dtypes import compatible
+from .dtypes import compatible, ml_float
 from .interop import CUPY_TYPES, TORCH_TYPES, DevicePointer, array_family, describe
 from .memory import DeviceArray
 from .tensormap import TensorMap
@@ -29,7 +30,7 @@ from .tensormap import TensorMap
 _CODE = {
     "u8": "B", "s8": "b", "u16": "H", "s16": "h", "b16": "H", "f16": "H", "bf16": "H",
     "u32": "I", "s32": "i", "b32": "I", "f32": "f", "u64": "Q", "s64": "q", "b64": "Q",
-    "f64": "d", "pred": "B",
+    "f64": "d", "pred": "B", "e4m3": "B", "e5m2": "B",
 }  # fmt: skip
 _F32_MAX = 3.4028234663852886e38
 
@@ -85,8 +86,8 @@ def _float_converter(p: ParamInfo) -> Converter:
     t = p.dtype
 
     def number(v: Any) -> float:
-        ml_float = isinstance(v, np.generic) and v.dtype.kind == "V"  # ml_dtypes' bf16 / fp8
-        if isinstance(v, (bool, np.bool_)) or not (ml_float or isinstance(
+        ml_number = isinstance(v, np.generic) and ml_float(v.dtype)  # ml_dtypes' bf16 / fp8
+        if isinstance(v, (bool, np.bool_)) or not (ml_number or isinstance(
             v, (int, float, np.integer, np.floating)
         )):
             raise LaunchError(
@@ -124,6 +125,16 @@ def _float_converter(p: ParamInfo) -> Converter:
 
         def conv(v: Any) -> Any:
             return struct.unpack("<H", packed("<e", number(v), "65504"))[0]
+
+    elif t.is_fp8:
+
+        def conv(v: Any) -> Any:
+            x = number(v)
+            if not fp8.literal_fits(x, t):
+                top, extra = fp8.MAX[t.name], "inf/nan" if t == T.e5m2 else "nan"
+                raise LaunchError(f"argument '{p.name}' ({t}) must be within [-{top:g}, "
+                                  f"{top:g}] (or {extra}), got {x!r}")
+            return fp8.to_bits(x, t)
 
     else:
 

@@ -1,9 +1,9 @@
 """Element types at the host boundary: numpy/torch dtypes to ptxdsl scalars, and bf16 bits.
 
 bf16 data lives on the host as ml_dtypes' `bfloat16` numpy dtype (`types.numpy_dtype`), and
-so do the fp8 types (`float8_e4m3fn`, `float8_e5m2`) once the language has them. uint16
-arrays are still accepted as bf16 bit patterns where bf16 data is given (`host_array`).
-"""
+so do the fp8 types e4m3 and e5m2 (`float8_e4m3fn`, `float8_e5m2`; torch's float8_e4m3fn and
+float8_e5m2). uint16 arrays are still accepted as bf16 bit patterns where bf16 data is given
+(`host_array`)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,15 @@ _FROM_NUMPY: dict[str, T.Scalar] = {
     "uint8": T.u8, "uint16": T.u16, "uint32": T.u32, "uint64": T.u64,
     "int8": T.s8, "int16": T.s16, "int32": T.s32, "int64": T.s64,
     "float16": T.f16, "float32": T.f32, "float64": T.f64, "bool": T.pred,
-    "bfloat16": T.bf16,  # ml_dtypes' numpy dtype
+    "bfloat16": T.bf16, "float8_e4m3fn": T.e4m3, "float8_e5m2": T.e5m2,  # ml_dtypes' dtypes
 }  # fmt: skip
-# ml_dtypes' fp8 dtypes, for the element types of that name when the language has them
-_FP8 = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 
 _FROM_TORCH: dict[str, T.Scalar] = {
     "torch.uint8": T.u8, "torch.uint16": T.u16, "torch.uint32": T.u32, "torch.uint64": T.u64,
     "torch.int8": T.s8, "torch.int16": T.s16, "torch.int32": T.s32, "torch.int64": T.s64,
     "torch.float16": T.f16, "torch.bfloat16": T.bf16, "torch.float32": T.f32,
-    "torch.float64": T.f64, "torch.bool": T.pred,
+    "torch.float64": T.f64, "torch.bool": T.pred, "torch.float8_e4m3fn": T.e4m3,
+    "torch.float8_e5m2": T.e5m2,
 }  # fmt: skip
 
 
@@ -49,11 +48,16 @@ def scalar_of(dtype: Any) -> T.Scalar:
         raise LaunchError(
             f"unknown element type {dtype!r}; expected one of {', '.join(T.SCALARS)}"
         ) from None
-    if name in _FP8 and _FP8[name] in T.SCALARS:
-        return T.SCALARS[_FP8[name]]
     if name not in _FROM_NUMPY:
         raise LaunchError(f"numpy dtype {name} has no ptxdsl element type")
     return _FROM_NUMPY[name]
+
+
+def ml_float(dtype: np.dtype) -> bool:
+    """Whether `dtype` is one of ml_dtypes' floats (bfloat16, float8_*), which numpy arrays
+    hold but cupy, torch and `__cuda_array_interface__` do not read (their numpy kind is not
+    even uniform: 'V' for most, 'f' for float8_e5m2)."""
+    return dtype.type.__module__ == "ml_dtypes"
 
 
 def bits_dtype(elem: T.Scalar) -> np.dtype:

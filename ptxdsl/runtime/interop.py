@@ -194,6 +194,7 @@ class _DLTensor(ctypes.Structure):
 
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 _DL_CODES = {0: "s", 1: "u", 2: "f", 4: "bf", 6: "pred"}
+_DL_FP8 = {10: "e4m3", 12: "e5m2"}  # kDLFloat8_e4m3fn, kDLFloat8_e5m2 (DLPack 1.1)
 
 
 def _describe_dlpack(obj: Any, what: str) -> ArrayDesc:
@@ -211,9 +212,10 @@ def _describe_dlpack(obj: Any, what: str) -> ArrayDesc:
     # the memory alive meanwhile.
     t = ctypes.cast(get(capsule, b"dltensor"), ctypes.POINTER(_DLTensor)).contents
     kind = _DL_CODES.get(t.dtype.code)
-    if kind is None or t.dtype.lanes != 1:
+    if (kind is None and t.dtype.code not in _DL_FP8) or t.dtype.lanes != 1:
         raise LaunchError(f"{what}: unsupported DLPack dtype code {t.dtype.code}")
-    name = "bf16" if kind == "bf" else "pred" if kind == "pred" else f"{kind}{t.dtype.bits}"
+    name = _DL_FP8.get(t.dtype.code) or ("bf16" if kind == "bf" else "pred" if kind == "pred"
+                                         else f"{kind}{t.dtype.bits}")
     if name not in T.SCALARS:
         raise LaunchError(f"{what}: DLPack dtype {name} has no ptxdsl element type")
     elem = T.SCALARS[name]

@@ -15,7 +15,7 @@ import numpy as np
 from .. import types as T
 from ..errors import LaunchError
 from .driver import check, device_context, driver, ensure_current, make_current
-from .dtypes import bits_dtype, f32_to_bf16_bits, host_array, scalar_of
+from .dtypes import bits_dtype, f32_to_bf16_bits, host_array, ml_float, scalar_of
 from .interop import ArrayDesc, contiguous_strides
 from .resource import Resource
 
@@ -96,8 +96,8 @@ class DeviceArray(Resource):
     def __cuda_array_interface__(self) -> dict:
         return {
             "shape": self.shape,
-            # bf16 crosses as its bits: cupy and torch read no ml_dtypes typestr
-            "typestr": (bits_dtype(self.elem) if self.dtype.kind == "V" else self.dtype).str,
+            # bf16 and fp8 cross as their bits: cupy and torch read no ml_dtypes typestr
+            "typestr": (bits_dtype(self.elem) if ml_float(self.dtype) else self.dtype).str,
             "data": (self.ptr, False),
             "strides": None,
             "version": 3,

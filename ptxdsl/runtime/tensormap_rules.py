@@ -22,9 +22,10 @@ TMA_DATA_TYPE = {
     "u8": "UINT8", "s8": "UINT8", "u16": "UINT16", "s16": "UINT16", "b16": "UINT16",
     "u32": "UINT32", "b32": "UINT32", "s32": "INT32", "u64": "UINT64", "b64": "UINT64",
     "s64": "INT64", "f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32", "f64": "FLOAT64",
+    "e4m3": "UINT8", "e5m2": "UINT8",
 }  # fmt: skip
-# s8/s16 have no TMA type of their own; copies move bytes, so the unsigned type of the
-# same width moves them unchanged.
+# s8/s16 and the fp8 types have no TMA type of their own; copies move bytes, so the unsigned
+# type of the same width moves them unchanged.
 
 # Range of each im2col corner offset, by tensor rank (cuTensorMapEncodeIm2col).
 _CORNER_RANGE = {3: (-(2**15), 2**15 - 1), 4: (-(2**7), 2**7 - 1), 5: (-(2**4), 2**4 - 1)}

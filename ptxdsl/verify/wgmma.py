@@ -355,8 +355,12 @@ def _check_mn(out: Report, s: ir.Wgmma, which: str, place: ir.Expr, decl: ir.Sha
     one block of `swizzle` bytes along M / N; wider operands span the third-last dimension."""
     loc = place.loc or s.loc
     if decl.elem.nbytes != 2:
+        # PTX's wgmma has no transpose operand for tf32 and fp8: rows must run along K
+        fix = (f"; store {which} K-major ([rows][k], rows of K elements: a row-major "
+               f"{'M x K' if which == 'A' else 'N x K'} matrix) and declare '{shown}' "
+               f"'swizzle {decl.swizzle}' without 'mn'") if decl.elem.is_fp8 else ""
         out.error(f"the wgmma {which} operand is MN-major, which PTX allows for 16-bit inputs "
-                  f"only, got {decl.elem}", loc)
+                  f"only, got {decl.elem}{fix}", loc)
         return
     width = decl.swizzle // decl.elem.nbytes
     nrows = decl.shape[-2] if len(decl.shape) >= 2 else 1
