@@ -1,8 +1,12 @@
 """A thread-block cluster at run time: its CTAs run together, interleaved, and reach each
 other's shared memory and mbarriers.
 
-The scheduler picks a CTA with work from a seeded stream and lets it take one scheduling
-step (a thread step or a copy event), so the CTAs' threads and copies interleave. The
+The CTAs start one after another, in an order drawn from the seed (rank order for seed 0),
+each some scheduling steps after the one before (or as soon as every started CTA waits), so
+a CTA may run a long way before its peers exist. The scheduler then picks a started CTA with
+work from a seeded stream and lets it take one scheduling step (a thread step or a copy
+event), so the CTAs' threads and copies interleave. Reaching a peer that has not started, or
+has exited, is an error that names both sites. The
 cluster barrier (`barrier.cluster.arrive/wait`) completes when every thread of the cluster
 has arrived or exited. Happens-before is tracked inside each CTA (`hb.py`); accesses that
 cross CTAs (DSMEM loads and stores, remote arrivals, multicast and peer copies) are checked
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import ir
 from ..errors import Diagnostic, Note
 from .copies import AsyncLoad
 from .errors import InterpError, fail, id_ranges, note, threads_phrase
@@ -94,16 +99,26 @@ class ClusterBarrier:
 
 
 class Cluster:
-    """The CTAs of one cluster and the scheduler that interleaves them."""
+    """The CTAs of one cluster and the scheduler that starts and interleaves them."""
 
-    def __init__(self, ctas: list[CTA], seed: int, first: int):
+    def __init__(self, ctas: list[CTA], seed: int, first: int, kernel: ir.Kernel | None = None):
         self.ctas = ctas
+        self.kernel = kernel
         self.rng = random.Random(seed * 7_919 + first)
         self.barrier = ClusterBarrier(self)
         self.published: set[tuple[int, int]] = set()  # (id(mbarrier), init generation)
         for c in ctas:
             c.cluster = self
             self.barrier.exited.update((c.rank, t.tid) for t in c.threads if t.exited)
+        # The start order and the gaps between starts: seed 0 starts the ranks in order, each
+        # after the one before has run a while; other seeds shuffle both.
+        self.unstarted = list(ctas)
+        if seed:
+            self.rng.shuffle(self.unstarted)
+        n = ctas[0].nthreads if ctas else 0
+        self.gaps = [2 * n if not seed else self.rng.randrange(4 * n + 1) for _ in ctas]
+        self.started: list[CTA] = []
+        self.exits: dict[int, Any] = {}  # rank -> where its last thread exited
 
     def publish_inits(self) -> None:
         """A completed cluster barrier makes every fenced mbarrier init visible to peers."""
@@ -119,20 +134,47 @@ class Cluster:
             fail("cluster", f"{th.name} names cluster rank {rank}, but the cluster has "
                  f"{len(self.ctas)} CTA(s)", node)
         p = self.ctas[rank]
+        if p is not th.cta and p in self.unstarted:
+            assert self.kernel is not None  # a cluster of several CTAs runs a kernel
+            sync = next((s for s in ir.walk(self.kernel.body) if s.loc is not None
+                         and isinstance(s, (ir.ClusterSync, ir.ClusterWait))), None)
+            fail("cluster", f"{th.name} reaches the shared memory or mbarriers of cluster rank "
+                 f"{rank} (CTA {p.label}), which has not started yet: the CTAs of a cluster "
+                 "start in any order, and only a cluster barrier (cluster_sync(), or "
+                 "cluster_arrive() then cluster_wait()) tells that they all run", node,
+                 note("the first cluster barrier, which every CTA passes only once all have "
+                      "started, is here" if sync is not None else
+                      f"kernel '{self.kernel.name}' has no cluster barrier; its CTAs start "
+                      "here, in any order", sync if sync is not None else self.kernel))
         if p is not th.cta and not p.live:
             fail("cluster", f"{th.name} accesses the shared memory of cluster rank {rank}, "
                  f"which has exited (CTA {p.label}): a CTA must not exit while peers may "
                  "still access its shared memory or mbarriers (end it with cluster_sync())",
-                 node)
+                 node, self.exit_note(p))
         return p
+
+    def exit_note(self, cta: CTA) -> Note:
+        assert self.kernel is not None
+        site = self.exits.get(cta.rank)
+        return note(f"the last thread of cluster rank {cta.rank} exits here", site) \
+            if site is not None else \
+            note(f"the threads of cluster rank {cta.rank} ran to the end of kernel "
+                 f"'{self.kernel.name}'", self.kernel)
 
     def run(self) -> None:
         ctas, rng = self.ctas, self.rng
+        steps, start_at = 0, 0
         while True:
-            busy = [c for c in ctas if c.runnable or c.inflight]
+            busy = [c for c in self.started if c.runnable or c.inflight]
+            if self.unstarted and (steps >= start_at or not busy):
+                c = self.unstarted.pop(0)
+                self.started.append(c)
+                start_at = steps + self.gaps[len(self.started) - 1]
+                continue
             if not busy:
                 break
             rng.choice(busy).step()
+            steps += 1
         if any(c.live for c in ctas):
             diags: list[Diagnostic] = []
             for c in ctas:
@@ -140,20 +182,23 @@ class Cluster:
                     diags.extend(c.deadlock().diagnostics)
             raise InterpError("deadlock", diags)
 
-    def exited(self, th: Thread) -> None:
-        """Thread `th` exited: it no longer holds up the cluster barrier; when it was the
-        last of its CTA, no copy may still be reading that CTA's shared memory."""
+    def exited(self, th: Thread, node: Any) -> None:
+        """Thread `th` exited (at `node`, or at the end of the kernel): it no longer holds up
+        the cluster barrier; when it was the last of its CTA, no copy may still be reading
+        that CTA's shared memory."""
         cta = th.cta
         self.barrier.exited.add((cta.rank, th.tid))
         self.barrier.check()
         if cta.live:
             return
+        self.exits[cta.rank] = node
         for other in self.ctas:
             for copy in other.inflight:
                 if isinstance(copy, PeerLoad) and copy.source is cta:
                     fail("cluster", f"CTA {cta.label} has exited while this {copy.op} it "
                          f"issued into cluster rank {other.rank} still reads its shared "
-                         "memory: end the kernel with cluster_sync()", copy.node)
+                         "memory: end the kernel with cluster_sync()", copy.node,
+                         self.exit_note(cta))
 
 
 # ----------------------------------------------------------------------------- remote use

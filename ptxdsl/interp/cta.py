@@ -219,7 +219,7 @@ class CTA:
                  store.node, *([note("the thread exits here", node)] if node else []))
         finish(self, th.warp_threads, th.warp_gathers)
         if self.cluster is not None:
-            self.cluster.exited(th)
+            self.cluster.exited(th, node)
         if not self.live:
             loads = [c for c in self.inflight if isinstance(c, AsyncLoad)]
             if loads:

@@ -91,7 +91,8 @@ def run_grid(prog: Program, dims: tuple[int, int, int], gmem: GlobalMemory, para
 def run_clusters(prog: Program, cl: tuple[int, int, int], dims: tuple[int, int, int],
                  gmem: GlobalMemory, params: list[Any], seed: int, max_steps: int,
                  warned: set[int]) -> None:
-    """Clusters one after another; the CTAs of a cluster together, interleaved."""
+    """Clusters one after another; the CTAs of a cluster together, started in a seeded order
+    some steps apart and interleaved (`cluster.Cluster`)."""
     k = prog.kernel
     if any(d % c for d, c in zip(dims, cl, strict=True)):
         raise LaunchError(Diagnostic(f"grid {dims} is not divisible by the cluster shape {cl} "
@@ -102,7 +103,7 @@ def run_clusters(prog: Program, cl: tuple[int, int, int], dims: tuple[int, int, 
                 ctas = [CTA(prog, (cx + x, cy + y, cz + z), dims, gmem, params, seed, max_steps,
                             warned, cl)
                         for z in range(cl[2]) for y in range(cl[1]) for x in range(cl[0])]
-                Cluster(ctas, seed, cx + dims[0] * (cy + dims[1] * cz)).run()
+                Cluster(ctas, seed, cx + dims[0] * (cy + dims[1] * cz), k).run()
 
 
 def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,

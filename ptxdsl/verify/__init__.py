@@ -28,6 +28,7 @@ from .counts import check_phase_counts
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
 from .order import check_inval, check_stage_order
+from .phases import check_early_waits
 from .rings import check_indices, check_ring_phases
 from .wgmma import (
     check_register_arrays,
@@ -50,6 +51,7 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_stage_rotation,
     check_indices,
     check_ring_phases,
+    check_early_waits,
     check_phase_counts,
     check_stage_order,
     check_inval,

@@ -9,13 +9,14 @@ cannot see the arrivals and bytes that come from other CTAs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from math import prod
 
 from .. import ir
 from ..errors import Note
 from .effects import issuers
 from .facts import Facts, Report
+from .multicast import check_multicast_coverage
+from .ranks import RankEval, guarded, holds
 from .remote import MULTICAST as _MULTICAST
 from .remote import peer_facts, peers_of, remote_barriers, remote_uses, root, touches_peers
 
@@ -26,100 +27,18 @@ _CLUSTER_BARRIERS = (ir.ClusterSync, ir.ClusterWait)
 # ----------------------------------------------------------------------------- ranks, masks
 
 
-class _Unknown(Exception):
-    pass
-
-
-_OPS: dict[str, Callable[[int, int], int]] = {
-        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-        "div": lambda a, b: a // b, "rem": lambda a, b: a % b, "and": lambda a, b: a & b,
-        "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b, "shl": lambda a, b: a << b,
-        "shr": lambda a, b: a >> b, "min": min, "max": max}
-
-
-class _RankEval:
-    """Values of expressions that depend only on the CTA's place in its cluster."""
-
-    def __init__(self, k: ir.Kernel):
-        self.shape = k.cluster or (1, 1, 1)
-        assigned = {s.name for s in ir.walk(k.body) if isinstance(s, ir.Assign)}
-        self.env = {s.name: s.value for s in ir.walk(k.body)
-                    if isinstance(s, ir.Let) and s.value is not None and s.name not in assigned}
-
-    def value(self, e: ir.Expr, rank: int) -> int:
-        nx, ny, nz = self.shape
-        if isinstance(e, ir.Const) and isinstance(e.value, int):
-            return int(e.value)
-        if isinstance(e, ir.SReg):
-            table = {"cluster_ctarank": rank, "cluster_nctarank": nx * ny * nz,
-                     "cluster_ctaid.x": rank % nx, "cluster_ctaid.y": rank // nx % ny,
-                     "cluster_ctaid.z": rank // (nx * ny), "cluster_nctaid.x": nx,
-                     "cluster_nctaid.y": ny, "cluster_nctaid.z": nz}
-            if e.name in table:
-                return table[e.name]
-        elif isinstance(e, ir.Var) and e.name in self.env:
-            return self.value(self.env[e.name], rank)
-        elif isinstance(e, ir.Cast):
-            return self.value(e.x, rank) & ((1 << (e.type.nbytes * 8)) - 1)  # type: ignore[attr-defined]
-        elif isinstance(e, ir.Binary) and e.op in _OPS:
-            return _OPS[e.op](self.value(e.a, rank), self.value(e.b, rank))
-        raise _Unknown
-
-    def over_cluster(self, e: ir.Expr, ranks: list[int]) -> list[tuple[int, int]]:
-        """(rank, value) for each of `ranks`; none if the value depends on more."""
-        try:
-            return [(r, self.value(e, r)) for r in ranks]
-        except (_Unknown, ZeroDivisionError):
-            return []
-
-
-def _guarded(stmts: tuple[ir.Stmt, ...], path: tuple = ()):
-    """Every statement with the (condition, polarity) pairs of the ifs around it."""
-    for s in stmts:
-        yield s, path
-        if isinstance(s, ir.If):
-            yield from _guarded(s.then, (*path, (s.cond, True)))
-            yield from _guarded(s.orelse, (*path, (s.cond, False)))
-        elif isinstance(s, (ir.For, ir.While, ir.Role)):
-            yield from _guarded(s.body, path)
-
-
-_COMPARE = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-            "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
-
-
-def _holds(ev: _RankEval, e: ir.Expr, rank: int) -> bool | None:
-    """Whether condition `e` holds in the CTA of `rank`; None when that depends on more."""
-    if isinstance(e, ir.Compare):
-        try:
-            return bool(_COMPARE[e.op](ev.value(e.a, rank), ev.value(e.b, rank)))
-        except (_Unknown, ZeroDivisionError):
-            return None
-    if isinstance(e, ir.Unary) and e.op == "not":
-        x = _holds(ev, e.x, rank)
-        return None if x is None else not x
-    if isinstance(e, ir.Binary) and e.op in ("and", "or"):
-        a, b = _holds(ev, e.a, rank), _holds(ev, e.b, rank)
-        if e.op == "and":
-            return False if False in (a, b) else (None if None in (a, b) else True)
-        return True if True in (a, b) else (None if None in (a, b) else False)
-    if isinstance(e, ir.Var) and e.name in ev.env:
-        return _holds(ev, ev.env[e.name], rank)
-    return None
-
-
 def check_ranks_and_masks(facts: Facts, out: Report) -> None:
     """Peer ranks and multicast masks name CTAs of the cluster, in every CTA of it that may
     run the statement (conditions on the cluster registers are followed)."""
     k = facts.kernel
     n = prod(k.cluster or (1, 1, 1))
-    ev = _RankEval(k)
-    for s, path in _guarded(k.body):
+    ev = RankEval(k)
+    for s, path in guarded(k.body):
         peers = peers_of(s)
         if not peers and not isinstance(s, _MULTICAST):
             continue
         ranks = [r for r in range(n)
-                 if all(_holds(ev, c, r) is not (not want) for c, want in path)]
+                 if all(holds(ev, c, r) is not (not want) for c, want in path)]
         for p in peers:
             for r, v in ev.over_cluster(p.rank, ranks):
                 if not 0 <= v < n:
@@ -175,8 +94,10 @@ def check_remote_arrivals(facts: Facts, out: Report) -> None:
 # ----------------------------------------------------------------------------- init, exit
 
 
-def check_cluster_init(facts: Facts, out: Report) -> None:
-    """mbarrier_init, fence_mbarrier_init() and a cluster barrier before a peer's first use."""
+def check_cluster_init(facts: Facts, out: Report) -> set[int]:
+    """mbarrier_init, fence_mbarrier_init() and a cluster barrier before a peer's first use;
+    the ids of the statements reported."""
+    reported: set[int] = set()
     stmts = list(ir.walk(facts.kernel.body))
     for name in sorted(remote_barriers(facts.kernel)):
         inits = [i for i, s in enumerate(stmts)
@@ -199,6 +120,119 @@ def check_cluster_init(facts: Facts, out: Report) -> None:
             continue
         out.error(f"mbarrier '{name}' is used by a peer CTA here, but {why}",
                   stmts[first].loc, Note(f"'{name}' is initialised here", stmts[init].loc))
+        reported.add(id(stmts[first]))
+    return reported
+
+
+# ----------------------------------------------------------------------------- start
+
+
+# What every path so far has crossed, weakest first: nothing, an arrival without its wait, a
+# cluster barrier unless a loop that holds it ran no iteration, a cluster barrier; or no path.
+_NONE, _ARRIVED, _LOOPED, _SYNCED, _UNREACHED = range(5)
+
+
+class _Started:
+    """Whether every path from the kernel's entry to a statement crosses a whole cluster
+    barrier: the CTAs of a cluster start in any order, and a peer's shared memory and
+    mbarriers exist only once it runs, which only a cluster barrier that every thread of the
+    cluster passed (arrive, then wait; relaxed arrivals count) tells."""
+
+    def __init__(self, k: ir.Kernel):
+        self.ev = RankEval(k)
+        self.n = prod(k.cluster or (1, 1, 1))
+        self.first: tuple[ir.Stmt, int] | None = None  # the first access, the state it saw
+
+    def block(self, stmts: tuple[ir.Stmt, ...], state: int) -> int:
+        for s in stmts:
+            if state == _UNREACHED:
+                break
+            state = self.stmt(s, state)
+        return state
+
+    def stmt(self, s: ir.Stmt, state: int) -> int:
+        if isinstance(s, ir.ClusterSync):
+            return _SYNCED
+        if isinstance(s, (ir.ClusterArrive, ir.ClusterArriveRelaxed)):
+            return max(state, _ARRIVED)
+        if isinstance(s, ir.ClusterWait):
+            return _SYNCED if state == _ARRIVED else state
+        if isinstance(s, ir.Return):
+            return _UNREACHED
+        if isinstance(s, ir.If):
+            return min(self.block(s.then, state), self.block(s.orelse, state))
+        if isinstance(s, (ir.For, ir.While)):
+            end = self.block(s.body, state)
+            if end <= state or _runs(s):
+                return end
+            return min(end, _LOOPED)  # crossed unless the loop runs no iteration
+        if isinstance(s, ir.Role):
+            return self.block(s.body, state)
+        if state != _SYNCED and self.first is None and self.remote(s):
+            self.first = (s, state)
+        return state
+
+    def remote(self, s: ir.Stmt) -> bool:
+        """Whether a statement may reach the shared memory or mbarriers of another CTA."""
+        if isinstance(s, _MULTICAST):
+            own = [(r, v) for r, v in self.ev.over_cluster(s.mask, list(range(self.n)))]
+            return not own or any(v != 1 << r for r, v in own)
+        for p in peers_of(s):
+            ranks = self.ev.over_cluster(p.rank, list(range(self.n)))
+            if not ranks or any(v != r for r, v in ranks):
+                return True
+        return False
+
+
+def _runs(loop: ir.Stmt) -> bool:
+    """Whether a loop certainly runs an iteration (constant bounds)."""
+    if not isinstance(loop, ir.For):
+        return False
+    a, b = loop.start, loop.stop
+    return isinstance(a, ir.Const) and isinstance(b, ir.Const) and \
+        isinstance(loop.step, ir.Const) and int(b.value) > int(a.value)
+
+
+def check_peers_started(facts: Facts, out: Report, reported: set[int]) -> None:
+    """No access reaches a peer CTA before a cluster barrier on every path to it (a cluster
+    pipeline's derived cluster_sync counts: it is in the lowered body)."""
+    k = facts.kernel
+    walk = _Started(k)
+    # Unlowered, a cluster pipeline's derived init sync is not in the body yet; it comes first.
+    derived = any(isinstance(s, ir.PipelineDecl) for s in k.body) and \
+        any(isinstance(s, _MULTICAST) for s in ir.walk(k.body))
+    walk.block(k.body, _SYNCED if derived else _NONE)
+    if walk.first is None or id(walk.first[0]) in reported:
+        return
+    s, state = walk.first
+    stmts = facts.statements
+    at = next(i for i, x in enumerate(stmts) if x is s)  # equal statements may repeat
+    later = next((x for x in stmts[at:] if isinstance(x, _CLUSTER_BARRIERS)), None)
+    if state == _ARRIVED:
+        why = "this thread has arrived on the cluster barrier but not waited (cluster_wait())"
+    elif state == _LOOPED:
+        why = "the cluster barriers before it are in a loop that may run no iteration"
+    else:
+        why = "no cluster barrier (cluster_sync(), or cluster_arrive() then cluster_wait()) " \
+            "precedes it on every path"
+    earlier = [x for x in stmts[:at] if isinstance(x, (*_CLUSTER_BARRIERS, ir.ClusterArrive,
+                                                       ir.ClusterArriveRelaxed))]
+    if earlier and state == _LOOPED:
+        note = Note("this cluster barrier is in that loop", earlier[-1].loc)
+    elif earlier and state == _NONE:
+        note = Note("this cluster barrier is not on every path to the access", earlier[-1].loc)
+    elif later is not None:
+        note = Note("the first cluster barrier comes after the access, here", later.loc)
+    else:
+        note = Note(f"'{k.name}' runs in clusters of {walk.n} CTAs, which start in any order",
+                    k.loc)
+    what = getattr(s, "syntax", "") or ("this store" if isinstance(s, ir.Store) else "this load")
+    message = (f"{what} reaches another CTA of the cluster before that CTA is known to have "
+               f"started: {why}; its shared memory and mbarriers may not exist yet")
+    if state == _LOOPED:  # wrong only when the loop runs no iteration: a run-time value
+        out.warning(message, s.loc, note)
+    else:
+        out.error(message, s.loc, note)
 
 
 def check_cluster_exit(facts: Facts, out: Report) -> None:
@@ -222,8 +256,6 @@ def check_cluster_exit(facts: Facts, out: Report) -> None:
               "cluster_sync())", site.loc)
 
 
-CLUSTER_CHECKS = (check_ranks_and_masks, check_remote_arrivals, check_cluster_init,
-                  check_cluster_exit)
 
 
 def check_clusters(facts: Facts, out: Report) -> None:
@@ -231,6 +263,9 @@ def check_clusters(facts: Facts, out: Report) -> None:
             isinstance(s, (*_CLUSTER_BARRIERS, ir.ClusterArrive))
             for s in ir.walk(facts.kernel.body)):
         return
-    for check in CLUSTER_CHECKS:
-        check(facts, out)
+    check_ranks_and_masks(facts, out)
+    check_remote_arrivals(facts, out)
+    check_peers_started(facts, out, check_cluster_init(facts, out))
+    check_cluster_exit(facts, out)
+    check_multicast_coverage(facts, out)
 

@@ -26,6 +26,11 @@ class Facts:
         return layout_kernel(self.kernel)
 
     @functools.cached_property
+    def statements(self) -> list[ir.Stmt]:
+        """Every statement of the body, nested ones included, in source order."""
+        return list(walk(self.kernel.body))
+
+    @functools.cached_property
     def trace(self) -> Trace:
         return interpret(self.kernel)
 

@@ -55,7 +55,8 @@ def _is_barrier_op(s: ir.Stmt) -> bool:
     return bool(effect(s).barrier_fields)
 
 
-def _slice(stmts: tuple[ir.Stmt, ...], need: set[str]) -> tuple[ir.Stmt, ...]:
+def _slice(stmts: tuple[ir.Stmt, ...], need: set[str], keep=_is_barrier_op
+           ) -> tuple[ir.Stmt, ...]:
     out: list[ir.Stmt] = []
     for s in stmts:
         if isinstance(s, (ir.Let, ir.Assign)):
@@ -65,26 +66,27 @@ def _slice(stmts: tuple[ir.Stmt, ...], need: set[str]) -> tuple[ir.Stmt, ...]:
                     need |= free_names(s.value)
         elif isinstance(s, ir.Asm) and need & set(s.outs):
             out.append(s)
-        elif isinstance(s, ir.Return) or _is_barrier_op(s):
+        elif isinstance(s, ir.Return) or keep(s):
             out.append(s)
             need |= free_names(s)
         elif any(True for _ in child_blocks(s)):
             names = [f for f in s.__dataclass_fields__  # type: ignore[attr-defined]
                      if isinstance(getattr(s, f), tuple) and getattr(s, f) and
                      isinstance(getattr(s, f)[0], ir.Stmt)]
-            parts = {f: _slice(getattr(s, f), need) for f in names}
+            parts = {f: _slice(getattr(s, f), need, keep) for f in names}
             if any(parts.values()):
                 out.append(replace(s, **parts))  # type: ignore[arg-type]
                 need |= free_names(s)
     return tuple(out)
 
 
-def ring_slice(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-    """The statements of `body` that barrier operations need, to a fixpoint."""
+def ring_slice(body: tuple[ir.Stmt, ...], keep=_is_barrier_op) -> tuple[ir.Stmt, ...]:
+    """The statements of `body` that barrier operations (or those `keep` selects) need, to a
+    fixpoint."""
     need: set[str] = set()
     while True:
         before = set(need)
-        sliced = _slice(body, need)
+        sliced = _slice(body, need, keep)
         if need == before:
             return sliced
 
@@ -96,7 +98,7 @@ class Unroller:
     def __init__(self, trace: Trace):
         self.trace = trace
         self.interp: Interpreter = trace.interp
-        self._slices: dict[int, tuple[ir.Stmt, ...]] = {}
+        self._slices: dict[tuple[int, object], tuple[ir.Stmt, ...]] = {}
         self._rings: dict[int, list[Iteration]] | None = None
 
     def ring_loops(self) -> list[ir.For | ir.While]:
@@ -124,16 +126,18 @@ class Unroller:
             self._rings = {id(loop): self.iterations(loop, turns) for loop in self.ring_loops()}
         return self._rings
 
-    def iterations(self, loop: ir.For | ir.While, count: int) -> list[Iteration]:
+    def iterations(self, loop: ir.For | ir.While, count: int, keep=_is_barrier_op
+                   ) -> list[Iteration]:
         """Up to `count` iterations of `loop` from the state it was first reached in (none
-        if the trace never reached it)."""
+        if the trace never reached it), running the statements `keep` selects and what they
+        need."""
         entry = self.interp.entries.get(id(loop))
         if entry is None:
             return []
         it = self.interp
-        body = self._slices.get(id(loop))
+        body = self._slices.get((id(loop), keep))
         if body is None:
-            body = self._slices[id(loop)] = ring_slice(loop.body)
+            body = self._slices[(id(loop), keep)] = ring_slice(loop.body, keep)
         f = entry.flow
         flow = _Flow(f.must, f.may, dict(f.env), dict(f.live))
         mode = entry.mode.but(loops=entry.mode.loops + (loop,), counted=False)

@@ -8,12 +8,13 @@ commit group) with the buffers they read. It reports
   - a wgmma whose accumulator (or A fragment) was written after the last wgmma_fence, or
     that no wgmma_fence precedes;
   - a read or write of an accumulator while a wgmma that writes it may be in flight;
-  - a pipeline stage released to its producer while a wgmma reading that stage may be in
-    flight (the producer would overwrite the tile under it). A consumer whose release lags
-    holds several stages and releases the oldest: the walk counts the stages held (waits on
-    the pipeline's full barriers less releases) and, for each pending wgmma, how many waits
-    have passed since it was issued, so a wgmma that read a younger stage than the one
-    released may stay in flight (`wgmma_wait(1)` before a lagging release).
+  - shared memory that a wgmma which may be in flight reads, written under it: a copy
+    into it (TMA, bulk, multicast), a generic store, or the release of its stage to the
+    producer (`release`, or an arrive on a hand-written ring's empty barrier).
+Stages are compared by their index expressions: a read of `buf[s]` conflicts with a write of
+`buf[s]` while no variable of `s` has changed since the wgmma; once one has (the next
+iteration, the ring advanced), `wgmma_smem.py` decides it from the loop run iteration by
+iteration, so the release of the stage a group retired by wgmma_wait(n) read is accepted.
 """
 
 from __future__ import annotations
@@ -28,13 +29,26 @@ from .. import ir
 from .. import types as T
 from ..errors import Note, Span
 from ..opdef import const_int
-from .facts import Facts, Report
+from .effects import effect, op_name
+from .facts import Facts, Report, text
+from .remote import MULTICAST, root
+from .threads import _assigned
+from .unroll import free_names
+from .wgmma_smem import (
+    Rings,
+    check_unrolled_overwrites,
+    find_rings,
+    overwrite_message,
+    release_message,
+)
 
 WGMMA_OPS = (ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)
 _NEVER = ""  # the pseudo-array "no wgmma_fence yet"
 _MAX_GROUPS = 8
-_MAX_AGE = 8  # waits counted since a wgmma was issued; more are as good as this many
 _RESERVED_REGS = 8  # addresses, loop counters and predicates beside the register arrays
+
+
+MOVED = ir.Const(value=-1, type=T.u32)  # a stage index whose variables changed since
 
 
 @dataclass(frozen=True)
@@ -43,9 +57,19 @@ class _Op:
     bufs: frozenset[str]
     loc: Span | None = field(compare=False)
     a_regs: str = ""  # an A fragment in registers, read asynchronously too
+    # (buffer, index of its outer dimension or None) of each shared operand
+    stages: frozenset[tuple[str, ir.Expr | None]] = frozenset()
     # per pipeline it reads: the waits on that pipeline since it was issued (0: it reads the
-    # stage waited last)
+    # stage waited last); a lagging release hands back the stage `held - 1` waits old
     ages: tuple[tuple[str, int], ...] = ()
+
+    def moved(self, names: set[str]) -> _Op:
+        """This op once a variable of `names` changed: stage indices using it are unknown."""
+        if not any(e is not None and free_names(e) & names for _, e in self.stages):
+            return self
+        stages = frozenset((b, MOVED if e is not None and free_names(e) & names else e)
+                           for b, e in self.stages)
+        return dataclasses.replace(self, stages=stages)
 
 
 @dataclass(frozen=True)
@@ -60,6 +84,13 @@ class _State:
         for g in self.groups:
             out |= g
         return frozenset(out)
+
+    def moved(self, names: set[str]) -> _State:
+        if not names or not self.pending():
+            return self
+        return _State(self.dirty, frozenset(o.moved(names) for o in self.open),
+                      tuple(frozenset(o.moved(names) for o in g) for g in self.groups),
+                      self.held)
 
 
 def _join(a: _State, b: _State) -> _State:
@@ -80,9 +111,35 @@ def _buffer(place: ir.Expr) -> str | None:
     return place.name if isinstance(place, ir.SharedBuf) else None
 
 
+def stage_of(place: ir.Expr, stages: dict[str, int]) -> tuple[str, ir.Expr | None] | None:
+    """(buffer, index of its stage dimension) of a shared place; the index is None when the
+    buffer is no ring (`stages`: buffer -> number of stages)."""
+    while isinstance(place, ir.Peer):
+        place = place.ref
+    inner = place
+    while isinstance(inner, ir.Index) and isinstance(inner.base, ir.Index):
+        inner = inner.base
+    name = _buffer(place)
+    if name is None:
+        return None
+    if name in stages and isinstance(inner, ir.Index) and inner.indices:
+        return name, inner.indices[0]
+    return name, None
+
+
+def same_stage(a: ir.Expr | None, b: ir.Expr | None) -> bool | None:
+    """Whether two stage indices name the same stage: None when that is not known here."""
+    if a is None or b is None:
+        return True
+    if a is MOVED or b is MOVED:
+        return None
+    return True if a == b else None
+
+
 class _Hazards:
-    def __init__(self, out: Report):
+    def __init__(self, out: Report, rings: Rings):
         self.out = out
+        self.rings = rings
 
     def block(self, stmts: tuple[ir.Stmt, ...], st: _State) -> _State:
         for s in stmts:
@@ -91,7 +148,7 @@ class _Hazards:
 
     def stmt(self, s: ir.Stmt, st: _State) -> _State:
         if (pipe := _released(s)) is not None:
-            return self.release(s, pipe, st)
+            st = self.lagging_release(s, pipe, st)
         if isinstance(s, ir.If):
             self.reads(s.cond, st)
             return _join(self.block(s.then, st), self.block(s.orelse, st))
@@ -99,11 +156,12 @@ class _Hazards:
             if isinstance(s, ir.For):
                 for e in (s.start, s.stop, s.step):
                     self.reads(e, st)
-            cur = st
+            changed = _assigned(s.body) | ({s.var} if isinstance(s, ir.For) else set())
+            cur = st.moved(changed)
             for _ in range(6):  # the lattice is finite; a few passes reach its fixed point
                 if isinstance(s, ir.While):
                     self.reads(s.cond, cur)
-                nxt = _join(cur, self.block(s.body, cur))
+                nxt = _join(cur, self.block(s.body, cur).moved(changed))
                 if nxt == cur:
                     break
                 cur = nxt
@@ -122,13 +180,47 @@ class _Hazards:
             return self.wgmma(s, st)
         if isinstance(s, ir.MBarrierWait) and (pipe := _pipe_of(s.bar, ".full")):
             st = _waited(st, pipe)
+        if isinstance(s, ir.MBarrierArrive):
+            self.release(s, st)
+        self.overwrite(s, st)
         for e in _exprs(s):
             self.reads(e, st)
+        if isinstance(s, (ir.Let, ir.Assign)):
+            st = st.moved({s.name})
+        elif isinstance(s, ir.Asm):
+            st = st.moved(set(s.outs))
         written = _written(s)
         if written is not None:
             self.touch(written, s.loc, st, "written")
             return dataclasses.replace(st, dirty=st.dirty | {(written, s.loc)})
         return st
+
+    def overwrite(self, s: ir.Stmt, st: _State) -> None:
+        """A copy into, or a generic store to, shared memory a pending wgmma reads."""
+        if isinstance(s, ir.Store):
+            place, how = s.ref, "this store writes"
+        else:
+            field_ = effect(s).async_write
+            if field_ is None:
+                return
+            place, how = getattr(s, field_), f"this {op_name(s)} writes"
+        if not isinstance(place.type, (T.SharedRef, T.PeerShared)) or not st.pending():
+            return
+        if isinstance(place, ir.Peer) or isinstance(s, MULTICAST):
+            return  # lands in other CTAs too: their wgmmas are not this thread's
+        target = stage_of(place, self.rings.stages)
+        if target is not None:
+            self.conflict(st, target[0], target[1], s.loc, how)
+
+    def conflict(self, st: _State, buf: str, idx: ir.Expr | None, loc: Span | None,
+                 how: str) -> bool:
+        for op in sorted(st.pending(), key=lambda o: o.loc.start if o.loc else 0):
+            for b, e in sorted(op.stages, key=lambda x: x[0]):
+                if b == buf and same_stage(e, idx):
+                    self.out.error(overwrite_message(how, buf), loc,
+                                   Note("the wgmma that reads it is issued here", op.loc))
+                    return True
+        return False
 
     def wgmma(self, s: ir.Wgmma, st: _State) -> _State:
         names = [s.d.name]  # type: ignore[attr-defined]
@@ -146,8 +238,10 @@ class _Hazards:
         if len(names) > 1:
             self.touch(names[1], s.loc, st, "read")
         bufs = frozenset(b for b in (_buffer(s.a), _buffer(s.b)) if b is not None)
+        stages = frozenset(x for x in (stage_of(s.a, self.rings.stages),
+                                       stage_of(s.b, self.rings.stages)) if x is not None)
         ages = tuple(sorted({(b.split(".")[0], 0) for b in bufs if "." in b}))
-        op = _Op(names[0], bufs, s.loc, names[1] if len(names) > 1 else "", ages)
+        op = _Op(names[0], bufs, s.loc, names[1] if len(names) > 1 else "", stages, ages)
         return dataclasses.replace(st, open=st.open | {op})
 
     def touch(self, name: str, loc: Span | None, st: _State, how: str) -> None:
@@ -177,19 +271,39 @@ class _Hazards:
                     if isinstance(x, ir.Expr):
                         self.reads(x, st)
 
-    def release(self, s: ir.Stmt, pipe: str, st: _State) -> _State:
-        """The release of the oldest stage held: a wgmma issued before the wait on a younger
-        stage (age >= the stages held - 1) read it."""
+    def release(self, s: ir.MBarrierArrive, st: _State) -> None:
+        bar = s.bar
+        while isinstance(bar, ir.Peer):
+            bar = bar.ref
+        idx = bar.indices[0] if isinstance(bar, ir.Index) and bar.indices else None
+        name = root(bar) or ""
+        for buf in self.rings.empties.get(name, ()):
+            if name.endswith(".empty"):  # a pipeline's release: its own words
+                pipe = name[: -len(".empty")]
+                for op in sorted(st.pending(), key=lambda o: o.loc.start if o.loc else 0):
+                    if any(b == buf and same_stage(e, idx) for b, e in op.stages):
+                        self.out.error(release_message(pipe), s.loc,
+                                       Note("the wgmma is issued here", op.loc))
+                        return
+                continue
+            if self.conflict(st, buf, idx, s.loc,
+                             f"this arrive on '{text(s.bar)}' releases the stage of"):
+                return
+
+    def lagging_release(self, s: ir.Stmt, pipe: str, st: _State) -> _State:
+        """A pipeline whose consumer holds several stages releases the oldest: a wgmma issued
+        after the wait on it (age below the stages held) may read it. Decided from the counts
+        alone, for every iteration; a consumer holding one stage is `release`'s case."""
         held = dict(st.held)
         n = held.get(pipe, 0)
-        for op in sorted(st.pending(), key=lambda o: o.loc.start if o.loc else 0):
-            if dict(op.ages).get(pipe, -1) >= n - 1:
-                lag = f"wgmma_wait({n - 1}) before release" if n > 1 else \
-                    "wgmma_wait(0) before release"
-                self.out.error(f"release({pipe}) hands the stage back to the producer while a "
-                               f"wgmma reading it may still be in flight; {lag}", s.loc,
-                               Note("the wgmma is issued here", op.loc))
-                break
+        if n > 1:
+            for op in sorted(st.pending(), key=lambda o: o.loc.start if o.loc else 0):
+                if dict(op.ages).get(pipe, -1) >= n - 1:
+                    self.out.error(f"release({pipe}) hands the stage back to the producer while "
+                                   "a wgmma reading it may still be in flight; "
+                                   f"wgmma_wait({n - 1}) before release", s.loc,
+                                   Note("the wgmma is issued here", op.loc))
+                    break
         held[pipe] = max(n - 1, 0)
         return dataclasses.replace(st, held=tuple(sorted(held.items())))
 
@@ -206,8 +320,9 @@ def _pipe_of(b: ir.Expr, suffix: str) -> str | None:
 
 def _released(s: ir.Stmt) -> str | None:
     """The pipeline a statement releases a stage of: an arrive on its empty barrier, or the
-    loop of arrives on the peers' empty barriers that a cluster pipeline releases with."""
-    if isinstance(s, ir.MBarrierArrive):
+    loop of arrives on the peers' empty barriers that a cluster pipeline releases with (its
+    arrives are not counted again)."""
+    if isinstance(s, ir.MBarrierArrive) and not isinstance(s.bar, ir.Peer):
         return _pipe_of(s.bar, ".empty")
     if isinstance(s, ir.For):
         arrives = [x for x in ir.walk(s.body) if isinstance(x, ir.MBarrierArrive)]
@@ -215,6 +330,9 @@ def _released(s: ir.Stmt) -> str | None:
         if arrives and len(pipes) == 1 and all(isinstance(x.bar, ir.Peer) for x in arrives):
             return pipes.pop()
     return None
+
+
+_MAX_AGE = 8  # waits counted since a wgmma was issued; more are as good as this many
 
 
 def _waited(st: _State, pipe: str) -> _State:
@@ -259,7 +377,9 @@ def check_wgmma_hazards(facts: Facts, out: Report) -> None:
     if not _uses_wgmma(k):
         return
     start = _State(frozenset({(_NEVER, k.loc)}), frozenset(), ())
-    _Hazards(out).block(k.body, start)
+    rings = find_rings(facts)
+    _Hazards(out, rings).block(k.body, start)
+    check_unrolled_overwrites(facts, out, rings)
 
 
 def check_wgmma_issuers(facts: Facts, out: Report) -> None:
