@@ -131,12 +131,15 @@ def test_corpus_covers_every_check():
 
 @pytest.mark.parametrize("name", sample_names())
 def test_sample_verifies_clean(name):
+    """No error and no warning: a sample is what a user copies."""
     path = SAMPLES / f"{name}.ptxdsl"
     verify_text(path.read_text(), path.name)
-    verify_module(ptxdsl.parse(path.read_text(), path.name))  # unlowered, as `ptxdsl check`
+    # unlowered, as `ptxdsl check`
+    assert verify_module(ptxdsl.parse(path.read_text(), path.name)) == []
     # and the Python twin, whose spans point into Python
     for kd in sample_kernel_defs(name):
-        verify_module(lower(ptxdsl.ir.Module(kernels=(kd.ir,)), checks=False))
+        assert verify_module(lower(ptxdsl.ir.Module(kernels=(kd.ir,)), checks=False)) == [], \
+            kd.name
 
 
 # ----------------------------------------------------------------------------- correct code

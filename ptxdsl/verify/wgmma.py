@@ -291,19 +291,17 @@ class _Hazards:
                 return
 
     def lagging_release(self, s: ir.Stmt, pipe: str, st: _State) -> _State:
-        """A pipeline whose consumer holds several stages releases the oldest: a wgmma issued
-        after the wait on it (age below the stages held) may read it. Decided from the counts
-        alone, for every iteration; a consumer holding one stage is `release`'s case."""
+        """A pipeline's release hands back the oldest stage its consumer holds: a wgmma issued
+        after the wait on that stage (fewer waits since than the stages held) may read it.
+        Decided from the counts alone, for every iteration, whichever cursor the release
+        indexes with (`wgmma_smem.py` leaves pipeline releases to this walk)."""
         held = dict(st.held)
         n = held.get(pipe, 0)
-        if n > 1:
-            for op in sorted(st.pending(), key=lambda o: o.loc.start if o.loc else 0):
-                if dict(op.ages).get(pipe, -1) >= n - 1:
-                    self.out.error(f"release({pipe}) hands the stage back to the producer while "
-                                   "a wgmma reading it may still be in flight; "
-                                   f"wgmma_wait({n - 1}) before release", s.loc,
-                                   Note("the wgmma is issued here", op.loc))
-                    break
+        for op in sorted(st.pending(), key=lambda o: o.loc.start if o.loc else 0):
+            if dict(op.ages).get(pipe, -1) >= max(n - 1, 0):
+                self.out.error(release_message(pipe, max(n - 1, 0)), s.loc,
+                               Note("the wgmma is issued here", op.loc))
+                break
         held[pipe] = max(n - 1, 0)
         return dataclasses.replace(st, held=tuple(sorted(held.items())))
 
@@ -325,9 +323,11 @@ def _released(s: ir.Stmt) -> str | None:
     if isinstance(s, ir.MBarrierArrive) and not isinstance(s.bar, ir.Peer):
         return _pipe_of(s.bar, ".empty")
     if isinstance(s, ir.For):
-        arrives = [x for x in ir.walk(s.body) if isinstance(x, ir.MBarrierArrive)]
+        ops = [x for x in ir.walk(s.body) if isinstance(x, ir.Op)]
+        arrives = [x for x in ops if isinstance(x, ir.MBarrierArrive)]
         pipes = {_pipe_of(x.bar, ".empty") for x in arrives}
-        if arrives and len(pipes) == 1 and all(isinstance(x.bar, ir.Peer) for x in arrives):
+        if arrives and len(arrives) == len(ops) and len(pipes) == 1 and \
+                all(isinstance(x.bar, ir.Peer) for x in arrives):
             return pipes.pop()
     return None
 

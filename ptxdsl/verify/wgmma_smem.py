@@ -63,9 +63,9 @@ def overwrite_message(how: str, buf: str) -> str:
             "wgmma_wait(n) must retire that wgmma's group first")
 
 
-def release_message(pipe: str) -> str:
+def release_message(pipe: str, lag: int = 0) -> str:
     return (f"release({pipe}) hands the stage back to the producer while a wgmma reading it "
-            "may still be in flight; wgmma_wait(0) before release")
+            f"may still be in flight; wgmma_wait({lag}) before release")
 
 
 def _values(v: Visit, val) -> frozenset[int] | None:
@@ -125,8 +125,7 @@ def _replay(facts: Facts, out: Report, rings: Rings, loop: ir.Stmt, its) -> None
                                 (pv is None or vals is None or pv & vals)), None)
                     if hit is None:
                         continue
-                    msg = release_message(buf.split(".")[0]) if how == "release" else \
-                        overwrite_message(how, buf)
+                    msg = overwrite_message(how, buf)
                     note = Note("the wgmma that reads it is issued here", hit.loc)
                     at = s.loc.start if s.loc else None
                     if any(k[0] == "error" and k[2] == at for k in out.seen):
@@ -156,7 +155,7 @@ def _writes(v: Visit, rings: Rings):
         b = bar(v, "bar")
         if isinstance(b, BarRef):
             vals = _values(v, b.index) if b.index is not None else None
+            if b.decl.name.endswith(".empty"):
+                return  # a pipeline's release: wgmma.py decides it from the stages held
             for buf in rings.empties.get(b.decl.name, ()):
-                how = "release" if b.decl.name.endswith(".empty") else \
-                    f"this arrive on '{text(b.expr)}' releases the stage of"
-                yield buf, vals, how
+                yield buf, vals, f"this arrive on '{text(b.expr)}' releases the stage of"

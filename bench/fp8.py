@@ -1,0 +1,220 @@
+"""fp8 GEMM: ptxdsl's e4m3 GEMMs (samples/gemm_fp8.py) against cuBLASLt through
+torch._scaled_mm, side by side in one process on the same inputs, correctness checked first.
+
+    python -m bench fp8 [--shape MxNxK,...] [--sweep] [--quick]
+
+- per-tensor: C (bf16) = sa * sb * A @ B^T, A (M x K) and B (N x K) e4m3 row-major, sa and sb
+  f32 device scalars. torch._scaled_mm(A, B.t(), scale_a, scale_b, out_dtype=bf16) gets B as
+  the column-major K x N operand it wants (a view of the row-major N x K tensor, no copy). It
+  runs in two modes: its default, which promotes partial sums out of the tensor cores, and
+  `use_fast_accum=True`, which accumulates in them as the per-tensor kernel does.
+- block-scaled (DeepGEMM-style): 1 x 128 scales on A, 128 x 128 on B, promoted every K block;
+  its TFLOP/s are compared with the per-tensor kernel's (target >= 0.9x).
+
+Errors are against f32 references computed by torch with TF32 off: "kernel" against the
+product of the dequantised fp8 inputs (the kernel's own arithmetic), "end to end" against the
+product of the f32 data before quantisation (where block scales pay off). Times: the best of
+three interleaved rounds of medians of CUDA-event-timed runs; TFLOP/s count 2 M N K."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .common import BenchError, Row, Section, interleaved_ms, sms, twin
+from .gemm import shapes
+
+SHAPES = "8192x8192x8192,4096x4096x4096,4096x14336x4096,16384x4096x14336"
+FP8_MAX = 448.0
+# (bm, bn, stages, cluster) of the per-tensor and block-scaled kernels; --sweep tries all, each
+# fits the 227 KiB of shared memory (stages x (bm + bn) x 128 bytes + the bf16 staging tile)
+SWEEP = [(128, 256, 3, 1), (128, 256, 3, 2), (128, 192, 4, 1), (128, 128, 6, 1),
+         (128, 128, 6, 2), (256, 128, 3, 1)]
+SWEEP_BLOCK = [(128, 128, 5, 1), (128, 128, 5, 2), (128, 128, 4, 1), (128, 64, 8, 1)]
+ABOUT = ("e4m3 in, f32 accumulate, bf16 out, C = sa sb A @ B^T with per-tensor scales; the "
+         "reference is cuBLASLt `torch._scaled_mm` (its default mode promotes partial sums; "
+         "`fast accum` accumulates in the tensor cores as the per-tensor kernel does); the "
+         "block-scaled row compares the DeepGEMM-style kernel (1 x 128 / 128 x 128 scales, "
+         "promoted every K block) with the per-tensor kernel. Best of 3 interleaved rounds of "
+         "medians of 30 CUDA-event-timed runs; every kernel checked first (see the errors "
+         "below the table).")
+LIMITS = ("the block-scaled kernel promotes each K block's partial sums with CUDA-core FMAs "
+          "on 64 registers a thread, and its 128 x 128 tile (the accumulator and the "
+          "temporary must both fit the register budget) reads twice the shared memory per "
+          "FLOP of the per-tensor kernel's 128 x 256 tile.")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape", default=SHAPES, help="comma-separated MxNxK")
+    p.add_argument("--sweep", action="store_true",
+                   help="time several tile / stage / cluster configurations of each kernel")
+    p.add_argument("--quick", action="store_true", help="fewer runs")
+
+
+def launcher(kdef: Any, a: Any, b: Any, c: Any, s_a: Any, s_b: Any, *, bm: int, bn: int,
+             cluster: int = 1):
+    """A closure launching `kdef` on (a, b) into c with its tensor maps built once. Per-tensor
+    kernels take s_a, s_b as 1-element f32 tensors; block-scaled ones s_a as the [K / 128][M]
+    row scales and s_b as the [N / 128][K / 128] block scales."""
+    from ptxdsl.runtime import TensorMap
+
+    m, k = a.shape
+    n = b.shape[0]
+    ta = TensorMap(a, box=(bm, 128), swizzle="128B")
+    tb = TensorMap(b, box=(bn // cluster, 128), swizzle="128B")
+    tc = TensorMap(c, box=(64, 64), swizzle="128B")
+    if s_a.dim() == 2:
+        s_a = TensorMap(s_a, box=(1, bm))
+    ctas = sms()
+    if cluster > 1:  # as many clusters as can be resident at once (GPCs decide, not SMs / 2)
+        from ptxdsl.runtime.occupancy import max_active_clusters
+
+        ctas = max_active_clusters(kdef.program().kernel()) * cluster
+    grid = min(ctas // cluster, -(-m // (bm * cluster)) * -(-n // bn)) * cluster
+    launch = kdef[grid]
+    return lambda: launch(ta, tb, tc, s_a, s_b, m, n, k)
+
+
+class Problem:
+    """One shape's data: f32 matrices X (M x K) and W (N x K) with rows of different
+    magnitudes, quantised per tensor and in blocks, and the references."""
+
+    def __init__(self, m: int, n: int, k: int, seed: int = 0):
+        import torch
+
+        e4m3 = torch.float8_e4m3fn
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        dev = "cuda"
+        rmag = torch.exp2(torch.randint(-4, 5, (m, 1), device=dev, generator=g).float())
+        cmag = torch.exp2(torch.randint(-4, 5, (n, 1), device=dev, generator=g).float())
+        self.x = torch.randn(m, k, device=dev, generator=g) * rmag
+        self.w = torch.randn(n, k, device=dev, generator=g) * cmag
+        self.m, self.n, self.k = m, n, k
+        # per tensor: one scale each, amax / 448
+        self.sa = (self.x.abs().amax() / FP8_MAX).reshape(1)
+        self.sb = (self.w.abs().amax() / FP8_MAX).reshape(1)
+        self.a8 = (self.x / self.sa).to(e4m3)
+        self.b8 = (self.w / self.sb).to(e4m3)
+        # blocks: 1 x 128 of X, 128 x 128 of W
+        xb = self.x.reshape(m, k // 128, 128)
+        sfa = (xb.abs().amax(dim=2) / FP8_MAX).clamp_min(1e-30)  # [M, K / 128]
+        self.a8b = (xb / sfa[:, :, None]).to(e4m3).reshape(m, k)
+        npad = -(-n // 128) * 128
+        wp = torch.zeros(npad, k, device=dev)
+        wp[:n] = self.w
+        wb = wp.reshape(npad // 128, 128, k // 128, 128)
+        self.sfb = (wb.abs().amax(dim=(1, 3)) / FP8_MAX).clamp_min(1e-30).contiguous()
+        self.b8b = (wb / self.sfb[:, None, :, None]).to(e4m3).reshape(npad, k)[:n].contiguous()
+        self.sfa_t = sfa.t().contiguous()  # [K / 128][M], as the kernel's tensor map reads it
+        self.sfa = sfa
+
+    def reference(self, block: bool) -> tuple[Any, Any, Any]:
+        """The f32 product of the dequantised fp8 inputs, and the norms of its rows and
+        columns' operands."""
+        if block:
+            a = self.a8b.float() * self.sfa.repeat_interleave(128, dim=1)
+            sb = self.sfb.repeat_interleave(128, dim=0)[:self.n].repeat_interleave(128, dim=1)
+            b = self.b8b.float() * sb
+        else:
+            a, b = self.a8.float() * self.sa, self.b8.float() * self.sb
+        return a @ b.T, a.norm(dim=1), b.norm(dim=1)
+
+    def exact(self) -> Any:
+        return self.x @ self.w.T
+
+    def scaled_mm(self, fast: bool) -> Any:
+        import torch
+
+        return torch._scaled_mm(self.a8, self.b8.t(), scale_a=self.sa, scale_b=self.sb,
+                                out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+
+def errors(c: Any, p: Problem, block: bool) -> tuple[float, float, float]:
+    """(max |err| / tolerance against the dequantised reference (<= 1 passes), relative
+    Frobenius error against it, relative Frobenius error against X @ W^T)."""
+    ref, an, bn = p.reference(block)
+    # bf16 rounding of the output, plus the fp8 sums' rounding, scaled by what the dot
+    # products of these rows and columns can reach
+    import torch
+
+    tol = 2 ** -7 * ref.abs() + 2 ** -6 * torch.outer(an, bn) / p.k ** 0.5
+    c32 = c.float()
+    worst = float(((c32 - ref).abs() / tol).max())
+    rel = float((c32 - ref).norm() / ref.norm())
+    exact = p.exact()
+    return worst, rel, float((c32 - exact).norm() / exact.norm())
+
+
+def accepted(worst: float, rel: float, like: tuple[float, float, float]) -> bool:
+    """A result passes within the tolerance, or (where K is long enough that accumulating in
+    the tensor cores alone exceeds it) no further from the reference than cuBLASLt in the
+    same accumulation mode (`like`: its errors) is, within 25%."""
+    return worst <= 1.0 or (worst <= 1.25 * max(like[0], 1.0) and rel <= 1.25 * like[1])
+
+
+def kernels(tw: Any, p: Problem, out: Any, sweep: bool) -> list[tuple[str, bool, Any]]:
+    """(label, block-scaled, launch closure) of the configurations to time."""
+    runs = []
+    for bm, bn, stages, cl in (SWEEP if sweep else SWEEP[:1]):
+        kd = tw.make_gemm_fp8(bm=bm, bn=bn, stages=stages, cluster=(cl, 1, 1))
+        runs.append((f"per-tensor {bm}x{bn} s{stages}{' x2' if cl > 1 else ''}", False,
+                     launcher(kd, p.a8, p.b8, out, p.sa, p.sb, bm=bm, bn=bn, cluster=cl)))
+    for bm, bn, stages, cl in (SWEEP_BLOCK if sweep else SWEEP_BLOCK[:1]):
+        kd = tw.make_gemm_fp8(bm=bm, bn=bn, stages=stages, cluster=(cl, 1, 1), block=True)
+        runs.append((f"block {bm}x{bn} s{stages}{' x2' if cl > 1 else ''}", True,
+                     launcher(kd, p.a8b, p.b8b, out, p.sfa_t, p.sfb, bm=bm, bn=bn,
+                              cluster=cl)))
+    return runs
+
+
+def measure_shape(a: argparse.Namespace, m: int, n: int, k: int) -> tuple[list[Row], str]:
+    import torch
+
+    p = Problem(m, n, k)
+    flops = 2 * m * n * k
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    refs = {"cuBLASLt": lambda: p.scaled_mm(False),
+            "cuBLASLt fast accum": lambda: p.scaled_mm(True)}
+    errs = {}
+    for name, fn in refs.items():
+        c = fn()
+        torch.cuda.synchronize()
+        errs[name] = errors(c, p, False)
+    fns = dict(refs)
+    for label, block, fn in kernels(twin("gemm_fp8"), p, out, a.sweep):
+        out.fill_(float("nan"))  # correctness first, on a poisoned output
+        fn()
+        torch.cuda.synchronize()
+        errs[label] = e = errors(out, p, block)
+        if not accepted(e[0], e[1], errs["cuBLASLt fast accum"]):
+            raise BenchError(f"{label} at {m}x{n}x{k}: max |err| / tol = {e[0]:.3g}, relative "
+                             f"error {e[1]:.2e} (cuBLASLt fast accum: "
+                             f"{errs['cuBLASLt fast accum'][1]:.2e})")
+        fns[label] = fn
+    ms = interleaved_ms(fns, 10 if a.quick else 30)
+    tf = {name: flops / t / 1e9 for name, t in ms.items()}
+    best = {blk: max((lbl for lbl in tf if lbl.startswith(blk)), key=tf.__getitem__)
+            for blk in ("per-tensor", "block")}
+    cmd = f"python -m bench fp8 --shape {m}x{n}x{k}"
+    case = f"{m} x {n} x {k}"
+    pt, bl = best["per-tensor"], best["block"]
+    rows = [Row(case, pt, tf[pt], "cuBLASLt `_scaled_mm`", tf["cuBLASLt"], "TFLOP/s", cmd, 1.0),
+            Row(f"{case}, fast accum", pt, tf[pt], "cuBLASLt fast accum",
+                tf["cuBLASLt fast accum"], "TFLOP/s", cmd, 1.0),
+            Row(f"{case}, block-scaled", bl, tf[bl], f"ptxdsl {pt}", tf[pt], "TFLOP/s", cmd,
+                0.9)]
+    err = "; ".join(f"{name} {e[1]:.2e} / {e[2]:.2e}" for name, e in errs.items()
+                    if name in ("cuBLASLt", "cuBLASLt fast accum", pt, bl))
+    return rows, f"- {case}: relative error, kernel / end to end: {err}"
+
+
+def run(a: argparse.Namespace) -> list[Section]:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # f32 references in f32
+    s = Section("fp8", "fp8 GEMM, e4m3, per-tensor and block-scaled", ABOUT, limits=LIMITS)
+    for m, n, k in shapes(a.shape):
+        rows, note = measure_shape(a, m, n, k)
+        s.rows += rows
+        s.notes.append(note)
+    return [s]
