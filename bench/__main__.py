@@ -36,6 +36,7 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "longrow": ("longrow", {}),
     "gemm": ("gemm", {"cluster": False}),
     "cluster-gemm": ("gemm", {"cluster": True}),
+    "fp8": ("fp8", {}),
     "splitk": ("splitk", {}),
     "sm80": ("sm80", {}),
     "peer": ("peer", {}),

@@ -122,22 +122,18 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                     sb_row = k.let("sb_row", n0 / BLOCK * ktiles)
                 else:
                     accs = [k.let(f"acc{s}", type=array(f32, nacc)) for s in suffix]
-                with k.for_("kt", 0, ktiles) as kt:
-                    if block:
+                if block:  # each K block's group retires before its promotion
+                    with k.for_("kt", 0, ktiles) as kt:
                         sb = k.let("sb", sfb[sb_row + kt])
-                    k.wait(ring)
-                    k.wgmma_fence()
-                    with k.for_("kk", 0, BK // 32, unroll=True) as kk:
-                        for r in range(mw):
-                            rows0 = wg * wm + r * 64 if r else wg * wm
-                            bop = ring.b[0, 0, kk * 32] if cm > 1 else ring.b[0, kk * 32]
-                            if block:
+                        k.wait(ring)
+                        k.wgmma_fence()
+                        with k.for_("kk", 0, BK // 32, unroll=True) as kk:
+                            for r in range(mw):
+                                rows0 = wg * wm + r * 64 if r else wg * wm
+                                bop = ring.b[0, 0, kk * 32] if cm > 1 else ring.b[0, kk * 32]
                                 k.wgmma(tmps[r], ring.a[rows0, kk * 32], bop, kk > 0)
-                            else:
-                                k.wgmma(accs[r], ring.a[rows0, kk * 32], bop, (kt > 0) | (kk > 0))
-                    k.wgmma_commit()
-                    if block:  # this thread's two rows' scales times the B block's
-                        ss = []
+                        k.wgmma_commit()
+                        ss = []  # this thread's two rows' scales times the B block's
                         for r in range(mw):
                             s = k.let(f"s{suffix[r]}", type=array(f32, 2))
                             for i in range(2):
@@ -145,12 +141,33 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                                     wg * wm + row + i * 8 if i else wg * wm + row
                                 s[i] = ring.sa[0, rr] * sb
                             ss.append(s)
-                    k.wgmma_wait(0)
-                    k.release(ring)
-                    if block:  # promote: acc += tmp * sa[row] * sb
-                        for r in range(mw):
+                        k.wgmma_wait(0)
+                        k.release(ring)
+                        for r in range(mw):  # promote: acc += tmp * sa[row] * sb
                             with k.for_(f"e{suffix[r]}", 0, nacc, unroll=True) as e:
                                 accs[r][e] = k.fma(tmps[r][e], ss[r][e % 4 / 2], accs[r][e])
+                else:
+                    def kblock(first: bool) -> None:
+                        """Wait for the next stage and issue its wgmmas as one group."""
+                        k.wait(ring)
+                        k.wgmma_fence()
+                        with k.for_("kk", 0, BK // 32, unroll=True) as kk:
+                            for r in range(mw):
+                                rows0 = wg * wm + r * 64 if r else wg * wm
+                                bop = ring.b[0, 0, kk * 32] if cm > 1 else ring.b[0, kk * 32]
+                                k.wgmma(accs[r], ring.a[rows0, kk * 32], bop,
+                                        kk > 0 if first else True)
+                        k.wgmma_commit()
+
+                    # one wgmma group stays in flight: wgmma_wait(1) retires the previous K
+                    # block's group, and release hands back the stage that group read
+                    kblock(True)
+                    with k.for_("kt", 1, ktiles):
+                        kblock(False)
+                        k.wgmma_wait(1)
+                        k.release(ring)
+                    k.wgmma_wait(0)
+                    k.release(ring)
                 with k.if_(leader):
                     k.bulk_wait_read(0)
                 k.bar_sync(8 + wg, 128)
