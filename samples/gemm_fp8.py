@@ -33,13 +33,19 @@ BLOCK = 128  # rows / columns / K of a block scale
 def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                   consumers: int = 2, cluster: tuple[int, int, int] = (1, 1, 1),
                   producer_regs: int = 40, consumer_regs: int = 232, scales: str = "ptr",
-                  block: bool = False, a_type=e4m3, b_type=e4m3) -> ptxdsl.KernelDef:
+                  block: bool = False, a_type=e4m3, b_type=e4m3,
+                  pingpong: bool | None = None) -> ptxdsl.KernelDef:
     """An fp8 GEMM with bm x bn x 128 tiles, `consumers` warpgroups of bm / consumers rows
     each (64 or 128), `stages` pipeline stages, tiles walked in groups of `group` tile-rows.
     `block=True` builds the block-scaled kernel (bn 64 or 128: the tile stays inside one 128-
     column scale block, and the temporary accumulator fits the register budget beside the
     promoted one); otherwise `scales` is "ptr" or "scalar". `cluster=(2, 1, 1)` pairs the
-    CTAs of a cluster on two vertically adjacent tiles that share (multicast) the B tile."""
+    CTAs of a cluster on two vertically adjacent tiles that share (multicast) the B tile.
+    `pingpong` (block-scaled only; the default there) makes the consumer warpgroups take turns
+    issuing each K block's wgmmas (named barriers 2 + wg), so that one promotes while the
+    tensor cores run the other's group."""
+    if pingpong is None:
+        pingpong = block and consumers > 1
     cm = cluster[0]
     if tuple(cluster) not in ((1, 1, 1), (2, 1, 1)):
         raise ValueError(f"make_gemm_fp8: cluster is (1, 1, 1) or (2, 1, 1), not {cluster}")
@@ -50,17 +56,19 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
     assert wm in (64, 128) and wm * consumers == bm, "each consumer owns 64 or 128 rows"
     assert bn % 64 == 0 and 64 <= bn <= 256, "bn is 64, 128, 192 or 256"
     assert not block or bn in (64, 128), "block scales: bn is 64 or 128"
+    assert not pingpong or (block and consumers > 1), "pingpong: block scales, >1 consumer"
     mw = wm // 64  # m64 wgmmas per k-step
     nacc = bn // 2  # f32 accumulators per thread per m64 block
     chunks = bn // 64  # 128-byte-wide column chunks of the C tile (one TMA store each)
     threads = 128 * (1 + consumers)
     base = "gemm_fp8_block" if block else "gemm_fp8"
     default = (bm, bn, stages, group, consumers, producer_regs, consumer_regs, cm, scales,
-               a_type, b_type) == (128, 128 if block else 256, 5 if block else 3, 8, 2, 40,
-                                   232, 1, "ptr", e4m3, e4m3)
+               a_type, b_type, pingpong) == (128, 128 if block else 256, 5 if block else 3, 8,
+                                             2, 40, 232, 1, "ptr", e4m3, e4m3, block)
     name = base if default else (
         f"{base}_{a_type}{b_type}_{bm}x{bn}_s{stages}_c{consumers}_g{group}_r{producer_regs}_"
-        f"{consumer_regs}{'_x2' if cm == 2 else ''}{'_scalar' if scales == 'scalar' else ''}")
+        f"{consumer_regs}{'_x2' if cm == 2 else ''}{'_scalar' if scales == 'scalar' else ''}"
+        f"{'_pp' if pingpong else ''}")
 
     def coords(k, t, tiles_m, grp):
         """The tile (m0, n0) of work item t; with a cluster pair, t is a pair of tiles and
@@ -113,6 +121,9 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
             col = k.let("col", k.laneid % 4 * 2)
             if not block:
                 scale = k.let("scale", sfa[0] * sfb[0] if scales == "ptr" else sfa * sfb)
+            if pingpong:  # the first turn is warpgroup 0's
+                with k.if_(wg == consumers - 1):
+                    k.bar_arrive(2, 256)
             with k.for_("t", first_item, ntiles, items_step) as t:
                 m0, n0 = coords(k, t, tiles_m, grp)
                 suffix = [("" if r == 0 else str(r)) for r in range(mw)]
@@ -126,6 +137,8 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                     with k.for_("kt", 0, ktiles) as kt:
                         sb = k.let("sb", sfb[sb_row + kt])
                         k.wait(ring)
+                        if pingpong:  # my turn: the previous warpgroup has issued its group
+                            k.bar_sync(2 + wg, 256)
                         k.wgmma_fence()
                         with k.for_("kk", 0, BK // 32, unroll=True) as kk:
                             for r in range(mw):
@@ -133,6 +146,8 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                                 bop = ring.b[0, 0, kk * 32] if cm > 1 else ring.b[0, kk * 32]
                                 k.wgmma(tmps[r], ring.a[rows0, kk * 32], bop, kk > 0)
                         k.wgmma_commit()
+                        if pingpong:  # the next warpgroup's turn
+                            k.bar_arrive(2 + (wg + 1) % consumers, 256)
                         ss = []  # this thread's two rows' scales times the B block's
                         for r in range(mw):
                             s = k.let(f"s{suffix[r]}", type=array(f32, 2))
@@ -190,6 +205,9 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                     k.bulk_commit()
             with k.if_(leader):
                 k.bulk_wait(0)
+            if pingpong:  # takes the last warpgroup's final turn, so no arrival is left over
+                with k.if_(wg == 0):
+                    k.bar_sync(2, 256)
 
     if block:
         def gemm(k, a: tmap(a_type, 2), b: tmap(b_type, 2), c: tmap(bf16, 2),
@@ -208,7 +226,7 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
 
 
 gemm_fp8 = make_gemm_fp8()
-gemm_fp8_block = make_gemm_fp8(bn=128, stages=5, block=True)
+gemm_fp8_block = make_gemm_fp8(bn=128, stages=5, block=True, pingpong=True)
 
 SMS = 132  # H100 / H200
 SMALL = {"m": 256, "n": 256, "k": 256, "grid": 2}
