@@ -75,6 +75,15 @@ def sample_module(name: str):
     return mod
 
 
+@functools.cache
+def sample_ptx(name: str, arch: str | None = None) -> str:
+    """The PTX of samples/<name>.ptxdsl for `arch` (None: the default target), compiled once
+    per test process (the golden, pin, ptxas and two-target tests all read it)."""
+    import ptxdsl
+
+    return ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch).ptx
+
+
 def sample_kernel_defs(name: str) -> list:
     """The kernels a sample's Python twin defines at module level, in order."""
     import ptxdsl

@@ -87,3 +87,36 @@ def test_interpreter_takes_bf16_scalars():
     y = np.zeros(32, np.float32)
     run(ptxdsl.parse(text).kernel(), 1, {"y": y, "v": ml_dtypes.bfloat16(-2.5)})
     assert (y == -2.5).all()
+
+
+def test_f32_fma_rounds_once_as_the_exact_rational_does():
+    """The interpreter's fast fma.rn.f32 (f64 product, round-to-odd sum) against the exact
+    rational rounded once, on cancellations, ties near f32 midpoints, subnormals and signed
+    zeros."""
+    import math
+    from fractions import Fraction
+
+    from ptxdsl.interp.scalar import fma_f32, round_exact
+
+    rng = np.random.default_rng()
+    f32 = np.float32
+    n = 4000
+    a = (rng.uniform(1, 2, n) * np.exp2(rng.integers(-140, 120, n))).astype(f32)
+    b = (rng.uniform(1, 2, n) * np.exp2(rng.integers(-140, 120, n))).astype(f32)
+    a *= rng.choice([f32(-1), f32(1)], n)
+    c = (rng.uniform(1, 2, n) * np.exp2(rng.integers(-149, 127, n))).astype(f32)
+    with np.errstate(over="ignore"):  # products past f32's range are skipped below
+        cancel = (-(a.astype(np.float64) * b) * (1 + rng.uniform(-1e-6, 1e-6, n))).astype(f32)
+    ties = (1 + rng.integers(0, 2 ** 23, (2, n)) / 2 ** 23).astype(f32)
+    near = np.exp2(rng.integers(-30, 30, n)).astype(f32) * rng.choice([f32(-1), f32(1)], n)
+    cases = [*zip(a, b, c, strict=True), *zip(a, b, cancel, strict=True),
+             *zip(ties[0], ties[1], near, strict=True),
+             (f32(0), f32(-1), f32(-0.0)), (f32(1e-45), f32(0.5), f32(0))]
+    for x, y, z in cases:
+        x, y, z = float(x), float(y), float(z)
+        if not all(map(math.isfinite, (x, y, z, x * y + z))):
+            continue
+        want = round_exact(Fraction(x) * Fraction(y) + Fraction(z), T.f32)
+        got = fma_f32(x, y, z)
+        assert got == want and (want != 0 or math.copysign(1, got) == math.copysign(
+            1, x * y + z)), (x, y, z, want, got)

@@ -81,7 +81,7 @@ def mutants(draw) -> tuple[str, str]:
     return name, "".join(toks)
 
 
-@fuzz(300)
+@fuzz(60)
 @given(m=mutants(), arch=st.sampled_from([None, None, "sm_80"]))
 def test_sample_mutants_compile_or_fail_located(m, arch, tmp_path_factory):
     _, text = m
@@ -148,7 +148,7 @@ def kernel_bodies() -> st.SearchStrategy[str]:
         lambda body: HEADER + " ".join(body) + " }")
 
 
-@fuzz(50)
+@fuzz(20)
 @given(text=kernel_bodies(), arch=st.sampled_from([None, None, "sm_80"]))
 def test_generated_statements_compile_or_fail_located(text, arch, tmp_path_factory):
     o = outcome(text, arch)
@@ -156,7 +156,7 @@ def test_generated_statements_compile_or_fail_located(text, arch, tmp_path_facto
         assembled(o, tmp_path_factory.mktemp("ptx"))
 
 
-@fuzz(12)
+@fuzz(6)
 @given(text=grammar_programs())
 def test_generated_files_compile_or_fail_located(text, tmp_path_factory):
     o = outcome(text)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from conftest import ROOT, SAMPLES, sample_kernel_defs, sample_names
+from conftest import ROOT, SAMPLES, sample_kernel_defs, sample_names, sample_ptx
 
 import ptxdsl
 
@@ -27,16 +27,13 @@ def _pin(build, *args) -> str:
         return NO_FORM
 
 
-def _source_ptx(path, arch: str) -> str:
-    return ptxdsl.compile(path, arch=arch).ptx
 
 
 def current_pins() -> dict[str, str]:
     pins = {}
     for name in sample_names():
         for arch in ARCHS:
-            pins[f"samples/{name}.ptxdsl {arch}"] = _pin(_source_ptx, SAMPLES / f"{name}.ptxdsl",
-                                                         arch)
+            pins[f"samples/{name}.ptxdsl {arch}"] = _pin(sample_ptx, name, arch)
         for kd in sample_kernel_defs(name):
             for arch in ARCHS:
                 pins[f"samples/{name}.py:{kd.name} {arch}"] = _pin(kd.ptx, arch)

@@ -4,7 +4,7 @@ These tests never skip: CI installs the test extras, so a missing ptxas is a fai
 
 
 import pytest
-from conftest import ROOT, SAMPLES, assemble, sample_kernel_defs, sample_names
+from conftest import ROOT, SAMPLES, assemble, sample_kernel_defs, sample_names, sample_ptx
 
 import ptxdsl
 
@@ -20,7 +20,7 @@ def test_sample_assembles(name, arch, tmp_path):
         with pytest.raises(ptxdsl.CompileError, match="needs the sm_90a target"):
             ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch)
         return
-    log = assemble(ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch).ptx, tmp_path, arch)
+    log = assemble(sample_ptx(name, arch), tmp_path, arch)
     assert "Used" in log and "spill" in log
 
 

@@ -66,6 +66,8 @@ def _binary(c: KernelCode, e: ir.Binary) -> Fn:
             return lambda th: (a(th) + b(th) * esize) & MASK64
         return lambda th: (a(th) - b(th) * esize) & MASK64
     assert isinstance(t, T.Scalar)
+    if (fast := _fast_binary(c, e, a, b)) is not None:
+        return fast
     f = scalar.binary(e.op, t)
     if e.op in ("div", "rem") and t.is_int:
 
@@ -77,6 +79,38 @@ def _binary(c: KernelCode, e: ir.Binary) -> Fn:
 
         return checked
     return lambda th: f(a(th), b(th))
+
+
+def _fast_binary(c: KernelCode, e: ir.Binary, a: Fn, b: Fn) -> Fn | None:
+    """+, -, *, &, |, ^ of unsigned integers, and +, -, * of f32, without the generic
+    operator's layers: the hottest expressions of every kernel (addresses, indices, loop
+    arithmetic). Same results as `scalar.binary`."""
+    t = e.type
+    assert isinstance(t, T.Scalar)
+    op = e.op
+    if t.is_int and not t.is_signed and op in ("add", "sub", "mul", "and", "or", "xor"):
+        m = (1 << t.nbits) - 1
+        if isinstance(e.b, ir.Const):
+            k = b(None)  # type: ignore[arg-type]
+            if isinstance(e.a, ir.Var):
+                s = c.slots[e.a.name]
+                return {"add": lambda th: (th.regs[s] + k) & m,
+                        "sub": lambda th: (th.regs[s] - k) & m,
+                        "mul": lambda th: (th.regs[s] * k) & m,
+                        "and": lambda th: th.regs[s] & k & m,
+                        "or": lambda th: (th.regs[s] | k) & m,
+                        "xor": lambda th: (th.regs[s] ^ k) & m}[op]
+            return {"add": lambda th: (a(th) + k) & m, "sub": lambda th: (a(th) - k) & m,
+                    "mul": lambda th: (a(th) * k) & m, "and": lambda th: a(th) & k & m,
+                    "or": lambda th: (a(th) | k) & m, "xor": lambda th: (a(th) ^ k) & m}[op]
+        return {"add": lambda th: (a(th) + b(th)) & m, "sub": lambda th: (a(th) - b(th)) & m,
+                "mul": lambda th: (a(th) * b(th)) & m, "and": lambda th: a(th) & b(th) & m,
+                "or": lambda th: (a(th) | b(th)) & m, "xor": lambda th: (a(th) ^ b(th)) & m}[op]
+    if t == T.f32 and op in ("add", "sub", "mul"):
+        r = scalar.rounder(t)
+        return {"add": lambda th: r(a(th) + b(th)), "sub": lambda th: r(a(th) - b(th)),
+                "mul": lambda th: r(a(th) * b(th))}[op]
+    return None
 
 
 def _compare(c: KernelCode, e: ir.Compare) -> Fn:

@@ -82,6 +82,28 @@ def rounder(t: T.Scalar) -> Callable[[float], float]:
     return _binary_rounder(*_FLOAT_FORMAT[t.name])
 
 
+_F64 = struct.Struct("<d")
+_U64 = struct.Struct("<Q")
+
+
+def fma_f32(a: float, b: float, c: float) -> float:
+    """fma.rn.f32 of f32 values, rounded once: the product of two 24-bit significands is exact
+    in f64, the sum is rounded to odd in f64 (TwoSum gives what the f64 sum lost; an inexact
+    sum with an even last bit steps one ulp towards it), and a round-to-odd result 29 bits
+    wider than f32 rounds to f32 as the exact value would."""
+    p = a * b
+    r = p + c
+    if not math.isfinite(r):
+        if math.isfinite(a) and math.isfinite(b) and math.isfinite(c):
+            return round_exact(Fraction(a) * Fraction(b) + Fraction(c), T.f32)
+        return _round_f32(r)
+    z = r - p
+    lost = (p - (r - z)) + (c - z)
+    if lost and not _U64.unpack(_F64.pack(r))[0] & 1:
+        r = math.nextafter(r, INF if lost > 0 else -INF)
+    return _round_f32(r)
+
+
 def round_exact(x: Fraction, t: T.Scalar) -> float:
     """An exact rational rounded once to float type `t` (no double rounding)."""
     if x == 0:
@@ -318,6 +340,8 @@ def intrinsic(fn: str, t: T.Scalar) -> Callable[..., Any]:
         w = wrapper(t)
         return lambda a: w(abs(a))
     if fn == "fma":
+        if t == T.f32:
+            return fma_f32
 
         def fma(a: float, b: float, c: float) -> float:
             if math.isfinite(a) and math.isfinite(b) and math.isfinite(c):

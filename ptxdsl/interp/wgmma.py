@@ -14,6 +14,7 @@ an A fragment in registers (m64k16, 16-bit) holds
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -87,29 +88,49 @@ def places(th: Thread, off: int, rows: np.ndarray, kdim: int, esz: int,
     """Shared-memory byte offsets of elements [rows, 0:kdim] (rows along M / N) of the operand
     whose first element is at logical offset `off`. `layout` = (swizzle, major, block bytes):
     K-major rows hold K; MN-major rows hold `swizzle` bytes along M / N and step along K;
-    blocked layouts (MN-major, unswizzled) put blocks `block bytes` apart."""
-    swz, major, block = layout
+    blocked layouts (MN-major, unswizzled) put blocks `block bytes` apart. (Every thread of a
+    warpgroup reads the same B: the offsets are computed once per operand and place.)"""
     smem = th.cta.smem
+    p = _places(smem.base, len(smem.u8), off, tuple(rows.tolist()), kdim, esz, layout)
+    if isinstance(p, str):
+        fail("bounds", f"{th.name}: {p}", None)
+    return p
+
+
+@functools.lru_cache(maxsize=256)
+def _places(base: int, size: int, off: int, rows_: tuple[int, ...], kdim: int, esz: int,
+            layout: tuple) -> np.ndarray | str:
+    swz, major, block = layout
+    rows = np.array(rows_)
     k = np.arange(kdim)[None, :]
     if major == "mn":
         width = swz // esz
         r = rows[:, None]
-        lin = smem.base + off + (r // width) * block + k * swz + (r % width) * esz
+        lin = base + off + (r // width) * block + k * swz + (r % width) * esz
     elif swz == 16:  # unswizzled: [k blocks][rows][16 bytes]
         width = 16 // esz
-        lin = smem.base + off + (k // width) * block + rows[:, None] * 16 + (k % width) * esz
+        lin = base + off + (k // width) * block + rows[:, None] * 16 + (k % width) * esz
     else:
-        lin = smem.base + off + rows[:, None] * swz + k * esz
+        lin = base + off + rows[:, None] * swz + k * esz
     lin = lin ^ (((lin >> 7) & S.mask(swz)) << 4)
-    p = lin - smem.base
-    if p.min() < 0 or p.max() + esz > len(smem.u8):
-        fail("bounds", f"{th.name}: a wgmma operand reaches outside shared memory", None)
+    p = lin - base
+    if p.min() < 0 or p.max() + esz > size:
+        return "a wgmma operand reaches outside shared memory"
+    p.flags.writeable = False  # shared by every caller with these arguments
     return p
 
 
 def raw(th: Thread, p: np.ndarray, esz: int) -> np.ndarray:
     """The bytes of the elements at offsets `p` (a copy), shape p.shape + (esz,)."""
-    return th.cta.smem.u8[p[..., None] + np.arange(esz)]
+    hit = _BYTES.get((id(p), esz))
+    if hit is None or hit[0] is not p:  # the byte offsets of `places`' arrays, kept
+        if len(_BYTES) > 512:
+            _BYTES.clear()
+        hit = _BYTES[id(p), esz] = (p, p[..., None] + np.arange(esz))
+    return th.cta.smem.u8.take(hit[1])
+
+
+_BYTES: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 
 def decode(data: np.ndarray, kind: str) -> np.ndarray:
