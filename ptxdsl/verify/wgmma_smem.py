@@ -23,7 +23,7 @@ from ..opdef import const_int
 from .effects import bar, effect, smem
 from .facts import Facts, Report, text
 from .order import _empties, _rings
-from .remote import MULTICAST
+from .remote import MULTICAST, root
 from .threads import BarRef, SmemRef, Visit, walk
 
 
@@ -96,10 +96,31 @@ def check_unrolled_overwrites(facts: Facts, out: Report, rings: Rings) -> None:
     loops = [s for s in facts.statements if isinstance(s, (ir.For, ir.While))
              and any(isinstance(x, ir.WgmmaWait) and (const_int(x.n) or 0) > 0
                      for x in walk(s.body))
-             and any(isinstance(x, ir.Wgmma) for x in walk(s.body))]
+             and _may_overwrite(s, rings)]
     turns = 2 * max(rings.stages.values(), default=1) + 2
     for loop in loops:
         _replay(facts, out, rings, loop, facts.unroller.iterations(loop, turns, _keep))
+
+
+def _may_overwrite(loop: ir.Stmt, rings: Rings) -> bool:
+    """Whether the loop writes, or hands back through a hand-written ring, a buffer that its
+    wgmmas read: the replay has nothing to find otherwise (a pipeline's releases are the
+    count walk's)."""
+    body = list(walk(loop.body))  # type: ignore[attr-defined]
+    read = {root(getattr(x, f)) for x in body if isinstance(x, ir.Wgmma) for f in ("a", "b")}
+    for x in body:
+        if isinstance(x, ir.Store):
+            hit = root(x.ref) in read
+        elif isinstance(x, ir.MBarrierArrive):
+            name = root(x.bar) or ""
+            hit = not name.endswith(".empty") and bool(read & set(rings.empties.get(name, ())))
+        elif isinstance(x, ir.Op) and (field_ := effect(x).async_write) is not None:
+            hit = root(getattr(x, field_)) in read
+        else:
+            continue
+        if hit:
+            return True
+    return False
 
 
 def _replay(facts: Facts, out: Report, rings: Rings, loop: ir.Stmt, its) -> None:
