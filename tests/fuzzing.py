@@ -68,8 +68,13 @@ class Escape(AssertionError):
     """An input escaped every check: an internal error, an unlocated diagnostic, a hang."""
 
 
-def examples(default: int) -> int:
-    return EXAMPLES or default
+DEEP = bool(os.environ.get("PTXDSL_DEEP"))
+
+
+def examples(default: int, deep: int) -> int:
+    """Examples of a fuzz test: PTXDSL_FUZZ_EXAMPLES if set, else `deep` under PTXDSL_DEEP=1
+    (what CI runs) and `default` in the inner loop."""
+    return EXAMPLES or (deep if DEEP else default)
 
 
 # The default budget replays the same examples every run (a CI failure is reproducible); a

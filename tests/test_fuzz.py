@@ -33,10 +33,11 @@ from hypothesis import strategies as st
 from ptxdsl.frontend.parser import _parser
 
 
-def fuzz(default: int) -> settings:
-    """Settings of a fuzz test: `default` examples, or PTXDSL_FUZZ_EXAMPLES; no deadline
-    (fuzzing.outcome bounds each input), no example database (nothing written here)."""
-    return settings(max_examples=examples(default), **SETTINGS)
+def fuzz(default: int, deep: int) -> settings:
+    """Settings of a fuzz test: `default` examples (`deep` under PTXDSL_DEEP=1, as CI runs),
+    or PTXDSL_FUZZ_EXAMPLES; no deadline (fuzzing.outcome bounds each input), no example
+    database (nothing written here)."""
+    return settings(max_examples=examples(default, deep), **SETTINGS)
 SOURCES = sample_sources()
 
 
@@ -81,7 +82,7 @@ def mutants(draw) -> tuple[str, str]:
     return name, "".join(toks)
 
 
-@fuzz(60)
+@fuzz(60, deep=300)
 @given(m=mutants(), arch=st.sampled_from([None, None, "sm_80"]))
 def test_sample_mutants_compile_or_fail_located(m, arch, tmp_path_factory):
     _, text = m
@@ -148,7 +149,7 @@ def kernel_bodies() -> st.SearchStrategy[str]:
         lambda body: HEADER + " ".join(body) + " }")
 
 
-@fuzz(20)
+@fuzz(20, deep=50)
 @given(text=kernel_bodies(), arch=st.sampled_from([None, None, "sm_80"]))
 def test_generated_statements_compile_or_fail_located(text, arch, tmp_path_factory):
     o = outcome(text, arch)
@@ -156,7 +157,7 @@ def test_generated_statements_compile_or_fail_located(text, arch, tmp_path_facto
         assembled(o, tmp_path_factory.mktemp("ptx"))
 
 
-@fuzz(6)
+@fuzz(6, deep=12)
 @given(text=grammar_programs())
 def test_generated_files_compile_or_fail_located(text, tmp_path_factory):
     o = outcome(text)

@@ -210,7 +210,7 @@ def checked(what: str, f):
     return result
 
 
-@settings(max_examples=examples(60), **SETTINGS)
+@settings(max_examples=examples(60, deep=200), **SETTINGS)
 @given(data=st.data())
 def test_api_call_sequences_build_or_fail_located(data, tmp_path_factory):
     carried: list = []  # values of the previous kernel, offered to the next one

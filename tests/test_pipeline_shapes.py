@@ -143,7 +143,7 @@ def shapes(draw) -> Shape:
     return shape
 
 
-@settings(max_examples=examples(20), **SETTINGS)
+@settings(max_examples=examples(20, deep=40), **SETTINGS)
 @given(shapes(), st.sampled_from([0, 1, 2, 4]), st.integers(0, 3))
 def test_pipeline_shapes_pass_check_and_run_or_are_rejected_located(shape, nbatch, seed):
     try:
