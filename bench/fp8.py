@@ -50,7 +50,8 @@ LIMITS = ("the block-scaled kernel keeps the tensor pipe active 71% of cycles at
           "issuing, so one promotes while the tensor cores run the other's group "
           "(0.58-0.72x without the turns). Not tried: two temporary accumulators with one "
           "group in flight (192 of 232 registers); 3 consumer warpgroups on 192 x 128 spill "
-          "at 152 registers (530-570 TFLOP/s).")
+          "at 152 registers (530-570 TFLOP/s). Loading B's scale one K block ahead "
+          "changed nothing.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
