@@ -363,3 +363,26 @@ def test_bad_inputs_raise_before_a_launch(ops, torch, gpu_cache):
     with pytest.raises(ValueError, match="^gemm: b must be on a CUDA device, got cpu$"):
         torch.ops.ptxdsl.gemm(a, a.cpu())
     torch.cuda.synchronize()  # nothing faulted
+
+
+@pytest.mark.parametrize("n, dtype", [(1024, "bf16"), (512, "f32")])
+def test_small_norm_configs_run_in_the_interpreter(ops, n, dtype):
+    """The warp counts below the benchmarked ones (2 and 4) compute RMSNorm on the CPU model
+    of the GPU (the GPU tests run them too)."""
+    import numpy as np
+
+    import ptxdsl
+    from ptxdsl.interp.run import run
+    from ptxdsl.torch.kernels import norm_configs, rms_norm_kernel
+
+    elem = ptxdsl.types.SCALARS[dtype]
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3, n)) * 2).astype(ptxdsl.types.numpy_dtype(elem))
+    w = (1 + 0.1 * rng.standard_normal(n)).astype(x.dtype)
+    xf = x.astype(np.float64)
+    want = xf / np.sqrt((xf * xf).mean(1, keepdims=True) + 1e-5) * w.astype(np.float64)
+    for config in norm_configs(n, elem):
+        y = np.zeros_like(x)
+        run(rms_norm_kernel(n, elem, 1e-5, config["warps"]), 2, {"x": x, "w": w, "y": y, "rows": 3})
+        tol = 2e-2 if dtype == "bf16" else 1e-5
+        assert np.abs(y.astype(np.float64) - want).max() <= tol, config
