@@ -1,0 +1,69 @@
+"""The torch side of autotuning (ptxdsl.autotune holds the selection and the cache): CUDA
+event timing on torch's current stream, output comparison, the machine's identity, and a
+tuner factory that wires them in."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Hashable, Sequence
+from functools import cache
+from typing import Any
+
+import torch
+
+from .. import autotune
+from ..compiler import KernelDef
+from ..runtime.driver import check, device_info, driver
+
+WARMUP = 2
+REPS = 10
+
+
+def event_timer(fn: Callable[[], Any]) -> float:
+    """Median milliseconds of `fn()` over REPS runs on the current stream (CUDA events)."""
+    for _ in range(WARMUP):
+        fn()
+    pairs = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(REPS)
+    ]
+    for start, end in pairs:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in pairs)
+
+
+def close(rtol: float) -> Callable[[torch.Tensor, torch.Tensor], bool]:
+    """A comparison of a candidate's output with the reference's: every element within
+    `rtol` times the reference's largest magnitude (NaN anywhere fails)."""
+
+    def same(out: torch.Tensor, ref: torch.Tensor) -> bool:
+        o, r = out.float(), ref.float()
+        scale = r.abs().max().clamp_min(1e-30)
+        return bool(((o - r).abs().max() <= rtol * scale).item())
+
+    return same
+
+
+@cache
+def machine(device: Hashable) -> dict[str, str]:
+    """The GPU name and driver version of device ordinal `device`."""
+    version = check(driver().cuDriverGetVersion(), "cuDriverGetVersion")
+    return {"gpu": device_info(device).name, "driver": str(version)}
+
+
+def tuner(op: str, configs: Sequence[autotune.Config],
+          kernel: Callable[[autotune.Config], KernelDef]) -> autotune.Autotuner:
+    """An Autotuner over `configs` whose PTX comes from `kernel(config)`, timed with CUDA
+    events and cached on disk."""
+    return autotune.Autotuner(
+        op, configs, ptx=lambda c: kernel(c).ptx(), machine=machine, timer=event_timer
+    )
+
+
+def tuning_allowed() -> bool:
+    """No timing while a CUDA graph is captured (events and synchronisation are not allowed
+    then): a shape not tuned yet runs the default config."""
+    return not torch.cuda.is_current_stream_capturing()

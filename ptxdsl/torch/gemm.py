@@ -1,0 +1,104 @@
+"""`torch.ops.ptxdsl.gemm(a, b)`: C = A @ B^T in bf16 (A is M x K, B is N x K, both with
+unit inner stride; f32 accumulation), the samples' warp-specialised wgmma GEMM, its tile
+width, stage count and cluster pairing tuned per shape."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import torch
+
+from ..compiler import KernelDef
+from ..runtime.driver import device_info
+from ..runtime.launch import Kernel
+from ..runtime.occupancy import max_active_clusters
+from ..runtime.tensormap import TensorMap
+from . import autotune
+from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel
+from .opspec import Args, OpSpec, TensorParam, register
+
+_U32 = 2**32
+
+
+def _kernel(config: Any) -> KernelDef:
+    return gemm_kernel(config["bn"], config["stages"], config["cluster"])
+
+
+TUNER = autotune.tuner("ptxdsl::gemm", GEMM_CONFIGS, _kernel)
+
+
+def _check(args: Args) -> str | None:
+    a, b = args["a"], args["b"]
+    (m, k), (n, kb) = a.shape, b.shape
+    if k != kb:
+        return (f"a (M x K) and b (N x K) must have the same K, got a {tuple(a.shape)} "
+                f"and b {tuple(b.shape)}")
+    if min(m, n, k) < 1:
+        return f"M, N and K must be at least 1, got M={m}, N={n}, K={k}"
+    if max(m, n, k) >= _U32:
+        return f"M, N and K must be below 2**32, got M={m}, N={n}, K={k}"
+    if k % 8:
+        return f"K must be a multiple of 8 (16-byte rows for TMA), got K={k}"
+    if n % 8:
+        return f"N must be a multiple of 8 (16-byte rows of C for TMA), got N={n}"
+    return None
+
+
+def _output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
+    return (args["a"].shape[0], args["b"].shape[0]), torch.bfloat16
+
+
+@cache
+def _launchable(config_items: tuple, device: int) -> tuple[Kernel, int]:
+    """The loaded kernel of a config on `device` and the most CTAs it keeps resident."""
+    config = dict(config_items)
+    kernel = _kernel(config).program().kernel(device=device)
+    cluster = config["cluster"]
+    if cluster > 1:  # whole clusters, as many as the GPCs hold at once
+        return kernel, max_active_clusters(kernel) * cluster
+    return kernel, device_info(device).sm_count
+
+
+def _run(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, stream: int) -> None:
+    kernel, resident = _launchable(tuple(config.items()), a.device.index)
+    bn, cluster = config["bn"], config["cluster"]
+    m, k = a.shape
+    n = b.shape[0]
+    ta = TensorMap(a, box=(GEMM_BM, 64), swizzle="128B")
+    tb = TensorMap(b, box=(bn // cluster, 64), swizzle="128B")
+    tc = TensorMap(c, box=(64, 64), swizzle="128B")
+    items = -(-m // (GEMM_BM * cluster)) * -(-n // bn)  # tiles, or tile pairs with a cluster
+    grid = min(resident // cluster, items) * cluster
+    kernel[grid, None, stream](ta, tb, tc, m, n, k)
+
+
+def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
+    a, b = args["a"], args["b"]
+    m, k = a.shape
+    n = b.shape[0]
+
+    def trial(config: Any) -> torch.Tensor:
+        c = torch.empty_like(out)
+        _run(config, a, b, c, stream)
+        return c
+
+    # M is rounded up to a power of two: batch sizes vary, the best tiling barely does
+    shape = (1 << (m - 1).bit_length(), n, k)
+    config = TUNER.choose(shape, trial, autotune.close(2**-6), device=a.device.index,
+                          tune=autotune.tuning_allowed())
+    _run(config, a, b, out, stream)
+
+
+SPEC = OpSpec(
+    name="gemm",
+    params=(
+        TensorParam(name="a", dtypes=(torch.bfloat16,), rank=2, layout="tma"),
+        TensorParam(name="b", dtypes=(torch.bfloat16,), rank=2, layout="tma"),
+    ),
+    check=_check,
+    output=_output,
+    launch=_launch,
+)
+
+gemm = register(SPEC)

@@ -1,0 +1,81 @@
+"""The kernel families behind the torch ops, and the configs each may be tuned over.
+
+The kernels are the samples' (samples/gemm.py `make_gemm`, samples/norms.py
+`make_norm_row`), imported from the source tree once, so the ops run the kernels that the
+sample tests and benchmarks check. This module does not import torch."""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .. import types as T
+from ..compiler import KernelDef
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+
+# gemm: (bn, stages) pairs whose shared memory fits a CTA (bm = 128: bn 256 holds 3 stages,
+# bn 128 up to 6), each with and without a 2 x 1 cluster; the default (first) is the
+# benchmarked 128 x 256 x 64, 3-stage kernel.
+GEMM_CONFIGS: tuple[dict[str, int], ...] = tuple(
+    {"bn": bn, "stages": stages, "cluster": cluster}
+    for bn, stages in ((256, 3), (128, 3), (128, 4), (128, 6))
+    for cluster in (1, 2)
+)
+GEMM_BM = 128
+
+# rms_norm (one row per CTA): warps per CTA, 8 first (the benchmarked default). A thread
+# holds n / (32 * warps) elements of its row in registers; more than NORM_MAX_PER_THREAD
+# would spill, fewer than one 16-byte vector is not a form the kernel has.
+NORM_WARPS = (8, 4, 16, 2)
+NORM_MAX_PER_THREAD = 64
+
+
+@cache
+def sample(name: str) -> ModuleType:
+    """The Python twin samples/<name>.py, imported once."""
+    path = SAMPLES / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"ptxdsl_torch_sample_{name}", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ImportError(
+            f"ptxdsl.torch builds its kernels from {path}, which is missing; install ptxdsl "
+            "from a source checkout (pip install -e .)"
+        )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@cache
+def gemm_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
+    """The bf16 GEMM C = A @ B^T with 128 x bn x 64 tiles."""
+    make: Any = sample("gemm").make_gemm
+    return make(bm=GEMM_BM, bn=bn, stages=stages, cluster=(cluster, 1, 1))
+
+
+def norm_configs(n: int, dtype: T.Scalar) -> tuple[dict[str, int], ...]:
+    """The warp counts whose one-row-per-CTA RMSNorm handles rows of n `dtype` elements."""
+    width = 16 // dtype.nbytes  # elements per 16-byte vector
+    return tuple(
+        {"warps": w}
+        for w in NORM_WARPS
+        if n % (32 * w * width) == 0 and n // (32 * w) <= NORM_MAX_PER_THREAD
+    )
+
+
+def norm_sizes_text(dtype: T.Scalar) -> str:
+    """The row lengths norm_configs accepts, in words ("a multiple of 512 up to 4096, ...")."""
+    width = 16 // dtype.nbytes
+    rules = [f"{32 * w * width} up to {32 * w * NORM_MAX_PER_THREAD}" for w in sorted(NORM_WARPS)]
+    return "a multiple of " + ", of ".join(rules)
+
+
+@cache
+def rms_norm_kernel(n: int, dtype: T.Scalar, eps: float, warps: int) -> KernelDef:
+    """RMSNorm of rows of n elements, one row per CTA of `warps` warps."""
+    make: Any = sample("norms").make_norm_row
+    name = f"rmsnorm_row_{dtype}_{n}_w{warps}_e{eps:.3g}".replace(".", "p").replace("-", "m")
+    return make("rmsnorm", n, dtype, warps, eps, name=name)

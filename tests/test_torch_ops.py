@@ -1,0 +1,388 @@
+"""ptxdsl.torch: the custom ops gemm and rms_norm.
+
+Without a GPU (torch's CPU build is enough): the schemas, output shapes from the fake
+implementations, every input check, torch.compile(fullgraph=True) tracing both ops on fake
+CUDA tensors, the declared configs compiling, and the RMSNorm backward formula. Skipped
+where torch is not installed (CI); ptxdsl.autotune's own tests (test_autotune.py) need no
+torch. With a GPU (`pytest -m gpu tests/test_torch_ops.py`): results against torch, compile,
+CUDA graphs, streams, and the autotune cache read by a second process."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def ops(torch):
+    import ptxdsl.torch as ops
+
+    return ops
+
+
+@pytest.fixture
+def fake(torch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+def cuda(torch, *shape, dtype=None):
+    return torch.empty(*shape, device="cuda", dtype=dtype or torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------- no GPU
+
+
+def test_schemas(ops, torch):
+    gemm = str(torch.ops.ptxdsl.gemm.default._schema)
+    assert gemm == "ptxdsl::gemm(Tensor a, Tensor b) -> Tensor"
+    assert str(torch.ops.ptxdsl.rms_norm.default._schema).startswith(
+        "ptxdsl::rms_norm(Tensor x, Tensor weight, float eps=1")
+
+
+def test_import_registers_without_touching_a_gpu():
+    pytest.importorskip("torch")
+    code = ("import ptxdsl.torch, torch, sys; torch.ops.ptxdsl.gemm; "
+            "assert 'cuda.bindings.driver' not in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_fake_outputs(ops, torch, fake):
+    c = torch.ops.ptxdsl.gemm(cuda(torch, 100, 64), cuda(torch, 48, 64))
+    assert (c.shape, c.dtype, c.device.type) == ((100, 48), torch.bfloat16, "cuda")
+    x = cuda(torch, 3, 5, 1024, dtype=torch.float32)
+    y = torch.ops.ptxdsl.rms_norm(x, cuda(torch, 1024, dtype=torch.float32), 1e-6)
+    assert (y.shape, y.dtype) == ((3, 5, 1024), torch.float32)
+
+
+def test_gemm_accepts_a_row_pitch_wider_than_k(ops, torch, fake):
+    a = cuda(torch, 100, 128)[:, :64]  # rows of 256 bytes: a TMA map takes the stride
+    assert torch.ops.ptxdsl.gemm(a, cuda(torch, 48, 64)).shape == (100, 48)
+
+
+GEMM_ERRORS = [
+    (lambda t: (cuda(t, 8, 64), cuda(t, 8, 64, dtype=t.float32)), TypeError,
+     "gemm: b must be bf16, got torch.float32"),
+    (lambda t: (cuda(t, 8, 64, dtype=t.float16), cuda(t, 8, 64)), TypeError,
+     "gemm: a must be bf16, got torch.float16"),
+    (lambda t: (cuda(t, 2, 8, 64), cuda(t, 8, 64)), ValueError,
+     r"gemm: a must have 2 dimensions, got 3 \(shape \(2, 8, 64\)\)"),
+    (lambda t: (cuda(t, 8, 64), cuda(t, 8, 32)), ValueError,
+     r"gemm: a \(M x K\) and b \(N x K\) must have the same K, got a \(8, 64\) and b \(8, 32\)"),
+    (lambda t: (cuda(t, 8, 60), cuda(t, 8, 60)), ValueError,
+     "gemm: K must be a multiple of 8 \\(16-byte rows for TMA\\), got K=60"),
+    (lambda t: (cuda(t, 8, 64), cuda(t, 12, 64)), ValueError,
+     "gemm: N must be a multiple of 8 \\(16-byte rows of C for TMA\\), got N=12"),
+    (lambda t: (cuda(t, 0, 64), cuda(t, 8, 64)), ValueError,
+     "gemm: M, N and K must be at least 1, got M=0, N=8, K=64"),
+    (lambda t: (cuda(t, 64, 8).T, cuda(t, 8, 64)), ValueError,
+     r"gemm: a must have unit stride in its last dimension \(TMA\), got strides \(1, 8\)"),
+    (lambda t: (cuda(t, 8, 68)[:, :64], cuda(t, 8, 64)), ValueError,
+     "gemm: a's stride in dimension 0 must be a multiple of 16 bytes \\(TMA\\), got 136 bytes"),
+]
+
+
+@pytest.mark.parametrize("make, exc, message", GEMM_ERRORS)
+def test_gemm_rejects(ops, torch, fake, make, exc, message):
+    with pytest.raises(exc, match=f"^{message}"):
+        torch.ops.ptxdsl.gemm(*make(torch))
+
+
+NORM_ERRORS = [
+    (lambda t: (cuda(t, 4, 1024, dtype=t.float16), cuda(t, 1024, dtype=t.float16)), TypeError,
+     "rms_norm: x must be bf16 or f32, got torch.float16"),
+    (lambda t: (cuda(t, 4, 1024), cuda(t, 1024, dtype=t.float32)), ValueError,
+     r"rms_norm: weight must have x's dtype \(bf16\), got torch.float32"),
+    (lambda t: (cuda(t, 4, 1024), cuda(t, 2048)), ValueError,
+     r"rms_norm: weight must have shape \(1024,\) \(x's last dimension\), got \(2048,\)"),
+    (lambda t: (cuda(t, 4, 1024), cuda(t, 1, 1024)), ValueError,
+     r"rms_norm: weight must have 1 dimensions, got 2"),
+    (lambda t: (cuda(t, 1024, 4).T, cuda(t, 1024)), ValueError,
+     r"rms_norm: x must be contiguous \(row-major\), got strides \(1, 4\) for shape \(4, 1024\)"),
+    (lambda t: (cuda(t, 4, 1000), cuda(t, 1000)), ValueError,
+     r"rms_norm: x's last dimension must be a multiple of 512 up to 4096, of 1024 up to 8192, "
+     r"of 2048 up to 16384, of 4096 up to 32768 for bf16 \(a row is held in registers\), "
+     r"got 1000"),
+    (lambda t: (cuda(t, 4, 65536), cuda(t, 65536)), ValueError,
+     r"rms_norm: x's last dimension must be .* got 65536"),
+    (lambda t: (cuda(t, 4, 128, dtype=t.float32), cuda(t, 128, dtype=t.float32)), ValueError,
+     r"rms_norm: x's last dimension must be a multiple of 256 up to 4096, .* for f32 .*got 128"),
+]
+
+
+@pytest.mark.parametrize("make, exc, message", NORM_ERRORS)
+def test_rms_norm_rejects(ops, torch, fake, make, exc, message):
+    with pytest.raises(exc, match=f"^{message}"):
+        torch.ops.ptxdsl.rms_norm(*make(torch))
+
+
+def test_rms_norm_rejects_a_negative_eps(ops, torch, fake):
+    with pytest.raises(ValueError, match=r"^rms_norm: eps must be >= 0, got -1.0$"):
+        torch.ops.ptxdsl.rms_norm(cuda(torch, 4, 1024), cuda(torch, 1024), -1.0)
+
+
+def test_cpu_tensors_are_named(ops, torch):
+    a = torch.zeros(8, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="^gemm: a must be on a CUDA device, got cpu$"):
+        torch.ops.ptxdsl.gemm(a, a)
+    with pytest.raises(ValueError, match="^rms_norm: x must be on a CUDA device, got cpu$"):
+        torch.ops.ptxdsl.rms_norm(torch.zeros(2, 1024), torch.zeros(1024))
+
+
+def test_compile_traces_both_ops_without_a_graph_break(ops, torch, fake):
+    from torch._dynamo.utils import counters
+
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(a, b, w):
+        return torch.ops.ptxdsl.rms_norm(torch.ops.ptxdsl.gemm(a, b) * 2, w, 1e-6)
+
+    torch._dynamo.reset()
+    counters.clear()
+    out = torch.compile(f, backend=record, fullgraph=True)(
+        cuda(torch, 64, 128), cuda(torch, 1024, 128), cuda(torch, 1024))
+    assert out.shape == (64, 1024) and len(graphs) == 1
+    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert {str(t) for t in targets} >= {"ptxdsl.gemm", "ptxdsl.rms_norm"}
+    assert dict(counters["graph_break"]) == {}
+
+
+def test_every_gemm_config_compiles(ops):
+    from ptxdsl.torch.kernels import GEMM_CONFIGS, gemm_kernel
+
+    assert GEMM_CONFIGS[0] == {"bn": 256, "stages": 3, "cluster": 1}  # the benchmarked one
+    for c in GEMM_CONFIGS:
+        info = gemm_kernel(c["bn"], c["stages"], c["cluster"]).program().kernels[0]
+        assert info.smem_bytes <= 232448
+        assert (info.cluster or (1, 1, 1))[0] == c["cluster"]
+
+
+@pytest.mark.parametrize("n, dtype, warps", [(1024, "bf16", (4, 2)), (8192, "bf16", (8, 4, 16)),
+                                             (32768, "bf16", (16,)), (512, "f32", (4, 2))])
+def test_norm_configs(ops, n, dtype, warps):
+    import ptxdsl
+    from ptxdsl.torch.kernels import norm_configs, rms_norm_kernel
+
+    elem = ptxdsl.types.SCALARS[dtype]
+    assert tuple(c["warps"] for c in norm_configs(n, elem)) == warps
+    info = rms_norm_kernel(n, elem, 1e-5, warps[-1]).program().kernels[0]
+    assert info.threads[0] == 32 * warps[-1]
+
+
+def test_rms_norm_backward_matches_autograd(ops, torch):
+    from ptxdsl.torch.norms import rms_norm_backward
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 64, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(64, dtype=torch.float64, generator=g, requires_grad=True)
+    grad = torch.randn(3, 4, 64, dtype=torch.float64, generator=g)
+    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * w
+    want_dx, want_dw = torch.autograd.grad(y, (x, w), grad)
+    dx, dw = rms_norm_backward(x.detach(), w.detach(), 1e-5, grad)
+    torch.testing.assert_close(dx.double(), want_dx, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dw.double(), want_dw, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+@pytest.fixture(scope="module")
+def gpu_cache(tmp_path_factory):
+    """A fresh autotune (and cubin) cache for the GPU tests, shared with subprocesses."""
+    path = tmp_path_factory.mktemp("ptxdsl-cache")
+    old = os.environ.get("PTXDSL_CACHE_DIR")
+    os.environ["PTXDSL_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        del os.environ["PTXDSL_CACHE_DIR"]
+    else:
+        os.environ["PTXDSL_CACHE_DIR"] = old
+
+
+def rand(torch, *shape, dtype=None, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, device="cuda", generator=g).to(dtype or torch.bfloat16)
+
+
+def check_gemm(torch, c, a, b):
+    ref = a.float() @ b.float().T
+    k = a.shape[1]
+    torch.testing.assert_close(c.float(), ref, rtol=2**-7, atol=2**-7 * math.sqrt(k) * 4)
+
+
+def ref_rms_norm(torch, x, w, eps):
+    xf = x.float()
+    return xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * w.float()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(128, 256, 64), (1000, 1528, 1000), (257, 136, 72),
+                                     (8, 8, 8), (2048, 1024, 512)])
+def test_gemm_matches_torch(ops, torch, gpu_cache, m, n, k):
+    a, b = rand(torch, m, k, seed=m), rand(torch, n, k, seed=n + 1)
+    c = torch.ops.ptxdsl.gemm(a, b)
+    torch.cuda.synchronize()
+    check_gemm(torch, c, a, b)
+
+
+@pytest.mark.gpu
+def test_gemm_on_strided_views_and_a_side_stream(ops, torch, gpu_cache):
+    a = rand(torch, 300, 256, seed=3)[:, :192]
+    b = rand(torch, 264, 192, seed=4)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        c = torch.ops.ptxdsl.gemm(a, b)
+    s.synchronize()
+    check_gemm(torch, c, a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, dtype", [((4, 4096), "bfloat16"), ((3, 5, 2048), "float32"),
+                                          ((7, 512), "bfloat16"), ((33, 8192), "bfloat16"),
+                                          ((2, 1536), "float32")])
+def test_rms_norm_matches_torch(ops, torch, gpu_cache, shape, dtype):
+    dt = getattr(torch, dtype)
+    x = rand(torch, *shape, dtype=dt, seed=1) * 2
+    w = 1 + 0.1 * rand(torch, shape[-1], dtype=dt, seed=2)
+    y = torch.ops.ptxdsl.rms_norm(x, w, 1e-6)
+    torch.cuda.synchronize()
+    tol = {"rtol": 1.6e-2, "atol": 2e-2} if dt == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-5}
+    torch.testing.assert_close(y.float(), ref_rms_norm(torch, x, w, 1e-6), **tol)
+
+
+@pytest.mark.gpu
+def test_rms_norm_backward_on_the_gpu(ops, torch, gpu_cache):
+    x = rand(torch, 6, 2048, dtype=torch.float32, seed=5).requires_grad_()
+    w = (1 + 0.1 * rand(torch, 2048, dtype=torch.float32, seed=6)).requires_grad_()
+    grad = rand(torch, 6, 2048, dtype=torch.float32, seed=7)
+    dx, dw = torch.autograd.grad(torch.ops.ptxdsl.rms_norm(x, w), (x, w), grad)
+    want = torch.autograd.grad(ref_rms_norm(torch, x, w, 1e-5), (x, w), grad)
+    torch.testing.assert_close(dx, want[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dw, want[1], rtol=1e-4, atol=1e-4)
+
+
+def block(torch, a, b, w):
+    return torch.ops.ptxdsl.rms_norm(torch.ops.ptxdsl.gemm(a, b), w, 1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:TensorFloat32 tensor cores")  # inductor's advice
+def test_compiled_equals_eager_without_a_graph_break(ops, torch, gpu_cache):
+    from torch._dynamo.utils import counters
+
+    a, b = rand(torch, 256, 512, seed=8), rand(torch, 2048, 512, seed=9)
+    w = 1 + 0.1 * rand(torch, 2048, seed=10)
+    torch._dynamo.reset()
+    counters.clear()
+    explained = torch._dynamo.explain(lambda a, b, w: block(torch, a, b, w))(a, b, w)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(lambda a, b, w: block(torch, a, b, w), fullgraph=True)
+    got = compiled(a, b, w)
+    torch.testing.assert_close(got, block(torch, a, b, w), rtol=0, atol=0)
+    assert dict(counters["graph_break"]) == {}
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_equals_eager(ops, torch, gpu_cache):
+    a, b = rand(torch, 512, 256, seed=11), rand(torch, 1024, 256, seed=12)
+    w = 1 + 0.1 * rand(torch, 1024, seed=13)
+    block(torch, a, b, w)  # tune and load before capturing
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = block(torch, a, b, w)
+    a.copy_(rand(torch, 512, 256, seed=14))
+    b.copy_(rand(torch, 1024, 256, seed=15))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, block(torch, a, b, w), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_autotune_cache_is_read_by_a_second_process(ops, torch, gpu_cache):
+    script = textwrap.dedent("""
+        import torch, ptxdsl.torch
+        a = torch.randn(384, 256, device="cuda").bfloat16()
+        b = torch.randn(512, 256, device="cuda").bfloat16()
+        torch.ops.ptxdsl.gemm(a, b)
+        torch.cuda.synchronize()
+    """)
+    env = {**os.environ, "PTXDSL_CACHE_DIR": str(gpu_cache), "PTXDSL_AUTOTUNE_LOG": "1"}
+    env.pop("PTXDSL_AUTOTUNE", None)
+    logs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        logs.append(r.stderr)
+    assert "ptxdsl autotune ptxdsl::gemm (512, 512, 256): tuned " in logs[0]
+    assert "tuned" not in logs[1]
+    assert "(512, 512, 256): " in logs[1] and "ptxdsl.gemm.json" in logs[1]
+
+
+@pytest.mark.gpu
+def test_autotune_off_runs_the_default(ops, torch, gpu_cache, monkeypatch, capsys):
+    monkeypatch.setenv("PTXDSL_AUTOTUNE", "0")
+    monkeypatch.setenv("PTXDSL_AUTOTUNE_LOG", "1")
+    a, b = rand(torch, 640, 128, seed=16), rand(torch, 384, 128, seed=17)
+    check_gemm(torch, torch.ops.ptxdsl.gemm(a, b), a, b)
+    assert "ptxdsl autotune" not in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_bad_inputs_raise_before_a_launch(ops, torch, gpu_cache):
+    a = rand(torch, 64 * 64 + 8).view(-1)[8:].view(64, 64)  # 16-byte aligned
+    torch.ops.ptxdsl.gemm(a, a)
+    bad = rand(torch, 64 * 64 + 1).view(-1)[1:].view(64, 64)  # 2 bytes off
+    with pytest.raises(ValueError, match="^gemm: a's address must be 16-byte aligned"):
+        torch.ops.ptxdsl.gemm(bad, a)
+    with pytest.raises(TypeError, match="^rms_norm: x must be bf16 or f32, got torch.float16$"):
+        torch.ops.ptxdsl.rms_norm(a.half(), a[0].half())
+    with pytest.raises(ValueError, match="^gemm: b must be on a CUDA device, got cpu$"):
+        torch.ops.ptxdsl.gemm(a, a.cpu())
+    torch.cuda.synchronize()  # nothing faulted
+
+
+@pytest.mark.parametrize("n, dtype", [(1024, "bf16"), (512, "f32")])
+def test_small_norm_configs_run_in_the_interpreter(ops, n, dtype):
+    """The warp counts below the benchmarked ones (2 and 4) compute RMSNorm on the CPU model
+    of the GPU (the GPU tests run them too)."""
+    import numpy as np
+
+    import ptxdsl
+    from ptxdsl.interp.run import run
+    from ptxdsl.torch.kernels import norm_configs, rms_norm_kernel
+
+    elem = ptxdsl.types.SCALARS[dtype]
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3, n)) * 2).astype(ptxdsl.types.numpy_dtype(elem))
+    w = (1 + 0.1 * rng.standard_normal(n)).astype(x.dtype)
+    xf = x.astype(np.float64)
+    want = xf / np.sqrt((xf * xf).mean(1, keepdims=True) + 1e-5) * w.astype(np.float64)
+    for config in norm_configs(n, elem):
+        y = np.zeros_like(x)
+        run(rms_norm_kernel(n, elem, 1e-5, config["warps"]), 2, {"x": x, "w": w, "y": y, "rows": 3})
+        tol = 2e-2 if dtype == "bf16" else 1e-5
+        assert np.abs(y.astype(np.float64) - want).max() <= tol, config
