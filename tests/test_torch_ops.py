@@ -289,6 +289,7 @@ def block(torch, a, b, w):
 
 @pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore:TensorFloat32 tensor cores")  # inductor's advice
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")  # inductor's own imports
 def test_compiled_equals_eager_without_a_graph_break(ops, torch, gpu_cache):
     from torch._dynamo.utils import counters
 
