@@ -112,6 +112,18 @@ def machine() -> str:
             f"{platform.python_version()}; " + ", ".join(versions))
 
 
+def tile_grid(kdef: Any, m: int, n: int, bm: int, bn: int, cluster: int = 1) -> int:
+    """The persistent grid of a GEMM kernel over bm x bn tiles: as many CTAs as are resident at
+    once (with clusters, as many whole clusters as the GPCs hold, not SMs / cluster), at most
+    one a tile (cluster pairs stacked along M)."""
+    ctas = sms()
+    if cluster > 1:
+        from ptxdsl.runtime.occupancy import max_active_clusters
+
+        ctas = max_active_clusters(kdef.program().kernel()) * cluster
+    return min(ctas // cluster, -(-m // (bm * cluster)) * -(-n // bn)) * cluster
+
+
 def ctas_per_sm(info: Any) -> int:
     """CTAs of a kernel (its KernelInfo) that fit on one SM by shared memory and threads."""
     by_smem = 233472 // (info.smem_bytes + 1024) if info.smem_bytes else 32

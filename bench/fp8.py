@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import BenchError, Row, Section, interleaved_ms, sms, twin
+from .common import BenchError, Row, Section, interleaved_ms, tile_grid, twin
 from .gemm import shapes
 
 SHAPES = "8192x8192x8192,4096x4096x4096,4096x14336x4096,16384x4096x14336"
@@ -75,13 +75,7 @@ def launcher(kdef: Any, a: Any, b: Any, c: Any, s_a: Any, s_b: Any, *, bm: int, 
     tc = TensorMap(c, box=(64, 64), swizzle="128B")
     if s_a.dim() == 2:
         s_a = TensorMap(s_a, box=(1, bm))
-    ctas = sms()
-    if cluster > 1:  # as many clusters as can be resident at once (GPCs decide, not SMs / 2)
-        from ptxdsl.runtime.occupancy import max_active_clusters
-
-        ctas = max_active_clusters(kdef.program().kernel()) * cluster
-    grid = min(ctas // cluster, -(-m // (bm * cluster)) * -(-n // bn)) * cluster
-    launch = kdef[grid]
+    launch = kdef[tile_grid(kdef, m, n, bm, bn, cluster)]
     return lambda: launch(ta, tb, tc, s_a, s_b, m, n, k)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import BenchError, Row, Section, gemm_error, interleaved_ms, sms, twin
+from .common import BenchError, Row, Section, gemm_error, interleaved_ms, tile_grid, twin
 
 SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (8192, 8192, 1024), (2048, 2048, 32768),
           (4096, 4096, 512), (16384, 16384, 4096))
@@ -62,13 +62,7 @@ def gemm_launcher(kdef: Any, a: Any, b: Any, c: Any, bm: int = 128, bn: int = 25
     ta = TensorMap(a, box=(bm, 64), swizzle="128B")
     tb = TensorMap(b, box=(bn // cluster, 64), swizzle="128B")
     tc = TensorMap(c, box=(64, 64), swizzle="128B")
-    ctas = sms()
-    if cluster > 1:  # as many clusters as can be resident at once (GPCs decide, not SMs / 2)
-        from ptxdsl.runtime.occupancy import max_active_clusters
-
-        ctas = max_active_clusters(kdef.program().kernel()) * cluster
-    grid = min(ctas // cluster, -(-m // (bm * cluster)) * -(-n // bn)) * cluster
-    launch = kdef[grid]
+    launch = kdef[tile_grid(kdef, m, n, bm, bn, cluster)]
     return lambda: launch(ta, tb, tc, m, n, k)
 
 
