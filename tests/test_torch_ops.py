@@ -529,6 +529,127 @@ def test_bad_inputs_raise_before_a_launch(ops, torch, gpu_cache):
     torch.cuda.synchronize()  # nothing faulted
 
 
+def fp8_operands(torch, m, n, k, seed):
+    """e4m3 A and B from standard normals, per-tensor scales in [0.5, 2), and the f32 product
+    of the dequantised inputs."""
+    a = rand(torch, m, k, dtype=torch.float32, seed=seed).to(torch.float8_e4m3fn)
+    b = rand(torch, n, k, dtype=torch.float32, seed=seed + 1).to(torch.float8_e4m3fn)
+    g = torch.Generator(device="cuda").manual_seed(seed + 2)
+    scales = 0.5 + 1.5 * torch.rand(2, device="cuda", generator=g)
+    sa, sb = scales[0].clone(), scales[1:].clone()  # 0-dimensional and (1,), as torch takes
+    ref = (a.float() @ b.float().T) * (sa * sb)
+    return a, b, sa, sb, ref
+
+
+def check_fp8(torch, c, ref, k, sa, sb):
+    atol = 2**-6 * math.sqrt(k) * float(sa) * float(sb)  # the tensor cores' fp8 sums
+    torch.testing.assert_close(c.float(), ref, rtol=2**-7, atol=atol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(128, 256, 128), (1000, 1528, 1024), (257, 136, 80),
+                                     (8, 8, 16), (2048, 1024, 512)])
+def test_scaled_mm_fp8_matches_torch(ops, torch, gpu_cache, m, n, k):
+    a, b, sa, sb, ref = fp8_operands(torch, m, n, k, seed=m + n)
+    c = torch.ops.ptxdsl.scaled_mm_fp8(a, b, sa, sb)
+    torch.cuda.synchronize()
+    assert (c.shape, c.dtype) == ((m, n), torch.bfloat16)
+    check_fp8(torch, c, ref, k, sa, sb)
+    if n % 16 == 0:  # cuBLASLt's own rule; the same result within the same tolerance
+        want = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                                use_fast_accum=True)
+        check_fp8(torch, c, want.float(), k, sa, sb)
+
+
+@pytest.mark.gpu
+def test_scaled_mm_fp8_on_a_strided_view_and_a_side_stream(ops, torch, gpu_cache):
+    a, b, sa, sb, _ = fp8_operands(torch, 300, 264, 256, seed=20)
+    a = a[:, :192]  # rows of 256 bytes, 192 used
+    b = b[:, :192].contiguous()
+    ref = (a.float() @ b.float().T) * (sa * sb)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        c = torch.ops.ptxdsl.scaled_mm_fp8(a, b, sa, sb)
+    s.synchronize()
+    check_fp8(torch, c, ref, 192, sa, sb)
+
+
+ROW_SHAPES = [((4, 4096), "bfloat16"), ((3, 5, 2048), "float32"), ((7, 512), "bfloat16"),
+              ((33, 8192), "bfloat16"), ((37, 1536), "float32"), ((1, 1024), "bfloat16")]
+
+
+def row_tol(torch, dt, f32_tol):
+    if dt == torch.bfloat16:
+        return {"rtol": 1.6e-2, "atol": 2e-2}
+    return {"rtol": f32_tol, "atol": f32_tol}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, dtype", ROW_SHAPES)
+def test_layer_norm_matches_torch(ops, torch, gpu_cache, shape, dtype):
+    dt = getattr(torch, dtype)
+    n = shape[-1]
+    x = rand(torch, *shape, dtype=dt, seed=21) * 2 + 0.5
+    w = 1 + 0.1 * rand(torch, n, dtype=dt, seed=22)
+    b = 0.1 * rand(torch, n, dtype=dt, seed=23)
+    y = torch.ops.ptxdsl.layer_norm(x, w, b, 1e-6)
+    torch.cuda.synchronize()
+    want = torch.nn.functional.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-6)
+    assert y.dtype == dt
+    torch.testing.assert_close(y.float(), want, **row_tol(torch, dt, 1e-4))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, dtype", ROW_SHAPES)
+def test_softmax_matches_torch(ops, torch, gpu_cache, shape, dtype):
+    dt = getattr(torch, dtype)
+    x = rand(torch, *shape, dtype=dt, seed=24) * 4
+    y = torch.ops.ptxdsl.softmax(x)
+    torch.cuda.synchronize()
+    want = torch.softmax(x.float(), -1)
+    assert y.dtype == dt
+    tol = {"rtol": 1.6e-2, "atol": 1e-5} if dt == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-6}
+    torch.testing.assert_close(y.float(), want, **tol)
+
+
+@pytest.mark.gpu
+def test_layer_norm_and_softmax_backward_on_the_gpu(ops, torch, gpu_cache):
+    x = rand(torch, 6, 2048, dtype=torch.float32, seed=25).requires_grad_()
+    w = (1 + 0.1 * rand(torch, 2048, dtype=torch.float32, seed=26)).requires_grad_()
+    b = (0.1 * rand(torch, 2048, dtype=torch.float32, seed=27)).requires_grad_()
+    grad = rand(torch, 6, 2048, dtype=torch.float32, seed=28)
+    got = torch.autograd.grad(torch.ops.ptxdsl.layer_norm(x, w, b), (x, w, b), grad)
+    want = torch.autograd.grad(torch.nn.functional.layer_norm(x, (2048,), w, b, 1e-5),
+                               (x, w, b), grad)
+    for have, expected in zip(got, want, strict=True):
+        torch.testing.assert_close(have, expected, rtol=1e-4, atol=1e-4)
+    (dx,) = torch.autograd.grad(torch.ops.ptxdsl.softmax(x * 4), (x,), grad)
+    (want_dx,) = torch.autograd.grad(torch.softmax(x * 4, -1), (x,), grad)
+    torch.testing.assert_close(dx, want_dx, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:TensorFloat32 tensor cores")  # inductor's advice
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")  # inductor's own imports
+def test_the_other_ops_compiled_equal_eager(ops, torch, gpu_cache):
+    from torch._dynamo.utils import counters
+
+    a, b, sa, sb, _ = fp8_operands(torch, 256, 1024, 256, seed=29)
+    w = 1 + 0.1 * rand(torch, 1024, seed=30)
+    bias = 0.1 * rand(torch, 1024, seed=31)
+
+    def f(a, b, sa, sb, w, bias):
+        c = torch.ops.ptxdsl.scaled_mm_fp8(a, b, sa, sb)
+        return torch.ops.ptxdsl.softmax(torch.ops.ptxdsl.layer_norm(c, w, bias, 1e-5))
+
+    torch._dynamo.reset()
+    counters.clear()
+    got = torch.compile(f, fullgraph=True)(a, b, sa, sb, w, bias)
+    torch.testing.assert_close(got, f(a, b, sa, sb, w, bias), rtol=0, atol=0)
+    assert dict(counters["graph_break"]) == {}
+
+
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "softmax"])
 @pytest.mark.parametrize("n, dtype", [(1024, "bf16"), (512, "f32")])
 def test_small_norm_configs_run_in_the_interpreter(ops, kind, n, dtype):
