@@ -3,12 +3,16 @@
     import ptxdsl.torch                       # registers the ops
     c = torch.ops.ptxdsl.gemm(a, b)           # bf16 a (M x K) @ b (N x K)^T
     y = torch.ops.ptxdsl.rms_norm(x, w, 1e-5)
+    c = torch.ops.ptxdsl.scaled_mm_fp8(a8, b8, sa, sb)   # e4m3 in, bf16 sa * sb * a8 @ b8^T
+    y = torch.ops.ptxdsl.layer_norm(x, w, b, 1e-5)
+    p = torch.ops.ptxdsl.softmax(x)           # over the last dimension
 
-Both work under torch.compile(fullgraph=True) and CUDA graph capture. Each launch config is
+All work under torch.compile(fullgraph=True) and CUDA graph capture. Each launch config is
 autotuned per shape on first use and cached on disk (see ptxdsl.autotune for the switches).
 """
 
+from .fp8 import scaled_mm_fp8
 from .gemm import gemm
-from .norms import rms_norm
+from .norms import layer_norm, rms_norm, softmax
 
-__all__ = ["gemm", "rms_norm"]
+__all__ = ["gemm", "layer_norm", "rms_norm", "scaled_mm_fp8", "softmax"]

@@ -4,6 +4,7 @@ width, stage count and cluster pairing tuned per shape."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -28,7 +29,9 @@ def _kernel(config: Any) -> KernelDef:
 TUNER = autotune.tuner("ptxdsl::gemm", GEMM_CONFIGS, _kernel)
 
 
-def _check(args: Args) -> str | None:
+def check_operands(args: Args) -> str | None:
+    """The checks of a GEMM of a (M x K) and b (N x K) into a bf16 C (M x N): K and N give
+    rows of 16 bytes, as TMA needs them (a, b and C are each read or written by a map)."""
     a, b = args["a"], args["b"]
     (m, k), (n, kb) = a.shape, b.shape
     if k != kb:
@@ -38,39 +41,47 @@ def _check(args: Args) -> str | None:
         return f"M, N and K must be at least 1, got M={m}, N={n}, K={k}"
     if max(m, n, k) >= _U32:
         return f"M, N and K must be below 2**32, got M={m}, N={n}, K={k}"
-    if k % 8:
-        return f"K must be a multiple of 8 (16-byte rows for TMA), got K={k}"
+    per_row = 16 // a.element_size()
+    if k % per_row:
+        return f"K must be a multiple of {per_row} (16-byte rows for TMA), got K={k}"
     if n % 8:
         return f"N must be a multiple of 8 (16-byte rows of C for TMA), got N={n}"
     return None
 
 
-def _output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
+def output_c(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
     return (args["a"].shape[0], args["b"].shape[0]), torch.bfloat16
 
 
 @cache
-def _launchable(config_items: tuple, device: int) -> tuple[Kernel, int]:
-    """The loaded kernel of a config on `device` and the most CTAs it keeps resident."""
+def launchable(kernel: Callable[[Any], KernelDef], config_items: tuple,
+               device: int) -> tuple[Kernel, int]:
+    """The loaded kernel `kernel(config)` of a persistent GEMM on `device` and the most CTAs
+    it keeps resident."""
     config = dict(config_items)
-    kernel = _kernel(config).program().kernel(device=device)
+    loaded = kernel(config).program().kernel(device=device)
     cluster = config["cluster"]
     if cluster > 1:  # whole clusters, as many as the GPCs hold at once
-        return kernel, max_active_clusters(kernel) * cluster
-    return kernel, device_info(device).sm_count
+        return loaded, max_active_clusters(loaded) * cluster
+    return loaded, device_info(device).sm_count
+
+
+def persistent_grid(resident: int, m: int, n: int, bn: int, cluster: int) -> int:
+    """The CTAs of a persistent GEMM over M x N with 128 x bn tiles (pairs of tiles one above
+    the other with a cluster of 2): one per work item, at most as many as stay resident."""
+    items = -(-m // (GEMM_BM * cluster)) * -(-n // bn)
+    return min(resident // cluster, items) * cluster
 
 
 def _run(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, stream: int) -> None:
-    kernel, resident = _launchable(tuple(config.items()), a.device.index)
+    kernel, resident = launchable(_kernel, tuple(config.items()), a.device.index)
     bn, cluster = config["bn"], config["cluster"]
     m, k = a.shape
     n = b.shape[0]
     ta = TensorMap(a, box=(GEMM_BM, 64), swizzle="128B")
     tb = TensorMap(b, box=(bn // cluster, 64), swizzle="128B")
     tc = TensorMap(c, box=(64, 64), swizzle="128B")
-    items = -(-m // (GEMM_BM * cluster)) * -(-n // bn)  # tiles, or tile pairs with a cluster
-    grid = min(resident // cluster, items) * cluster
-    kernel[grid, None, stream](ta, tb, tc, m, n, k)
+    kernel[persistent_grid(resident, m, n, bn, cluster), None, stream](ta, tb, tc, m, n, k)
 
 
 def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
@@ -96,8 +107,8 @@ SPEC = OpSpec(
         TensorParam(name="a", dtypes=(torch.bfloat16,), rank=2, layout="tma"),
         TensorParam(name="b", dtypes=(torch.bfloat16,), rank=2, layout="tma"),
     ),
-    check=_check,
-    output=_output,
+    check=check_operands,
+    output=output_c,
     launch=_launch,
 )
 

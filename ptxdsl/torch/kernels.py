@@ -1,8 +1,9 @@
 """The kernel families behind the torch ops, and the configs each may be tuned over.
 
-The kernels are the samples' (samples/gemm.py `make_gemm`, samples/norms.py
-`make_norm_row`), imported from the source tree once, so the ops run the kernels that the
-sample tests and benchmarks check. This module does not import torch."""
+The kernels are the samples' (samples/gemm.py `make_gemm`, samples/gemm_fp8.py
+`make_gemm_fp8`, samples/norms.py `make_norm_row`), imported from the source tree once, so
+the ops run the kernels that the sample tests and benchmarks check.
+This module does not import torch."""
 
 from __future__ import annotations
 
@@ -27,7 +28,16 @@ GEMM_CONFIGS: tuple[dict[str, int], ...] = tuple(
 )
 GEMM_BM = 128
 
-# rms_norm (one row per CTA): warps per CTA, 8 first (the benchmarked default). A thread
+# scaled_mm_fp8 (per-tensor scales, K = 128 per stage): the benchmarked 128 x 256, 3-stage
+# kernel first, then 128 x 128 with 6 stages (both fill the shared memory), each with and
+# without a 2 x 1 cluster.
+FP8_CONFIGS: tuple[dict[str, int], ...] = tuple(
+    {"bn": bn, "stages": stages, "cluster": cluster}
+    for bn, stages in ((256, 3), (128, 6))
+    for cluster in (1, 2)
+)
+
+# the norms (one row per CTA): warps per CTA, 8 first (the benchmarked default). A thread
 # holds n / (32 * warps) elements of its row in registers; more than NORM_MAX_PER_THREAD
 # would spill, fewer than one 16-byte vector is not a form the kernel has.
 NORM_WARPS = (8, 4, 16, 2)
@@ -57,7 +67,7 @@ def gemm_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
 
 
 def norm_configs(n: int, dtype: T.Scalar) -> tuple[dict[str, int], ...]:
-    """The warp counts whose one-row-per-CTA RMSNorm handles rows of n `dtype` elements."""
+    """The warp counts whose one-row-per-CTA kernels handle rows of n `dtype` elements."""
     width = 16 // dtype.nbytes  # elements per 16-byte vector
     return tuple(
         {"warps": w}
@@ -74,8 +84,17 @@ def norm_sizes_text(dtype: T.Scalar) -> str:
 
 
 @cache
-def rms_norm_kernel(n: int, dtype: T.Scalar, eps: float, warps: int) -> KernelDef:
-    """RMSNorm of rows of n elements, one row per CTA of `warps` warps."""
+def fp8_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
+    """The e4m3 GEMM C (bf16) = sa * sb * A @ B^T with 128 x bn x 128 tiles, sa and sb read
+    from 1-element f32 device tensors."""
+    make: Any = sample("gemm_fp8").make_gemm_fp8
+    return make(bm=GEMM_BM, bn=bn, stages=stages, cluster=(cluster, 1, 1))
+
+
+@cache
+def norm_kernel(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> KernelDef:
+    """The normalisation `kind` ("rmsnorm", "layernorm" or "softmax", which ignores eps) of
+    rows of n elements, one row per CTA of `warps` warps."""
     make: Any = sample("norms").make_norm_row
-    name = f"rmsnorm_row_{dtype}_{n}_w{warps}_e{eps:.3g}".replace(".", "p").replace("-", "m")
-    return make("rmsnorm", n, dtype, warps, eps, name=name)
+    name = f"{kind}_row_{dtype}_{n}_w{warps}_e{eps:.3g}".replace(".", "p").replace("-", "m")
+    return make(kind, n, dtype, warps, eps, name=name)

@@ -1,9 +1,17 @@
-"""`torch.ops.ptxdsl.rms_norm(x, weight, eps)`: x / sqrt(mean(x^2) + eps) * weight over the
-last dimension, bf16 or f32, with the samples' one-row-per-CTA kernel (its warp count tuned
-per shape). The backward is torch math (registered with register_autograd)."""
+"""The row operations over the last dimension, bf16 or f32, with the samples' one-row-per-CTA
+kernels (their warp count tuned per shape):
+
+- `torch.ops.ptxdsl.rms_norm(x, weight, eps)`: x / sqrt(mean(x^2) + eps) * weight;
+- `torch.ops.ptxdsl.layer_norm(x, weight, bias, eps)`: (x - mean) / sqrt(var + eps) * weight
+  + bias (biased variance, as torch's layer_norm; weight and bias are required);
+- `torch.ops.ptxdsl.softmax(x)`: exp(x - max) / sum(exp(x - max)).
+
+eps is a compile-time constant of the kernels: each value builds (and tunes) its own. The
+backwards are torch math (registered with register_autograd)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from math import prod
 from typing import Any
@@ -13,29 +21,38 @@ import torch
 from .. import types as T
 from ..compiler import KernelDef
 from . import autotune
-from .kernels import norm_configs, norm_sizes_text, rms_norm_kernel
+from .kernels import norm_configs, norm_kernel, norm_sizes_text
 from .opspec import Args, OpSpec, ScalarParam, TensorParam, dtype_name, register
 
 _ELEM = {torch.bfloat16: T.bf16, torch.float32: T.f32}
+_DTYPES = tuple(_ELEM)
 _MAX_GRID = 2**31 - 1  # the kernel strides over rows by the grid, so the grid may be smaller
 DEFAULT_EPS = 1e-5
 
 
-def _check(args: Args) -> str | None:
-    x, w, eps = args["x"], args["weight"], args["eps"]
-    n = x.shape[-1]
-    if w.dtype != x.dtype:
-        return f"weight must have x's dtype ({dtype_name(x.dtype)}), got {w.dtype}"
-    if tuple(w.shape) != (n,):
-        return f"weight must have shape ({n},) (x's last dimension), got {tuple(w.shape)}"
-    if not norm_configs(n, _ELEM[x.dtype]):
-        return (f"x's last dimension must be {norm_sizes_text(_ELEM[x.dtype])} for "
-                f"{dtype_name(x.dtype)} (a row is held in registers), got {n}")
-    if prod(x.shape[:-1]) >= 2**32:
-        return f"x must have fewer than 2**32 rows, got {prod(x.shape[:-1])}"
-    if not eps >= 0:  # NaN too
-        return f"eps must be >= 0, got {eps}"
-    return None
+def _checker(params: tuple[str, ...]) -> Callable[[Args], str | None]:
+    """The checks of an op over x's rows with per-column `params` (weight, bias)."""
+
+    def check(args: Args) -> str | None:
+        x = args["x"]
+        n = x.shape[-1]
+        for name in params:
+            p = args[name]
+            if p.dtype != x.dtype:
+                return f"{name} must have x's dtype ({dtype_name(x.dtype)}), got {p.dtype}"
+            if tuple(p.shape) != (n,):
+                return (f"{name} must have shape ({n},) (x's last dimension), got "
+                        f"{tuple(p.shape)}")
+        if not norm_configs(n, _ELEM[x.dtype]):
+            return (f"x's last dimension must be {norm_sizes_text(_ELEM[x.dtype])} for "
+                    f"{dtype_name(x.dtype)} (a row is held in registers), got {n}")
+        if prod(x.shape[:-1]) >= 2**32:
+            return f"x must have fewer than 2**32 rows, got {prod(x.shape[:-1])}"
+        if "eps" in args and not args["eps"] >= 0:  # NaN too
+            return f"eps must be >= 0, got {args['eps']}"
+        return None
+
+    return check
 
 
 def _output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
@@ -43,34 +60,57 @@ def _output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
 
 
 @cache
-def _tuner(n: int, elem: T.Scalar, eps: float) -> Any:
+def _tuner(op: str, kind: str, n: int, elem: T.Scalar, eps: float) -> Any:
     def kernel(config: Any) -> KernelDef:
-        return rms_norm_kernel(n, elem, eps, config["warps"])
+        return norm_kernel(kind, n, elem, eps, config["warps"])
 
-    return autotune.tuner("ptxdsl::rms_norm", norm_configs(n, elem), kernel)
+    return autotune.tuner(f"ptxdsl::{op}", norm_configs(n, elem), kernel)
 
 
-def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
-    x, w, eps = args["x"], args["weight"], float(args["eps"])
-    n = x.shape[-1]
-    rows = x.numel() // n
-    elem = _ELEM[x.dtype]
-    device = x.device.index
+def _launcher(op: str, kind: str, params: tuple[str, ...]) -> Callable[[Args, torch.Tensor, int],
+                                                                       None]:
+    """The launch of `kind`'s kernel, whose arguments are (x, *params, y, rows)."""
 
-    def run(config: Any, y: torch.Tensor) -> None:
-        kernel = rms_norm_kernel(n, elem, eps, config["warps"]).program().kernel(device=device)
-        kernel[min(rows, _MAX_GRID), None, stream](x, w, y, rows)
+    def launch(args: Args, out: torch.Tensor, stream: int) -> None:
+        x, eps = args["x"], float(args.get("eps", DEFAULT_EPS))
+        ws = [args[p] for p in params]
+        n = x.shape[-1]
+        rows = x.numel() // n
+        elem = _ELEM[x.dtype]
+        device = x.device.index
 
-    def trial(config: Any) -> torch.Tensor:
-        y = torch.empty_like(out)
-        run(config, y)
-        return y
+        def run(config: Any, y: torch.Tensor) -> None:
+            kdef = norm_kernel(kind, n, elem, eps, config["warps"])
+            kdef.program().kernel(device=device)[min(rows, _MAX_GRID), None, stream](
+                x, *ws, y, rows)
 
-    # rows rounded up to a power of two: batch sizes vary, the best warp count barely does
-    shape = (1 << (rows - 1).bit_length(), n, dtype_name(x.dtype))
-    config = _tuner(n, elem, eps).choose(shape, trial, autotune.close(2**-6), device=device,
-                                         tune=autotune.tuning_allowed())
-    run(config, out)
+        def trial(config: Any) -> torch.Tensor:
+            y = torch.empty_like(out)
+            run(config, y)
+            return y
+
+        # rows rounded up to a power of two: batch sizes vary, the best warp count barely does
+        shape = (1 << (rows - 1).bit_length(), n, dtype_name(x.dtype))
+        config = _tuner(op, kind, n, elem, eps).choose(
+            shape, trial, autotune.close(2**-6), device=device, tune=autotune.tuning_allowed())
+        run(config, out)
+
+    return launch
+
+
+def _spec(op: str, kind: str, params: tuple[str, ...], eps: bool) -> OpSpec:
+    tensors = [TensorParam(name="x", dtypes=_DTYPES)]
+    tensors += [TensorParam(name=p, dtypes=_DTYPES, rank=1) for p in params]
+    scalars = [ScalarParam(name="eps", type="float", default=DEFAULT_EPS)] if eps else []
+    return OpSpec(name=op, params=(*tensors, *scalars), check=_checker(params), output=_output,
+                  launch=_launcher(op, kind, params))
+
+
+def _eps(ctx: Any, rest: list) -> None:
+    ctx.eps = rest[0] if rest else DEFAULT_EPS  # the dispatcher drops a defaulted eps
+
+
+# ----------------------------------------------------------------------------- rms_norm
 
 
 def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -84,29 +124,74 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, eps: float,
     return dx.to(x.dtype), dw.to(weight.dtype)
 
 
-def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+def _rms_setup(ctx: Any, inputs: tuple, output: Any) -> None:
     x, weight, *rest = inputs
     ctx.save_for_backward(x, weight)
-    ctx.eps = rest[0] if rest else DEFAULT_EPS
+    _eps(ctx, rest)
 
 
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+def _rms_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, weight = ctx.saved_tensors
     dx, dw = rms_norm_backward(x, weight, ctx.eps, grad)
     return dx, dw, None
 
 
-SPEC = OpSpec(
-    name="rms_norm",
-    params=(
-        TensorParam(name="x", dtypes=(torch.bfloat16, torch.float32)),
-        TensorParam(name="weight", dtypes=(torch.bfloat16, torch.float32), rank=1),
-        ScalarParam(name="eps", type="float", default=DEFAULT_EPS),
-    ),
-    check=_check,
-    output=_output,
-    launch=_launch,
-)
+rms_norm = register(_spec("rms_norm", "rmsnorm", ("weight",), eps=True))
+rms_norm.register_autograd(_rms_backward, setup_context=_rms_setup)
 
-rms_norm = register(SPEC)
-rms_norm.register_autograd(_backward, setup_context=_setup_context)
+
+# ----------------------------------------------------------------------------- layer_norm
+
+
+def layer_norm_backward(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                        grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dL/dx, dL/dweight, dL/dbias) of y = (x - mean) * r * weight + bias,
+    r = 1 / sqrt(var + eps) (biased variance), in f32."""
+    xf, gf = x.float(), grad.float()
+    mean = xf.mean(-1, keepdim=True)
+    r = torch.rsqrt((xf - mean).square().mean(-1, keepdim=True) + eps)
+    xhat = (xf - mean) * r
+    gw = gf * weight.float()
+    dx = r * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
+    n = x.shape[-1]
+    dw = (gf * xhat).reshape(-1, n).sum(0)
+    db = gf.reshape(-1, n).sum(0)
+    return dx.to(x.dtype), dw.to(weight.dtype), db.to(weight.dtype)
+
+
+def _layer_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    x, weight, _bias, *rest = inputs
+    ctx.save_for_backward(x, weight)
+    _eps(ctx, rest)
+
+
+def _layer_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, weight = ctx.saved_tensors
+    dx, dw, db = layer_norm_backward(x, weight, ctx.eps, grad)
+    return dx, dw, db, None
+
+
+layer_norm = register(_spec("layer_norm", "layernorm", ("weight", "bias"), eps=True))
+layer_norm.register_autograd(_layer_backward, setup_context=_layer_setup)
+
+
+# ----------------------------------------------------------------------------- softmax
+
+
+def softmax_backward(y: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """dL/dx of y = softmax(x) over the last dimension, from y: y * (g - sum(g * y)), in f32."""
+    yf, gf = y.float(), grad.float()
+    return (yf * (gf - (gf * yf).sum(-1, keepdim=True))).to(y.dtype)
+
+
+def _softmax_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+    (y,) = ctx.saved_tensors
+    return softmax_backward(y, grad)
+
+
+softmax = register(_spec("softmax", "softmax", (), eps=False))
+softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)

@@ -27,7 +27,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TensorParam:
-    """A tensor argument: its element types, rank (None: any rank >= 1) and layout.
+    """A tensor argument: its element types, rank (None: any rank >= 1) and layout; or, with
+    `numel`, a tensor of exactly that many elements and any rank, 0 included (a scale).
 
     layout "tma": innermost stride 1, other strides and the address 16-byte aligned (what a
     TMA tensor map needs); "contiguous": row-major contiguous, address 16-byte aligned
@@ -37,6 +38,7 @@ class TensorParam:
     dtypes: tuple[torch.dtype, ...]
     rank: int | None = None
     layout: str = "contiguous"
+    numel: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +107,13 @@ def _check_kind(op: str, p: TensorParam, t: Any) -> None:
     if t.dtype not in p.dtypes:
         allowed = " or ".join(dtype_name(d) for d in p.dtypes)
         raise TypeError(f"{op}: {p.name} must be {allowed}, got {t.dtype}")
+    if p.numel is not None:
+        if t.numel() != p.numel:
+            raise ValueError(
+                f"{op}: {p.name} must have {p.numel} element{'s' * (p.numel != 1)}, got "
+                f"{t.numel()} (shape {tuple(t.shape)})"
+            )
+        return
     if p.rank is not None and t.dim() != p.rank:
         raise ValueError(
             f"{op}: {p.name} must have {p.rank} dimensions, got {t.dim()} "

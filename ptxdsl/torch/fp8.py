@@ -1,0 +1,74 @@
+"""`torch.ops.ptxdsl.scaled_mm_fp8(a, b, scale_a, scale_b)`: C (bf16, M x N) = scale_a *
+scale_b * A @ B^T with A (M x K) and B (N x K) e4m3 (unit inner stride), scale_a and scale_b
+f32 tensors of one element on the GPU; f32 accumulation in the tensor cores. What
+`torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16,
+use_fast_accum=True)` computes, with the samples' per-tensor-scaled fp8 GEMM, its tile width,
+stage count and cluster pairing tuned per shape. Forward only: no backward is registered
+(autograd through it raises)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..compiler import KernelDef
+from ..runtime.tensormap import TensorMap
+from . import autotune
+from .gemm import check_operands, launchable, output_c, persistent_grid
+from .kernels import FP8_CONFIGS, GEMM_BM, fp8_kernel
+from .opspec import Args, OpSpec, TensorParam, register
+
+BK = 128  # K per stage: a 128-byte swizzle row of fp8
+
+
+def _kernel(config: Any) -> KernelDef:
+    return fp8_kernel(config["bn"], config["stages"], config["cluster"])
+
+
+TUNER = autotune.tuner("ptxdsl::scaled_mm_fp8", FP8_CONFIGS, _kernel)
+
+
+def _run(config: Any, args: Args, c: torch.Tensor, stream: int) -> None:
+    a, b = args["a"], args["b"]
+    kernel, resident = launchable(_kernel, tuple(config.items()), a.device.index)
+    bn, cluster = config["bn"], config["cluster"]
+    m, k = a.shape
+    n = b.shape[0]
+    ta = TensorMap(a, box=(GEMM_BM, BK), swizzle="128B")
+    tb = TensorMap(b, box=(bn // cluster, BK), swizzle="128B")
+    tc = TensorMap(c, box=(64, 64), swizzle="128B")
+    kernel[persistent_grid(resident, m, n, bn, cluster), None, stream](
+        ta, tb, tc, args["scale_a"], args["scale_b"], m, n, k)
+
+
+def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
+    m, k = args["a"].shape
+    n = args["b"].shape[0]
+
+    def trial(config: Any) -> torch.Tensor:
+        c = torch.empty_like(out)
+        _run(config, args, c, stream)
+        return c
+
+    # M is rounded up to a power of two: batch sizes vary, the best tiling barely does
+    shape = (1 << (m - 1).bit_length(), n, k)
+    config = TUNER.choose(shape, trial, autotune.close(2**-6), device=args["a"].device.index,
+                          tune=autotune.tuning_allowed())
+    _run(config, args, out, stream)
+
+
+SPEC = OpSpec(
+    name="scaled_mm_fp8",
+    params=(
+        TensorParam(name="a", dtypes=(torch.float8_e4m3fn,), rank=2, layout="tma"),
+        TensorParam(name="b", dtypes=(torch.float8_e4m3fn,), rank=2, layout="tma"),
+        TensorParam(name="scale_a", dtypes=(torch.float32,), numel=1),
+        TensorParam(name="scale_b", dtypes=(torch.float32,), numel=1),
+    ),
+    check=check_operands,
+    output=output_c,
+    launch=_launch,
+)
+
+scaled_mm_fp8 = register(SPEC)
