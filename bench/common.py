@@ -113,15 +113,11 @@ def machine() -> str:
 
 
 def tile_grid(kdef: Any, m: int, n: int, bm: int, bn: int, cluster: int = 1) -> int:
-    """The persistent grid of a GEMM kernel over bm x bn tiles: as many CTAs as are resident at
-    once (with clusters, as many whole clusters as the GPCs hold, not SMs / cluster), at most
-    one a tile (cluster pairs stacked along M)."""
-    ctas = sms()
-    if cluster > 1:
-        from ptxdsl.runtime.occupancy import max_active_clusters
+    """The persistent grid of a GEMM kernel over bm x bn tiles on GPU 0
+    (`ptxdsl.runtime.occupancy`: resident CTAs, at most one a tile)."""
+    from ptxdsl.runtime.occupancy import resident_ctas, tile_grid
 
-        ctas = max_active_clusters(kdef.program().kernel()) * cluster
-    return min(ctas // cluster, -(-m // (bm * cluster)) * -(-n // bn)) * cluster
+    return tile_grid(resident_ctas(kdef.program().kernel(), cluster), m, n, bm, bn, cluster)
 
 
 def ctas_per_sm(info: Any) -> int:

@@ -8,7 +8,7 @@ from math import prod
 from typing import Any
 
 from ..errors import DeviceError
-from .driver import check, driver, ensure_current
+from .driver import check, device_info, driver, ensure_current
 from .launch import Kernel, _launch_config, plan_launch
 
 
@@ -26,3 +26,18 @@ def max_active_clusters(kernel: Kernel, cluster: Any = None) -> int:
     cfg = _launch_config(plan, 0)
     return int(check(driver().cuOccupancyMaxActiveClusters(kernel.function.handle, cfg),
                      f"cuOccupancyMaxActiveClusters({info.name})"))
+
+
+def resident_ctas(kernel: Kernel, cluster: int = 1, device: Any = None) -> int:
+    """CTAs of a persistent kernel (one CTA an SM) resident at once: an SM each, or with
+    clusters as many whole clusters as the GPCs hold (not SMs / cluster)."""
+    if cluster > 1:
+        return max_active_clusters(kernel) * cluster
+    return device_info(device).sm_count
+
+
+def tile_grid(resident: int, m: int, n: int, bm: int, bn: int, cluster: int = 1) -> int:
+    """The grid of a persistent GEMM over M x N in bm x bn tiles (with a cluster, tiles stacked
+    along M in groups of `cluster`): one CTA a tile, at most `resident`, whole clusters."""
+    items = -(-m // (bm * cluster)) * -(-n // bn)
+    return min(resident // cluster, items) * cluster

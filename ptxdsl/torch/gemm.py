@@ -11,9 +11,8 @@ from typing import Any
 import torch
 
 from ..compiler import KernelDef
-from ..runtime.driver import device_info
 from ..runtime.launch import Kernel
-from ..runtime.occupancy import max_active_clusters
+from ..runtime.occupancy import resident_ctas, tile_grid
 from ..runtime.tensormap import TensorMap
 from . import autotune
 from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel
@@ -60,17 +59,12 @@ def launchable(kernel: Callable[[Any], KernelDef], config_items: tuple,
     it keeps resident."""
     config = dict(config_items)
     loaded = kernel(config).program().kernel(device=device)
-    cluster = config["cluster"]
-    if cluster > 1:  # whole clusters, as many as the GPCs hold at once
-        return loaded, max_active_clusters(loaded) * cluster
-    return loaded, device_info(device).sm_count
+    return loaded, resident_ctas(loaded, config["cluster"], device)
 
 
 def persistent_grid(resident: int, m: int, n: int, bn: int, cluster: int) -> int:
-    """The CTAs of a persistent GEMM over M x N with 128 x bn tiles (pairs of tiles one above
-    the other with a cluster of 2): one per work item, at most as many as stay resident."""
-    items = -(-m // (GEMM_BM * cluster)) * -(-n // bn)
-    return min(resident // cluster, items) * cluster
+    """The grid over M x N in 128 x bn tiles (`occupancy.tile_grid`)."""
+    return tile_grid(resident, m, n, GEMM_BM, bn, cluster)
 
 
 def _run(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, stream: int) -> None:

@@ -7,7 +7,6 @@ This module does not import torch."""
 
 from __future__ import annotations
 
-import importlib.util
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +14,7 @@ from typing import Any
 
 from .. import types as T
 from ..compiler import KernelDef
+from ..runner import load_twin
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
@@ -48,15 +48,12 @@ NORM_MAX_PER_THREAD = 64
 def sample(name: str) -> ModuleType:
     """The Python twin samples/<name>.py, imported once."""
     path = SAMPLES / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"ptxdsl_torch_sample_{name}", path)
-    if spec is None or spec.loader is None or not path.is_file():
+    if not path.is_file():
         raise ImportError(
             f"ptxdsl.torch builds its kernels from {path}, which is missing; install ptxdsl "
             "from a source checkout (pip install -e .)"
         )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_twin(path)
 
 
 @cache
