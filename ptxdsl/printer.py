@@ -85,6 +85,8 @@ def expr_text(e: ir.Expr, prec: int = 0, typed: bool = False) -> str:
         return f"{e.syntax}({', '.join([expr_text(e.ref), *scope])})"
     if isinstance(e, ir.Pack):
         return f"{e.type}({', '.join(expr_text(x, 0, True) for x in e.elems)})"
+    if isinstance(e, ir.Fragment):
+        return f"frag({expr_text(e.vec)}, {expr_text(e.k, 0, True)})"
     if isinstance(e, ir.Extract):
         return f"{expr_text(e.vec, _POSTFIX_PREC)}[{expr_text(e.index, 0, True)}]"
     if isinstance(e, (ir.PipelineObj, ir.AsyncObj)):

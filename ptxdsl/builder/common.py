@@ -47,7 +47,7 @@ SPECIAL_REGS: dict[str, T.Scalar] = {
 FLOAT_UNARY = {"ex2", "lg2", "rsqrt", "sqrt", "rcp", "sin", "cos", "tanh"}
 SHUFFLES = {"shfl_xor", "shfl_down", "shfl_up", "shfl_idx"}
 VALUE_FUNCTIONS = FLOAT_UNARY | SHUFFLES | {"abs", "min", "max", "fma", "elect", "select",
-                                            "vload", "sizeof"}
+                                            "vload", "sizeof", "frag"}
 VALUE_FUNCTIONS |= {"peer", "cta_mask", "cluster_mask", "cluster_row_mask", "cluster_col_mask"}
 VALUE_FUNCTIONS |= ir.ATOMIC_FUNCTIONS
 

@@ -44,7 +44,7 @@ KIND_TEXT = {
     "rbar": "an mbarrier (or peer(bar, rank))",
     "peer": "shared memory of another CTA (peer(place, rank))",
     "regs": "a register array",
-    "mma_a": "a shared-memory place or a register array",
+    "mma_a": "a shared-memory place, a register array or frag(p, k)",
 }
 
 
@@ -136,7 +136,7 @@ def _operand(b: Expressions, d: OpDef, name: str, kind: str, arg: Operand,
         "async": isinstance(ty, T.AsyncRef),
         "regs": isinstance(ty, T.RegArray) and isinstance(arg, ir.Var),
         "mma_a": isinstance(ty, T.SharedRef) or (isinstance(ty, T.RegArray)
-                                                 and isinstance(arg, ir.Var)),
+                                                 and isinstance(arg, (ir.Var, ir.Fragment))),
     }[kind]
     if not good:
         extra = ""

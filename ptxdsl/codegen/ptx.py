@@ -47,11 +47,23 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         self.watchdog_ns = watchdog_ms * 1_000_000
         self.sites: list[str] = []
         self.unrolled: list[tuple[str, int]] = []  # unrolled loops' variables, outermost first
+        # 16-bit register arrays read by wgmma as A fragments: each also lives packed, two
+        # elements per .b32 register (`name#b32`), repacked where an element is written, so
+        # the packing happens before wgmma_fence() and ptxas need not fence each wgmma again
+        self.packed = {(a.vec if isinstance(a, ir.Fragment) else a).name  # type: ignore[attr-defined]
+                       for a in (n.a for n in ir.walk(kernel.body) if isinstance(n, ir.Wgmma))
+                       if isinstance(a.type, T.RegArray)}
 
     # ------------------------------------------------------------------ names
 
     def bind(self, name: str, regs: object) -> None:
         self.scopes[-1][name] = regs
+
+    def repack(self, name: str, regs: list[str], i: int) -> None:
+        """Keep the packed twin of an A-fragment array in step with element i."""
+        if name in self.packed:
+            j = i // 2
+            self.w.instr("mov.b32", self.lookup(f"{name}#b32")[j], f"{{{regs[2 * j]}, {regs[2 * j + 1]}}}")
 
     def lookup(self, name: str):
         for s in reversed(self.scopes):
@@ -139,10 +151,13 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
             regs = self.new_regs(s.var_type)
             self.bind(s.name, regs)
             if isinstance(s.var_type, T.RegArray):
+                if s.name in self.packed:
+                    self.bind(f"{s.name}#b32", [w.reg(T.b32) for _ in range(s.var_type.n // 2)])
                 if s.value is not None:  # a literal broadcast to every element
                     v = self.ev(s.value)
-                    for r in regs:
+                    for i, r in enumerate(regs):
                         w.instr(f"mov.{reg_type(s.var_type.elem)}", r, v)
+                        self.repack(s.name, regs, i)
             elif s.value is not None:
                 self.move_into(regs, s.value, s.var_type)
         elif isinstance(s, ir.Assign):
@@ -151,8 +166,10 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
             self.store(s)
         elif isinstance(s, ir.SetElem):
             t = s.value.type
-            dst = self.element(self.lookup(s.name), s.index, s.loc)
+            regs = self.lookup(s.name)
+            dst = self.element(regs, s.index, s.loc)
             w.instr(f"mov.{reg_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
+            self.repack(s.name, regs, regs.index(dst))
         elif isinstance(s, ir.If):
             p = self.ev_reg(s.cond)
             end = w.label("endif")

@@ -48,3 +48,16 @@ class WgmmaWait(Op):
 
     syntax: ClassVar[str] = "wgmma_wait"
     n: Expr
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fragment(Expr):
+    """`frag(p, k)`: the A fragment of the k-th k-step held in register array `p` (8 of its
+    elements from 8k). A thread's m64nN accumulator and a row of m64 A fragments share one
+    layout: accumulator elements 8k .. 8k + 7 are exactly the A fragment of columns 16k ..
+    16k + 15, so an accumulator converted element by element (P = softmax(S) as bf16) feeds
+    the next wgmma from registers through `frag(p, k)` with no shuffle."""
+
+    syntax: ClassVar[str] = "frag"
+    vec: Expr
+    k: Expr

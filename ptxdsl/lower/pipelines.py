@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
+from ..opdef import const_int
 from .lag import lagging_pipes
 from .multicast import MULTICAST_COPIES, group_size, remote_release
 from .oneshot import OneShots
@@ -80,9 +81,11 @@ class _Lowerer:
 
     # -- pass 1: who commits / releases, and how many bytes each commit covers
     def analyse(self, stmts: tuple[ir.Stmt, ...], path: list, in_role: bool = False,
-                tail_path: list | None = None) -> None:
-        """`tail_path`: the path to the producer loop that gets the tail (see `block`)."""
-        local: dict[str, int] = {}
+                tail_path: list | None = None, local: dict[str, int] | None = None) -> None:
+        """`tail_path`: the path to the producer loop that gets the tail (see `block`);
+        `local`: the bytes copied so far into each acquired stage, shared with the copies of
+        an `unroll` loop between an acquire and its commit (each iteration counts)."""
+        local = {} if local is None else local
         for s in stmts:
             if isinstance(s, ir.PipelineDecl):
                 self.pipes[s.name] = _PipeFacts(s)
@@ -92,6 +95,13 @@ class _Lowerer:
             elif isinstance(s, ir.If):
                 self.analyse(s.then, path + [(s.cond, True)], in_role, tail_path)
                 self.analyse(s.orelse, path + [(s.cond, False)], in_role, tail_path)
+            elif isinstance(s, ir.For) and s.unroll and local and not any(
+                    isinstance(x, (ir.Acquire, ir.Commit)) for x in ir.walk(s.body)):
+                before = dict(local)
+                self.analyse(s.body, path, in_role, tail_path, local)
+                trips = len(range(const_int(s.start), const_int(s.stop), const_int(s.step)))
+                for name, n in local.items():
+                    local[name] = before.get(name, 0) + (n - before.get(name, 0)) * trips
             elif isinstance(s, (ir.For, ir.While)):
                 tails = in_role and tail_path is None and isinstance(s, ir.For) and \
                     bool(_committed(s.body))

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import ir
 from .. import types as T
+from ..errors import CompileError, Diagnostic
 from ..interp import wgmma as W
 from ..interp.cta import Thread
 from ..interp.errors import fail, note
@@ -80,13 +81,7 @@ class Wgmma(OpDef):
         regs = e.lookup(n.d.name)  # type: ignore[attr-defined]
         d = "{" + ", ".join(regs) + "}"
         if isinstance(n.a.type, T.RegArray):
-            halves = e.lookup(n.a.name)  # type: ignore[attr-defined]
-            packed = []
-            for j in range(4):
-                p = w.reg(T.b32)
-                w.instr("mov.b32", p, f"{{{halves[2 * j]}, {halves[2 * j + 1]}}}")
-                packed.append(p)
-            a = "{" + ", ".join(packed) + "}"
+            a = "{" + ", ".join(fragment_regs(e, n.a)) + "}"
         else:
             a = descriptor(e, n.a)
         b = descriptor(e, n.b)
@@ -113,7 +108,9 @@ class Wgmma(OpDef):
         b_off, b_layout = operand_place(c, n.b)
         a_reg = isinstance(n.a.type, T.RegArray)
         if a_reg:
-            a_slot = c.slots[n.a.name]  # type: ignore[attr-defined]
+            whole = n.a.vec if isinstance(n.a, ir.Fragment) else n.a
+            a_slot = c.slots[whole.name]  # type: ignore[attr-defined]
+            a_k = c.expr(n.a.k) if isinstance(n.a, ir.Fragment) else (lambda th: 0)
         else:
             a_off, a_layout = operand_place(c, n.a)
         acc = c.expr(n.accumulate) if n.accumulate is not None else (lambda th: True)
@@ -168,10 +165,24 @@ class Wgmma(OpDef):
             frag = th.regs[a_slot]
             if not isinstance(frag, list):
                 frag.touched(th, n)
-            quad = yield from collective(th, site, "gather", (list(frag),), n)
+            k0 = 8 * int(a_k(th))
+            quad = yield from collective(th, site, "gather", (list(frag)[k0:k0 + 8],), n)
             issue(th, quad)
 
         return GEN, True, issue_with_fragments
+
+
+def fragment_regs(e: Any, a: ir.Expr) -> list[str]:
+    """The 4 packed .b32 registers of an A fragment (see KernelEmitter.packed): a whole
+    8-element array, or frag(p, k)."""
+    if not isinstance(a, ir.Fragment):
+        return e.lookup(f"{a.name}#b32")  # type: ignore[attr-defined]
+    regs = e.lookup(f"{a.vec.name}#b32")  # type: ignore[attr-defined]
+    k = e.const_index(a.k)
+    if not 0 <= k < len(regs) // 4:
+        raise CompileError(Diagnostic(f"frag(p, k): k is {k} in this unrolled iteration, out "
+                                      f"of range [0, {len(regs) // 4})", a.loc))
+    return regs[4 * k:4 * k + 4]
 
 
 def operand_place(c: Program, place: ir.Expr):

@@ -225,7 +225,8 @@ class _Hazards:
     def wgmma(self, s: ir.Wgmma, st: _State) -> _State:
         names = [s.d.name]  # type: ignore[attr-defined]
         if isinstance(s.a.type, T.RegArray):
-            names.append(s.a.name)  # type: ignore[attr-defined]
+            whole = s.a.vec if isinstance(s.a, ir.Fragment) else s.a
+            names.append(whole.name)  # type: ignore[attr-defined]
         for name, loc in sorted(st.dirty, key=lambda x: (x[0], x[1].start if x[1] else 0)):
             if name == _NEVER:
                 self.out.error("wgmma without a wgmma_fence() before it: the fence orders the "

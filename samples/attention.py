@@ -1,0 +1,219 @@
+"""FlashAttention-style forward pass with the Python API (twin of attention.ptxdsl).
+
+O = softmax(Q K^T * scale) V for bf16 Q (B x H x S x D), K and V (B x KVH x S x D), O like Q,
+and the f32 log-sum-exp (B x H x S). `make_attention(d, causal)` builds it for head dim 64 or
+128, causal or not; the module-level kernel is the text file's default (d = 128,
+non-causal). The structure (one producer warp, two consumer warpgroups of 64 query rows,
+the next block's S = Q K^T issued before P V of the current one, P handed to wgmma from
+registers with frag(p, k)) is described in attention.ptxdsl."""
+
+import math
+
+import numpy as np
+
+import ptxdsl
+from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+
+BM = BN = 128  # query rows per CTA tile (64 per consumer warpgroup), keys per block
+NEG = -1.0e30  # the score of a masked column: exp2 of it minus any real maximum is 0
+LN2 = 0.6931471805599453
+
+
+def make_attention(d: int = 128, causal: bool = False) -> ptxdsl.KernelDef:
+    """The forward kernel for head dim `d` (64 or 128), with the causal mask or without."""
+    if d not in (64, 128):
+        raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
+    hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
+    cz = int(causal)
+    name = "attention" if (d, cz) == (128, 0) else f"attention_d{d}{'_causal' if cz else ''}"
+
+    def softmax(k, s, mx, l, fac, c0, j, mb, r0, seq, scale_log2, first: bool) -> None:
+        """Mask block j's scores, update the row maxima and sums, and turn S into P (f32)."""
+        with k.if_((c0 + 128 > seq) | (cz != 0) & (mb == j)):
+            with k.for_("jj", 0, 16, unroll=True) as jj:
+                with k.for_("e", 0, 4, unroll=True) as e:
+                    cc = k.let("cc", c0 + jj * 8 + e % 2)
+                    masked = k.let("masked", (cc >= seq) | (cz != 0) & (cc > r0 + e / 2 * 8))
+                    s[4 * jj + e] = k.select(masked, NEG, s[4 * jj + e])
+        with k.for_("i", 0, 2, unroll=True) as i:
+            m = k.let("m", NEG if first else mx[i])
+            with k.for_("jj", 0, 16, unroll=True) as jj:
+                k.assign(m, k.max(m, k.max(s[4 * jj + 2 * i], s[4 * jj + 2 * i + 1])))
+            k.assign(m, k.max(m, k.shfl_xor(m, 1)))
+            k.assign(m, k.max(m, k.shfl_xor(m, 2)))
+            if not first:
+                fac[i] = k.ex2((mx[i] - m) * scale_log2)
+            mx[i] = m
+            ms = k.let("ms", (m if first else mx[i]) * scale_log2)
+            total = k.let("sum", 0.0)
+            with k.for_("jj", 0, 16, unroll=True) as jj:
+                with k.for_("e", 0, 2, unroll=True) as e:
+                    x = 4 * jj + 2 * i + e
+                    s[x] = k.ex2(k.fma(s[x], scale_log2, -ms))
+                    k.assign(total, total + s[x])
+            l[i] = total if first else k.fma(l[i], fac[i], total)
+
+    def to_bf16(k, s, p) -> None:
+        with k.for_("x", 0, 64, unroll=True) as x:
+            p[x] = s[x].to(bf16)
+
+    def attention(ctx, q: tmap(bf16, 3), k: tmap(bf16, 3), v: tmap(bf16, 3), o: tmap(bf16, 3),
+                  lse: ptr(f32), seq: u32, heads: u32, kv_heads: u32, batch: u32,
+                  scale_log2: f32):
+        kt, k = k, ctx  # the parameter is named k, as in the text; k is the context below
+        qp = k.pipeline("qp", 1, q=(bf16, [hb, BM, 64], 1024, 128))
+        kp = k.pipeline("kp", 2, k=(bf16, [hb, BN, 64], 1024, 128))
+        vp = k.pipeline("vp", 2, v=(bf16, [hb, BN, 64], 1024, 128, "mn"))
+        os_ = k.shared("os", bf16, [2, hb, 64, 64], align=1024, swizzle=128)
+        mblocks = k.let("mblocks", (seq + 127) / 128)
+        nbh = k.let("nbh", batch * heads)
+        ntiles = k.let("ntiles", mblocks * nbh)
+        group = k.let("group", heads / kv_heads)
+        with k.role("producer", 0, 4, regs=24):
+            with k.if_((k.warp == 0) & k.elect()):
+                with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
+                    mb = k.let("mb", mblocks - 1 - t / nbh)
+                    bh = k.let("bh", t % nbh)
+                    kvh = k.let("kvh", bh / heads * kv_heads + bh % heads / group)
+                    nblocks = k.let("nblocks", k.select(cz != 0, mb + 1, mblocks))
+                    k.acquire(qp)
+                    with k.for_("h", 0, hb, unroll=True) as h:
+                        k.tma_load(qp.q[h], q, [(h * 64).to(s32), (mb * 128).to(s32), bh.to(s32)])
+                    k.commit(qp)
+                    with k.for_("j", 0, nblocks) as j:
+                        for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
+                            k.acquire(pipe)
+                            with k.for_("h", 0, hb, unroll=True) as h:
+                                k.tma_load(getattr(pipe, buf)[h], tm, [(h * 64).to(s32),
+                                           (j * 128).to(s32), kvh.to(s32)])
+                            k.commit(pipe)
+        with k.role("consumer", 4, 12, regs=240):
+            wg = k.let("wg", k.warp / 4 - 1)
+            leader = k.let("leader", k.tid.x % 128 == 0)
+            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
+            col = k.let("col", k.laneid % 4 * 2)
+            with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
+                mb = k.let("mb", mblocks - 1 - t / nbh)
+                bh = k.let("bh", t % nbh)
+                nblocks = k.let("nblocks", k.select(cz != 0, mb + 1, mblocks))
+                r0 = k.let("r0", mb * 128 + wg * 64 + row)
+                s = k.let("s", type=array(f32, 64))
+                p = k.let("p", type=array(bf16, 64))
+                acc = k.let("acc", type=array(f32, d // 2))
+                mx = k.let("mx", type=array(f32, 2))
+                l = k.let("l", type=array(f32, 2))  # noqa: E741
+                fac = k.let("fac", type=array(f32, 2))
+
+                def qk() -> None:
+                    """S = Q K_j^T, issued as one group."""
+                    k.wait(kp)
+                    k.wgmma_fence()
+                    with k.for_("kk", 0, d // 16, unroll=True) as kk:
+                        k.wgmma(s, qp.q[kk / 4, wg * 64, kk % 4 * 16], kp.k[kk / 4, 0, kk % 4 * 16],
+                                kk > 0)
+                    k.wgmma_commit()
+
+                def pv(accumulate) -> None:
+                    """O += P V_j with P from registers, issued as one group."""
+                    k.wait(vp)
+                    k.wgmma_fence()
+                    with k.for_("kk", 0, 8, unroll=True) as kk:
+                        k.wgmma(acc, k.frag(p, kk), vp.v[0, kk * 16, 0], accumulate | (kk > 0))
+                    k.wgmma_commit()
+
+                k.wait(qp)
+                qk()
+                k.wgmma_wait(0)
+                k.release(kp)
+                softmax(k, s, mx, l, fac, col, 0, mb, r0, seq, scale_log2, True)
+                to_bf16(k, s, p)
+                with k.for_("j", 1, nblocks) as j:
+                    qk()
+                    pv(j > 1)
+                    k.wgmma_wait(1)
+                    k.release(kp)
+                    c0 = k.let("c0", j * 128 + col)
+                    softmax(k, s, mx, l, fac, c0, j, mb, r0, seq, scale_log2, False)
+                    k.wgmma_wait(0)
+                    k.release(vp)
+                    with k.for_("x", 0, d // 2, unroll=True) as x:
+                        acc[x] = acc[x] * fac[x % 4 / 2]
+                    to_bf16(k, s, p)
+                pv(nblocks > 1)
+                k.wgmma_wait(0)
+                k.release(vp)
+                k.release(qp)
+                with k.for_("i", 0, 2, unroll=True) as i:
+                    l[i] = l[i] + k.shfl_xor(l[i], 1)
+                    l[i] = l[i] + k.shfl_xor(l[i], 2)
+                    fac[i] = k.rcp(l[i])
+                    with k.if_((k.laneid % 4 == 0) & (r0 + i * 8 < seq)):
+                        lse[bh * seq + r0 + i * 8] = (mx[i] * scale_log2 + k.lg2(l[i])) * LN2
+                with k.if_(leader):
+                    k.bulk_wait_read(0)
+                k.bar_sync(8 + wg, 128)
+                with k.for_("jj", 0, d // 8, unroll=True) as jj:
+                    with k.for_("i", 0, 2, unroll=True) as i:
+                        os_[wg, jj / 8, row + i * 8, jj % 8 * 8 + col] = k.bf16x2(
+                            (acc[4 * jj + 2 * i] * fac[i]).to(bf16),
+                            (acc[4 * jj + 2 * i + 1] * fac[i]).to(bf16))
+                k.fence_proxy_async()
+                k.bar_sync(8 + wg, 128)
+                with k.if_(leader):
+                    with k.for_("h", 0, hb, unroll=True) as h:
+                        k.tma_store(o, [(h * 64).to(s32), (mb * 128 + wg * 64).to(s32),
+                                        bh.to(s32)], os_[wg, h])
+                    k.bulk_commit()
+            with k.if_(leader):
+                k.bulk_wait(0)
+
+    return ptxdsl.kernel(threads=384, name=name)(attention)
+
+
+attention = make_attention()
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float):
+    """(O, LSE) in float64 for float Q (B, H, S, D), K and V (B, KVH, S, D)."""
+    group = q.shape[1] // k.shape[1]
+    k = np.repeat(k, group, axis=1).astype(np.float64)
+    v = np.repeat(v, group, axis=1).astype(np.float64)
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
+    if causal:
+        n = s.shape[-1]
+        s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+    mx = s.max(-1, keepdims=True)
+    e = np.exp(s - mx)
+    total = e.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bhkd->bhqd", e / total, v), (mx + np.log(total))[..., 0]
+
+
+def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: int = 1,
+            seq: int = 200, d: int = 128, causal: bool = False, grid: int | None = None) -> dict:
+    """Random bf16 Q, K, V; the reference is attention in float64 on the bf16 values."""
+    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+
+    # tensor maps see (batch x heads) x S x D
+    q = f32_to_bf16(rng.standard_normal((batch * heads, seq, d), np.float32))
+    k = f32_to_bf16(rng.standard_normal((batch * kv_heads, seq, d), np.float32))
+    v = f32_to_bf16(rng.standard_normal((batch * kv_heads, seq, d), np.float32))
+    shape = (batch, heads, seq, d)
+    kv_shape = (batch, kv_heads, seq, d)
+    scale = 1.0 / math.sqrt(d)
+    ref_o, ref_lse = reference(bf16_to_f32(q).reshape(shape), bf16_to_f32(k).reshape(kv_shape),
+                               bf16_to_f32(v).reshape(kv_shape), causal, scale)
+    tiles = -(-seq // BM) * batch * heads
+    box = {"swizzle": "128B"}
+    return {"grid": grid or min(132, tiles),
+            "inputs": {"q": q, "k": k, "v": v, "seq": seq, "heads": heads,
+                       "kv_heads": kv_heads, "batch": batch,
+                       "scale_log2": np.float32(scale * math.log2(math.e))},
+            "tensor_maps": {"q": {"box": (1, BM, 64), **box}, "k": {"box": (1, BN, 64), **box},
+                            "v": {"box": (1, BN, 64), **box}, "o": {"box": (1, 64, 64), **box}},
+            "outputs": {"o": np.zeros((batch * heads, seq, d), np.uint16),
+                        "lse": np.zeros(batch * heads * seq, np.float32)},
+            "expected": {"o": ref_o.reshape(batch * heads, seq, d), "lse": ref_lse.reshape(-1)},
+            "rtol": 2 ** -6, "atol": 2 ** -6}
+
+
+SMALL = {"batch": 1, "heads": 2, "kv_heads": 1, "seq": 150, "grid": 2}
