@@ -37,6 +37,7 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "gemm": ("gemm", {"cluster": False}),
     "cluster-gemm": ("gemm", {"cluster": True}),
     "fp8": ("fp8", {}),
+    "attention": ("attention", {}),
     "splitk": ("splitk", {}),
     "sm80": ("sm80", {}),
     "peer": ("peer", {}),

@@ -27,7 +27,8 @@ def make_attention(d: int = 128, causal: bool = False) -> ptxdsl.KernelDef:
     cz = int(causal)
     name = "attention" if (d, cz) == (128, 0) else f"attention_d{d}{'_causal' if cz else ''}"
 
-    def softmax(k, s, mx, l, fac, c0, j, mb, r0, seq, scale_log2, first: bool) -> None:
+    def softmax(k, s, mx, l, fac, c0, j, mb, r0, seq, scale_log2,  # noqa: E741
+                first: bool) -> None:
         """Mask block j's scores, update the row maxima and sums, and turn S into P (f32)."""
         with k.if_((c0 + 128 > seq) | (cz != 0) & (mb == j)):
             with k.for_("jj", 0, 16, unroll=True) as jj:
@@ -189,10 +190,15 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: 
 
 
 def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: int = 1,
-            seq: int = 200, d: int = 128, causal: bool = False, grid: int | None = None) -> dict:
-    """Random bf16 Q, K, V; the reference is attention in float64 on the bf16 values."""
+            seq: int = 200, d: int = 128, causal: bool = False, grid: int | None = None,
+            defines: dict | None = None) -> dict:
+    """Random bf16 Q, K, V; the reference is attention in float64 on the bf16 values.
+    `defines` (the text sample's -D D=64 -D CAUSAL=1) override d and causal."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
+    if defines:
+        d = int(str(defines.get("D", d)), 0)
+        causal = bool(int(str(defines.get("CAUSAL", int(causal))), 0))
     # tensor maps see (batch x heads) x S x D
     q = f32_to_bf16(rng.standard_normal((batch * heads, seq, d), np.float32))
     k = f32_to_bf16(rng.standard_normal((batch * kv_heads, seq, d), np.float32))

@@ -470,9 +470,9 @@ class Expressions(Scope):
         ty = None if isinstance(p, Lit) else p.type
         if not isinstance(p, ir.Var) or not isinstance(ty, T.RegArray) or \
                 ty.elem.nbytes != 2 or ty.n % 8:
+            got = f"{describe(p)} of type {ty}" if ty else "a literal"
             return self.error("frag(p, k) takes a register array of bf16 or f16 whose length "
-                              f"is a multiple of 8, got {describe(p) + ' of type ' + str(ty) if ty else 'a literal'}",
-                              loc)
+                              f"is a multiple of 8, got {got}", loc)
         if isinstance(kx, Lit):
             if not isinstance(kx.value, int) or not 0 <= kx.value < ty.n // 8:
                 return self.error(f"frag(p, k): k = {kx.value!r} is out of range [0, "

@@ -63,7 +63,8 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         """Keep the packed twin of an A-fragment array in step with element i."""
         if name in self.packed:
             j = i // 2
-            self.w.instr("mov.b32", self.lookup(f"{name}#b32")[j], f"{{{regs[2 * j]}, {regs[2 * j + 1]}}}")
+            pair = f"{{{regs[2 * j]}, {regs[2 * j + 1]}}}"
+            self.w.instr("mov.b32", self.lookup(f"{name}#b32")[j], pair)
 
     def lookup(self, name: str):
         for s in reversed(self.scopes):

@@ -1,0 +1,131 @@
+"""Attention forward: ptxdsl's FlashAttention-style kernel (samples/attention.py) against
+torch's scaled_dot_product_attention with the cuDNN and flash (FlashAttention 2) backends,
+side by side in one process on the same inputs, correctness checked first.
+
+    python -m bench attention [--case D:S[:causal],...] [--quick]
+
+bf16 Q, K, V (B x H x S x D, contiguous), 16 heads, B x S = 32768 tokens; TFLOP/s count
+4 B H S^2 D, halved when causal. Every output (ours and both references) is compared with
+torch's math backend in f32 on a slice of the batch before anything is timed. Times: the best
+of three interleaved rounds of medians of CUDA-event-timed runs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from .common import BenchError, Row, Section, interleaved_ms, resident, twin
+
+TOKENS, HEADS = 32768, 16
+CASES = "64:2048,64:2048:causal,64:8192,64:8192:causal,64:16384,64:16384:causal," \
+        "128:2048,128:2048:causal,128:8192,128:8192:causal,128:16384,128:16384:causal"
+ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x sequence = 32768 "
+         "tokens, the softmax scale 1/sqrt(D); ptxdsl also writes the f32 log-sum-exp. The "
+         "references are torch 2.11 `scaled_dot_product_attention` with the cuDNN backend "
+         "(the strongest) and the flash backend (FlashAttention 2); every output is checked "
+         "against the math backend in f32 first. Best of 3 interleaved rounds of medians of "
+         "20 CUDA-event-timed runs.")
+LIMITS = "(to be measured)"
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--case", default=CASES, help="comma-separated D:S[:causal]")
+    p.add_argument("--quick", action="store_true", help="fewer runs")
+
+
+def cases(text: str) -> list[tuple[int, int, bool]]:
+    out = []
+    for c in text.split(","):
+        parts = c.strip().split(":")
+        try:
+            d, s = int(parts[0]), int(parts[1])
+        except (ValueError, IndexError):
+            raise BenchError(f"--case: expected D:S[:causal], got {c!r}") from None
+        if parts[2:] not in ([], ["causal"]):
+            raise BenchError(f"--case: the third field is 'causal', got {c!r}")
+        out.append((d, s, parts[2:] == ["causal"]))
+    return out
+
+
+def launcher(kd: Any, q: Any, k: Any, v: Any, o: Any, lse: Any) -> Any:
+    """A closure launching the attention kernel `kd` on torch tensors (B x H x S x D) with
+    its tensor maps built once and a persistent grid of resident CTAs."""
+    from ptxdsl.runtime import TensorMap
+
+    b, h, s, d = q.shape
+    kvh = k.shape[1]
+    maps = [TensorMap(x.view(b * x.shape[1], s, d), box=(1, 128, 64), swizzle="128B")
+            for x in (q, k, v)]
+    to = TensorMap(o.view(b * h, s, d), box=(1, 64, 64), swizzle="128B")
+    tiles = -(-s // 128) * b * h
+    launch = kd[min(tiles, resident(kd.program().kernel()))]
+    scale_log2 = math.log2(math.e) / math.sqrt(d)
+    return lambda: launch(*maps, to, lse, s, h, kvh, b, scale_log2)
+
+
+def check(name: str, got: Any, q: Any, k: Any, v: Any, causal: bool) -> float:
+    """Max |error| of `got` against the math backend in f32 on the first batch entry,
+    relative to the output's scale; raises past bf16 tolerance."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = F.scaled_dot_product_attention(q[:1].float(), k[:1].float(), v[:1].float(),
+                                             is_causal=causal, enable_gqa=True)
+    err = float((got[:1].float() - ref).abs().max() / ref.abs().max())
+    if not err < 2 ** -6 or not torch.isfinite(got[:1]).all():
+        raise BenchError(f"{name}: max |error| {err:.3g} of the output scale against the math "
+                         "backend")
+    return err
+
+
+def measure(a: argparse.Namespace, d: int, s: int, causal: bool) -> tuple[list[Row], str]:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b = TOKENS // s
+    g = torch.Generator(device="cuda").manual_seed(d * s + causal)
+    q, k, v = (torch.randn(b, HEADS, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
+               for _ in range(3))
+    o = torch.empty_like(q)
+    lse = torch.empty(b, HEADS, s, device="cuda", dtype=torch.float32)
+    kd = twin("attention").make_attention(d, causal)
+    ours = launcher(kd, q, k, v, o, lse)
+
+    def sdpa(backend: Any) -> Any:
+        def run() -> Any:
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return run
+
+    fns = {"ptxdsl": ours, "cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
+           "flash": sdpa(SDPBackend.FLASH_ATTENTION)}
+    o.fill_(float("nan"))
+    ours()
+    torch.cuda.synchronize()
+    errs = {"ptxdsl": check("ptxdsl", o, q, k, v, causal)}
+    for name in ("cuDNN", "flash"):
+        errs[name] = check(name, fns[name](), q, k, v, causal)
+    ms = interleaved_ms(fns, 5 if a.quick else 20)
+    flops = 4 * b * HEADS * s * s * d / (2 if causal else 1)
+    tf = {name: flops / t / 1e9 for name, t in ms.items()}
+    case = f"D {d}, S {s}{', causal' if causal else ''}"
+    cmd = f"python -m bench attention --case {d}:{s}{':causal' if causal else ''}"
+    rows = [Row(case, "ptxdsl", tf["ptxdsl"], "cuDNN SDPA", tf["cuDNN"], "TFLOP/s", cmd, 1.05),
+            Row(f"{case} vs FA2", "ptxdsl", tf["ptxdsl"], "flash SDPA", tf["flash"], "TFLOP/s",
+                cmd)]
+    err = ", ".join(f"{n} {e:.1e}" for n, e in errs.items())
+    return rows, f"- {case}: max error / output scale against the math backend: {err}"
+
+
+def run(a: argparse.Namespace) -> list[Section]:
+    s = Section("attention", "Attention forward, bf16 (FlashAttention-class)", ABOUT,
+                limits=LIMITS)
+    for d, seq, causal in cases(a.case):
+        rows, note = measure(a, d, seq, causal)
+        s.rows += rows
+        s.notes.append(note)
+    return [s]
