@@ -426,6 +426,16 @@ class KernelContext:
         self._b.role_end(header, header[4])
 
     @contextlib.contextmanager
+    def turn(self, enabled: bool = True) -> Iterator[None]:
+        """`turn { ... }`: the warpgroups of the enclosing role run the block one at a time,
+        in order (ping-pong); every turn block of a role shares the rotation, whose named
+        barriers and counts the compiler derives. `enabled=False` makes it a plain block."""
+        self._live()
+        header = self._b.turn_begin(Lit(bool(enabled), None), user_span())
+        yield
+        self._b.turn_end(header)
+
+    @contextlib.contextmanager
     def async_(self, name: str) -> Iterator[Value]:
         """A one-shot asynchronous load (`async name { ... }`): the copies issued in the block
         complete on a barrier the compiler derives (count, bytes, init, phase); any role waits

@@ -195,6 +195,10 @@ class _Printer:
             self.line(f"role {s.name} warps {s.warp_start} .. {s.warp_stop}{regs} {{")
             self.body(s.body)
             self.line("}")
+        elif isinstance(s, ir.Turn):
+            self.line("turn {")
+            self.body(s.body)
+            self.line("}")
         elif isinstance(s, ir.AsyncLoad):
             self.line(f"async {s.name} {{")
             self.body(s.body)

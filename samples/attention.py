@@ -5,7 +5,8 @@ and the f32 log-sum-exp (B x H x S). `make_attention(d, causal)` builds it for h
 128, causal or not; the module-level kernel is the text file's default (d = 128,
 non-causal). The structure (one producer warp, two consumer warpgroups of 64 query rows,
 the next block's S = Q K^T issued before P V of the current one, P handed to wgmma from
-registers with frag(p, k)) is described in attention.ptxdsl."""
+registers with frag(p, k), the warpgroups optionally taking turns with `k.turn()`) is
+described in attention.ptxdsl."""
 
 import math
 
@@ -19,13 +20,18 @@ NEG = -1.0e30  # the score of a masked column: exp2 of it minus any real maximum
 LN2 = 0.6931471805599453
 
 
-def make_attention(d: int = 128, causal: bool = False) -> ptxdsl.KernelDef:
-    """The forward kernel for head dim `d` (64 or 128), with the causal mask or without."""
+def make_attention(d: int = 128, causal: bool = False,
+                   pingpong: bool | None = None) -> ptxdsl.KernelDef:
+    """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
+    `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: at head
+    dim 64, where it pays)."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
+    pp = d == 64 if pingpong is None else bool(pingpong)
     hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
     cz = int(causal)
-    name = "attention" if (d, cz) == (128, 0) else f"attention_d{d}{'_causal' if cz else ''}"
+    name = "attention" if (d, cz, pp) == (128, 0, False) else \
+        f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}"
 
     def softmax(k, s, mx, l, fac, c0, j, mb, r0, seq, scale_log2,  # noqa: E741
                 first: bool) -> None:
@@ -73,8 +79,8 @@ def make_attention(d: int = 128, causal: bool = False) -> ptxdsl.KernelDef:
         with k.role("producer", 0, 4, regs=24):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
-                    mb = k.let("mb", mblocks - 1 - t / nbh)
-                    bh = k.let("bh", t % nbh)
+                    mb = k.let("mb", mblocks - 1 - t % mblocks)
+                    bh = k.let("bh", t / mblocks)
                     kvh = k.let("kvh", bh / heads * kv_heads + bh % heads / group)
                     nblocks = k.let("nblocks", k.select(cz != 0, mb + 1, mblocks))
                     k.acquire(qp)
@@ -94,8 +100,8 @@ def make_attention(d: int = 128, causal: bool = False) -> ptxdsl.KernelDef:
             row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
             col = k.let("col", k.laneid % 4 * 2)
             with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
-                mb = k.let("mb", mblocks - 1 - t / nbh)
-                bh = k.let("bh", t % nbh)
+                mb = k.let("mb", mblocks - 1 - t % mblocks)
+                bh = k.let("bh", t / mblocks)
                 nblocks = k.let("nblocks", k.select(cz != 0, mb + 1, mblocks))
                 r0 = k.let("r0", mb * 128 + wg * 64 + row)
                 s = k.let("s", type=array(f32, 64))
@@ -107,7 +113,6 @@ def make_attention(d: int = 128, causal: bool = False) -> ptxdsl.KernelDef:
 
                 def qk() -> None:
                     """S = Q K_j^T, issued as one group."""
-                    k.wait(kp)
                     k.wgmma_fence()
                     with k.for_("kk", 0, d // 16, unroll=True) as kk:
                         k.wgmma(s, qp.q[kk / 4, wg * 64, kk % 4 * 16], kp.k[kk / 4, 0, kk % 4 * 16],
@@ -116,21 +121,25 @@ def make_attention(d: int = 128, causal: bool = False) -> ptxdsl.KernelDef:
 
                 def pv(accumulate) -> None:
                     """O += P V_j with P from registers, issued as one group."""
-                    k.wait(vp)
                     k.wgmma_fence()
                     with k.for_("kk", 0, 8, unroll=True) as kk:
                         k.wgmma(acc, k.frag(p, kk), vp.v[0, kk * 16, 0], accumulate | (kk > 0))
                     k.wgmma_commit()
 
                 k.wait(qp)
-                qk()
+                k.wait(kp)
+                with k.turn(pp):
+                    qk()
                 k.wgmma_wait(0)
                 k.release(kp)
                 softmax(k, s, mx, l, fac, col, 0, mb, r0, seq, scale_log2, True)
                 to_bf16(k, s, p)
                 with k.for_("j", 1, nblocks) as j:
-                    qk()
-                    pv(j > 1)
+                    k.wait(kp)
+                    k.wait(vp)
+                    with k.turn(pp):
+                        qk()
+                        pv(j > 1)
                     k.wgmma_wait(1)
                     k.release(kp)
                     c0 = k.let("c0", j * 128 + col)
@@ -140,7 +149,9 @@ def make_attention(d: int = 128, causal: bool = False) -> ptxdsl.KernelDef:
                     with k.for_("x", 0, d // 2, unroll=True) as x:
                         acc[x] = acc[x] * fac[x % 4 / 2]
                     to_bf16(k, s, p)
-                pv(nblocks > 1)
+                k.wait(vp)
+                with k.turn(pp):
+                    pv(nblocks > 1)
                 k.wgmma_wait(0)
                 k.release(vp)
                 k.release(qp)
@@ -193,7 +204,8 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
             seq: int = 200, d: int = 128, causal: bool = False, grid: int | None = None,
             defines: dict | None = None) -> dict:
     """Random bf16 Q, K, V; the reference is attention in float64 on the bf16 values.
-    `defines` (the text sample's -D D=64 -D CAUSAL=1) override d and causal."""
+    `defines` (the text sample's -D D=64 -D CAUSAL=1) override d and causal (the kernel is
+    built by the caller; the inputs do not depend on PINGPONG)."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     if defines:

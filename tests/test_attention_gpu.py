@@ -17,7 +17,7 @@ def torch():
     return torch
 
 
-def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0):
+def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None):
     """(o, lse, q, k, v) of ptxdsl's kernel on fresh random inputs."""
     from bench.attention import launcher
 
@@ -27,7 +27,7 @@ def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0):
     v = torch.randn(b, kvh, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
-    launcher(sample_twin("attention").make_attention(d, causal), q, k, v, o, lse)()
+    launcher(sample_twin("attention").make_attention(d, causal, pingpong), q, k, v, o, lse)()
     torch.cuda.synchronize()
     return o, lse, q, k, v
 
@@ -69,6 +69,15 @@ def test_attention_matches_torch(torch, d, s, causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_gqa_and_mqa(torch, h, kvh, causal):
     o, lse, q, k, v = run(torch, 128, 777, causal, b=2, h=h, kvh=kvh)
+    assert_close(torch, o, lse, *reference(torch, q, k, v, causal))
+
+
+@pytest.mark.parametrize("d, pingpong", [(128, True), (64, False)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_with_and_without_turns(torch, d, pingpong, causal):
+    """The warpgroups taking turns (`turn`) or not, in the head dim where it is not the
+    default."""
+    o, lse, q, k, v = run(torch, d, 1500, causal, b=2, h=4, kvh=2, pingpong=pingpong)
     assert_close(torch, o, lse, *reference(torch, q, k, v, causal))
 
 

@@ -52,7 +52,7 @@ def interp_error(text: str, grid, args, kind: str, seed: int = 0, **kw) -> str:
 # samples whose interpreter runs take seconds: a second seed (another start order and
 # interleaving of warps) only with PTXDSL_DEEP=1; test_inflight, test_wgmma and test_sm80 run
 # them again in other forms
-SLOW = {"gemm", "gemm_fp8", "gemm_splitk", "longrow", "norms"}
+SLOW = {"attention", "gemm", "gemm_fp8", "gemm_splitk", "longrow", "norms"}
 DEEP = bool(os.environ.get("PTXDSL_DEEP"))
 
 

@@ -57,7 +57,7 @@ def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool 
         phase = k.let("phase", 0)
         q = k.let("q", tid / 32)
         lane = k.let("lane", k.laneid)
-        frag = k.let("frag", type=array(t, 8)) if a_regs else None
+        afrag = k.let("afrag", type=array(t, 8)) if a_regs else None
         with k.for_("kt", 0, kdim / bk) as kt:
             with k.if_(tid == 0):
                 k.mbarrier_arrive_expect_tx(bar, 64 * bk * t.nbytes + n * bk * t.nbytes)
@@ -83,11 +83,11 @@ def make_mma(n: int = 64, swizzle: int = 128, dtype: str = "bf16", a_regs: bool 
             with k.for_("kk", 0, bk // kstep, unroll=True) as kk:
                 if a_regs:
                     with k.for_("e", 0, 8, unroll=True) as e:
-                        frag[e] = sa[16 * q + lane / 4 + e / 2 % 2 * 8,
+                        afrag[e] = sa[16 * q + lane / 4 + e / 2 % 2 * 8,
                                      kk * kstep + e / 4 * 8 + lane % 4 * 2 + e % 2]
                     k.wgmma_fence()
                     pb = sb[0, kk * kstep, 0] if b_mn else sb[0, kk * kstep]
-                    k.wgmma(acc, frag, pb, True, neg_a, neg_b)
+                    k.wgmma(acc, afrag, pb, True, neg_a, neg_b)
                     k.wgmma_commit()
                     k.wgmma_wait(0)
                 else:

@@ -470,7 +470,7 @@ class Expressions(Scope):
         ty = None if isinstance(p, Lit) else p.type
         if not isinstance(p, ir.Var) or not isinstance(ty, T.RegArray) or \
                 ty.elem.nbytes != 2 or ty.n % 8:
-            got = f"{describe(p)} of type {ty}" if ty else "a literal"
+            got = f"{describe(p)} of type {ty}" if isinstance(p, ir.Expr) else "a literal"
             return self.error("frag(p, k) takes a register array of bf16 or f16 whose length "
                               f"is a multiple of 8, got {got}", loc)
         if isinstance(kx, Lit):

@@ -36,6 +36,7 @@ class Scope:
         self.frames: list[Frame] = [Frame()]
         self.roles: list[ir.Role] = []
         self.current_role: tuple[str, int, int] | None = None
+        self.turn_open = False  # inside a turn { } block
         self.smem_total = 0
         self.unroll_counts: list[int] = []  # iterations of each enclosing 'unroll' loop
         self.threads = self._dims("threads", threads, loc, upper=1024) or (1, 1, 1)

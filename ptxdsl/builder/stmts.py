@@ -22,11 +22,11 @@ from .common import (
     is_err,
     is_int,
 )
-from .oneshot import OneShot
 from .operands import check_op
+from .turns import Turns
 
 
-class KernelBuilder(OneShot):
+class KernelBuilder(Turns):
     """Builds one ir.Kernel. Methods take IR expressions or `Lit`s and a span."""
 
     def assign(self, name: str, value: Operand, loc: Span | None = None,

@@ -398,6 +398,12 @@ class _Walker(CompileTimeWalker):
         self.block(body)
         self.b.async_end(header, self.span(t))
 
+    def s_turn_stmt(self, t: lark.Tree) -> None:
+        cond, body = t.children
+        header = self.b.turn_begin(self.expr(cond) if cond is not None else None, self.span(t))
+        self.block(body)
+        self.b.turn_end(header)
+
     def s_let_stmt(self, t: lark.Tree) -> None:
         name, ty, value = t.children
         var_type = self.type(ty) if ty is not None else None

@@ -471,6 +471,17 @@ class Role(Stmt):
     body: tuple[Stmt, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn(Stmt):
+    """`turn { ... }` in a role of several warpgroups: they run `body` one at a time, in
+    order 0, 1, ..., n - 1, 0, ... (the ping-pong of FlashAttention 3 and CUTLASS: one
+    warpgroup's wgmmas issue while the others do their softmax or epilogue). Every turn block
+    of a role shares one rotation; lowering (`ptxdsl.lower.turns`) derives its named barriers,
+    their thread counts, the first turn's release and the last one's drain."""
+
+    body: tuple[Stmt, ...]
+
+
 # ----------------------------------------------------------------------------- kernel
 
 
@@ -524,5 +535,5 @@ def walk(stmts: tuple[Stmt, ...]):
         if isinstance(s, If):
             yield from walk(s.then)
             yield from walk(s.orelse)
-        elif isinstance(s, (For, While, Role)):
+        elif isinstance(s, (For, While, Role, Turn)):
             yield from walk(s.body)

@@ -5,12 +5,14 @@ check reads it and reports. After each step every kernel has run it, and their e
 raised together (a CompileError); warnings go to the caller.
 
 sm_90a (and sm_90):
+  0. turns (`turns.py`): `turn { }` blocks become the named barriers of a rotation among
+     their role's warpgroups.
   1. pipelines (`pipelines.py`): pipelines, roles and one-shot async loads (`oneshot.py`)
      become mbarriers, branches and loops, with every arrival and byte count derived; cluster
      pipelines (`multicast.py`) arm and release the stages of their multicast group.
   2. verify (`ptxdsl.verify`): the barrier, copy, memory, cluster and wgmma checks on that
      form, which is the form the emitter prints.
-sm_80: 1 and 2, then
+sm_80: 0, 1 and 2, then
   3. sm80 (`sm80.py`): bulk and tensor copies become cp.async, Hopper-only statements drop
      or become their Ampere forms, and barrier arrival counts are re-derived.
   4. verify_sm80 (`ptxdsl.verify.ampere`): arrival counts, waits and the cp.async rules on
@@ -31,6 +33,7 @@ from ..verify import verify_kernel
 from ..verify.ampere import verify_sm80_kernel
 from .pipelines import lower_kernel
 from .sm80 import lower_sm80_kernel
+from .turns import lower_turns
 
 
 @dataclass(frozen=True)
@@ -43,14 +46,15 @@ class Pass:
     check: bool = False
 
 
+TURNS = Pass("turns", lower_turns)
 PIPELINES = Pass("pipelines", lower_kernel)
 VERIFY = Pass("verify", verify_kernel, check=True)
 SM80 = Pass("sm80", lower_sm80_kernel)
 VERIFY_SM80 = Pass("verify_sm80", verify_sm80_kernel, check=True)
 
 PASSES: dict[str, tuple[Pass, ...]] = {
-    "sm_90a": (PIPELINES, VERIFY),
-    "sm_80": (PIPELINES, VERIFY, SM80, VERIFY_SM80),
+    "sm_90a": (TURNS, PIPELINES, VERIFY),
+    "sm_80": (TURNS, PIPELINES, VERIFY, SM80, VERIFY_SM80),
 }
 
 

@@ -99,7 +99,8 @@ class _Lowerer:
                     isinstance(x, (ir.Acquire, ir.Commit)) for x in ir.walk(s.body)):
                 before = dict(local)
                 self.analyse(s.body, path, in_role, tail_path, local)
-                trips = len(range(const_int(s.start), const_int(s.stop), const_int(s.step)))
+                trips = len(range(const_int(s.start) or 0, const_int(s.stop) or 0,
+                                  const_int(s.step) or 1))
                 for name, n in local.items():
                     local[name] = before.get(name, 0) + (n - before.get(name, 0)) * trips
             elif isinstance(s, (ir.For, ir.While)):

@@ -27,6 +27,7 @@ from .copies import check_asm_reductions, check_bulk_stores, check_issuers
 from .counts import check_phase_counts
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
+from .named import check_named_counts
 from .order import check_inval, check_stage_order
 from .phases import check_early_waits
 from .rings import check_indices, check_ring_phases
@@ -60,6 +61,7 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_asm_reductions,
     check_cp_async,
     check_clusters,
+    check_named_counts,
     check_wgmma_hazards, check_wgmma_issuers, check_wgmma_operands, check_register_arrays,
 )
 
