@@ -464,29 +464,6 @@ class Expressions(Scope):
                 flat = ir.Binary(op="add", a=scaled, b=e, type=T.u32)
         return ir.Extract(vec=base, index=flat, type=ty.elem, loc=loc)  # type: ignore[arg-type]
 
-    def fragment(self, args: list[Operand], loc: Span | None) -> Operand:
-        """`frag(p, k)`: the k-th 8-element A fragment of a 16-bit register array."""
-        p, kx = args
-        ty = None if isinstance(p, Lit) else p.type
-        if not isinstance(p, ir.Var) or not isinstance(ty, T.RegArray) or \
-                ty.elem.nbytes != 2 or ty.n % 8:
-            got = f"{describe(p)} of type {ty}" if isinstance(p, ir.Expr) else "a literal"
-            return self.error("frag(p, k) takes a register array of bf16 or f16 whose length "
-                              f"is a multiple of 8, got {got}", loc)
-        if isinstance(kx, Lit):
-            if not isinstance(kx.value, int) or not 0 <= kx.value < ty.n // 8:
-                return self.error(f"frag(p, k): k = {kx.value!r} is out of range [0, "
-                                  f"{ty.n // 8}) for {describe(p)}", kx.loc or loc)
-            k = self.lit_expr(kx, T.u32)
-        else:
-            k = self.value(kx, T.u32)
-            if is_err(k.type):
-                return k
-            if not self._unrolled(k):
-                return self.error("frag(p, k): k must be a constant or an expression of "
-                                  "'unroll' loop variables", kx.loc or loc)
-        return ir.Fragment(vec=p, k=k, type=T.RegArray(ty.elem, (8,)), loc=loc)
-
     def _unrolled(self, e: ir.Expr) -> bool:
         """Whether `e` depends only on constants and variables of unrolled loops."""
         if isinstance(e, ir.Const):
@@ -541,8 +518,6 @@ class Expressions(Scope):
             if not arity(1) or isinstance(args[0], Lit):
                 return self.error("sizeof() takes a shared buffer or a value", loc)
             return self.sizeof(args[0], loc)
-        if fn == "frag":
-            return self.fragment(args, loc) if arity(2) else Lit(0, loc)
         if fn == "elect":
             return ir.Call(fn=fn, args=(), type=T.pred, loc=loc) if arity(0) else Lit(0, loc)
         if fn == "vload":
