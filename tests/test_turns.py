@@ -187,3 +187,16 @@ def test_frag_selects_the_k_step_of_a_converted_accumulator():
     tol = 2 ** -8 * (np.abs(p) @ np.abs(vf)) + 1e-3
     assert (np.abs(c.reshape(64, 64) - want) <= tol).all()
     assert np.abs(c.reshape(64, 64) - want).mean() < 1e-3
+
+
+def test_frag_index_out_of_range_in_an_unrolled_iteration_is_located():
+    """k computed from an unroll variable is known only in the iteration being emitted."""
+    text = FRAG.format(ty="bf16[32]", unroll="unroll ",
+                       use="wgmma_fence(); wgmma(acc, frag(p, kk + 1), acc_b[0, 0])")
+    text = text.replace("    let acc: f32[32];\n",
+                        "    let acc: f32[32];\n    shared acc_b: bf16[64][64] swizzle 128;\n")
+    with pytest.raises(ptxdsl.CompileError) as e:
+        ptxdsl.compile_module(ptxdsl.parse(text, "k.ptxdsl"))
+    d = e.value.diagnostics[0]
+    assert "k is 4 in this unrolled iteration, out of range [0, 4)" in d.message, str(e.value)
+    assert d.span is not None and d.span.line == 6
