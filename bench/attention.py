@@ -65,14 +65,13 @@ def launcher(kd: Any, q: Any, k: Any, v: Any, o: Any, lse: Any) -> Any:
     from ptxdsl.runtime import TensorMap
 
     b, h, s, d = q.shape
-    kvh = k.shape[1]
-    maps = [TensorMap(x.view(b * x.shape[1], s, d), box=(1, 128, 64), swizzle="128B")
-            for x in (q, k, v)]
-    to = TensorMap(o.view(b * h, s, d), box=(1, 64, 64), swizzle="128B")
+    kvh, skv = k.shape[1], k.shape[2]
+    maps = [TensorMap(x, box=(1, 1, 128, 64), swizzle="128B") for x in (q, k, v)]
+    to = TensorMap(o, box=(1, 1, 64, 64), swizzle="128B")
     tiles = -(-s // 128) * b * h
     launch = kd[min(tiles, resident(kd.program().kernel()))]
     scale_log2 = math.log2(math.e) / math.sqrt(d)
-    return lambda: launch(*maps, to, lse, s, h, kvh, b, scale_log2)
+    return lambda: launch(*maps, to, lse, s, skv, h, kvh, b, scale_log2)
 
 
 def check(name: str, got: Any, q: Any, k: Any, v: Any, causal: bool) -> float:

@@ -14,6 +14,7 @@ import platform
 import re
 import statistics
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -45,6 +46,7 @@ def twin(name: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise BenchError(f"no sample twin samples/{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while it is executed
     spec.loader.exec_module(mod)
     return mod
 

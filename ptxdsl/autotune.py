@@ -117,7 +117,8 @@ class Autotuner:
     """The configuration choice of one kernel family (one op, fixed compile-time settings).
 
     `configs`: the candidates, the default first (its output is the reference the others
-    must match). `ptx(config)`: a candidate's PTX, hashed into the disk key once per tuner.
+    must match). `ptx(config)`: a candidate's PTX, hashed into the disk key once per tuner;
+    `prepare(configs)`, if given, runs first (it may build every candidate at once).
     `machine(device)`: {"gpu": name, "driver": version} of a device. `timer(fn)`: the time
     of `fn()` in milliseconds."""
 
@@ -130,12 +131,13 @@ class Autotuner:
         machine: Callable[[Hashable], Mapping[str, str]],
         timer: Timer,
         cache: DiskCache | None = None,
+        prepare: Callable[[Sequence[Config]], Any] | None = None,
     ):
         if not configs:
             raise ValueError(f"{op}: an autotuner needs at least one config")
         self.op = op
         self.configs = tuple(dict(c) for c in configs)
-        self._ptx, self._machine, self.timer = ptx, machine, timer
+        self._ptx, self._machine, self.timer, self._prepare = ptx, machine, timer, prepare
         self.cache = cache if cache is not None else DiskCache()
         self._hash: str | None = None
         self._chosen: dict[tuple[Hashable, tuple], Config] = {}
@@ -146,6 +148,8 @@ class Autotuner:
 
     def ptx_hash(self) -> str:
         if self._hash is None:
+            if self._prepare is not None:
+                self._prepare(self.configs)
             self._hash = ptx_hash([self._ptx(c) for c in self.configs])
         return self._hash
 

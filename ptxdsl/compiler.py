@@ -62,6 +62,14 @@ class Program:
             self._launchers[key] = load(self.ptx_module, device).kernel(name)
         return self._launchers[key]
 
+    @classmethod
+    def compiled(cls, module: ir.Module, ptx_module: PtxModule) -> Program:
+        """A Program over PTX already emitted for `module` (by a worker process: see
+        ptxdsl.precompile)."""
+        p = object.__new__(cls)
+        p.module, p.ptx_module, p.device, p._launchers = module, ptx_module, None, {}
+        return p
+
     def on(self, device: int) -> Program:
         """This program with its launchers loaded on GPU `device` (`prog.on(1)[grid](...)`)."""
         other = object.__new__(Program)
@@ -128,6 +136,11 @@ class KernelDef:
 
     def ptx(self, arch: str | None = None) -> str:
         return self.program(arch).ptx
+
+    def adopt(self, ptx_module: PtxModule, arch: str | None = None) -> None:
+        """Take `ptx_module`, emitted from this kernel's IR elsewhere (a worker process), as
+        the program of `arch`, instead of emitting it again."""
+        self._programs.setdefault((arch, 0), Program.compiled(self.module, ptx_module))
 
     def __getitem__(self, launch: Any):
         return self.program().kernel()[launch]

@@ -1,12 +1,12 @@
 """FlashAttention-style forward pass with the Python API (twin of attention.ptxdsl).
 
-O = softmax(Q K^T * scale) V for bf16 Q (B x H x S x D), K and V (B x KVH x S x D), O like Q,
-and the f32 log-sum-exp (B x H x S). `make_attention(d, causal)` builds it for head dim 64 or
-128, causal or not; the module-level kernel is the text file's default (d = 128,
-non-causal). The structure (one producer warp, two consumer warpgroups of 64 query rows,
-the next block's S = Q K^T issued before P V of the current one, P handed to wgmma from
-registers with frag(p, k), the warpgroups optionally taking turns with `k.turn()`) is
-described in attention.ptxdsl."""
+O = softmax(Q K^T * scale) V for bf16 Q (B x H x S x D), K and V (B x KVH x S_kv x D), O like
+Q, and the f32 log-sum-exp (B x H x S); causal masks align to the end (decode: S = 1).
+`make_attention(d, causal)` builds it for head dim 64 or 128, causal or not; the module-level
+kernel is the text file's default (d = 128, non-causal). The structure (one producer warp,
+two consumer warpgroups of 64 query rows, the next block's S = Q K^T issued before P V of the
+current one, P handed to wgmma from registers with frag(p, k), the warpgroups optionally
+taking turns with `k.turn()`) is described in attention.ptxdsl."""
 
 import math
 
@@ -33,14 +33,15 @@ def make_attention(d: int = 128, causal: bool = False,
     name = "attention" if (d, cz, pp) == (128, 0, False) else \
         f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}"
 
-    def softmax(k, s, mx, l, fac, c0, j, mb, r0, seq, scale_log2,  # noqa: E741
+    def softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2,  # noqa: E741
                 first: bool) -> None:
         """Mask block j's scores, update the row maxima and sums, and turn S into P (f32)."""
-        with k.if_((c0 + 128 > seq) | (cz != 0) & (mb == j)):
+        with k.if_((c0 + 128 > kv_seq) | (cz != 0) & (mb * 128 + off < j * 128 + 127)):
             with k.for_("jj", 0, 16, unroll=True) as jj:
                 with k.for_("e", 0, 4, unroll=True) as e:
                     cc = k.let("cc", c0 + jj * 8 + e % 2)
-                    masked = k.let("masked", (cc >= seq) | (cz != 0) & (cc > r0 + e / 2 * 8))
+                    masked = k.let("masked",
+                                   (cc >= kv_seq) | (cz != 0) & (cc > r0 + e / 2 * 8 + off))
                     s[4 * jj + e] = k.select(masked, NEG, s[4 * jj + e])
         with k.for_("i", 0, 2, unroll=True) as i:
             m = k.let("m", NEG if first else mx[i])
@@ -64,8 +65,8 @@ def make_attention(d: int = 128, causal: bool = False,
         with k.for_("x", 0, 64, unroll=True) as x:
             p[x] = s[x].to(bf16)
 
-    def attention(ctx, q: tmap(bf16, 3), k: tmap(bf16, 3), v: tmap(bf16, 3), o: tmap(bf16, 3),
-                  lse: ptr(f32), seq: u32, heads: u32, kv_heads: u32, batch: u32,
+    def attention(ctx, q: tmap(bf16, 4), k: tmap(bf16, 4), v: tmap(bf16, 4), o: tmap(bf16, 4),
+                  lse: ptr(f32), seq: u32, kv_seq: u32, heads: u32, kv_heads: u32, batch: u32,
                   scale_log2: f32):
         kt, k = k, ctx  # the parameter is named k, as in the text; k is the context below
         qp = k.pipeline("qp", 1, q=(bf16, [hb, BM, 64], 1024, 128))
@@ -73,6 +74,13 @@ def make_attention(d: int = 128, causal: bool = False,
         vp = k.pipeline("vp", 2, v=(bf16, [hb, BN, 64], 1024, 128, "mn"))
         os_ = k.shared("os", bf16, [2, hb, 64, 64], align=1024, swizzle=128)
         mblocks = k.let("mblocks", (seq + 127) / 128)
+        nkv = k.let("nkv", (kv_seq + 127) / 128)
+        off = k.let("off", kv_seq - seq)  # causal: row r sees keys <= r + off
+
+        def kv_blocks(mb):
+            """The key blocks query block mb reads (causal: up to its last row's diagonal)."""
+            return k.select(cz != 0, k.min(mb + 1 + (off + 127) / 128, nkv), nkv)
+
         nbh = k.let("nbh", batch * heads)
         ntiles = k.let("ntiles", mblocks * nbh)
         group = k.let("group", heads / kv_heads)
@@ -81,18 +89,20 @@ def make_attention(d: int = 128, causal: bool = False,
                 with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
                     mb = k.let("mb", mblocks - 1 - t % mblocks)
                     bh = k.let("bh", t / mblocks)
-                    kvh = k.let("kvh", bh / heads * kv_heads + bh % heads / group)
-                    nblocks = k.let("nblocks", k.select(cz != 0, mb + 1, mblocks))
+                    qh = k.let("qh", (bh % heads).to(s32))  # coordinates (.., head, batch)
+                    bb = k.let("bb", (bh / heads).to(s32))
+                    kvh = k.let("kvh", (bh % heads / group).to(s32))
+                    nblocks = k.let("nblocks", kv_blocks(mb))
                     k.acquire(qp)
                     with k.for_("h", 0, hb, unroll=True) as h:
-                        k.tma_load(qp.q[h], q, [(h * 64).to(s32), (mb * 128).to(s32), bh.to(s32)])
+                        k.tma_load(qp.q[h], q, [(h * 64).to(s32), (mb * 128).to(s32), qh, bb])
                     k.commit(qp)
                     with k.for_("j", 0, nblocks) as j:
                         for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
                             k.acquire(pipe)
                             with k.for_("h", 0, hb, unroll=True) as h:
                                 k.tma_load(getattr(pipe, buf)[h], tm, [(h * 64).to(s32),
-                                           (j * 128).to(s32), kvh.to(s32)])
+                                           (j * 128).to(s32), kvh, bb])
                             k.commit(pipe)
         with k.role("consumer", 4, 12, regs=240):
             wg = k.let("wg", k.warp / 4 - 1)
@@ -102,7 +112,7 @@ def make_attention(d: int = 128, causal: bool = False,
             with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
                 mb = k.let("mb", mblocks - 1 - t % mblocks)
                 bh = k.let("bh", t / mblocks)
-                nblocks = k.let("nblocks", k.select(cz != 0, mb + 1, mblocks))
+                nblocks = k.let("nblocks", kv_blocks(mb))
                 r0 = k.let("r0", mb * 128 + wg * 64 + row)
                 s = k.let("s", type=array(f32, 64))
                 p = k.let("p", type=array(bf16, 64))
@@ -132,7 +142,7 @@ def make_attention(d: int = 128, causal: bool = False,
                     qk()
                 k.wgmma_wait(0)
                 k.release(kp)
-                softmax(k, s, mx, l, fac, col, 0, mb, r0, seq, scale_log2, True)
+                softmax(k, s, mx, l, fac, col, 0, mb, r0, kv_seq, off, scale_log2, True)
                 to_bf16(k, s, p)
                 with k.for_("j", 1, nblocks) as j:
                     k.wait(kp)
@@ -143,7 +153,7 @@ def make_attention(d: int = 128, causal: bool = False,
                     k.wgmma_wait(1)
                     k.release(kp)
                     c0 = k.let("c0", j * 128 + col)
-                    softmax(k, s, mx, l, fac, c0, j, mb, r0, seq, scale_log2, False)
+                    softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2, False)
                     k.wgmma_wait(0)
                     k.release(vp)
                     with k.for_("x", 0, d // 2, unroll=True) as x:
@@ -174,7 +184,7 @@ def make_attention(d: int = 128, causal: bool = False,
                 with k.if_(leader):
                     with k.for_("h", 0, hb, unroll=True) as h:
                         k.tma_store(o, [(h * 64).to(s32), (mb * 128 + wg * 64).to(s32),
-                                        bh.to(s32)], os_[wg, h])
+                                        (bh % heads).to(s32), (bh / heads).to(s32)], os_[wg, h])
                     k.bulk_commit()
             with k.if_(leader):
                 k.bulk_wait(0)
@@ -186,14 +196,15 @@ attention = make_attention()
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float):
-    """(O, LSE) in float64 for float Q (B, H, S, D), K and V (B, KVH, S, D)."""
+    """(O, LSE) in float64 for float Q (B, H, S, D), K and V (B, KVH, S_kv, D); the causal
+    mask is aligned to the end (query row r sees keys up to r + S_kv - S)."""
     group = q.shape[1] // k.shape[1]
     k = np.repeat(k, group, axis=1).astype(np.float64)
     v = np.repeat(v, group, axis=1).astype(np.float64)
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
     if causal:
-        n = s.shape[-1]
-        s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+        sq, skv = s.shape[-2:]
+        s = np.where(np.tril(np.ones((sq, skv), bool), skv - sq), s, -np.inf)
     mx = s.max(-1, keepdims=True)
     e = np.exp(s - mx)
     total = e.sum(-1, keepdims=True)
@@ -202,36 +213,38 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: 
 
 def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: int = 1,
             seq: int = 200, d: int = 128, causal: bool = False, grid: int | None = None,
-            defines: dict | None = None) -> dict:
+            defines: dict | None = None, kv_seq: int | None = None) -> dict:
     """Random bf16 Q, K, V; the reference is attention in float64 on the bf16 values.
     `defines` (the text sample's -D D=64 -D CAUSAL=1) override d and causal (the kernel is
-    built by the caller; the inputs do not depend on PINGPONG)."""
+    built by the caller; the inputs do not depend on PINGPONG). `kv_seq`: the keys' length
+    (default `seq`; at least `seq` when causal)."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     if defines:
         d = int(str(defines.get("D", d)), 0)
         causal = bool(int(str(defines.get("CAUSAL", int(causal))), 0))
-    # tensor maps see (batch x heads) x S x D
-    q = f32_to_bf16(rng.standard_normal((batch * heads, seq, d), np.float32))
-    k = f32_to_bf16(rng.standard_normal((batch * kv_heads, seq, d), np.float32))
-    v = f32_to_bf16(rng.standard_normal((batch * kv_heads, seq, d), np.float32))
+    kv_seq = seq if kv_seq is None else kv_seq
     shape = (batch, heads, seq, d)
-    kv_shape = (batch, kv_heads, seq, d)
+    kv_shape = (batch, kv_heads, kv_seq, d)
+    q = f32_to_bf16(rng.standard_normal(shape, np.float32))
+    k = f32_to_bf16(rng.standard_normal(kv_shape, np.float32))
+    v = f32_to_bf16(rng.standard_normal(kv_shape, np.float32))
     scale = 1.0 / math.sqrt(d)
-    ref_o, ref_lse = reference(bf16_to_f32(q).reshape(shape), bf16_to_f32(k).reshape(kv_shape),
-                               bf16_to_f32(v).reshape(kv_shape), causal, scale)
+    ref_o, ref_lse = reference(bf16_to_f32(q), bf16_to_f32(k), bf16_to_f32(v), causal, scale)
     tiles = -(-seq // BM) * batch * heads
     box = {"swizzle": "128B"}
     return {"grid": grid or min(132, tiles),
-            "inputs": {"q": q, "k": k, "v": v, "seq": seq, "heads": heads,
+            "inputs": {"q": q, "k": k, "v": v, "seq": seq, "kv_seq": kv_seq, "heads": heads,
                        "kv_heads": kv_heads, "batch": batch,
                        "scale_log2": np.float32(scale * math.log2(math.e))},
-            "tensor_maps": {"q": {"box": (1, BM, 64), **box}, "k": {"box": (1, BN, 64), **box},
-                            "v": {"box": (1, BN, 64), **box}, "o": {"box": (1, 64, 64), **box}},
-            "outputs": {"o": np.zeros((batch * heads, seq, d), np.uint16),
+            "tensor_maps": {"q": {"box": (1, 1, BM, 64), **box},
+                            "k": {"box": (1, 1, BN, 64), **box},
+                            "v": {"box": (1, 1, BN, 64), **box},
+                            "o": {"box": (1, 1, 64, 64), **box}},
+            "outputs": {"o": np.zeros(shape, np.uint16),
                         "lse": np.zeros(batch * heads * seq, np.float32)},
-            "expected": {"o": ref_o.reshape(batch * heads, seq, d), "lse": ref_lse.reshape(-1)},
+            "expected": {"o": ref_o, "lse": ref_lse.reshape(-1)},
             "rtol": 2 ** -6, "atol": 2 ** -6}
 
 
-SMALL = {"batch": 1, "heads": 2, "kv_heads": 1, "seq": 150, "grid": 2}
+SMALL = {"batch": 1, "heads": 2, "kv_heads": 1, "seq": 150, "kv_seq": 190, "grid": 2}

@@ -17,14 +17,16 @@ def torch():
     return torch
 
 
-def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None):
-    """(o, lse, q, k, v) of ptxdsl's kernel on fresh random inputs."""
+def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None, skv=None):
+    """(o, lse, q, k, v) of ptxdsl's kernel on fresh random inputs (keys of length `skv`,
+    default `s`)."""
     from bench.attention import launcher
 
     g = torch.Generator(device="cuda").manual_seed(seed + 1000 * d + s)
     q = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    k = torch.randn(b, kvh, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(b, kvh, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    skv = s if skv is None else skv
+    k = torch.randn(b, kvh, skv, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(b, kvh, skv, d, device="cuda", dtype=torch.bfloat16, generator=g)
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
     launcher(sample_twin("attention").make_attention(d, causal, pingpong), q, k, v, o, lse)()
@@ -33,19 +35,23 @@ def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None):
 
 
 def reference(torch, q, k, v, causal):
-    """(O, LSE) in f32 with torch's math backend (LSE from the scaled scores)."""
+    """(O, LSE) in f32 with torch's math backend (LSE from the scaled scores). Causal with
+    keys longer than queries: the mask aligned to the end (row r sees keys <= r + skv - s)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v = q.float(), k.float(), v.float()
+    s, skv = q.shape[2], k.shape[2]
+    hidden = None  # True where a key is masked
+    if causal:
+        hidden = torch.ones(s, skv, dtype=torch.bool, device=q.device).triu(skv - s + 1)
     with sdpa_kernel(SDPBackend.MATH):
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=None if hidden is None else ~hidden, enable_gqa=True)
     group = q.shape[1] // k.shape[1]
     scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) / q.shape[-1] ** 0.5
-    if causal:
-        s = scores.shape[-1]
-        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=q.device)
-                                    .triu(1), float("-inf"))
+    if hidden is not None:
+        scores = scores.masked_fill(hidden, float("-inf"))
     return o, torch.logsumexp(scores, -1)
 
 
@@ -78,6 +84,15 @@ def test_attention_with_and_without_turns(torch, d, pingpong, causal):
     """The warpgroups taking turns (`turn`) or not, in the head dim where it is not the
     default."""
     o, lse, q, k, v = run(torch, d, 1500, causal, b=2, h=4, kvh=2, pingpong=pingpong)
+    assert_close(torch, o, lse, *reference(torch, q, k, v, causal))
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("s, skv", [(1, 4097), (1, 64), (17, 1000), (300, 2000)])
+def test_attention_against_a_longer_kv_cache(torch, d, s, skv, causal):
+    """Queries shorter than the keys (a KV cache; decode at s = 1)."""
+    o, lse, q, k, v = run(torch, d, s, causal, b=3, h=8, kvh=2, skv=skv)
     assert_close(torch, o, lse, *reference(torch, q, k, v, causal))
 
 

@@ -208,3 +208,21 @@ def test_cache_directory_follows_ptxdsl_cache_dir(tmp_path, monkeypatch):
 def test_a_tuner_needs_configs():
     with pytest.raises(ValueError, match="at least one config"):
         Autotuner("ptxdsl::x", (), ptx=str, machine=dict, timer=float)
+
+
+def test_prepare_builds_every_candidate_once_before_their_ptx_is_read(tmp_path, monkeypatch):
+    fake = Fake({0: 3.0, 1: 1.0, 2: 2.0})
+    calls = []
+
+    def prepare(configs):
+        calls.append((list(configs), fake.ptx_calls))
+
+    t = Autotuner("ptxdsl::gemm", CONFIGS, ptx=fake.ptx, machine=lambda dev: MACHINE,
+                  timer=fake.timer, cache=DiskCache(tmp_path), prepare=prepare)
+    t.choose((1, 2, 3), fake.run, same)
+    t.choose((4, 5, 6), fake.run, same)
+    assert calls == [(list(CONFIGS), 0)] and fake.ptx_calls == len(CONFIGS)
+    monkeypatch.setenv("PTXDSL_AUTOTUNE", "0")
+    fresh = Autotuner("ptxdsl::gemm", CONFIGS, ptx=fake.ptx, machine=lambda dev: MACHINE,
+                      timer=fake.timer, cache=DiskCache(tmp_path), prepare=prepare)
+    assert fresh.choose((1, 2, 3), fake.run, same) == CONFIGS[0] and len(calls) == 1

@@ -81,6 +81,22 @@ def test_sample_matches_its_numpy_reference(name, kname, seed):
         assert r.ok, f"{param}: {r.detail}"
 
 
+@pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
+@pytest.mark.parametrize("seq, kv_seq", [(1, 150), (20, 150)])
+def test_attention_against_a_longer_kv_cache(seq, kv_seq):
+    """Queries shorter than the keys (a KV cache; decode at seq 1), causal at head dim 64 with
+    turns: the mask is aligned to the end, query row r seeing keys 0 .. r + kv_seq - seq."""
+    twin = sample_module("attention")
+    kd = twin.make_attention(64, causal=True)
+    ex = twin.example(np.random.default_rng(seq), batch=2, seq=seq, kv_seq=kv_seq, d=64,
+                      causal=True, grid=3)
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex})
+    for param, want in ex["expected"].items():
+        elem = ptxdsl.bf16 if param == "o" else ptxdsl.f32
+        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
+        assert r.ok, f"{param}: {r.detail}"
+
+
 @pytest.mark.parametrize("form", ["layernorm", "layernorm_row"])
 def test_layernorm_stays_accurate_for_rows_far_from_zero(form):
     """LayerNorm combines (mean, squared deviations) pairs across lanes and warps, so rows of

@@ -660,14 +660,15 @@ def test_small_norm_configs_run_in_the_interpreter(ops, kind, n, dtype):
 
     import ptxdsl
     from ptxdsl.interp.run import run
-    from ptxdsl.torch.kernels import norm_configs, norm_kernel, sample
+    from ptxdsl.runner import load_twin
+    from ptxdsl.torch.kernels import norm_configs, norm_kernel, twin
 
     elem = ptxdsl.types.SCALARS[dtype]
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((3, n)) * 2).astype(ptxdsl.types.numpy_dtype(elem))
     w = (1 + 0.1 * rng.standard_normal(n)).astype(x.dtype)
     b = (0.1 * rng.standard_normal(n)).astype(x.dtype)
-    want = sample("norms").reference(kind, x.astype(np.float64), w.astype(np.float64),
+    want = load_twin(twin("norms")).reference(kind, x.astype(np.float64), w.astype(np.float64),
                                      b.astype(np.float64), 1e-5)
     params = {"rmsnorm": {"w": w}, "layernorm": {"w": w, "b": b}, "softmax": {}}[kind]
     for config in norm_configs(n, elem):

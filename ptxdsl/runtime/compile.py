@@ -66,6 +66,12 @@ def clear_memory_cache() -> None:
         _memory.clear()
 
 
+def remember(ptx: str, arch: str, entry: tuple[bytes, str]) -> None:
+    """Put a cubin assembled elsewhere (a worker process) in the memory cache."""
+    with _lock:
+        _memory.setdefault(cache_key(ptx, arch), entry)
+
+
 def ptx_to_cubin(ptx: str, arch: str, kernel_names: Iterable[str] = ()) -> tuple[bytes, str]:
     """Assemble `ptx` for `arch` (e.g. "sm_90a"); returns the cubin and ptxas's info log.
 

@@ -6,13 +6,15 @@
     c = torch.ops.ptxdsl.scaled_mm_fp8(a8, b8, sa, sb)   # e4m3 in, bf16 sa * sb * a8 @ b8^T
     y = torch.ops.ptxdsl.layer_norm(x, w, b, 1e-5)
     p = torch.ops.ptxdsl.softmax(x)           # over the last dimension
+    o = torch.ops.ptxdsl.attention(q, k, v, causal=True)  # bf16 (B, H, S, D), GQA, KV cache
 
 All work under torch.compile(fullgraph=True) and CUDA graph capture. Each launch config is
 autotuned per shape on first use and cached on disk (see ptxdsl.autotune for the switches).
 """
 
+from .attention import attention
 from .fp8 import scaled_mm_fp8
 from .gemm import gemm
 from .norms import layer_norm, rms_norm, softmax
 
-__all__ = ["gemm", "layer_norm", "rms_norm", "scaled_mm_fp8", "softmax"]
+__all__ = ["attention", "gemm", "layer_norm", "rms_norm", "scaled_mm_fp8", "softmax"]

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from .. import autotune
-from ..compiler import KernelDef
+from ..precompile import Recipe, precompile
 from ..runtime.driver import check, device_info, driver
 
 WARMUP = 2
@@ -55,11 +55,12 @@ def machine(device: Hashable) -> dict[str, str]:
 
 
 def tuner(op: str, configs: Sequence[autotune.Config],
-          kernel: Callable[[autotune.Config], KernelDef]) -> autotune.Autotuner:
-    """An Autotuner over `configs` whose PTX comes from `kernel(config)`, timed with CUDA
-    events and cached on disk."""
+          recipe: Callable[[autotune.Config], Recipe]) -> autotune.Autotuner:
+    """An Autotuner over `configs` whose kernels are `recipe(config)`, built in parallel
+    processes before the first tuning, timed with CUDA events and cached on disk."""
     return autotune.Autotuner(
-        op, configs, ptx=lambda c: kernel(c).ptx(), machine=machine, timer=event_timer
+        op, configs, ptx=lambda c: recipe(c).build().ptx(), machine=machine, timer=event_timer,
+        prepare=lambda cs: precompile([recipe(c) for c in cs]),
     )
 
 

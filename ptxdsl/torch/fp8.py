@@ -16,7 +16,7 @@ from ..compiler import KernelDef
 from ..runtime.tensormap import TensorMap
 from . import autotune
 from .gemm import check_operands, launchable, output_c, persistent_grid
-from .kernels import FP8_CONFIGS, GEMM_BM, fp8_kernel
+from .kernels import FP8_CONFIGS, GEMM_BM, fp8_kernel, fp8_recipe
 from .opspec import Args, OpSpec, TensorParam, register
 
 BK = 128  # K per stage: a 128-byte swizzle row of fp8
@@ -26,7 +26,8 @@ def _kernel(config: Any) -> KernelDef:
     return fp8_kernel(config["bn"], config["stages"], config["cluster"])
 
 
-TUNER = autotune.tuner("ptxdsl::scaled_mm_fp8", FP8_CONFIGS, _kernel)
+TUNER = autotune.tuner("ptxdsl::scaled_mm_fp8", FP8_CONFIGS,
+                       lambda c: fp8_recipe(c["bn"], c["stages"], c["cluster"]))
 
 
 def _run(config: Any, args: Args, c: torch.Tensor, stream: int) -> None:

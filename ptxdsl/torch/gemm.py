@@ -15,7 +15,7 @@ from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas, tile_grid
 from ..runtime.tensormap import TensorMap
 from . import autotune
-from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel
+from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel, gemm_recipe
 from .opspec import Args, OpSpec, TensorParam, register
 
 _U32 = 2**32
@@ -25,7 +25,8 @@ def _kernel(config: Any) -> KernelDef:
     return gemm_kernel(config["bn"], config["stages"], config["cluster"])
 
 
-TUNER = autotune.tuner("ptxdsl::gemm", GEMM_CONFIGS, _kernel)
+TUNER = autotune.tuner("ptxdsl::gemm", GEMM_CONFIGS,
+                       lambda c: gemm_recipe(c["bn"], c["stages"], c["cluster"]))
 
 
 def check_operands(args: Args) -> str | None:

@@ -1,20 +1,18 @@
 """The kernel families behind the torch ops, and the configs each may be tuned over.
 
 The kernels are the samples' (samples/gemm.py `make_gemm`, samples/gemm_fp8.py
-`make_gemm_fp8`, samples/norms.py `make_norm_row`), imported from the source tree once, so
-the ops run the kernels that the sample tests and benchmarks check.
+`make_gemm_fp8`, samples/norms.py `make_norm_row`, samples/attention.py `make_attention`),
+built from the source tree (as `ptxdsl.precompile.Recipe`s, so that tuning builds them in
+parallel processes), so the ops run the kernels that the sample tests and benchmarks check.
 This module does not import torch."""
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 from .. import types as T
 from ..compiler import KernelDef
-from ..runner import load_twin
+from ..precompile import Recipe
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
@@ -44,23 +42,25 @@ NORM_WARPS = (8, 4, 16, 2)
 NORM_MAX_PER_THREAD = 64
 
 
-@cache
-def sample(name: str) -> ModuleType:
-    """The Python twin samples/<name>.py, imported once."""
+def twin(name: str) -> Path:
+    """The Python twin samples/<name>.py the kernels are built from."""
     path = SAMPLES / f"{name}.py"
     if not path.is_file():
         raise ImportError(
             f"ptxdsl.torch builds its kernels from {path}, which is missing; install ptxdsl "
             "from a source checkout (pip install -e .)"
         )
-    return load_twin(path)
+    return path
 
 
-@cache
-def gemm_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
+def gemm_recipe(bn: int, stages: int, cluster: int) -> Recipe:
     """The bf16 GEMM C = A @ B^T with 128 x bn x 64 tiles."""
-    make: Any = sample("gemm").make_gemm
-    return make(bm=GEMM_BM, bn=bn, stages=stages, cluster=(cluster, 1, 1))
+    return Recipe.of(twin("gemm"), "make_gemm", bm=GEMM_BM, bn=bn, stages=stages,
+                     cluster=(cluster, 1, 1))
+
+
+def gemm_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
+    return gemm_recipe(bn, stages, cluster).build()
 
 
 def norm_configs(n: int, dtype: T.Scalar) -> tuple[dict[str, int], ...]:
@@ -80,18 +80,43 @@ def norm_sizes_text(dtype: T.Scalar) -> str:
     return "a multiple of " + ", of ".join(rules)
 
 
-@cache
-def fp8_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
+# attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or
+# not, the sample's choice first (turns at head dim 64, where they pay: BENCHMARKS.md)
+ATTENTION_HEAD_DIMS = (64, 128)
+
+
+def attention_configs(d: int) -> tuple[dict[str, int], ...]:
+    return tuple({"pingpong": pp} for pp in ((1, 0) if d == 64 else (0, 1)))
+
+
+def attention_recipe(d: int, causal: bool, pingpong: int) -> Recipe:
+    """The forward attention of head dim d (samples/attention.py `make_attention`)."""
+    return Recipe.of(twin("attention"), "make_attention", d=d, causal=bool(causal),
+                     pingpong=bool(pingpong))
+
+
+def attention_kernel(d: int, causal: bool, pingpong: int) -> KernelDef:
+    return attention_recipe(d, causal, pingpong).build()
+
+
+def fp8_recipe(bn: int, stages: int, cluster: int) -> Recipe:
     """The e4m3 GEMM C (bf16) = sa * sb * A @ B^T with 128 x bn x 128 tiles, sa and sb read
     from 1-element f32 device tensors."""
-    make: Any = sample("gemm_fp8").make_gemm_fp8
-    return make(bm=GEMM_BM, bn=bn, stages=stages, cluster=(cluster, 1, 1))
+    return Recipe.of(twin("gemm_fp8"), "make_gemm_fp8", bm=GEMM_BM, bn=bn, stages=stages,
+                     cluster=(cluster, 1, 1))
 
 
-@cache
-def norm_kernel(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> KernelDef:
+def fp8_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
+    return fp8_recipe(bn, stages, cluster).build()
+
+
+def norm_recipe(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> Recipe:
     """The normalisation `kind` ("rmsnorm", "layernorm" or "softmax", which ignores eps) of
     rows of n elements, one row per CTA of `warps` warps."""
-    make: Any = sample("norms").make_norm_row
     name = f"{kind}_row_{dtype}_{n}_w{warps}_e{eps:.3g}".replace(".", "p").replace("-", "m")
-    return make(kind, n, dtype, warps, eps, name=name)
+    return Recipe.of(twin("norms"), "make_norm_row", kind=kind, n=n, dtype=dtype, warps=warps,
+                     eps=eps, name=name)
+
+
+def norm_kernel(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> KernelDef:
+    return norm_recipe(kind, n, dtype, eps, warps).build()

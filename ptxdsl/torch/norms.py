@@ -19,9 +19,8 @@ from typing import Any
 import torch
 
 from .. import types as T
-from ..compiler import KernelDef
 from . import autotune
-from .kernels import norm_configs, norm_kernel, norm_sizes_text
+from .kernels import norm_configs, norm_kernel, norm_recipe, norm_sizes_text
 from .opspec import Args, OpSpec, ScalarParam, TensorParam, dtype_name, register
 
 _ELEM = {torch.bfloat16: T.bf16, torch.float32: T.f32}
@@ -61,10 +60,10 @@ def _output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
 
 @cache
 def _tuner(op: str, kind: str, n: int, elem: T.Scalar, eps: float) -> Any:
-    def kernel(config: Any) -> KernelDef:
-        return norm_kernel(kind, n, elem, eps, config["warps"])
+    def recipe(config: Any) -> Any:
+        return norm_recipe(kind, n, elem, eps, config["warps"])
 
-    return autotune.tuner(f"ptxdsl::{op}", norm_configs(n, elem), kernel)
+    return autotune.tuner(f"ptxdsl::{op}", norm_configs(n, elem), recipe)
 
 
 def _launcher(op: str, kind: str, params: tuple[str, ...]) -> Callable[[Args, torch.Tensor, int],

@@ -43,11 +43,12 @@ class TensorParam:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScalarParam:
-    """A float or int argument with its default."""
+    """A scalar argument with its default: type "float", "int", "bool", or "float?" (a float
+    or None)."""
 
     name: str
-    type: str  # "float" or "int"
-    default: float | int
+    type: str
+    default: float | int | bool | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,122 @@
+"""`torch.ops.ptxdsl.attention(q, k, v, causal=False, scale=None)`: softmax(Q K^T scale) V, the
+samples' FlashAttention-3-style forward kernel (samples/attention.ptxdsl).
+
+q is (B, H, S, D), k and v (B, KVH, S_kv, D), bf16, head dim 64 or 128, KVH dividing H
+(GQA/MQA), as `torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)` takes
+them; the output is (B, H, S, D) bf16. Keys may outnumber queries (a KV cache; decode at
+S = 1): the causal mask is then aligned to the end, query row r seeing keys 0 .. r + S_kv - S
+(FlashAttention's convention; SDPA's `is_causal` aligns to the start, the same when S = S_kv).
+Any strides a tensor map takes (unit stride in D, the others multiples of 16 bytes) are
+read in place: (B, S, H, D) tensors transposed to (B, H, S, D), or the first S_kv rows of a
+longer KV cache. Whether the two consumer warpgroups take turns is tuned per shape.
+Forward only: no backward is registered."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+import torch
+
+from ..runtime.launch import Kernel
+from ..runtime.occupancy import resident_ctas
+from ..runtime.tensormap import TensorMap
+from . import autotune
+from .kernels import ATTENTION_HEAD_DIMS, attention_configs, attention_kernel, attention_recipe
+from .opspec import Args, OpSpec, ScalarParam, TensorParam, register
+
+BLOCK = 128  # query rows of a tile, keys of a block
+_S32 = 2**31
+
+
+@cache
+def _tuner(d: int, causal: bool) -> Any:
+    def recipe(config: Any) -> Any:
+        return attention_recipe(d, causal, config["pingpong"])
+
+    name = f"ptxdsl::attention_d{d}{'_causal' if causal else ''}"
+    return autotune.tuner(name, attention_configs(d), recipe)
+
+
+@cache
+def _loaded(d: int, causal: bool, pingpong: int, device: int) -> tuple[Kernel, int]:
+    kernel = attention_kernel(d, causal, pingpong).program().kernel(device=device)
+    return kernel, resident_ctas(kernel, 1, device)
+
+
+def check(args: Args) -> str | None:
+    q, k, v = args["q"], args["k"], args["v"]
+    (b, h, s, d), (bk, hk, skv, dk) = q.shape, k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        return f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}"
+    if bk != b or dk != d:
+        return (f"k and v must be (B, KVH, S_kv, D) with q's B = {b} and D = {d}, got "
+                f"{tuple(k.shape)}")
+    if d not in ATTENTION_HEAD_DIMS:
+        return f"the head dim (q's last dimension) must be 64 or 128, got {d}"
+    if hk < 1 or h % hk:
+        return f"k's heads must divide q's ({h}), got {hk}"
+    if skv < 1 and s > 0:
+        return "k and v must hold at least one key"
+    if args["causal"] and skv < s:
+        return (f"causal attention needs at least as many keys as queries (the mask aligns "
+                f"to the end), got S = {s} queries and S_kv = {skv} keys")
+    scale = args["scale"]
+    if scale is not None and not (0 < scale < math.inf):
+        return f"scale must be positive and finite, got {scale}"
+    if max(b * h, s, skv) >= _S32:
+        return f"B * H, S and S_kv must be below 2**31, got {b * h}, {s}, {skv}"
+    return None
+
+
+def output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
+    return tuple(args["q"].shape), torch.bfloat16
+
+
+def _map(x: torch.Tensor, box_rows: int) -> TensorMap:
+    return TensorMap(x, box=(1, 1, box_rows, 64), swizzle="128B")
+
+
+def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
+    q, k, v, causal = args["q"], args["k"], args["v"], bool(args["causal"])
+    b, h, s, d = q.shape
+    kvh, skv = k.shape[1], k.shape[2]
+    scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
+    device = q.device.index
+    maps = [_map(x, BLOCK) for x in (q, k, v)]
+    lse = torch.empty(b * h * s, device=q.device, dtype=torch.float32)
+    tiles = -(-s // BLOCK) * b * h
+
+    def run(config: Any, o: torch.Tensor) -> None:
+        kernel, resident = _loaded(d, causal, config["pingpong"], device)
+        kernel[min(tiles, resident), None, stream](
+            *maps, _map(o, 64), lse, s, skv, h, kvh, b, scale * math.log2(math.e))
+
+    def trial(config: Any) -> torch.Tensor:
+        o = torch.empty_like(out)
+        run(config, o)
+        return o
+
+    # lengths rounded up to powers of two: sequences vary, the best choice barely does
+    shape = (b * h, h // kvh, 1 << (s - 1).bit_length(), 1 << (skv - 1).bit_length())
+    config = _tuner(d, causal).choose(shape, trial, autotune.close(2**-6), device=device,
+                                      tune=autotune.tuning_allowed())
+    run(config, out)
+
+
+SPEC = OpSpec(
+    name="attention",
+    params=(
+        TensorParam(name="q", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
+        TensorParam(name="k", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
+        TensorParam(name="v", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
+        ScalarParam(name="causal", type="bool", default=False),
+        ScalarParam(name="scale", type="float?", default=None),
+    ),
+    check=check,
+    output=output,
+    launch=_launch,
+)
+
+attention = register(SPEC)

@@ -1,0 +1,61 @@
+"""ptxdsl.precompile: recipes built in worker processes and adopted here (no GPU, no torch)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from conftest import SAMPLES
+
+import ptxdsl
+from ptxdsl import precompile as pc
+from ptxdsl.compiler import compile_module
+from ptxdsl.runtime import compile as cc
+
+
+def norm(warps: int, kind: str = "rmsnorm") -> pc.Recipe:
+    return pc.Recipe.of(SAMPLES / "norms.py", "make_norm_row", kind=kind, n=1024,
+                        dtype=ptxdsl.f32, warps=warps, name=f"pc_{kind}_{warps}")
+
+
+def test_recipes_are_plain_data():
+    r = norm(4)
+    assert pickle.loads(pickle.dumps(r)) == r and hash(r) == hash(norm(4))
+    assert norm(4) != norm(2)
+
+
+def test_workers_build_adopted_kernels_and_cubins_and_report_failures(monkeypatch):
+    monkeypatch.setenv("PTXDSL_COMPILE_WORKERS", "2")
+    monkeypatch.setenv("PTXDSL_CACHE", "0")  # every cubin comes from a worker or a compile
+    good = [norm(2, "softmax"), norm(4, "softmax")]
+    bad = norm(2, "median")  # make_norm_row raises ValueError: unknown normalisation
+    errors = pc.precompile([*good, bad])
+    assert set(errors) == {bad} and "ValueError: unknown normalisation 'median'" in errors[bad]
+    assert all(r.built() for r in good) and not bad.built()
+    for r in good:
+        kd = r.build()
+        assert kd.name == dict(r.kwargs)["name"]
+        # the adopted PTX is what this process would emit, and its cubin is in memory
+        mine = compile_module(kd.module)
+        assert kd.ptx() == mine.ptx
+        compiles = cc.stats.compiles
+        cc.ptx_to_cubin(mine.ptx, mine.arch)
+        assert cc.stats.compiles == compiles
+    with pytest.raises(ValueError, match="unknown normalisation"):
+        bad.build()
+
+
+@pytest.mark.parametrize("env, count, want", [("0", 5, 0), ("1", 5, 1), ("3", 5, 3),
+                                              ("8", 2, 2), ("8", 1, 0), (None, 1, 0)])
+def test_worker_count(monkeypatch, env, count, want):
+    if env is None:
+        monkeypatch.delenv("PTXDSL_COMPILE_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("PTXDSL_COMPILE_WORKERS", env)
+    assert pc.workers(count) == want
+
+
+def test_one_worker_or_fewer_builds_nothing_ahead(monkeypatch):
+    monkeypatch.setenv("PTXDSL_COMPILE_WORKERS", "1")
+    r = norm(8, "layernorm")
+    assert pc.precompile([r, norm(4, "layernorm")]) == {} and not r.built()
