@@ -188,6 +188,31 @@ def test_decode_over_a_kv_cache_view(ops, torch, gpu, d):
                          reference(torch, q, k, v, causal))
 
 
+def test_short_queries_stack_the_heads_of_a_kv_head(ops, torch, fake):
+    from ptxdsl.torch.attention import packed
+
+    q, out = cuda(torch, 4, 8, 3, 64), cuda(torch, 4, 8, 3, 64)
+    pq, po = packed(q, out, 2, causal=False)
+    assert pq.shape == po.shape == (4, 2, 12, 64)
+    assert packed(q, out, 2, causal=True) is None  # rows of one head would see each other's keys
+    assert packed(q, out, 8, causal=False) is None  # one query head per KV head
+    assert packed(cuda(torch, 4, 8, 128, 64), cuda(torch, 4, 8, 128, 64), 2, False) is None
+    one = cuda(torch, 4, 1, 8, 64).transpose(1, 2)  # decode: (B, 1, H, D) as (B, H, 1, D)
+    assert packed(one, cuda(torch, 4, 8, 1, 64), 2, causal=True)[0].shape == (4, 2, 4, 64)
+    odd = cuda(torch, 4, 3, 8, 64).transpose(1, 2)  # heads and rows that do not merge
+    assert packed(odd, cuda(torch, 4, 8, 3, 64), 2, causal=False) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s, causal", [(1, True), (5, False), (100, False), (5, True)])
+def test_stacked_heads_match_the_math_backend(ops, torch, gpu, s, causal):
+    """Short queries with GQA (stacked into one head's rows when the mask allows)."""
+    q = rand(torch, 3, 16, s, 128, seed=s)
+    k, v = rand(torch, 3, 2, 900, 128, seed=1), rand(torch, 3, 2, 900, 128, seed=2)
+    assert_close(torch, torch.ops.ptxdsl.attention(q, k, v, causal),
+                 reference(torch, q, k, v, causal))
+
+
 @pytest.mark.gpu
 def test_scale(ops, torch, gpu):
     q, k, v = (rand(torch, 1, 2, 300, 64, seed=i) for i in range(3))

@@ -147,6 +147,7 @@ def test_cpu_tensors_are_named(ops, torch):
         torch.ops.ptxdsl.rms_norm(torch.zeros(2, 1024), torch.zeros(1024))
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")  # dynamo's own imports
 def test_compile_traces_both_ops_without_a_graph_break(ops, torch, fake):
     from torch._dynamo.utils import counters
 
@@ -304,6 +305,7 @@ def test_cpu_tensors_are_named_by_the_other_ops(ops, torch):
         torch.ops.ptxdsl.softmax(x)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")  # dynamo's own imports
 def test_compile_traces_the_other_ops_without_a_graph_break(ops, torch, fake):
     from torch._dynamo.utils import counters
 

@@ -78,11 +78,32 @@ def _map(x: torch.Tensor, box_rows: int) -> TensorMap:
     return TensorMap(x, box=(1, 1, box_rows, 64), swizzle="128B")
 
 
+def packed(q: torch.Tensor, out: torch.Tensor, kv_heads: int,
+           causal: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """q and out (B, H, S, D) seen as (B, KVH, H / KVH * S, D): the query heads that share a
+    KV head stacked as rows of one head, so that short queries (decode) fill the 128-row
+    tiles instead of padding them. Only where the mask allows it (not causal, or S = 1, where
+    the causal mask hides nothing), S is below a tile and the strides let the heads and rows
+    merge; else None."""
+    b, h, s, d = q.shape
+    if h == kv_heads or s >= BLOCK or (causal and s > 1):
+        return None
+    if s > 1 and q.stride(1) != s * q.stride(2):  # heads and rows do not merge in q
+        return None
+    shape = (b, kv_heads, h // kv_heads * s, d)
+    return q.view(shape), out.view(shape)  # out is contiguous
+
+
 def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
     q, k, v, causal = args["q"], args["k"], args["v"], bool(args["causal"])
-    b, h, s, d = q.shape
+    d = q.shape[3]
     kvh, skv = k.shape[1], k.shape[2]
     scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
+    stacked = packed(q, out, kvh, causal)
+    if stacked is not None:
+        q, out = stacked
+        causal = False  # S = 1 or not causal
+    b, h, s, _ = q.shape
     device = q.device.index
     maps = [_map(x, BLOCK) for x in (q, k, v)]
     lse = torch.empty(b * h * s, device=q.device, dtype=torch.float32)

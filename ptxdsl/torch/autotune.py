@@ -12,11 +12,14 @@ from typing import Any
 import torch
 
 from .. import autotune
+from ..autotune import enabled
 from ..precompile import Recipe, precompile
 from ..runtime.driver import check, device_info, driver
 
 WARMUP = 2
 REPS = 10
+
+__all__ = ["close", "enabled", "event_timer", "machine", "tuner", "tuning_allowed"]
 
 
 def event_timer(fn: Callable[[], Any]) -> float:

@@ -8,6 +8,7 @@ This module does not import torch."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from .. import types as T
@@ -59,6 +60,7 @@ def gemm_recipe(bn: int, stages: int, cluster: int) -> Recipe:
                      cluster=(cluster, 1, 1))
 
 
+@cache
 def gemm_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
     return gemm_recipe(bn, stages, cluster).build()
 
@@ -95,6 +97,7 @@ def attention_recipe(d: int, causal: bool, pingpong: int) -> Recipe:
                      pingpong=bool(pingpong))
 
 
+@cache
 def attention_kernel(d: int, causal: bool, pingpong: int) -> KernelDef:
     return attention_recipe(d, causal, pingpong).build()
 
@@ -106,6 +109,7 @@ def fp8_recipe(bn: int, stages: int, cluster: int) -> Recipe:
                      cluster=(cluster, 1, 1))
 
 
+@cache
 def fp8_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
     return fp8_recipe(bn, stages, cluster).build()
 
@@ -118,5 +122,6 @@ def norm_recipe(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> R
                      eps=eps, name=name)
 
 
+@cache
 def norm_kernel(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> KernelDef:
     return norm_recipe(kind, n, dtype, eps, warps).build()

@@ -70,18 +70,36 @@ def _launcher(op: str, kind: str, params: tuple[str, ...]) -> Callable[[Args, to
                                                                        None]:
     """The launch of `kind`'s kernel, whose arguments are (x, *params, y, rows)."""
 
+    ready: dict[tuple, Any] = {}  # (rows, n, dtype, eps, device, stream) -> launcher
+
     def launch(args: Args, out: torch.Tensor, stream: int) -> None:
         x, eps = args["x"], float(args.get("eps", DEFAULT_EPS))
         ws = [args[p] for p in params]
         n = x.shape[-1]
         rows = x.numel() // n
+        device = x.device.index
+        key = (rows, n, x.dtype, eps, device, stream, autotune.enabled())
+        bound = ready.get(key)
+        if bound is None:
+            bound = _choose(rows, n, x, ws, eps, out, stream)
+            if autotune.tuning_allowed():  # a choice made while capturing is not kept
+                if len(ready) >= 1024:
+                    ready.clear()
+                ready[key] = bound
+        bound(x, *ws, out, rows)
+
+    def _choose(rows: int, n: int, x: torch.Tensor, ws: list, eps: float, out: torch.Tensor,
+                stream: int) -> Any:
+        """The launcher of the config tuned (or remembered) for this shape."""
         elem = _ELEM[x.dtype]
         device = x.device.index
 
-        def run(config: Any, y: torch.Tensor) -> None:
+        def bound(config: Any) -> Any:
             kdef = norm_kernel(kind, n, elem, eps, config["warps"])
-            kdef.program().kernel(device=device)[min(rows, _MAX_GRID), None, stream](
-                x, *ws, y, rows)
+            return kdef.program().kernel(device=device)[min(rows, _MAX_GRID), None, stream]
+
+        def run(config: Any, y: torch.Tensor) -> None:
+            bound(config)(x, *ws, y, rows)
 
         def trial(config: Any) -> torch.Tensor:
             y = torch.empty_like(out)
@@ -92,7 +110,7 @@ def _launcher(op: str, kind: str, params: tuple[str, ...]) -> Callable[[Args, to
         shape = (1 << (rows - 1).bit_length(), n, dtype_name(x.dtype))
         config = _tuner(op, kind, n, elem, eps).choose(
             shape, trial, autotune.close(2**-6), device=device, tune=autotune.tuning_allowed())
-        run(config, out)
+        return bound(config)
 
     return launch
 
@@ -192,5 +210,6 @@ def _softmax_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
     return softmax_backward(y, grad)
 
 
-softmax = register(_spec("softmax", "softmax", (), eps=False))
+SOFTMAX = _spec("softmax", "softmax", (), eps=False)
+softmax = register(SOFTMAX)
 softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
