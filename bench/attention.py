@@ -133,15 +133,17 @@ def measure(a: argparse.Namespace, d: int, s: int, causal: bool) -> tuple[list[R
             Row(f"{case} vs FA2", best, tf[best], "flash SDPA", tf["flash"], "TFLOP/s", cmd)]
     err = ", ".join(f"{n} {e:.1e}" for n, e in errs.items())
     other = next(n for n in ours if n != best)
-    return rows, (f"- {case}: {other} {tf[other]:.0f} TFLOP/s; max error / output scale against "
-                  f"the math backend: {err}")
+    return rows, (f"{case}: {other} {tf[other]:.0f} TFLOP/s, max error / output scale "
+                  f"against the math backend {err}")
 
 
 def run(a: argparse.Namespace) -> list[Section]:
     s = Section("attention", "Attention forward, bf16 (FlashAttention-class)", ABOUT,
                 limits=LIMITS)
+    notes = []
     for d, seq, causal in cases(a.case):
         rows, note = measure(a, d, seq, causal)
         s.rows += rows
-        s.notes.append(note)
+        notes.append(note)
+    s.notes.append("Per case, the other variant and the errors: " + "; ".join(notes) + ".")
     return [s]

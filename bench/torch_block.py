@@ -22,6 +22,13 @@ ABOUT = ("One decoder block (Llama-3-8B shapes, bf16) per call, milliseconds, ea
          "through torch.compile(fullgraph=True). References: the same block on PyTorch's "
          "kernels (cuBLAS, cuDNN/flash SDPA, ATen RMSNorm), eager and torch.compile'd; the "
          "faster is the row's reference.")
+PROFILE = ("Where the GPU time goes (torch.profiler, H100, 2026-11-25): prefill, ptxdsl's four "
+           "GEMMs 2260 us against cuBLAS's 2233 us, attention 333 us against cuDNN's 254 us, "
+           "RMSNorm 2 x 25 us where inductor fuses the residual add into its own norm (2 x "
+           "27 us, one pass fewer); decode, attention over the 64 x 4096-token cache 463 us "
+           "(2.3 TB/s) against cuDNN's 352 us (3.0 TB/s) and the GEMMs 221 us against "
+           "cuBLAS's 170 us (split-K and 64-wide tiles at M = 64), plus about 35 us of host "
+           "time per ptxdsl op call, which a CUDA graph removes.")
 LIMITS = ("decode (64 tokens) is weight-bandwidth work: cuBLAS splits K or uses narrow tiles "
           "to spread 0.9 GB of weights over every SM, while ptxdsl's GEMM op tiles M by 128 "
           "(half of each tile is padding) and has fewer tiles than SMs at N = 4096; the "
@@ -73,4 +80,5 @@ def run(a: argparse.Namespace) -> list[Section]:
         s.rows.append(Row(case, "ptxdsl ops, compiled", ms["ptxdsl, compiled"], best_ref,
                           ms[best_ref], "ms", cmd))
         s.notes.append(f"{case}: " + ", ".join(f"{n} {v:.3f} ms" for n, v in ms.items()) + ".")
+    s.notes.append(PROFILE)
     return [s]

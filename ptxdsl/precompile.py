@@ -7,21 +7,23 @@ processes: each traces its kernels, emits their PTX and assembles their cubins (
 and sends them back; this process adopts them (the KernelDefs with their PTX, the cubins in
 the compile cache). Tuning 20 candidates then costs about the slowest of them, not their sum.
 
-Workers are fresh interpreters running `python -m ptxdsl.precompile` (not multiprocessing:
-that would re-import the caller's `__main__`). They import ptxdsl and the twin, never torch,
-and touch no GPU. `PTXDSL_COMPILE_WORKERS` sets how many (default: the CPU count, at most one
-per recipe, two recipes at least); 0 or 1 builds in this process. A recipe that fails in a
+Workers are interpreters running `python -m ptxdsl.precompile` (not multiprocessing: that
+would re-import the caller's `__main__`), started on first use and kept until this process
+exits, so their imports are paid once. They import ptxdsl and the twins, never torch, and
+touch no GPU. `PTXDSL_COMPILE_WORKERS` sets how many (default: the CPU count, at most one per
+recipe); 0 or 1, or fewer than MIN_RECIPES recipes, builds in this process. A recipe that fails in a
 worker is left unbuilt: building it here raises the error where the caller can see it."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
+import struct
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,6 @@ from .kernelinfo import PtxModule
 from .runner import load_twin
 from .runtime.compile import ptx_to_cubin, remember
 
-TIMEOUT_S = 600
 _ROOT = Path(__file__).resolve().parents[1]  # the directory holding the ptxdsl package
 _built: dict[Recipe, KernelDef] = {}
 _twins: dict[str, Any] = {}
@@ -67,11 +68,14 @@ class Recipe:
             return self in _built
 
 
+MIN_RECIPES = 3  # fewer are built here: a round trip to the workers costs about one build
+
+
 def workers(count: int) -> int:
-    """How many processes build `count` recipes."""
+    """How many processes build `count` recipes (0: build them here)."""
     env = os.environ.get("PTXDSL_COMPILE_WORKERS")
     n = int(env) if env and env.isdigit() else (os.cpu_count() or 1)
-    return min(n, count) if count > 1 else 0
+    return min(n, count) if count >= MIN_RECIPES and n > 1 else 0
 
 
 Result = tuple[Any, PtxModule, tuple[bytes, str]] | str  # (IR, PTX, cubin) or an error
@@ -87,15 +91,64 @@ def _build_here(recipe: Recipe) -> Result:
         return f"{type(e).__name__}: {e}"
 
 
-def _run_worker(batch: list[Recipe]) -> list[Result]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    proc = subprocess.run([sys.executable, "-m", "ptxdsl.precompile"], input=pickle.dumps(batch),
-                          capture_output=True, env=env, timeout=TIMEOUT_S, check=False)
-    if proc.returncode != 0:
-        return [f"worker exited {proc.returncode}: {proc.stderr.decode()[-500:]}"] * len(batch)
-    results: list[Result] = pickle.loads(proc.stdout)
-    return results
+def _send(stream: Any, obj: Any) -> None:
+    data = pickle.dumps(obj)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: Any) -> Any:
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError("the worker closed its pipe")
+    (size,) = struct.unpack("<Q", head)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("the worker closed its pipe mid-message")
+    return pickle.loads(data)
+
+
+class _Pool:
+    """Worker processes kept for the life of this one: each started once (its imports paid
+    once), then sent batches of recipes over its stdin, answering on its stdout."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.lock = threading.Lock()
+        atexit.register(self.close)
+
+    def _grow(self, n: int) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        while len(self.procs) < n:
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "ptxdsl.precompile"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env))
+
+    def run(self, batches: list[list[Recipe]]) -> list[list[Result]]:
+        with self.lock:
+            self._grow(len(batches))
+            procs = self.procs[:len(batches)]
+            try:
+                for proc, batch in zip(procs, batches, strict=True):
+                    _send(proc.stdin, batch)
+                return [_receive(proc.stdout) for proc in procs]
+            except (OSError, EOFError, pickle.UnpicklingError):
+                self.close()  # a worker died: start afresh next time
+                raise
+
+    def close(self) -> None:
+        for proc in self.procs:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+        self.procs = []
+
+
+_pool = _Pool()
 
 
 def precompile(recipes: Sequence[Recipe]) -> dict[Recipe, str]:
@@ -106,12 +159,11 @@ def precompile(recipes: Sequence[Recipe]) -> dict[Recipe, str]:
     if n <= 1:
         return {}
     batches = [todo[i::n] for i in range(n)]
+    try:
+        outcomes = _pool.run(batches)
+    except (OSError, EOFError, pickle.UnpicklingError) as e:
+        return {r: f"{type(e).__name__}: {e}" for r in todo}
     errors: dict[Recipe, str] = {}
-    with ThreadPoolExecutor(n) as pool:
-        try:
-            outcomes = list(pool.map(_run_worker, batches))
-        except (OSError, subprocess.SubprocessError) as e:
-            return {r: f"{type(e).__name__}: {e}" for r in todo}
     for batch, results in zip(batches, outcomes, strict=True):
         for recipe, result in zip(batch, results, strict=True):
             if isinstance(result, str):
@@ -127,9 +179,14 @@ def precompile(recipes: Sequence[Recipe]) -> dict[Recipe, str]:
 
 
 def _main() -> None:
-    batch: list[Recipe] = pickle.loads(sys.stdin.buffer.read())
-    results = [_build_here(r) for r in batch]
-    sys.stdout.buffer.write(pickle.dumps(results))
+    """A worker: build each batch that arrives on stdin, answer on stdout, until EOF."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            batch: list[Recipe] = _receive(inp)
+        except EOFError:
+            return
+        _send(out, [_build_here(r) for r in batch])
 
 
 if __name__ == "__main__":

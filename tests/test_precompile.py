@@ -43,10 +43,16 @@ def test_workers_build_adopted_kernels_and_cubins_and_report_failures(monkeypatc
         assert cc.stats.compiles == compiles
     with pytest.raises(ValueError, match="unknown normalisation"):
         bad.build()
+    # the workers stay for the next batch: their imports are paid once
+    pids = [p.pid for p in pc._pool.procs]
+    assert len(pids) == 2 and all(p.poll() is None for p in pc._pool.procs)
+    more = [norm(2, "layernorm"), norm(4, "layernorm"), norm(8, "layernorm")]
+    assert pc.precompile(more) == {} and all(r.built() for r in more)
+    assert [p.pid for p in pc._pool.procs][:2] == pids
 
 
-@pytest.mark.parametrize("env, count, want", [("0", 5, 0), ("1", 5, 1), ("3", 5, 3),
-                                              ("8", 2, 2), ("8", 1, 0), (None, 1, 0)])
+@pytest.mark.parametrize("env, count, want", [("0", 5, 0), ("1", 5, 0), ("3", 5, 3),
+                                              ("8", 3, 3), ("8", 2, 0), (None, 1, 0)])
 def test_worker_count(monkeypatch, env, count, want):
     if env is None:
         monkeypatch.delenv("PTXDSL_COMPILE_WORKERS", raising=False)
@@ -57,5 +63,5 @@ def test_worker_count(monkeypatch, env, count, want):
 
 def test_one_worker_or_fewer_builds_nothing_ahead(monkeypatch):
     monkeypatch.setenv("PTXDSL_COMPILE_WORKERS", "1")
-    r = norm(8, "layernorm")
-    assert pc.precompile([r, norm(4, "layernorm")]) == {} and not r.built()
+    r = norm(8, "rmsnorm")
+    assert pc.precompile([r, norm(4, "rmsnorm"), norm(2, "rmsnorm")]) == {} and not r.built()
