@@ -247,4 +247,4 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
             "rtol": 2 ** -6, "atol": 2 ** -6}
 
 
-SMALL = {"batch": 1, "heads": 2, "kv_heads": 1, "seq": 150, "kv_seq": 190, "grid": 2}
+SMALL = {"batch": 1, "heads": 2, "kv_heads": 1, "seq": 100, "kv_seq": 190, "grid": 2}
