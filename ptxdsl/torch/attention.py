@@ -9,7 +9,8 @@ S = 1): the causal mask is then aligned to the end, query row r seeing keys 0 ..
 Any strides a tensor map takes (unit stride in D, the others multiples of 16 bytes) are
 read in place: (B, S, H, D) tensors transposed to (B, H, S, D), or the first S_kv rows of a
 longer KV cache. Whether the two consumer warpgroups take turns is tuned per shape.
-Forward only: no backward is registered."""
+The backward is torch's: SDPA recomputed on the saved q, k, v and differentiated (correct, at
+torch's speed; ptxdsl has no backward kernel yet)."""
 
 from __future__ import annotations
 
@@ -141,3 +142,39 @@ SPEC = OpSpec(
 )
 
 attention = register(SPEC)
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+         scale: float | None) -> torch.Tensor:
+    """The same attention with torch's scaled_dot_product_attention (its causal mask aligned
+    to the end like the op's)."""
+    import torch.nn.functional as F
+
+    s, skv = q.shape[2], k.shape[2]
+    if causal and s != skv:
+        mask = torch.ones(s, skv, dtype=torch.bool, device=q.device).tril(skv - s)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                              enable_gqa=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+                                          enable_gqa=True)
+
+
+def _setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    q, k, v, *rest = inputs  # the dispatcher drops trailing defaults
+    ctx.causal = bool(rest[0]) if rest else False
+    ctx.scale = rest[1] if len(rest) > 1 else None
+    ctx.save_for_backward(q, k, v)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    """dL/dq, dL/dk, dL/dv by torch: its SDPA recomputed on the saved inputs and
+    differentiated (ptxdsl has no backward kernel yet)."""
+    q, k, v = ctx.saved_tensors
+    with torch.enable_grad():
+        lq, lk, lv = (t.detach().requires_grad_() for t in (q, k, v))
+        out = sdpa(lq, lk, lv, ctx.causal, ctx.scale)
+        dq, dk, dv = torch.autograd.grad(out, (lq, lk, lv), grad)
+    return dq, dk, dv, None, None
+
+
+attention.register_autograd(_backward, setup_context=_setup)
