@@ -5,14 +5,18 @@ arguments. It is plain data, so another process can build it; `build()` gives it
 one per recipe per process. `precompile(recipes)` builds the recipes not built yet in worker
 processes: each traces its kernels, emits their PTX and assembles their cubins (nvJitLink),
 and sends them back; this process adopts them (the KernelDefs with their PTX, the cubins in
-the compile cache). Tuning 20 candidates then costs about the slowest of them, not their sum.
+the in-memory compile cache; the workers write the disk cache as a build here would). The
+builds of a batch overlap; what tuning costs beyond them (loading and timing each candidate)
+does not change.
 
-Workers are interpreters running `python -m ptxdsl.precompile` (not multiprocessing: that
-would re-import the caller's `__main__`), started on first use and kept until this process
-exits, so their imports are paid once. They import ptxdsl and the twins, never torch, and
-touch no GPU. `PTXDSL_COMPILE_WORKERS` sets how many (default: the CPU count, at most one per
-recipe); 0 or 1, or fewer than MIN_RECIPES recipes, builds in this process. A recipe that fails in a
-worker is left unbuilt: building it here raises the error where the caller can see it."""
+Workers are interpreters running `ptxdsl.precompile._main` (not multiprocessing: that would
+re-import the caller's `__main__`), started on first use and kept until this process exits,
+so their imports are paid once; the cache settings of the environment go with every batch.
+They import ptxdsl and the twins, never torch, and touch no GPU. `PTXDSL_COMPILE_WORKERS`
+sets how many (default: the CPU count, at most one per recipe); 0 or 1, or fewer than
+MIN_RECIPES recipes, builds in this process. A recipe that fails in a worker is left unbuilt
+(and every recipe, if the workers fail): building it here raises the error where the caller
+can see it."""
 
 from __future__ import annotations
 
@@ -78,17 +82,24 @@ def workers(count: int) -> int:
     return min(n, count) if count >= MIN_RECIPES and n > 1 else 0
 
 
-Result = tuple[Any, PtxModule, tuple[bytes, str]] | str  # (IR, PTX, cubin) or an error
+# (IR, PTX, cubin or None where only the assembly failed) or an error
+Result = tuple[Any, PtxModule, tuple[bytes, str] | None] | str
+# what the workers read from the environment, sent with every batch (it may have changed)
+_ENV = ("PTXDSL_CACHE", "PTXDSL_CACHE_DIR")
 
 
 def _build_here(recipe: Recipe) -> Result:
     try:
         kd = recipe.build()
         ptx = compile_module(kd.module)
-        cubin = ptx_to_cubin(ptx.ptx, ptx.arch, [k.name for k in ptx.kernels])
-        return kd.ir, ptx, cubin
     except Exception as e:  # reported to the parent, which builds it again to raise
         return f"{type(e).__name__}: {e}"
+    try:
+        cubin: tuple[bytes, str] | None = ptx_to_cubin(ptx.ptx, ptx.arch,
+                                                       [k.name for k in ptx.kernels])
+    except Exception:  # the parent assembles it again, and raises there
+        cubin = None
+    return kd.ir, ptx, cubin
 
 
 def _send(stream: Any, obj: Any) -> None:
@@ -122,29 +133,37 @@ class _Pool:
             [str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         while len(self.procs) < n:
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "ptxdsl.precompile"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env))
+                [sys.executable, "-c", "from ptxdsl.precompile import _main; _main()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=env))
 
     def run(self, batches: list[list[Recipe]]) -> list[list[Result]]:
+        env = {k: os.environ.get(k) for k in _ENV}
         with self.lock:
             self._grow(len(batches))
             procs = self.procs[:len(batches)]
             try:
                 for proc, batch in zip(procs, batches, strict=True):
-                    _send(proc.stdin, batch)
+                    _send(proc.stdin, (env, batch))
                 return [_receive(proc.stdout) for proc in procs]
-            except (OSError, EOFError, pickle.UnpicklingError):
-                self.close()  # a worker died: start afresh next time
+            except BaseException:
+                self.close(kill=True)  # a worker died or is out of step: start afresh
                 raise
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """End the workers: at exit, by closing their input; after a failure, at once."""
         for proc in self.procs:
+            if kill:
+                proc.kill()
             try:
                 if proc.stdin is not None:
                     proc.stdin.close()
                 proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
         self.procs = []
 
 
@@ -161,7 +180,7 @@ def precompile(recipes: Sequence[Recipe]) -> dict[Recipe, str]:
     batches = [todo[i::n] for i in range(n)]
     try:
         outcomes = _pool.run(batches)
-    except (OSError, EOFError, pickle.UnpicklingError) as e:
+    except Exception as e:  # the workers failed: the caller builds everything here
         return {r: f"{type(e).__name__}: {e}" for r in todo}
     errors: dict[Recipe, str] = {}
     for batch, results in zip(batches, outcomes, strict=True):
@@ -172,22 +191,28 @@ def precompile(recipes: Sequence[Recipe]) -> dict[Recipe, str]:
             kernel_ir, ptx, cubin = result
             kd = KernelDef(kernel_ir)
             kd.adopt(ptx)
-            remember(ptx.ptx, ptx.arch, cubin)
+            if cubin is not None:
+                remember(ptx.ptx, ptx.arch, cubin)
             with _lock:
                 _built.setdefault(recipe, kd)
     return errors
 
 
 def _main() -> None:
-    """A worker: build each batch that arrives on stdin, answer on stdout, until EOF."""
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    """A worker: build each batch that arrives on stdin, answer on stdout, until EOF. The
+    answers go to a copy of stdout; stdout itself is pointed at stderr, so that a factory
+    that prints cannot break the messages."""
+    inp = sys.stdin.buffer
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
     while True:
         try:
-            batch: list[Recipe] = _receive(inp)
+            env, batch = _receive(inp)
         except EOFError:
             return
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         _send(out, [_build_here(r) for r in batch])
-
-
-if __name__ == "__main__":
-    _main()

@@ -224,6 +224,8 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
         d = int(str(defines.get("D", d)), 0)
         causal = bool(int(str(defines.get("CAUSAL", int(causal))), 0))
     kv_seq = seq if kv_seq is None else kv_seq
+    if causal and kv_seq < seq:
+        raise ValueError(f"causal attention needs kv_seq >= seq, got {kv_seq} < {seq}")
     shape = (batch, heads, seq, d)
     kv_shape = (batch, kv_heads, kv_seq, d)
     q = f32_to_bf16(rng.standard_normal(shape, np.float32))

@@ -18,6 +18,14 @@ def norm(warps: int, kind: str = "rmsnorm") -> pc.Recipe:
                         dtype=ptxdsl.f32, warps=warps, name=f"pc_{kind}_{warps}")
 
 
+@pytest.fixture(autouse=True)
+def fresh_pool():
+    """Each test starts and ends without workers."""
+    pc._pool.close()
+    yield
+    pc._pool.close()
+
+
 def test_recipes_are_plain_data():
     r = norm(4)
     assert pickle.loads(pickle.dumps(r)) == r and hash(r) == hash(norm(4))
@@ -61,7 +69,50 @@ def test_worker_count(monkeypatch, env, count, want):
     assert pc.workers(count) == want
 
 
+@pytest.fixture
+def noisy(tmp_path):
+    """A twin whose factory prints (a worker's stdout is not its channel)."""
+    twin = tmp_path / "noisy.py"
+    twin.write_text(
+        "import ptxdsl\n"
+        "from ptxdsl import f32, ptr\n"
+        "def example(rng):\n    return {}\n"
+        "def make(value):\n"
+        "    print('building', value)\n"
+        "    @ptxdsl.kernel(threads=32, name=f'noisy_{value}')\n"
+        "    def k(ctx, y: ptr(f32)):\n"
+        "        y[ctx.tid.x] = float(value)\n"
+        "    return k\n")
+    return twin
+
+
+def test_workers_follow_the_cache_settings_and_survive_a_printing_factory(monkeypatch,
+                                                                          tmp_path, noisy):
+    """The cache directory of each batch is the one set when it is sent."""
+    monkeypatch.setenv("PTXDSL_COMPILE_WORKERS", "2")
+    monkeypatch.delenv("PTXDSL_CACHE", raising=False)
+    for round_, folder in enumerate(("a", "b")):
+        monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path / folder))
+        recipes = [pc.Recipe.of(noisy, "make", value=10 * round_ + i) for i in range(3)]
+        assert pc.precompile(recipes) == {}
+        assert all(r.built() for r in recipes)
+        assert len(list((tmp_path / folder).rglob("*.cubin"))) == 3, folder
+
+
 def test_one_worker_or_fewer_builds_nothing_ahead(monkeypatch):
     monkeypatch.setenv("PTXDSL_COMPILE_WORKERS", "1")
     r = norm(8, "rmsnorm")
     assert pc.precompile([r, norm(4, "rmsnorm"), norm(2, "rmsnorm")]) == {} and not r.built()
+
+
+def test_a_dead_worker_fails_one_batch_then_the_pool_starts_afresh(monkeypatch, noisy):
+    monkeypatch.setenv("PTXDSL_COMPILE_WORKERS", "2")
+    monkeypatch.setenv("PTXDSL_CACHE", "0")
+    assert pc.precompile([pc.Recipe.of(noisy, "make", value=100 + i) for i in range(3)]) == {}
+    pc._pool.procs[0].kill()
+    pc._pool.procs[0].wait()
+    lost = [pc.Recipe.of(noisy, "make", value=200 + i) for i in range(3)]
+    errors = pc.precompile(lost)
+    assert set(errors) == set(lost) and not any(r.built() for r in lost)
+    assert pc._pool.procs == []
+    assert pc.precompile(lost) == {} and all(r.built() for r in lost)

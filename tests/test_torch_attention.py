@@ -70,10 +70,18 @@ def bad_inputs(torch):
         ((q, kv, kv), {"scale": -1.0}, ValueError, "scale must be positive and finite"),
         ((cuda(torch, 2, 4, 64, 132)[..., :128], kv, kv), {}, ValueError,
          "q's stride in dimension 2 must be a multiple of 16 bytes"),
+        ((q, kv[:, :, :0], kv[:, :, :0]), {}, ValueError, "k and v must hold at least one key"),
     ]
 
 
-@pytest.mark.parametrize("case", range(9))
+BAD = 10  # the cases of bad_inputs
+
+
+def test_every_bad_input_case_runs(ops, torch, fake):
+    assert len(bad_inputs(torch)) == BAD
+
+
+@pytest.mark.parametrize("case", range(BAD))
 def test_bad_inputs_are_named(ops, torch, fake, case):
     args, kwargs, exc, message = bad_inputs(torch)[case]
     with pytest.raises(exc, match=message):
@@ -112,8 +120,9 @@ def test_every_config_assembles(ops):
     from ptxdsl.torch.kernels import attention_configs, attention_kernel
 
     for d in (64, 128):
-        for config in attention_configs(d):
-            assert ".entry" in attention_kernel(d, True, config["pingpong"]).ptx()
+        for causal in (False, True):
+            for config in attention_configs(d):
+                assert ".entry" in attention_kernel(d, causal, config["pingpong"]).ptx()
 
 
 # ----------------------------------------------------------------------------- GPU

@@ -54,6 +54,7 @@ def test_decode_over_a_kv_cache_matches_eager_pytorch(torch, tb, blocks, b, s, p
     assert tb.max_error(ours(x, cos, sin, cache, pos), ref(x, cos, sin, ref_cache, pos)) < 2e-2
     # the new keys and values landed in both caches alike
     assert tb.max_error(cache.k[:, :, pos:pos + s], ref_cache.k[:, :, pos:pos + s]) < 2e-2
+    assert tb.max_error(cache.v[:, :, pos:pos + s], ref_cache.v[:, :, pos:pos + s]) < 2e-2
 
 
 def test_fullgraph_compile_without_a_graph_break(torch, tb, blocks):

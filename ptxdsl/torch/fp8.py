@@ -26,8 +26,11 @@ def _kernel(config: Any) -> KernelDef:
     return fp8_kernel(config["bn"], config["stages"], config["cluster"])
 
 
-TUNER = autotune.tuner("ptxdsl::scaled_mm_fp8", FP8_CONFIGS,
-                       lambda c: fp8_recipe(c["bn"], c["stages"], c["cluster"]))
+def _recipe(config: Any) -> Any:
+    return fp8_recipe(config["bn"], config["stages"], config["cluster"])
+
+
+TUNER = autotune.tuner("ptxdsl::scaled_mm_fp8", FP8_CONFIGS, _recipe)
 
 
 def _run(config: Any, args: Args, c: torch.Tensor, stream: int) -> None:

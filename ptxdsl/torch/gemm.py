@@ -25,8 +25,11 @@ def _kernel(config: Any) -> KernelDef:
     return gemm_kernel(config["bn"], config["stages"], config["cluster"])
 
 
-TUNER = autotune.tuner("ptxdsl::gemm", GEMM_CONFIGS,
-                       lambda c: gemm_recipe(c["bn"], c["stages"], c["cluster"]))
+def _recipe(config: Any) -> Any:
+    return gemm_recipe(config["bn"], config["stages"], config["cluster"])
+
+
+TUNER = autotune.tuner("ptxdsl::gemm", GEMM_CONFIGS, _recipe)
 
 
 def check_operands(args: Args) -> str | None:

@@ -60,6 +60,10 @@ def gemm_recipe(bn: int, stages: int, cluster: int) -> Recipe:
                      cluster=(cluster, 1, 1))
 
 
+# The *_kernel functions are memoised although Recipe.build keeps one KernelDef per recipe:
+# they are on every op call's path, and a cache hit skips building the recipe (a file check).
+
+
 @cache
 def gemm_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
     return gemm_recipe(bn, stages, cluster).build()
