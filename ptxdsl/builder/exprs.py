@@ -431,6 +431,21 @@ class Expressions(Scope):
             return e
         return self.error(f"{describe(base)} of type {ty} cannot be indexed", loc)
 
+    def unrolled_index(self, x: Operand, size: int, loc: Span | None, out_of_range: str,
+                       what: str) -> ir.Expr:
+        """An index into registers: a constant in [0, size) (else `out_of_range`, its {v} the
+        value) or an expression of unrolled loop variables (registers have no address)."""
+        if isinstance(x, Lit):
+            v = x.value
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < size:
+                return self.error(out_of_range.format(v=repr(v)), x.loc or loc)
+            return self.lit_expr(x, T.u32)
+        e = self.value(x, T.u32)
+        if not is_err(e.type) and not self._unrolled(e):
+            return self.error(f"{what} must be a constant or an expression of 'unroll' loop "
+                              "variables", x.loc or loc)
+        return e
+
     def reg_element(self, base: ir.Expr, ty: T.RegArray, idx: list[Operand],
                     loc: Span | None) -> ir.Expr:
         """Element of a register array: one index per dimension, or one flat index; each a
@@ -441,19 +456,10 @@ class Expressions(Scope):
                               f"with {len(idx)}", loc)
         flat: ir.Expr | None = None
         for x, dim in zip(idx, dims, strict=True):
-            if isinstance(x, Lit):
-                if not isinstance(x.value, int) or isinstance(x.value, bool) or \
-                        not 0 <= x.value < dim:
-                    return self.error(f"index {x.value!r} is out of range for a register array "
-                                      f"dimension of size {dim}", x.loc or loc)
-                e = self.lit_expr(x, T.u32)
-            else:
-                e = self.value(x, T.u32)
-                if is_err(e.type):
-                    return e
-                if not self._unrolled(e):
-                    return self.error("a register array index must be a constant or an "
-                                      "expression of 'unroll' loop variables", x.loc or loc)
+            e = self.unrolled_index(x, dim, loc, "index {v} is out of range for a register array "
+                                    f"dimension of size {dim}", "a register array index")
+            if is_err(e.type):
+                return e
             if flat is None:
                 flat = e
             elif isinstance(flat, ir.Const) and isinstance(e, ir.Const):

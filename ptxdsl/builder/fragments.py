@@ -22,18 +22,10 @@ def fragment(b: Expressions, fn: str, args: list[Operand], loc: Span | None) -> 
         got = f"{describe(p)} of type {ty}" if isinstance(p, ir.Expr) else "a literal"
         return b.error("frag(p, k) takes a register array of bf16 or f16 whose length is a "
                        f"multiple of 8, got {got}", loc)
-    if isinstance(kx, Lit):
-        if not isinstance(kx.value, int) or not 0 <= kx.value < ty.n // 8:
-            return b.error(f"frag(p, k): k = {kx.value!r} is out of range [0, {ty.n // 8}) "
-                           f"for {describe(p)}", kx.loc or loc)
-        k = b.lit_expr(kx, T.u32)
-    else:
-        k = b.value(kx, T.u32)
-        if is_err(k.type):
-            return k
-        if not b._unrolled(k):
-            return b.error("frag(p, k): k must be a constant or an expression of 'unroll' "
-                           "loop variables", kx.loc or loc)
+    k = b.unrolled_index(kx, ty.n // 8, loc, "frag(p, k): k = {v} is out of range "
+                         f"[0, {ty.n // 8}) for {describe(p)}", "frag(p, k): k")
+    if is_err(k.type):
+        return k
     return ir.Fragment(vec=p, k=k, type=T.RegArray(ty.elem, (8,)), loc=loc)
 
 
