@@ -88,6 +88,13 @@ def test_bad_inputs_are_named(ops, torch, fake, case):
         torch.ops.ptxdsl.attention(*args, **kwargs)
 
 
+def test_tensors_on_two_devices_are_named(ops, torch, fake):
+    q, k = (torch.empty(1, 2, 8, 64, device=f"cuda:{i}", dtype=torch.bfloat16) for i in (0, 1))
+    with pytest.raises(ValueError, match=r"^attention: k must be on q's device \(cuda:0\), "
+                                         r"got cuda:1$"):
+        torch.ops.ptxdsl.attention(q, k, q)
+
+
 def test_cpu_tensors_are_named(ops, torch):
     q = torch.zeros(1, 1, 8, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="^attention: q must be on a CUDA device, got cpu$"):

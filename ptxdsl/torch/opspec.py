@@ -93,6 +93,11 @@ class OpSpec:
         tensors = [(p, args[p.name]) for p in self.params if isinstance(p, TensorParam)]
         for p, t in tensors:
             _check_kind(self.name, p, t)
+        (p0, t0), *rest = tensors
+        for p, t in rest:
+            if t.device != t0.device:
+                raise ValueError(f"{self.name}: {p.name} must be on {p0.name}'s device "
+                                 f"({t0.device}), got {t.device}")
         problem = self.check(args)
         if problem is not None:
             raise ValueError(f"{self.name}: {problem}")
