@@ -76,6 +76,15 @@ def sample_module(name: str):
 
 
 @functools.cache
+def sample_ir(name: str):
+    """samples/<name>.ptxdsl parsed, once per test process (IR is immutable: shared safely;
+    collection alone asks for every sample several times)."""
+    import ptxdsl
+
+    return ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl")
+
+
+@functools.cache
 def sample_ptx(name: str, arch: str | None = None) -> str:
     """The PTX of samples/<name>.ptxdsl for `arch` (None: the default target), compiled once
     per test process (the golden, pin, ptxas and two-target tests all read it)."""

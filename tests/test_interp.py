@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, sample_module, sample_names
+from conftest import sample_ir, sample_module, sample_names
 
 import ptxdsl
 from ptxdsl.errors import LaunchError
@@ -61,14 +61,14 @@ def _sample_cases() -> list:
     return [
         pytest.param(name, k.name, seed, id=f"{name}-{k.name}-seed{seed}")
         for name in sample_names()
-        for k in ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl").kernels
+        for k in sample_ir(name).kernels
         for seed in ((0, 1) if DEEP or name not in SLOW else (0,))
     ]
 
 
 @pytest.mark.parametrize("name, kname, seed", _sample_cases())
 def test_sample_matches_its_numpy_reference(name, kname, seed):
-    module = ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl")
+    module = sample_ir(name)
     k = module.kernel(kname)
     example = sample_module(name).example
     kwargs = dict(sample_module(name).SMALL)

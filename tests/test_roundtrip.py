@@ -1,14 +1,14 @@
 """printer: parse(print(ir)) == ir, for every sample and for tricky expressions."""
 
 import pytest
-from conftest import SAMPLES, sample_kernel_defs, sample_names
+from conftest import sample_ir, sample_kernel_defs, sample_names
 
 import ptxdsl
 
 
 @pytest.mark.parametrize("name", sample_names())
 def test_sample_roundtrip(name):
-    m = ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl")
+    m = sample_ir(name)
     text = ptxdsl.print_module(m)
     assert ptxdsl.parse(text) == m
     assert ptxdsl.print_module(ptxdsl.parse(text)) == text  # printing is a fixed point

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, assemble, sample_module, sample_names, sample_ptx
+from conftest import SAMPLES, assemble, sample_ir, sample_module, sample_names, sample_ptx
 
 import ptxdsl
 from ptxdsl import ir
@@ -52,7 +52,7 @@ def lowers_to_sm80(k: ir.Kernel) -> bool:
 def sm80_kernels(name: str) -> tuple[ir.Kernel, ...]:
     """The kernels of a sample that have an sm_80 build (decided once per sample: collection
     asks three times)."""
-    return tuple(k for k in ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl").kernels
+    return tuple(k for k in sample_ir(name).kernels
                  if lowers_to_sm80(k))
 
 
@@ -64,7 +64,7 @@ def test_every_sample_compiles_and_assembles_for_both_targets(name, arch, tmp_pa
     if arch == "sm_80":
         kernels = tuple(sm80_kernels(name))
         module = ir.Module(kernels=kernels)
-        if len(kernels) < len(ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl").kernels):
+        if len(kernels) < len(sample_ir(name).kernels):
             with pytest.raises(CompileError) as info:
                 ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch)
             assert HOPPER_ONLY_ERROR.search(info.value.render())
@@ -96,7 +96,7 @@ def _interp_cases() -> list:
 def test_every_sample_runs_in_the_interpreter_as_built_for_sm80(name, kname, arch):
     """The sm_80 build of every sample kernel against its numpy reference (the sm_90a build
     of every sample runs in test_interp.py)."""
-    module = ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl")
+    module = sample_ir(name)
     twin = sample_module(name)
     kwargs = dict(twin.SMALL)
     if len(module.kernels) > 1:

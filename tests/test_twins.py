@@ -1,7 +1,7 @@
 """Every sample exists as .ptxdsl text and as Python; both build equal IR and identical PTX."""
 
 import pytest
-from conftest import SAMPLES, sample_kernel_defs, sample_names
+from conftest import SAMPLES, sample_ir, sample_kernel_defs, sample_names
 
 import ptxdsl
 
@@ -13,7 +13,7 @@ def test_every_sample_has_a_python_twin():
 
 @pytest.mark.parametrize("name", sample_names())
 def test_twin_builds_equal_ir_and_identical_ptx(name):
-    text_module = ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl")
+    text_module = sample_ir(name)
     defs = sample_kernel_defs(name)
     assert text_module.kernels == tuple(kd.ir for kd in defs)
     from_text = ptxdsl.compile_module(text_module).ptx
