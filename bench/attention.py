@@ -31,13 +31,16 @@ ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x seque
 LIMITS = ("Nsight Compute at D 128, S 8192 (H100, 2026-11-25): the tensor pipe is active 55% of "
           "cycles, issue slots 42% busy, no "
           "warp eligible 56% of cycles; the top stall is the long scoreboard (consumers "
-          "waiting on the K and V stages' mbarriers: two stages of 32 KiB each leave the "
-          "loads too little slack at one CTA per SM), then waits on wgmma. DRAM is at 4% and "
+          "waiting on mbarriers), then waits on wgmma. More stages do not help: a third K or V "
+          "stage (`make_attention(stages=(3, 2))`, 225 KiB of shared memory) costs 7-16% at "
+          "head dim 128 and changes nothing at 64 (four of each), so the waits are not for "
+          "loads in flight. DRAM is at 4% and "
           "L2 at 70% since tiles are walked head by head (walking heads fastest had DRAM at "
           "61% and 286 TFLOP/s). Taking turns (`turn`) pays at head dim 64 (softmax-bound) "
           "but costs 10-16% at 128. Not yet tried: kBlockN 176 as FlashAttention 3 uses at "
-          "head dim 128, reusing Q's buffer for O's staging to afford a third stage, and "
-          "K/V multicast across a 2-CTA cluster.")
+          "head dim 128, a softmax split across the two halves of a block (FlashAttention 3's "
+          "intra-warpgroup overlap at a finer grain), and K/V multicast across a 2-CTA "
+          "cluster.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

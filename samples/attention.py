@@ -20,18 +20,19 @@ NEG = -1.0e30  # the score of a masked column: exp2 of it minus any real maximum
 LN2 = 0.6931471805599453
 
 
-def make_attention(d: int = 128, causal: bool = False,
-                   pingpong: bool | None = None) -> ptxdsl.KernelDef:
+def make_attention(d: int = 128, causal: bool = False, pingpong: bool | None = None,
+                   stages: tuple[int, int] = (2, 2)) -> ptxdsl.KernelDef:
     """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
     `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: at head
-    dim 64, where it pays)."""
+    dim 64, where it pays). `stages`: of the K and the V pipeline."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
     pp = d == 64 if pingpong is None else bool(pingpong)
     hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
     cz = int(causal)
-    name = "attention" if (d, cz, pp) == (128, 0, False) else \
-        f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}"
+    name = "attention" if (d, cz, pp, stages) == (128, 0, False, (2, 2)) else \
+        f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}" + \
+        ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}")
 
     def softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2,  # noqa: E741
                 first: bool) -> None:
@@ -70,8 +71,8 @@ def make_attention(d: int = 128, causal: bool = False,
                   scale_log2: f32):
         kt, k = k, ctx  # the parameter is named k, as in the text; k is the context below
         qp = k.pipeline("qp", 1, q=(bf16, [hb, BM, 64], 1024, 128))
-        kp = k.pipeline("kp", 2, k=(bf16, [hb, BN, 64], 1024, 128))
-        vp = k.pipeline("vp", 2, v=(bf16, [hb, BN, 64], 1024, 128, "mn"))
+        kp = k.pipeline("kp", stages[0], k=(bf16, [hb, BN, 64], 1024, 128))
+        vp = k.pipeline("vp", stages[1], v=(bf16, [hb, BN, 64], 1024, 128, "mn"))
         os_ = k.shared("os", bf16, [2, hb, 64, 64], align=1024, swizzle=128)
         mblocks = k.let("mblocks", (seq + 127) / 128)
         nkv = k.let("nkv", (kv_seq + 127) / 128)
