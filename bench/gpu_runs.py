@@ -36,10 +36,19 @@ def summarize(output: str) -> tuple[str, list[str], list[str]]:
     return counts, failures, [f"{n} x {why}" for why, n in skips.most_common()]
 
 
+def commit_text(head: str, status: str) -> str:
+    """The commit a run is of, saying so when the tree differs from it (a copy of a working
+    tree whose .git lags behind, as on a lent GPU machine: name the commit in the record by
+    hand then)."""
+    return head if not status.strip() else f"{head} plus local changes"
+
+
 def section(command: list[str], output: str) -> str:
     counts, failures, skips = summarize(output)
     gpus = sh("nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader")
-    commit = sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD")
+    commit = commit_text(sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"),
+                         sh("git", "-C", str(ROOT), "status", "--porcelain",
+                            "--untracked-files=no"))
     when = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
     shown = " ".join(["python3", *command[1:]])
     out = [f"## {when}, {gpus.replace(chr(10), '; ')}", "",

@@ -227,3 +227,8 @@ def test_gpu_runs_record_puts_the_new_run_first(tmp_path):
     assert "**1 failed, 4 passed, 3 skipped in 12.5s**" in text.split(runs[1])[0]
     assert runs[1] == newest
     assert text.count(gpu_runs.INTRO) == 1
+
+
+def test_a_run_on_a_changed_tree_says_so():
+    assert gpu_runs.commit_text("abc1234", "") == "abc1234"
+    assert gpu_runs.commit_text("abc1234", " M ptxdsl/api.py\n") == "abc1234 plus local changes"
