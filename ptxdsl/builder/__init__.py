@@ -11,7 +11,7 @@ functions (and `peer()` views) with it, which never imports them.
 """
 
 # The function families register with the expression builder (exprs.CALLS) when imported.
-from . import atomic, cluster, fragments  # noqa: F401
+from . import atomic, cluster, fragments, vectors  # noqa: F401
 from .common import (
     BINARY_SYMBOL,
     COMPARE_SYMBOL,

@@ -526,11 +526,6 @@ class Expressions(Scope):
             return self.sizeof(args[0], loc)
         if fn == "elect":
             return ir.Call(fn=fn, args=(), type=T.pred, loc=loc) if arity(0) else Lit(0, loc)
-        if fn == "vload":
-            if not arity(2) or isinstance(args[0], Lit):
-                return self.error("vload(place, n) takes a shared or global element and a "
-                                  "vector width", loc)
-            return self.vload(args[0], args[1], loc)
         if fn in FLOAT_UNARY:
             if not arity(1):
                 return Lit(0, loc)
@@ -575,25 +570,6 @@ class Expressions(Scope):
             elems = tuple(self.value(a, vt.elem) for a in args)
             return ir.Pack(elems=elems, type=vt, loc=loc)
         return self.error(f"unknown function '{fn}'", loc)
-
-    def vload(self, place: ir.Expr, width: Operand, loc: Span | None) -> ir.Expr:
-        ty = place.type
-        if is_err(ty):
-            return ir.Const(value=0, type=T.error, loc=loc)
-        if not isinstance(width, Lit) or not isinstance(width.value, int):
-            return self.error("the vector width of vload must be a constant", loc)
-        if isinstance(ty, T.SharedRef) and ty.shape == ():
-            elem = ty.elem
-        elif isinstance(ty, T.GlobalRef):
-            elem = ty.elem
-        else:
-            return self.error(f"vload needs one element of shared or global memory, got {ty}",
-                              loc)
-        vt = T.vector_type(elem, width.value)
-        if vt is None:
-            return self.error(f"no {width.value}-wide vector of {elem}: a vector is 4, 8 or 16 "
-                              "bytes", loc)
-        return ir.Load(ref=place, type=vt, loc=loc)
 
 
 def _byte(t: T.Type) -> bool:
