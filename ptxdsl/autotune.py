@@ -113,6 +113,28 @@ class DiskCache:
             raise
 
 
+def describe(cache: DiskCache | None = None) -> list[str]:
+    """The decisions on disk, a line each: op, GPU, driver, ptxdsl version, shape, the chosen
+    config and the time of each candidate timed (for `ptxdsl autotune`)."""
+    cache = cache if cache is not None else DiskCache()
+    lines = []
+    for path in sorted(cache.directory.glob("*.json")):
+        op = path.stem.replace(".", "::", 1)
+        for key, entry in sorted(cache.entries(op).items()):
+            try:
+                fields = json.loads(key)
+                config = config_text(entry["config"])
+                timed = sorted(entry.get("ms", {}).items(), key=lambda cm: cm[1])
+                times = ", ".join(f"[{c}] {ms:.4f} ms" for c, ms in timed)  # fastest first
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue  # an entry of another shape: not ours to explain
+            lines.append(f"{fields.get('op', op)} on {fields.get('gpu', '?')} (driver "
+                         f"{fields.get('driver', '?')}, ptxdsl {fields.get('ptxdsl', '?')}) "
+                         f"shape {tuple(fields.get('shape', ()))}: {config}"
+                         + (f" ({times})" if times else ""))
+    return lines
+
+
 class Autotuner:
     """The configuration choice of one kernel family (one op, fixed compile-time settings).
 

@@ -80,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("file", metavar="FILE")
     i.add_argument("--kernel", help="run only this kernel")
     i.add_argument("--seed", type=int, default=0, help="schedule and input seed")
+    t = sub.add_parser("autotune", help="list (or clear) the autotuned configs on disk",
+                       description="The launch configs the torch ops chose per shape, as "
+                                   "cached in $PTXDSL_CACHE_DIR/autotune (default "
+                                   "~/.cache/ptxdsl/autotune), with each candidate's time.")
+    t.add_argument("--clear", action="store_true", help="delete them (each op tunes again)")
     for cmd in (c, k, f, r, i):
         cmd.add_argument("-D", dest="defines", metavar="NAME=VALUE", action="append",
                          default=[], help="give compile-time kernel parameter NAME (kernel "
@@ -152,6 +157,8 @@ def _command(args: argparse.Namespace) -> int:
 
     if args.command in ("run", "interp"):
         return _run(args)
+    if args.command == "autotune":
+        return _autotune(args)
     src = read_source(args.file)
     if args.command == "compile" and args.emit == "ast":
         _write(parse_tree(src).pretty(), args.output)
@@ -176,6 +183,21 @@ def _command(args: argparse.Namespace) -> int:
     ptx = compile_module(module, arch=args.arch, source_name=src.name,
                          watchdog_ms=max(0, args.watchdog))
     _write(ptx.ptx, args.output)
+    return 0
+
+
+def _autotune(args: argparse.Namespace) -> int:
+    from . import autotune
+
+    directory = autotune.autotune_dir()
+    if args.clear:
+        files = sorted(directory.glob("*.json"))
+        for path in files:
+            path.unlink()
+        print(f"{directory}: removed {len(files)} file{'s' * (len(files) != 1)}")
+        return 0
+    lines = autotune.describe()
+    print("\n".join(lines) if lines else f"{directory}: no tuned configs")
     return 0
 
 

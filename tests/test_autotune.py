@@ -226,3 +226,22 @@ def test_prepare_builds_every_candidate_once_before_their_ptx_is_read(tmp_path, 
     fresh = Autotuner("ptxdsl::gemm", CONFIGS, ptx=fake.ptx, machine=lambda dev: MACHINE,
                       timer=fake.timer, cache=DiskCache(tmp_path), prepare=prepare)
     assert fresh.choose((1, 2, 3), fake.run, same) == CONFIGS[0] and len(calls) == 1
+
+
+def test_the_cli_lists_and_clears_the_decisions(tmp_path, monkeypatch, capsys):
+    from ptxdsl.cli import main
+
+    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
+    assert main(["autotune"]) == 0
+    assert "no tuned configs" in capsys.readouterr().out
+    fake = Fake({0: 3.0, 1: 1.0, 2: 2.0})
+    tuner(fake, tmp_path / "autotune").choose((128, 512, 64), fake.run, same)
+    assert main(["autotune"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == ("ptxdsl::gemm on NVIDIA H100 80GB HBM3 (driver 13000, ptxdsl "
+                   f"{ptxdsl.__version__}) shape (128, 512, 64): bn=128, stages=4 "
+                   "([bn=128, stages=4] 1.0000 ms, [bn=128, stages=6] 2.0000 ms, "
+                   "[bn=256, stages=3] 3.0000 ms)")
+    assert main(["autotune", "--clear"]) == 0
+    assert "removed 1 file" in capsys.readouterr().out
+    assert not list((tmp_path / "autotune").glob("*.json"))
