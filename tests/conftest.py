@@ -168,3 +168,34 @@ def cli(*args: str, cwd: Path = ROOT) -> CliRun:
     finally:
         os.chdir(here)
     return CliRun(code, out.getvalue(), err.getvalue())
+
+
+# ----------------------------------------------------------------------------- torch ops
+# (torch is optional: these skip where it is not installed; GPU modules add their own checks)
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def ops(torch):
+    """ptxdsl.torch, which registers torch.ops.ptxdsl.*"""
+    import ptxdsl.torch as ops
+
+    return ops
+
+
+@pytest.fixture
+def fake(torch):
+    """Fake tensors: the ops' shapes and checks without a GPU."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+def cuda_empty(torch, *shape, dtype=None):
+    """An uninitialised CUDA tensor (bf16 unless `dtype`): a fake one under `fake`."""
+    return torch.empty(*shape, device="cuda", dtype=dtype or torch.bfloat16)

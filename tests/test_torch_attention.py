@@ -3,32 +3,9 @@ tensors), and on the GPU its results against torch's math-backend SDPA in f32 (p
 GQA, a decode step over a KV cache view), under torch.compile and CUDA graph capture."""
 
 import pytest
+from conftest import cuda_empty as cuda
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")
-
-
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def ops(torch):
-    import ptxdsl.torch as ops
-
-    return ops
-
-
-@pytest.fixture
-def fake(torch):
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode() as mode:
-        yield mode
-
-
-def cuda(torch, *shape, dtype=None):
-    return torch.empty(*shape, device="cuda", dtype=dtype or torch.bfloat16)
 
 
 # ----------------------------------------------------------------------------- no GPU

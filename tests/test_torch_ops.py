@@ -18,32 +18,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import cuda_empty as cuda
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def ops(torch):
-    import ptxdsl.torch as ops
-
-    return ops
-
-
-@pytest.fixture
-def fake(torch):
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode() as mode:
-        yield mode
-
-
-def cuda(torch, *shape, dtype=None):
-    return torch.empty(*shape, device="cuda", dtype=dtype or torch.bfloat16)
 
 
 # ----------------------------------------------------------------------------- no GPU
