@@ -199,3 +199,22 @@ def fake(torch):
 def cuda_empty(torch, *shape, dtype=None):
     """An uninitialised CUDA tensor (bf16 unless `dtype`): a fake one under `fake`."""
     return torch.empty(*shape, device="cuda", dtype=dtype or torch.bfloat16)
+
+
+def compile_one_graph(torch, f, *args):
+    """`f(*args)` through torch.compile(fullgraph=True) with a recording backend: asserts one
+    graph and no graph break, and returns the output and the graph's call targets (as
+    text, e.g. "ptxdsl.gemm")."""
+    from torch._dynamo.utils import counters
+
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    counters.clear()
+    out = torch.compile(f, backend=record, fullgraph=True)(*args)
+    assert len(graphs) == 1 and dict(counters["graph_break"]) == {}
+    return out, {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}

@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import compile_one_graph
 from conftest import cuda_empty as cuda
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,25 +127,13 @@ def test_cpu_tensors_are_named(ops, torch):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")  # dynamo's own imports
 def test_compile_traces_both_ops_without_a_graph_break(ops, torch, fake):
-    from torch._dynamo.utils import counters
-
-    graphs = []
-
-    def record(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
     def f(a, b, w):
         return torch.ops.ptxdsl.rms_norm(torch.ops.ptxdsl.gemm(a, b) * 2, w, 1e-6)
 
-    torch._dynamo.reset()
-    counters.clear()
-    out = torch.compile(f, backend=record, fullgraph=True)(
-        cuda(torch, 64, 128), cuda(torch, 1024, 128), cuda(torch, 1024))
-    assert out.shape == (64, 1024) and len(graphs) == 1
-    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
-    assert {str(t) for t in targets} >= {"ptxdsl.gemm", "ptxdsl.rms_norm"}
-    assert dict(counters["graph_break"]) == {}
+    out, targets = compile_one_graph(
+        torch, f, cuda(torch, 64, 128), cuda(torch, 1024, 128), cuda(torch, 1024))
+    assert out.shape == (64, 1024)
+    assert targets >= {"ptxdsl.gemm", "ptxdsl.rms_norm"}
 
 
 def test_every_gemm_config_compiles(ops):
@@ -284,28 +273,15 @@ def test_cpu_tensors_are_named_by_the_other_ops(ops, torch):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")  # dynamo's own imports
 def test_compile_traces_the_other_ops_without_a_graph_break(ops, torch, fake):
-    from torch._dynamo.utils import counters
-
-    graphs = []
-
-    def record(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
     def f(a, b, sa, sb, w, bias):
         c = torch.ops.ptxdsl.scaled_mm_fp8(a, b, sa, sb)
         return torch.ops.ptxdsl.softmax(torch.ops.ptxdsl.layer_norm(c, w, bias, 1e-6) * 2)
 
-    torch._dynamo.reset()
-    counters.clear()
-    out = torch.compile(f, backend=record, fullgraph=True)(
-        fp8(torch, 64, 128), fp8(torch, 1024, 128), scale(torch), scale(torch),
+    out, targets = compile_one_graph(
+        torch, f, fp8(torch, 64, 128), fp8(torch, 1024, 128), scale(torch), scale(torch),
         cuda(torch, 1024), cuda(torch, 1024))
-    assert out.shape == (64, 1024) and out.dtype == torch.bfloat16 and len(graphs) == 1
-    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
-    assert {str(t) for t in targets} >= {"ptxdsl.scaled_mm_fp8", "ptxdsl.layer_norm",
-                                         "ptxdsl.softmax"}
-    assert dict(counters["graph_break"]) == {}
+    assert out.shape == (64, 1024) and out.dtype == torch.bfloat16
+    assert targets >= {"ptxdsl.scaled_mm_fp8", "ptxdsl.layer_norm", "ptxdsl.softmax"}
 
 
 def test_every_fp8_config_compiles(ops):
