@@ -222,6 +222,23 @@ class AsyncRef(Type):
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduleRef(Type):
+    """A declared tile schedule (`schedule work tiles(...) ...;`), walked with `for w in work`."""
+
+    def __str__(self) -> str:
+        return "schedule"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkRef(Type):
+    """A work item of a schedule: the loop variable of `for w in work`, read through its
+    fields (w.m, w.n, w.k0, ...)."""
+
+    def __str__(self) -> str:
+        return "work item"
+
+
+@dataclass(frozen=True, slots=True)
 class Void(Type):
     def __str__(self) -> str:
         return "void"

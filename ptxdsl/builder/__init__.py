@@ -5,7 +5,8 @@ Python API (`api.py`). It never raises on the first problem; every error goes to
 DiagnosticBag with its span.
 Layers, each a module of one concept: `scope` (state and names) <- `exprs` (typing of
 expressions) <- `decls` (declarations, pipeline regions, roles) <- `stmts` (statements and
-the finished kernel: `KernelBuilder`). `operands` checks the operands of intrinsic operations
+the finished kernel) <- `schedule` (tile schedules, desugared into statements; the
+`KernelBuilder` of both frontends). `operands` checks the operands of intrinsic operations
 against their OpDef. `atomic` and `cluster` sit above `exprs`: they register their built-in
 functions (and `peer()` views) with it, which never imports them.
 """
@@ -25,7 +26,7 @@ from .common import (
     Operand,
     Symbol,
 )
-from .stmts import KernelBuilder
+from .schedule import KernelBuilder
 
 __all__ = ["BINARY_SYMBOL", "COMPARE_SYMBOL", "KEYWORDS", "MAX_SMEM_BYTES", "MBARRIER_MAX_COUNT",
            "SPECIAL_REGS", "UNARY_SYMBOL", "VALUE_FUNCTIONS", "KernelBuilder", "Lit", "Operand",

@@ -26,8 +26,9 @@ from .operands import check_op
 from .turns import Turns
 
 
-class KernelBuilder(Turns):
-    """Builds one ir.Kernel. Methods take IR expressions or `Lit`s and a span."""
+class Statements(Turns):
+    """Statements, blocks and the finished kernel. Methods take IR expressions or `Lit`s and
+    a span."""
 
     def assign(self, name: str, value: Operand, loc: Span | None = None,
                name_loc: Span | None = None) -> None:

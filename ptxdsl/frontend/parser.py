@@ -469,6 +469,22 @@ class _Walker(CompileTimeWalker):
         self.block(body)
         self.b.for_stmt(str(var), header, self.span(t))
 
+    def s_work_stmt(self, t: lark.Tree) -> None:
+        var, sched, body = t.children
+        header = self.b.work_begin(str(var), self.b.name(str(sched), self.span(sched)),
+                                   self.span(var))
+        self.block(body)
+        self.b.work_end(header)
+
+    def s_schedule_decl(self, t: lark.Tree) -> None:
+        name, *clauses = t.children
+        got = []
+        for c in clauses:
+            cname, args = c.children
+            got.append((str(cname), [self.expr(a) for a in args.children] if args else [],
+                        self.span(c)))
+        self.b.schedule(str(name), got, self.span(name))
+
     def s_while_stmt(self, t: lark.Tree) -> None:
         cond, body = t.children
         c = self.b.value(self.expr(cond), T.pred)

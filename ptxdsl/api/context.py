@@ -1,13 +1,5 @@
-"""The Python API: build kernels with ordinary Python, through the same KernelBuilder as the
-text frontend.
-
-    @ptxdsl.kernel(threads=256)
-    def add_one(k, src: ptxdsl.ptr(ptxdsl.f32), dst: ptxdsl.ptr(ptxdsl.f32)):
-        tile = k.shared("tile", ptxdsl.f32, [2048])
-        ...
-
-Every call records the user's own source line, so errors point there.
-"""
+"""The kernel context `k` of the Python API (declarations, statements, blocks) and
+`build_kernel`, which runs a kernel function against it."""
 
 from __future__ import annotations
 
@@ -15,199 +7,24 @@ import contextlib
 import dataclasses
 import inspect
 import numbers
-import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import ir
-from . import types as T
-from .builder import SPECIAL_REGS, VALUE_FUNCTIONS, KernelBuilder, Lit, Operand
-from .builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
-from .builder.common import describe, ptx_name_ok
-from .builder.literals import int_fits_error
-from .errors import CompileError, Diagnostic, Note, Span, python_source
-from .opdef import BY_SYNTAX
+from .. import ir
+from .. import types as T
+from ..builder import SPECIAL_REGS, VALUE_FUNCTIONS, KernelBuilder, Lit, Operand
+from ..builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
+from ..builder.common import describe, ptx_name_ok
+from ..builder.literals import int_fits_error
+from ..errors import CompileError, Diagnostic, Note, Span
+from ..opdef import BY_SYNTAX
+from .values import Value, _caller_locals, _diag, _pyname, is_err_expr, user_span
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _KEYWORD_OPS = {"await"}  # operations whose names are Python keywords: k.await_(...)
-
-
-def user_span() -> Span | None:
-    """The span of the innermost call site outside the ptxdsl package."""
-    frame = inspect.currentframe()
-    while frame is not None and _internal(frame):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    info = inspect.getframeinfo(frame, context=0)
-    src = python_source(frame.f_code.co_filename)
-    pos = getattr(info, "positions", None)
-    if pos is not None and pos.lineno is not None and pos.col_offset is not None:
-        start = src.offset(pos.lineno, pos.col_offset)
-        if pos.end_lineno == pos.lineno and pos.end_col_offset is not None:
-            return Span(src, start, src.offset(pos.lineno, pos.end_col_offset))
-        return Span(src, start, start + 1)
-    start = src.offset(info.lineno, 0)
-    line = src.line_text(info.lineno)
-    indent = len(line) - len(line.lstrip())
-    return Span(src, start + indent, start + len(line))
-
-
-def _internal(frame: Any) -> bool:
-    """A frame of ptxdsl itself, or of contextlib running one of its `with` blocks."""
-    path = os.path.abspath(frame.f_code.co_filename)
-    return path.startswith(_PKG_DIR) or path == _CONTEXTLIB
-
-
-_CONTEXTLIB = os.path.abspath(contextlib.__file__)
-
-
-def ptr(elem: T.Scalar) -> T.Ptr:
-    """The type of a global pointer parameter, `ptr<elem>`."""
-    return T.Ptr(elem)
-
-
-def array(elem: T.Scalar, *shape: int) -> T.RegArray:
-    """The type of a register array, `elem[d0][d1]...` (`k.let("acc", 0.0, array(f32, 128))`)."""
-    return T.RegArray(elem, tuple(shape))
-
-
-def tmap(elem: T.Scalar, rank: int) -> T.TensorMap:
-    """The type of a tensor-map parameter, `tmap<elem, rank>`."""
-    return T.TensorMap(elem, rank)
-
-
-class Value:
-    """A symbolic kernel value. Arithmetic builds IR; it is never a Python number."""
-
-    __slots__ = ("_k", "_e")
-
-    def __init__(self, k: KernelContext, e: Operand):
-        self._k = k
-        self._e = e
-
-    @property
-    def ir(self) -> Operand:
-        return self._e
-
-    def _ctx(self) -> KernelContext:
-        """The kernel this value belongs to, which must be the one being built."""
-        self._k._live("a value of kernel")
-        return self._k
-
-    def _bin(self, op: str, other: Any, reverse: bool = False) -> Value:
-        k = self._ctx()
-        o = k._operand(other)
-        a, b = (o, self._e) if reverse else (self._e, o)
-        return Value(k, k._b.binary(op, a, b, user_span()))
-
-    def _cmp(self, op: str, other: Any) -> Value:
-        k = self._ctx()
-        return Value(k, k._b.compare(op, self._e, k._operand(other), user_span()))
-
-    def __add__(self, o): return self._bin("add", o)
-    def __radd__(self, o): return self._bin("add", o, True)
-    def __sub__(self, o): return self._bin("sub", o)
-    def __rsub__(self, o): return self._bin("sub", o, True)
-    def __mul__(self, o): return self._bin("mul", o)
-    def __rmul__(self, o): return self._bin("mul", o, True)
-    def __truediv__(self, o): return self._bin("div", o)
-    def __rtruediv__(self, o): return self._bin("div", o, True)
-    def __floordiv__(self, o): return self._bin("div", o)
-    def __mod__(self, o): return self._bin("rem", o)
-    def __and__(self, o): return self._bin("and", o)
-    def __rand__(self, o): return self._bin("and", o, True)
-    def __or__(self, o): return self._bin("or", o)
-    def __ror__(self, o): return self._bin("or", o, True)
-    def __rfloordiv__(self, o): return self._bin("div", o, True)
-    def __rmod__(self, o): return self._bin("rem", o, True)
-    def __xor__(self, o): return self._bin("xor", o)
-    def __rxor__(self, o): return self._bin("xor", o, True)
-    def __lshift__(self, o): return self._bin("shl", o)
-    def __rlshift__(self, o): return self._bin("shl", o, True)
-    def __rshift__(self, o): return self._bin("shr", o)
-    def __rrshift__(self, o): return self._bin("shr", o, True)
-    def __eq__(self, o): return self._cmp("eq", o)  # type: ignore[override]
-    def __ne__(self, o): return self._cmp("ne", o)  # type: ignore[override]
-    def __lt__(self, o): return self._cmp("lt", o)
-    def __le__(self, o): return self._cmp("le", o)
-    def __gt__(self, o): return self._cmp("gt", o)
-    def __ge__(self, o): return self._cmp("ge", o)
-    def __neg__(self): return Value(self._k, self._ctx()._b.unary("neg", self._e, user_span()))
-    def __invert__(self): return Value(self._k, self._ctx()._b.unary("not", self._e, user_span()))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def to(self, ty: T.Type) -> Value:
-        """Convert to another scalar type (`x as ty` in .ptxdsl)."""
-        k = self._ctx()
-        if not isinstance(ty, T.Type):
-            k._b.diags.error(f"to() takes a ptxdsl type (ptxdsl.f32, ...), got "
-                             f"{_pyname(ty)}", user_span())
-            return Value(k, ir.Const(value=0, type=T.error))
-        return Value(k, k._b.cast(self._e, ty, user_span()))
-
-    def __getitem__(self, idx: Any) -> Value:
-        items = list(idx) if isinstance(idx, tuple) else [idx]
-        return Value(self._k, self._ctx()._index(self._e, items, user_span()))
-
-    def __setitem__(self, idx: Any, value: Any) -> None:
-        loc = user_span()
-        k = self._ctx()
-        items = list(idx) if isinstance(idx, tuple) else [idx]
-        place = k._index(self._e, items, loc)
-        k._b.store(place, k._operand(value), loc)
-
-    def __getattr__(self, name: str) -> Value:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        e = self._e
-        if isinstance(e, Lit):
-            k = self._ctx()
-            return Value(k, k._bad(f"a literal has no member '{name}'"))
-        return Value(self._k, self._ctx()._b.member(e, name, user_span()))
-
-    def __bool__(self) -> bool:
-        raise CompileError(_diag("a kernel value has no Python truth value; use k.if_(...), "
-                                 "k.while_(...), or & | ~ instead of and/or/not"))
-
-    def __repr__(self) -> str:
-        from .printer import expr_text
-
-        e = self._e
-        return f"<ptxdsl value {e.value!r}>" if isinstance(e, Lit) else \
-            f"<ptxdsl value {expr_text(e)}: {e.type}>"
-
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _BUILDING: list[KernelContext] = []  # kernels being built, innermost last
-
-
-def _pyname(v: Any) -> str:
-    """A Python argument for a message: its repr, short, and its type."""
-    r = repr(v)
-    r = r if len(r) <= 40 else r[:37] + "..."
-    return f"{r} ({type(v).__name__})"
-
-
-def is_err_expr(e: Any) -> bool:
-    return isinstance(e, ir.Expr) and isinstance(e.type, T.ErrorType)
-
-
-def _caller_locals() -> dict:
-    """Locals of the innermost frame outside ptxdsl: string annotations (`from __future__
-    import annotations`) of a kernel defined inside a function may name them."""
-    frame = inspect.currentframe()
-    while frame is not None and _internal(frame):
-        frame = frame.f_back
-    return dict(frame.f_locals) if frame is not None else {}
-
-
-def _diag(message: str):
-    from .errors import Diagnostic
-
-    return Diagnostic(message, user_span())
 
 
 class _SRegGroup:
@@ -521,14 +338,39 @@ class KernelContext:
         stmts[-1] = dataclasses.replace(stmts[-1], orelse=orelse)  # type: ignore[type-var,call-arg]
         self._last_if = None
 
+    def schedule(self, name: str, tiles: Any, *, group: Any = None, ksteps: Any = None,
+                 splits: Any = None, streamk: bool = False, clusters: bool = False) -> Value:
+        """`schedule name tiles(TM, TN) [group(G)] [ksteps(KT)] [splits(S) | streamk]
+        [clusters];`: the work items a persistent grid gives each CTA (or cluster), walked
+        with `with k.for_("w", sched) as w:` (fields w.m, w.n, w.tile, w.k0, w.k1, w.split,
+        w.splits, w.whole; see ptxdsl.builder.schedule)."""
+        self._live()
+        loc = user_span()
+        name = self._ident(name, "a schedule's name")
+        if not isinstance(tiles, (tuple, list)) or len(tiles) != 2:
+            self._bad(f"tiles is (tile-rows, tile-columns), got {_pyname(tiles)}")
+            tiles = (0, 0)
+        clauses = [("tiles", [self._operand(t) for t in tiles], loc)]
+        for cname, v in (("group", group), ("ksteps", ksteps), ("splits", splits)):
+            if v is not None:
+                clauses.append((cname, [self._operand(v)], loc))
+        clauses += [(c, [], loc) for c, on in (("streamk", streamk), ("clusters", clusters)) if on]
+        return Value(self, self._b.schedule(name, clauses, loc))
+
     @contextlib.contextmanager
-    def for_(self, name: str, start: Any, stop: Any, step: Any = None,
+    def for_(self, name: str, start: Any, stop: Any = None, step: Any = None,
              unroll: bool = False) -> Iterator[Value]:
         """`for name in start .. stop step step` (stop exclusive); `unroll` copies the body
-        once per iteration (constant bounds)."""
+        once per iteration (constant bounds). `for_(name, sched)` walks a schedule
+        (`for w in work`): the loop variable is this CTA's work item."""
         self._live()
         loc = user_span()
         name = self._ident(name, "a loop variable's name")
+        if stop is None and step is None and not unroll:
+            header = self._b.work_begin(name, self._operand(start), loc)
+            yield Value(self, ir.Var(name=name, type=T.WorkRef(), loc=loc))
+            self._b.work_end(header)
+            return
         header = self._b.for_header(name, self._operand(start), self._operand(stop),
                                     self._operand(step) if step is not None else None, loc,
                                     unroll=unroll)

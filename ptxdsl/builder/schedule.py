@@ -1,0 +1,404 @@
+"""Tile schedules: which work items a persistent grid gives each CTA, declared once and
+walked the same way in every role.
+
+    schedule work tiles(TM, TN) [group(G)] [ksteps(KT)] [splits(S) | streamk] [clusters];
+    for w in work { ... w.m, w.n, w.k0, w.k1 ... }
+
+The output is TM x TN tiles. Worker c (%ctaid.x, or %clusterid.x with `clusters`) of U
+(%nctaid.x or %nclusterid.x) visits its items in order; each is a tile and a range of its
+K steps [w.k0, w.k1), never empty:
+
+- dense (no splits, no streamk): items are the tiles, c, c + U, ...; an item has every K step.
+- `splits(S)`: each tile's KT K steps in min(S, KT) near-equal ranges; items are split-major
+  (every tile's first range, then every tile's second, ...).
+- `streamk`: the tiles that would leave the last wave partial, plus one full wave, are
+  shared K step by K step among the workers (each a contiguous run of K steps, so a tile is
+  split over consecutive workers); the rest are whole tiles, U to a wave, after them. Every
+  worker gets the same number of K steps, to within one.
+- `group(G)`: tiles are numbered in bands of G tile-rows, column by column within a band
+  (consecutive tiles share a B tile-column and G A tile-rows in L2); without it, column by
+  column over all rows.
+
+Fields of an item (u32 unless said): m, n (tile coordinates), tile (the tile's number in
+that order: a key for semaphores and workspace slots), k0, k1, split (which range of the
+tile this is, in K order) and splits (how many items share the tile), whole (pred: splits
+== 1, the item alone writes its tile).
+
+Both are desugared here into lets and a `for` (a `while` for streamk), so the verifier,
+the interpreter and codegen see ordinary code, and printing gives back source that parses
+to the same IR. Only the fields a body reads are computed: `w.m` becomes a `let w_m` at the
+top of the loop body."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from .. import ir
+from .. import types as T
+from ..errors import Note, Span
+from .common import Lit, Operand, Symbol, is_err
+from .stmts import Statements
+
+CLAUSES = {"tiles": 2, "group": 1, "ksteps": 1, "splits": 1, "streamk": 0, "clusters": 0}
+FIELDS = ("m", "n", "tile", "k0", "k1", "split", "splits", "whole")
+HELPERS = ("row0", "rows", "shared", "wfirst")  # the lets that fields are computed through
+
+
+@dataclass
+class Schedule:
+    name: str
+    tm: ir.Expr
+    tn: ir.Expr
+    group: int | None
+    ksteps: ir.Expr | None
+    mode: str  # dense | splits | streamk
+    clusters: bool
+    loc: Span | None
+    lets: dict[str, ir.Expr] = field(default_factory=dict)  # tiles, band, splits, items, sk...
+
+
+@dataclass
+class Item:
+    """One `for w in work` loop being built: the fields its body has read so far."""
+
+    sched: Schedule
+    var: str
+    used: dict[str, Span | None] = field(default_factory=dict)
+
+
+def _u(name: str) -> ir.Var:
+    return ir.Var(name=name, type=T.u32)
+
+
+class Schedules(Statements):
+    """`schedule` declarations and `for w in work` loops, desugared on the spot."""
+
+    # -- the declaration ------------------------------------------------------------------
+
+    def schedule(self, name: str, clauses: list[tuple[str, list[Operand], Span | None]],
+                 loc: Span | None = None) -> ir.Expr:
+        """`schedule name clause...;`: checks the clauses, computes the schedule-wide values
+        (lets named name_...) and declares `name`."""
+        bad = ir.Const(value=0, type=T.error, loc=loc)
+        errors = len(self.diags.items)
+        got: dict[str, list[Operand]] = {}
+        for cname, args, cloc in clauses:
+            if cname not in CLAUSES:
+                hint = difflib.get_close_matches(cname, list(CLAUSES), n=1)
+                more = f"; did you mean '{hint[0]}'?" if hint else \
+                    f" (clauses: {', '.join(CLAUSES)})"
+                self.diags.error(f"unknown schedule clause '{cname}'{more}", cloc)
+            elif cname in got:
+                self.diags.error(f"schedule clause '{cname}' is given twice", cloc)
+            elif len(args) != CLAUSES[cname]:
+                n = CLAUSES[cname]
+                self.diags.error(f"schedule clause '{cname}' takes {n} value(s), got "
+                                 f"{len(args)}" if n else
+                                 f"schedule clause '{cname}' takes no values", cloc)
+            else:
+                got[cname] = args
+        if "tiles" not in got:
+            self.diags.error(f"schedule '{name}' needs tiles(TM, TN): the output's tile-rows "
+                             "and tile-columns", loc)
+        if "splits" in got and "streamk" in got:
+            self.diags.error(f"schedule '{name}' takes splits(S) or streamk, not both", loc)
+        mode = "splits" if "splits" in got else "streamk" if "streamk" in got else "dense"
+        if mode != "dense" and "ksteps" not in got:
+            self.diags.error(f"schedule '{name}' divides K ({mode}), so it needs ksteps(KT): "
+                             "the K steps of one tile", loc)
+        group = None
+        if "group" in got:
+            lit = self.folded(got["group"][0], "a schedule's group", loc)
+            if lit is not None and (not isinstance(lit.value, int) or lit.value < 1):
+                self.diags.error(f"group(G) takes a positive number of tile-rows, got "
+                                 f"{lit.value}", loc)
+            elif lit is not None:
+                group = int(lit.value)
+        if len(self.diags.items) > errors:
+            self.poison(name, loc)
+            return bad
+        sched = Schedule(name, self._held(name, "tm", got["tiles"][0], loc),
+                         self._held(name, "tn", got["tiles"][1], loc), group,
+                         self._held(name, "ksteps", got["ksteps"][0], loc)
+                         if "ksteps" in got else None, mode, "clusters" in got, loc)
+        self._schedule_lets(sched, got.get("splits", [None])[0], loc)
+        if not self._declare(name, Symbol("schedule", T.ScheduleRef(), loc, sched)):
+            return bad
+        return ir.Var(name=name, type=T.ScheduleRef(), loc=loc)
+
+    def _held(self, sname: str, what: str, x: Operand, loc: Span | None) -> ir.Expr:
+        """A schedule input as a u32 the loops can name again: a variable or constant as it
+        is, anything else in a let."""
+        v = self.value(x, T.u32)
+        if isinstance(v, (ir.Var, ir.Const)) or is_err(v.type):
+            return v
+        return self.let(f"{sname}_{what}", T.u32, v, loc)
+
+    def _workers(self, sched: Schedule, loc: Span | None) -> tuple[ir.Expr, ir.Expr]:
+        which = "clusterid.x" if sched.clusters else "ctaid.x"
+        return self.sreg(which, loc), self.sreg(f"n{which}", loc)
+
+    def _schedule_lets(self, s: Schedule, splits: Operand | None, loc: Span | None) -> None:
+        b, c, lets = self.binary, self.call, s.lets
+        name = s.name
+        lets["tiles"] = self.let(f"{name}_tiles", T.u32, b("mul", s.tm, s.tn, loc), loc)
+        if s.group is not None:
+            lets["band"] = self.let(f"{name}_band", T.u32, b("mul", Lit(s.group, loc), s.tn,
+                                                              loc), loc)
+        if s.mode == "splits":
+            assert s.ksteps is not None and splits is not None
+            lets["splits"] = self.let(f"{name}_splits", T.u32,
+                                      c("min", [self.value(splits, T.u32), s.ksteps], loc), loc)
+            lets["items"] = self.let(f"{name}_items", T.u32,
+                                     b("mul", lets["tiles"], lets["splits"], loc), loc)
+        elif s.mode == "streamk":
+            assert s.ksteps is not None
+            _, nw = self._workers(s, loc)
+            tiles = lets["tiles"]
+            rem = b("rem", tiles, nw, loc)
+            # the partial wave plus one full wave (all tiles when there is less than a
+            # wave); nothing when the waves come out even
+            shared = c("select", [self.compare("lt", tiles, nw, loc), tiles,
+                                  b("add", rem, nw, loc)], loc)
+            lets["sk"] = self.let(f"{name}_sk", T.u32, c("select", [
+                self.compare("eq", rem, Lit(0, loc), loc), Lit(0, loc), shared], loc), loc)
+            lets["iters"] = self.let(f"{name}_iters", T.u32, b("mul", lets["sk"], s.ksteps, loc),
+                                     loc)
+            # the workers that share them: all, unless there are fewer K steps than workers
+            lets["sworkers"] = self.let(f"{name}_sworkers", T.u32, c("max", [
+                c("min", [nw, lets["iters"]], loc), Lit(1, loc)], loc), loc)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _reserve(self, item: Item, loc: Span | None) -> None:
+        """The body's frame holds var_field for every field and helper, so that the body
+        cannot declare them (they are reserved: reading one is `w.field`)."""
+        self._declare(item.var, Symbol("work", T.WorkRef(), loc, item))
+        for attr in FIELDS + HELPERS:
+            name = f"{item.var}_{attr}"
+            prev = self.lookup(name)
+            if prev is not None:
+                self.diags.error(f"'for {item.var} in {item.sched.name}' keeps its item's "
+                                 f"values in variables {item.var}_..., and '{name}' is "
+                                 "already declared; rename it or the loop variable", loc,
+                                 Note(f"'{name}' was declared here", prev.loc))
+            else:
+                self.frames[-1].names[name] = Symbol("reserved", T.u32, loc, f"{item.var}."
+                                                     f"{attr}")
+
+    def name(self, name: str, loc: Span | None = None) -> Operand:
+        sym = self.lookup(name)
+        if sym is not None and sym.kind == "reserved":
+            return self.error(f"'{name}' is reserved by the work loop: write {sym.decl}"
+                              if "." in sym.decl and sym.decl.split(".")[1] in FIELDS else
+                              f"'{name}' is reserved by the work loop", loc,
+                              Note("the loop is here", sym.loc))
+        return super().name(name, loc)
+
+    def work_begin(self, var: str, sched_expr: Operand, loc: Span | None = None) -> tuple:
+        """Opens `for var in schedule { ... }`; the body reads var's fields."""
+        sched = None
+        if isinstance(sched_expr, ir.Var) and isinstance(sched_expr.type, T.ScheduleRef):
+            sym = self.lookup(sched_expr.name)
+            sched = sym.decl if sym is not None else None
+        elif not (isinstance(sched_expr, ir.Expr) and is_err(sched_expr.type)):
+            what = "a literal" if isinstance(sched_expr, Lit) else \
+                f"a value of type {sched_expr.type}"
+            self.diags.error(f"'for {var} in X {{ }}' walks a schedule, and X is {what}; a "
+                             "counted loop is 'for i in start .. stop'", loc)
+        if sched is None:
+            self.push()
+            self.unroll_counts.append(1)
+            self._declare(var, Symbol("local", T.error, loc))
+            return None, var, loc, None
+        start, nw = self._workers(sched, loc)
+        item = Item(sched, var)
+        if sched.mode == "streamk":
+            self._streamk_state(sched, var, start, loc)
+            self.push()
+            self.unroll_counts.append(1)
+            self._reserve(item, loc)
+            return item, var, loc, None
+        stop = sched.lets["items"] if sched.mode == "splits" else sched.lets["tiles"]
+        header = self.for_header(var, start, stop, nw, loc)
+        del self.frames[-1].names[var]
+        self._reserve(item, loc)
+        return item, var, loc, header
+
+    def _streamk_state(self, s: Schedule, var: str, c: ir.Expr, loc: Span | None) -> None:
+        """Before the walk: this worker's run of shared K steps [var_it, var_end) and its
+        first whole tile var_next."""
+        b, call = self.binary, self.call
+        v, iters = s.lets["sworkers"], s.lets["iters"]
+
+        def start(w: Operand) -> Operand:
+            return b("div", b("mul", call("min", [w, v], loc), iters, loc), v, loc)
+
+        self.let(f"{var}_it", T.u32, start(c), loc)
+        self.let(f"{var}_end", T.u32, start(b("add", c, Lit(1, loc), loc)), loc)
+        self.let(f"{var}_next", T.u32, b("add", s.lets["sk"], c, loc), loc)
+
+    def work_field(self, base: ir.Var, attr: str, loc: Span | None) -> ir.Expr:
+        """`w.attr` inside `for w in work`: the variable var_attr, computed at the top of the
+        loop body when the loop closes."""
+        sym = self.lookup(base.name)
+        item: Item = sym.decl  # type: ignore[union-attr]
+        if attr not in FIELDS:
+            hint = difflib.get_close_matches(attr, FIELDS, n=1)
+            more = f"; did you mean '{hint[0]}'?" if hint else \
+                f" (fields: {', '.join(FIELDS)})"
+            return self.error(f"a work item has no field '{attr}'{more}", loc)
+        s = item.sched
+        if attr == "k1" and s.ksteps is None:
+            return self.error(f"{base.name}.k1 is the end of the item's K steps, which "
+                              f"schedule '{s.name}' does not know: add ksteps(KT)", loc,
+                              Note(f"schedule '{s.name}' is declared here", s.loc))
+        name = f"{item.var}_{attr}"
+        item.used.setdefault(attr, loc)
+        return ir.Var(name=name, type=T.pred if attr == "whole" else T.u32, loc=loc)
+
+    def member(self, base: ir.Expr, attr: str, loc: Span | None = None) -> ir.Expr:
+        if isinstance(base, ir.Var) and isinstance(base.type, T.WorkRef):
+            return self.work_field(base, attr, loc)
+        if isinstance(base, ir.Var) and isinstance(base.type, T.ScheduleRef):
+            return self.error(f"schedule '{base.name}' is walked with 'for w in {base.name} "
+                              f"{{ ... }}', and its items have the fields ({', '.join(FIELDS)})",
+                              loc)
+        return super().member(base, attr, loc)
+
+    def work_end(self, header: tuple) -> None:
+        item, var, loc, for_header = header
+        body = self.pop()
+        self.unroll_counts.pop()
+        if item is None:
+            return
+        s = item.sched
+        if s.mode == "streamk":
+            self.push()
+            self._streamk_fields(item, loc)
+            prelude = self.pop()
+            it, end, nxt = _u(f"{var}_it"), _u(f"{var}_end"), _u(f"{var}_next")
+            more = self.binary("lor", self.compare("lt", it, end, loc),
+                               self.compare("lt", nxt, s.lets["tiles"], loc), loc)
+            self.while_stmt(self.value(more, T.pred), prelude + body, loc)
+            return
+        self.push()
+        self._declare(var, Symbol("loopvar", T.u32, loc))
+        self._item_fields(item, loc)
+        prelude = self.pop()
+        st, sp, sc, ty, _ = for_header
+        self.emit(ir.For(var=var, var_type=ty, start=st, stop=sp, step=sc, body=prelude + body,
+                         unroll=False, loc=loc))
+
+    # -- the fields -------------------------------------------------------------------------
+
+    def _need(self, item: Item, *names: str) -> bool:
+        return any(n in item.used for n in names)
+
+    def _field(self, item: Item, attr: str, value: Operand, loc: Span | None,
+               ty: T.Scalar = T.u32) -> ir.Expr:
+        return self.let(f"{item.var}_{attr}", ty, value, loc)
+
+    def _item_fields(self, item: Item, loc: Span | None) -> None:
+        """The lets of a dense or split-K item, whose loop variable is the item's number."""
+        s, w, b = item.sched, _u(item.var), self.binary
+        u, kt = item.used, s.ksteps if s.ksteps is not None else Lit(0, loc)
+        tile: ir.Expr = w
+        split: Operand = Lit(0, loc)
+        if s.mode == "splits":
+            if self._need(item, "tile", "m", "n"):
+                tile = self._field(item, "tile", b("rem", w, s.lets["tiles"], loc), loc)
+            if self._need(item, "split", "k0", "k1"):
+                split = self._field(item, "split", b("div", w, s.lets["tiles"], loc), loc)
+            nsplit = s.lets["splits"]
+            if "k0" in u:
+                self._field(item, "k0", b("div", b("mul", split, kt, loc), nsplit, loc),
+                            loc)
+            if "k1" in u:
+                self._field(item, "k1", b("div", b("mul", b("add", split, Lit(1, loc), loc),
+                                                   kt, loc), nsplit, loc), loc)
+            if "splits" in u:
+                self._field(item, "splits", nsplit, loc)
+            if "whole" in u:
+                self._field(item, "whole", self.compare("eq", nsplit, Lit(1, loc), loc), loc,
+                            T.pred)
+        else:
+            for attr, value in (("tile", w), ("split", Lit(0, loc)), ("k0", Lit(0, loc)),
+                                ("k1", kt), ("splits", Lit(1, loc))):
+                if attr in u:
+                    self._field(item, attr, value, loc)
+            if "whole" in u:
+                self._field(item, "whole", Lit(True, loc), loc, T.pred)
+        self._tile_coords(item, tile, loc)
+
+    def _streamk_fields(self, item: Item, loc: Span | None) -> None:
+        """The lets of a stream-K item and the advance to the next one: a run of shared K
+        steps while var_it < var_end, then whole tiles var_next, var_next + U, ..."""
+        s, var, b, c = item.sched, item.var, self.binary, self.call
+        u, kt = item.used, s.ksteps
+        assert kt is not None
+        it, end, nxt = _u(f"{var}_it"), _u(f"{var}_end"), _u(f"{var}_next")
+        shared = self.let(f"{var}_shared", T.pred, self.compare("lt", it, end, loc), loc)
+        tile = self._field(item, "tile", c("select", [shared, b("div", it, kt, loc), nxt], loc),
+                           loc)
+        k0 = self._field(item, "k0", c("select", [shared, b("rem", it, kt, loc), Lit(0, loc)],
+                                       loc), loc)
+        k1 = self._field(item, "k1", c("select", [shared, c("min", [
+            kt, b("add", k0, b("sub", end, it, loc), loc)], loc), kt], loc), loc)
+        # advance past this item
+        step = b("add", it, b("sub", k1, k0, loc), loc)
+        _, nw = self._workers(s, loc)
+        self.push()
+        self.assign(f"{var}_it", step, loc)
+        then = self.pop()
+        self.push()
+        self.assign(f"{var}_next", b("add", nxt, nw, loc), loc)
+        self.if_stmt(shared, then, self.pop(), loc)
+        if self._need(item, "split", "splits", "whole"):
+            # worker(i) = ((i + 1) * V - 1) / iters holds K step i of the shared run (V
+            # workers share it); a tile's splits are its first and last steps' workers
+            v, iters = s.lets["sworkers"], c("max", [s.lets["iters"], Lit(1, loc)], loc)
+            first = self.let(f"{var}_wfirst", T.u32, b("div", b("sub", b("mul", b("add", b(
+                "mul", tile, kt, loc), Lit(1, loc), loc), v, loc), Lit(1, loc), loc), iters,
+                loc), loc)
+            last = b("div", b("sub", b("mul", b("mul", b("add", tile, Lit(1, loc), loc), kt,
+                                                     loc), v, loc), Lit(1, loc), loc), iters, loc)
+            me, _ = self._workers(s, loc)
+            if "split" in u:
+                self._field(item, "split", c("select", [shared, b("sub", me, first, loc),
+                                                        Lit(0, loc)], loc), loc)
+            if self._need(item, "splits", "whole"):
+                n = self._field(item, "splits", c("select", [shared, b("add", b(
+                    "sub", last, first, loc), Lit(1, loc), loc), Lit(1, loc)], loc), loc)
+                if "whole" in u:
+                    self._field(item, "whole", self.compare("eq", n, Lit(1, loc), loc), loc,
+                                T.pred)
+        self._tile_coords(item, tile, loc)
+
+    def _tile_coords(self, item: Item, tile: ir.Expr, loc: Span | None) -> None:
+        """w.m and w.n from the tile's number: bands of `group` tile-rows, column-major in a
+        band (one band of every row without group)."""
+        if not self._need(item, "m", "n"):
+            return
+        s, b = item.sched, self.binary
+        if s.group is None:
+            m: Operand = b("rem", tile, s.tm, loc)
+            n: Operand = b("div", tile, s.tm, loc)
+        else:
+            band = s.lets["band"]
+            row0 = self.let(f"{item.var}_row0", T.u32,
+                            b("mul", b("div", tile, band, loc), Lit(s.group, loc), loc), loc)
+            rows = self.let(f"{item.var}_rows", T.u32, self.call("min", [
+                b("sub", s.tm, row0, loc), Lit(s.group, loc)], loc), loc)
+            within = b("rem", tile, band, loc)
+            m = b("add", row0, b("rem", within, rows, loc), loc)
+            n = b("div", within, rows, loc)
+        if "m" in item.used:
+            self._field(item, "m", m, loc)
+        if "n" in item.used:
+            self._field(item, "n", n, loc)
+
+
+class KernelBuilder(Schedules):
+    """Builds one ir.Kernel: every layer of the builder, the schedules on top."""

@@ -1,0 +1,164 @@
+"""Tile schedules (`schedule work tiles(...) ...;` and `for w in work`): every (tile, K step)
+is visited exactly once over any grid, a tile's splits are numbered 0 .. splits - 1, the
+Python API builds the same IR, the desugared code prints and parses back, and mistakes get
+located messages."""
+
+import textwrap
+
+import numpy as np
+import pytest
+from fuzzing import DEEP
+
+import ptxdsl
+from ptxdsl import ptr, u32
+from ptxdsl.interp import run
+
+COVER = """\
+kernel cover(hits: ptr<u32>, info: ptr<u32>, order: ptr<u32>, tm: u32, tn: u32, kt: u32,
+             s: u32) threads(32) {{
+    schedule work tiles(tm, tn) {clauses};
+    if %tid.x == 0 {{
+        for w in work {{
+            let t = w.m * tn + w.n;
+            for k in w.k0 .. w.k1 {{
+                hits[t * kt + k] += 1;
+            }}
+            info[t * 64 + w.split] = w.splits * 2 + select(w.whole, 1, 0);
+            order[t] = w.tile + 1;
+        }}
+    }}
+}}
+"""
+
+MODES = {"dense": "ksteps(kt)", "dense-grouped": "group(3) ksteps(kt)",
+         "splits": "ksteps(kt) splits(s)", "splits-grouped": "group(2) ksteps(kt) splits(s)",
+         "streamk": "ksteps(kt) streamk", "streamk-grouped": "group(2) ksteps(kt) streamk"}
+
+
+def covered(clauses: str, tm: int, tn: int, kt: int, s: int, grid: int, seed: int = 0) -> None:
+    """Run the cover kernel and check what every schedule promises."""
+    k = ptxdsl.parse(COVER.format(clauses=clauses), "cover.ptxdsl").kernel()
+    tiles = tm * tn
+    hits, info = np.zeros(tiles * kt, np.uint32), np.zeros(tiles * 64, np.uint32)
+    order = np.zeros(tiles, np.uint32)
+    run(k, grid, {"hits": hits, "info": info, "order": order, "tm": tm, "tn": tn, "kt": kt,
+                  "s": s}, seed=seed)
+    assert (hits == 1).all(), f"(tile, K step) visits:\n{hits.reshape(tiles, kt)}"
+    assert sorted(order) == list(range(1, tiles + 1)), "w.tile numbers the tiles once each"
+    for t in range(tiles):
+        row = info[t * 64:(t + 1) * 64]
+        n = int(row[0] // 2)
+        assert n >= 1 and list(row[:n] // 2) == [n] * n and not row[n:].any(), \
+            f"tile {t}: splits 0 .. {n - 1} each once, all saying splits = {n}: {row[:n + 2]}"
+        assert all(r % 2 == (n == 1) for r in row[:n]), "whole is splits == 1"
+        if "splits" in clauses:
+            assert n == min(s, kt)
+        if "splits" not in clauses and "streamk" not in clauses:
+            assert n == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("tm,tn,kt,s,grid", [
+    (5, 3, 7, 3, 4),     # a partial last wave
+    (4, 3, 5, 4, 6),     # waves come out even: stream-K is all whole tiles
+    (2, 2, 3, 5, 9),     # more workers than tiles, more splits than K steps
+    (7, 2, 4, 2, 5),     # group(3) leaves a short last band
+])
+def test_every_tile_and_k_step_is_visited_once(mode, tm, tn, kt, s, grid):
+    covered(MODES[mode], tm, tn, kt, s, grid)
+
+
+def test_streamk_with_fewer_k_steps_than_workers():
+    covered(MODES["streamk"], 2, 1, 3, 1, 16)  # 6 shared K steps over 16 CTAs
+
+
+@pytest.mark.parametrize("case", range(40 if DEEP else 3))
+def test_random_shapes(case):
+    rng = np.random.default_rng(case)
+    tm, tn, kt = (int(x) for x in rng.integers(1, 8, 3))
+    covered(list(MODES.values())[case % len(MODES)], tm, tn, kt, int(rng.integers(1, 9)),
+            int(rng.integers(1, 20)), seed=case)
+
+
+def test_streamk_balances_k_steps():
+    """Every CTA gets the same number of K steps, to within one tile's worth of steps split
+    between its shared run and its whole tiles (132 CTAs, 3 x 132 + 1 tiles)."""
+    src = COVER.format(clauses="ksteps(kt) streamk").replace(
+        "hits[t * kt + k] += 1;", "hits[t * kt + k] += 1;\n order[100 + %ctaid.x] += 1;")
+    k = ptxdsl.parse(src, "cover.ptxdsl").kernel()
+    tm, tn, kt, grid = 397, 1, 4, 132
+    hits, order = np.zeros(tm * kt, np.uint32), np.zeros(100 + grid, np.uint32)
+    run(k, grid, {"hits": hits, "info": np.zeros(tm * 64, np.uint32),
+                  "order": np.zeros(tm, np.uint32), "tm": tm, "tn": tn, "kt": kt, "s": 1})
+    per_cta = order[100:]
+    assert (hits == 1).all() and per_cta.max() - per_cta.min() <= 1, per_cta
+
+
+def twin(mode: str):
+    @ptxdsl.kernel(threads=32, name="cover")
+    def cover(k, hits: ptr(u32), info: ptr(u32), order: ptr(u32), tm: u32, tn: u32, kt: u32,
+              s: u32):
+        work = k.schedule("work", (tm, tn), group=2, ksteps=kt,
+                          splits=s if mode == "splits" else None, streamk=mode == "streamk")
+        with k.if_(k.tid.x == 0):
+            with k.for_("w", work) as w:
+                t = k.let("t", w.m * tn + w.n)
+                with k.for_("k", w.k0, w.k1) as kk:
+                    hits[t * kt + kk] = hits[t * kt + kk] + 1
+                info[t * 64 + w.split] = w.splits * 2 + k.select(w.whole, 1, 0)
+                order[t] = w.tile + 1
+    return cover
+
+
+@pytest.mark.parametrize("mode", ["splits", "streamk"])
+def test_python_api_builds_the_same_ir_and_it_prints_back(mode):
+    text = ptxdsl.parse(COVER.format(clauses=MODES[f"{mode}-grouped"]), "c.ptxdsl").kernel()
+    assert twin(mode).ir == text
+    printed = ptxdsl.print_kernel(text)
+    assert "let w_m: u32" in printed and ("for w in" in printed) == (mode == "splits")
+    assert ptxdsl.parse(printed).kernels[0] == text
+
+
+def test_only_the_fields_read_are_computed():
+    src = """kernel k(out: ptr<u32>, tm: u32) threads(32) {
+        schedule work tiles(tm, 4);
+        for w in work { out[w.tile] = w.n; }
+    }"""
+    printed = ptxdsl.print_module(ptxdsl.parse(src))
+    assert "let w_n: u32 = w / tm;" in printed
+    assert "w_m" not in printed and "w_k0" not in printed
+
+
+def errors_of(body: str, params: str = "tm: u32, out: ptr<u32>") -> str:
+    with pytest.raises(ptxdsl.CompileError) as e:
+        ptxdsl.parse(textwrap.dedent(f"kernel k({params}) threads(32) {{\n{body}\n}}"),
+                     "bad.ptxdsl")
+    return str(e.value)
+
+
+@pytest.mark.parametrize("body,message", [
+    ("schedule work tiles(tm, 2) split(4);",
+     "unknown schedule clause 'split'; did you mean 'splits'?"),
+    ("schedule work group(8);", "schedule 'work' needs tiles(TM, TN)"),
+    ("schedule work tiles(tm, 2) splits(4);", "so it needs ksteps(KT)"),
+    ("schedule work tiles(tm, 2) ksteps(3) splits(2) streamk;", "splits(S) or streamk, not both"),
+    ("schedule work tiles(tm, 2) group(0);", "group(G) takes a positive number"),
+    ("schedule work tiles(tm, 2) group(tm);", "group"),
+    ("schedule work tiles(tm) ;", "'tiles' takes 2 value(s), got 1"),
+    ("schedule work tiles(tm, 2) streamk(1) ksteps(2);", "'streamk' takes no values"),
+    ("schedule work tiles(tm, 2);\nfor w in work { out[0] = w.k1; }",
+     "w.k1 is the end of the item's K steps, which schedule 'work' does not know"),
+    ("schedule work tiles(tm, 2);\nfor w in work { out[0] = w.spilt; }",
+     "a work item has no field 'spilt'; did you mean 'split'?"),
+    ("schedule work tiles(tm, 2);\nfor w in work { out[0] = w; }", "work item"),
+    ("schedule work tiles(tm, 2);\nfor w in work { let w_m = 1; }", "'w_m' is already declared"),
+    ("schedule work tiles(tm, 2);\nfor w in work { out[0] = w_m; }",
+     "'w_m' is reserved by the work loop: write w.m"),
+    ("let w_n = 0;\nschedule work tiles(tm, 2);\nfor w in work { out[0] = 1; }",
+     "'w_n' is already declared; rename it or the loop variable"),
+    ("for w in tm { }", "walks a schedule, and X is a value of type u32"),
+    ("schedule work tiles(tm, 2);\nout[0] = work.tiles;", "is walked with 'for w in work"),
+])
+def test_mistakes_are_located(body, message):
+    text = errors_of(body)
+    assert message in text and "bad.ptxdsl:" in text, text
