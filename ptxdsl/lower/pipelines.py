@@ -104,8 +104,7 @@ class _Lowerer:
                 for name, n in local.items():
                     local[name] = before.get(name, 0) + (n - before.get(name, 0)) * trips
             elif isinstance(s, (ir.For, ir.While)):
-                tails = in_role and tail_path is None and isinstance(s, ir.For) and \
-                    bool(_committed(s.body))
+                tails = in_role and tail_path is None and bool(_committed(s.body))
                 self.analyse(s.body, path, in_role, path if tails else tail_path)
             elif isinstance(s, ir.Acquire):
                 local[s.pipe.name] = 0  # type: ignore[attr-defined]
@@ -317,8 +316,8 @@ class _Lowerer:
                 out.append(ir.FenceProxyAsync(loc=s.loc))
                 out.append(self.stmt(s, role, in_commit_loop))
                 out.append(ir.BulkCommit(loc=s.loc))
-            elif isinstance(s, ir.For) and role is not None and not in_commit_loop and \
-                    (pipes := _committed(s.body)):
+            elif isinstance(s, (ir.For, ir.While)) and role is not None and \
+                    not in_commit_loop and (pipes := _committed(s.body)):
                 out.append(self.stmt(s, role, True))
                 for name in pipes:
                     out += self.tail(name, s.loc, role)
