@@ -41,17 +41,10 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
     name = "gemm" if default else (f"gemm_{dtype}_{bm}x{bn}x{bk}_s{stages}_c{consumers}_g{group}"
                                    f"_r{producer_regs}_{consumer_regs}{'_x2' if cm == 2 else ''}")
 
-    def coords(k, t, tiles_m, grp):
-        """The tile (m0, n0) of work item t; with a cluster pair, t is a pair of tiles and
-        the CTA of rank r takes its r-th row."""
-        first = k.let("first", t / grp * group)
-        rows = k.let("rows", k.min(tiles_m - first, group))
-        mt = first + t % grp % rows
-        if cm > 1:
-            mt = mt * cm + k.cluster_ctarank
-        m0 = k.let("m0", mt * bm)
-        n0 = k.let("n0", t % grp / rows * bn)
-        return m0, n0
+    def row0(k, w):
+        """The first row of work item w's tile; with a cluster pair, w is a pair of
+        vertically adjacent tiles and the CTA of rank r takes its r-th."""
+        return (w.m * cm + k.cluster_ctarank) * bm if cm > 1 else w.m * bm
 
     def body(k, a, b, c, m, n, kk_):
         ring = k.pipeline("ring", stages, a=(dtype, [bm, bk], 1024, SWIZZLE),
@@ -63,32 +56,30 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
         tiles_n = k.let("tiles_n", (n + (bn - 1)) / bn)
         # >= 1 (a tensor map has no empty dimension): the first k-block is issued before the loop
         ktiles = k.let("ktiles", (kk_ + (bk - 1)) / bk)
-        ntiles = k.let("ntiles", tiles_m * tiles_n)
-        grp = k.let("group", group * tiles_n)
-        first_item, items_step = (k.clusterid.x, k.nclusterid.x) if cm > 1 else \
-            (k.ctaid.x, k.nctaid.x)
+        # each CTA (cluster) walks the output tiles persistently, in bands of `group`
+        work = k.schedule("work", (tiles_m, tiles_n), group=group, clusters=cm > 1)
         with k.role("producer", 0, 4, regs=producer_regs):
             with k.if_((k.warp == 0) & k.elect()):
-                with k.for_("t", first_item, ntiles, items_step) as t:
-                    m0, n0 = coords(k, t, tiles_m, grp)
+                with k.for_("w", work) as w:
                     with k.for_("kt", 0, ktiles) as kt:
                         k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * bk).to(s32), m0.to(s32)])
+                        k.tma_load(ring.a, a, [(kt * bk).to(s32), row0(k, w).to(s32)])
                         if cm > 1:  # my half of B, to both CTAs of the pair
                             half = k.cluster_ctarank
                             k.tma_load_multicast(ring.b[half], b, [(kt * bk).to(s32),
-                                                 (n0 + half * (bn // cm)).to(s32)],
+                                                 (w.n * bn + half * (bn // cm)).to(s32)],
                                                  k.cluster_mask())
                         else:
-                            k.tma_load(ring.b, b, [(kt * bk).to(s32), n0.to(s32)])
+                            k.tma_load(ring.b, b, [(kt * bk).to(s32), (w.n * bn).to(s32)])
                         k.commit(ring)
         with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
             wg = k.let("wg", k.warp / 4 - 1)
             leader = k.let("leader", k.tid.x % 128 == 0)
             row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
             col = k.let("col", k.laneid % 4 * 2)
-            with k.for_("t", first_item, ntiles, items_step) as t:
-                m0, n0 = coords(k, t, tiles_m, grp)
+            with k.for_("w", work) as w:
+                m0 = k.let("m0", row0(k, w))
+                n0 = k.let("n0", w.n * bn)
                 # one m64nN accumulator per 64 rows the consumer owns
                 accs = [k.let("acc" if mw == 1 else f"acc{r}", type=array(f32, nacc))
                         for r in range(mw)]

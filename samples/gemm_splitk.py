@@ -1,27 +1,32 @@
-"""Split-K bf16 GEMM with TMA reductions, with the Python API (twin of gemm_splitk.ptxdsl).
+"""Split-K and stream-K bf16 GEMM with TMA reductions, with the Python API (twin of
+gemm_splitk.ptxdsl).
 
 C = A @ B^T (A: M x K, B: N x K, row-major bf16; C: M x N bf16) for skinny outputs and long
-K: each CTA multiplies one 128 x 256 tile over one of `splits` slices of K (the wgmma main
-loop of gemm.py, one wgmma group in flight), then adds its f32 partial tile into a
+K. A tile schedule (`k.schedule`) gives each CTA of a persistent grid its work items: a 128 x
+256 tile and a range of its 64-wide K steps.
+- split-K (the default): each tile's K steps in min(`splits`, K steps) near-equal ranges;
+- stream-K (`make_splitk(streamk=True)`): the tiles of the last partial wave plus one full
+  wave are shared K step by K step among all CTAs, the other tiles are whole.
+An item runs the wgmma main loop of gemm.py (one wgmma group in flight). One that owns its
+whole tile stores bf16 C from its accumulators. Otherwise it adds its f32 partial into a
 workspace (M x N f32, zero between launches) with TMA reduce-add through the tensor map
-`ws`, 32-column chunks through a swizzled staging buffer. A grid semaphore per half-tile
-(`sem`, one u32 per consumer warpgroup and tile, zero between launches) says when the sum is
-whole:
+`ws`, 32-column chunks through a swizzled staging buffer, and counts the K steps it added on
+a grid semaphore per half-tile (`sem`, one u32 per consumer warpgroup and tile, zero between
+launches):
 
-- unordered (`ordered` = 0): every split reduce-adds; its warpgroup leader waits for the
-  reductions to complete (bulk_wait(0)), then increments the semaphore (acq_rel); the one
-  that sees `splits - 1` arrived last and finishes the half-tile;
-- deterministic (`ordered` = 1): split s waits (acquire-load spin) until the semaphore says
-  s; split 0 stores, the others reduce-add, each waits for completion and releases s + 1;
-  the last split finishes. Additions happen in one fixed order, so repeated runs are
-  bit-identical.
+- unordered (`ordered` = 0): every range reduce-adds; its warpgroup leader waits for the
+  reductions to complete (bulk_wait(0)), then adds its K steps to the semaphore (acq_rel);
+  the one that brings it to all of the tile's K steps finishes the half-tile;
+- deterministic (`ordered` = 1): a range waits (acquire-load spin) until the semaphore says
+  every K step before it is in; the first range stores, the others reduce-add, each waits
+  for completion and releases its end; the last range finishes. Additions happen in one
+  fixed order, so repeated runs are bit-identical. (With stream-K a shared tile's ranges
+  belong to consecutive CTAs, which then wait for each other: correct, but slow.)
 
 Finishing a half-tile: read the f32 sum through `wsp` (a pointer to the same workspace; all
-loads in flight at once), leave zeros behind, store bf16 C, and reset the semaphore. The grid
-is tiles x splits CTAs, split-major (CTA i works on tile i % tiles, split i / tiles), with at
-most one split per 64-wide K step (`check_splits`).
-`make_splitk(stages, chunks)` builds variants; the module-level kernel is the one that
-gemm_splitk.ptxdsl spells out."""
+loads in flight at once), leave zeros behind, store bf16 C, and reset the semaphore.
+`make_splitk(stages, chunks, streamk)` builds variants; the module-level kernel is the one
+that gemm_splitk.ptxdsl spells out."""
 
 import numpy as np
 
@@ -32,11 +37,13 @@ BM, BN, BK = 128, 256, 64  # tile rows, columns, and K step (64 bf16 = one 128-b
 PART = 32  # f32 columns per staging chunk (128 bytes, the swizzle span)
 
 
-def make_splitk(stages: int = 4, chunks: int = 2) -> ptxdsl.KernelDef:
+def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False) -> ptxdsl.KernelDef:
     """The split-K kernel with a `stages`-deep ring and `chunks` 64 x 32 f32 staging chunks
-    per consumer warpgroup (8 / chunks reduction passes)."""
+    per consumer warpgroup (8 / chunks reduction passes); `streamk` walks a stream-K schedule
+    instead of `splits` ranges per tile (the `splits` argument is then unused)."""
     passes = BN // PART // chunks
     name = "gemm_splitk" if (stages, chunks) == (4, 2) else f"gemm_splitk_s{stages}_c{chunks}"
+    name = name.replace("splitk", "streamk") if streamk else name
 
     def gemm_splitk(k, a: tmap(bf16, 2), b: tmap(bf16, 2), ws: tmap(f32, 2), wsp: ptr(f32),
                     c: ptr(bf16), sem: ptr(u32), m: u32, n: u32, kdim: u32, splits: u32,
@@ -45,53 +52,56 @@ def make_splitk(stages: int = 4, chunks: int = 2) -> ptxdsl.KernelDef:
                           b=(bf16, [BN, BK], 1024, 128))
         part = k.shared("part", f32, [2, chunks, 64, PART], align=1024, swizzle=128)
         last = k.shared("last", u32, [2])
-        tiles_m = k.let("tiles_m", (m + (BM - 1)) / BM)
-        ntiles = k.let("ntiles", tiles_m * ((n + (BN - 1)) / BN))
-        tile = k.let("tile", k.ctaid.x % ntiles)
-        split = k.let("split", k.ctaid.x / ntiles)
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
-        kt0 = k.let("kt0", split * ktiles / splits)
-        kt1 = k.let("kt1", (split + 1) * ktiles / splits)
-        m0 = k.let("m0", tile % tiles_m * BM)
-        n0 = k.let("n0", tile / tiles_m * BN)
+        work = k.schedule("work", ((m + (BM - 1)) / BM, (n + (BN - 1)) / BN), ksteps=ktiles,
+                          splits=None if streamk else splits, streamk=streamk)
         with k.role("producer", 0, 4, regs=40):
             with k.if_((k.warp == 0) & k.elect()):
-                # at least one K step, as the consumers issue the first before their loop (an
-                # empty slice is refused by check_splits)
-                with k.for_("kt", kt0, k.max(kt1, kt0 + 1)) as kt:
-                    k.acquire(ring)
-                    k.tma_load(ring.a, a, [(kt * BK).to(s32), m0.to(s32)])
-                    k.tma_load(ring.b, b, [(kt * BK).to(s32), n0.to(s32)])
-                    k.commit(ring)
+                with k.for_("w", work) as w:
+                    with k.for_("kt", w.k0, w.k1) as kt:
+                        k.acquire(ring)
+                        k.tma_load(ring.a, a, [(kt * BK).to(s32), (w.m * BM).to(s32)])
+                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
+                        k.commit(ring)
         with k.role("consumer", 4, 12, regs=232):
             wg = k.let("wg", k.warp / 4 - 1)
             leader = k.let("leader", k.tid.x % 128 == 0)
             row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
             col = k.let("col", k.laneid % 4 * 2)
-            acc = k.let("acc", type=ptxdsl.array(f32, BN // 2))
+            with k.for_("w", work) as w:
+                consume(k, w, ring, part, last, ws, wsp, c, sem, m, n, ktiles, ordered, wg,
+                        leader, row, col)
 
-            def kblock(first: bool) -> None:
-                """Wait for the next stage and issue its wgmmas as one group."""
-                k.wait(ring)
-                k.wgmma_fence()
-                with k.for_("kk", 0, BK // 16, unroll=True) as kk:
-                    k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
-                            kk > 0 if first else True)
-                k.wgmma_commit()
+    def consume(k, w, ring, part, last, ws, wsp, c, sem, m, n, ktiles, ordered, wg, leader,
+                row, col):
+        """One work item of a consumer warpgroup: its K range, then its share of C."""
+        acc = k.let("acc", type=ptxdsl.array(f32, BN // 2))
 
-            # one wgmma group in flight, as in gemm.py
-            kblock(True)
-            with k.for_("kt", kt0 + 1, kt1):
-                kblock(False)
-                k.wgmma_wait(1)
-                k.release(ring)
-            k.wgmma_wait(0)
+        def kblock(first: bool) -> None:
+            """Wait for the next stage and issue its wgmmas as one group."""
+            k.wait(ring)
+            k.wgmma_fence()
+            with k.for_("kk", 0, BK // 16, unroll=True) as kk:
+                k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
+                        kk > 0 if first else True)
+            k.wgmma_commit()
+
+        # one wgmma group in flight, as in gemm.py (an item has at least one K step)
+        kblock(True)
+        with k.for_("kt", w.k0 + 1, w.k1):
+            kblock(False)
+            k.wgmma_wait(1)
             k.release(ring)
-            idx = k.let("idx", tile * 2 + wg)
-            r0 = k.let("r0", m0 + wg * 64)
-            first = k.let("first", (ordered != 0) & (split == 0))
+        k.wgmma_wait(0)
+        k.release(ring)
+        r0 = k.let("r0", w.m * BM + wg * 64)
+        n0 = k.let("n0", w.n * BN)
+        write = k.let("write", w.whole)
+        with k.if_(~w.whole):
+            idx = k.let("idx", w.tile * 2 + wg)
+            first = k.let("first", (ordered != 0) & (w.k0 == 0))
             with k.if_(leader & (ordered != 0)):
-                with k.while_(k.ld_acquire(sem[idx]) != split):
+                with k.while_(k.ld_acquire(sem[idx]) != w.k0):
                     pass
                 k.fence_proxy_async_global()
             # the partial tile into the workspace, `chunks` 32-column chunks per pass
@@ -116,19 +126,21 @@ def make_splitk(stages: int = 4, chunks: int = 2) -> ptxdsl.KernelDef:
                     k.bulk_commit()
             with k.if_(leader):
                 k.bulk_wait(0)  # complete, not just read: the semaphore publishes the sums
-                done = k.let("done", split == splits - 1)
+                done = k.let("done", w.k1 == ktiles)
                 with k.if_(ordered != 0):
-                    with k.if_(split + 1 < splits):
-                        k.st_release(sem[idx], split + 1)
+                    with k.if_(~done):
+                        k.st_release(sem[idx], w.k1)
                 with k.else_():
-                    k.assign(done, k.atomic_add(sem[idx], 1, "acq_rel") == splits - 1)
+                    k.assign(done, k.atomic_add(sem[idx], w.k1 - w.k0, "acq_rel")
+                             + (w.k1 - w.k0) == ktiles)
                 with k.if_(done):
                     sem[idx] = 0  # ready for the next launch
                 last[wg] = k.select(done, 1, 0)
             k.bar_sync(8 + wg, 128)
-            # the last split of this half-tile: every load in flight at once (out-of-range
-            # elements read element 0 and are not stored), then zeros behind and bf16 C
-            with k.if_(last[wg] != 0):
+            k.assign(write, last[wg] != 0)
+            # the last range of this half-tile reads the sum back: every load in flight at
+            # once (out-of-range elements read element 0 and are not stored)
+            with k.if_(write):
                 with k.for_("j2", 0, BN // 8, unroll=True) as j:
                     with k.for_("i2", 0, 2, unroll=True) as i:
                         gr, gc = r0 + row + i * 8, n0 + j * 8 + col
@@ -136,14 +148,17 @@ def make_splitk(stages: int = 4, chunks: int = 2) -> ptxdsl.KernelDef:
                         v = k.let("v", k.vload(wsp[at], 2))
                         acc[4 * j + 2 * i] = v[0]
                         acc[4 * j + 2 * i + 1] = v[1]
-                with k.for_("j3", 0, BN // 8, unroll=True) as j:
-                    with k.for_("i3", 0, 2, unroll=True) as i:
-                        gr, gc = r0 + row + i * 8, n0 + j * 8 + col
-                        with k.if_((gr < m) & (gc < n)):
-                            at = k.let("at2", gr * n + gc)
+        # bf16 C from the accumulators (leaving zeros behind in the workspace)
+        with k.if_(write):
+            with k.for_("j3", 0, BN // 8, unroll=True) as j:
+                with k.for_("i3", 0, 2, unroll=True) as i:
+                    gr, gc = r0 + row + i * 8, n0 + j * 8 + col
+                    with k.if_((gr < m) & (gc < n)):
+                        at = k.let("at2", gr * n + gc)
+                        with k.if_(~w.whole):
                             wsp[at] = k.f32x2(0.0, 0.0)
-                            c[at] = k.bf16x2(acc[4 * j + 2 * i].to(bf16),
-                                             acc[4 * j + 2 * i + 1].to(bf16))
+                        c[at] = k.bf16x2(acc[4 * j + 2 * i].to(bf16),
+                                         acc[4 * j + 2 * i + 1].to(bf16))
 
     return ptxdsl.kernel(threads=384, name=name)(gemm_splitk)
 
@@ -164,29 +179,32 @@ def pick_splits(m: int, n: int, k: int, sms: int = SMS) -> int:
     return max(1, min(sms // tiles(m, n), -(-k // BK) // 4))
 
 
-def check_splits(k: int, splits: int) -> None:
-    """Every split needs a K step: one without would add an accumulator no wgmma wrote."""
-    if not 1 <= splits <= -(-k // BK):
-        raise ValueError(f"splits must be in [1, {-(-k // BK)}] for K = {k} ({BK}-wide K "
-                         f"steps), got {splits}")
+def launch_grid(m: int, n: int, k: int, splits: int, streamk: bool = False,
+                sms: int = SMS) -> int:
+    """CTAs for a launch: one per work item, at most one per SM (the grid is persistent: a
+    CTA walks its items in turn). Stream-K always fills the SMs."""
+    if splits < 1 and not streamk:
+        raise ValueError(f"splits must be at least 1, got {splits}")
+    items = tiles(m, n) * (1 if streamk else min(splits, -(-k // BK)))
+    return sms if streamk else min(items, sms)
 
 
 def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
-            splits: int | None = None, ordered: int = 0) -> dict:
+            splits: int | None = None, ordered: int = 0, streamk: bool = False,
+            grid: int | None = None) -> dict:
     """Random bf16 A (m x k) and B (n x k); the reference is A @ B^T in f32. The workspace
     (one array behind both `ws` and `wsp`) and the semaphores start at zero and are left at
-    zero."""
+    zero. `streamk` is for make_splitk(streamk=True); `grid` overrides the persistent grid."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     splits = splits or pick_splits(m, n, k)
-    check_splits(k, splits)
     a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
     b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
     ref = bf16_to_f32(a) @ bf16_to_f32(b).T
     box = {"swizzle": "128B"}
     ws = np.zeros((m, n), np.float32)
     nsem = 2 * tiles(m, n)
-    return {"grid": tiles(m, n) * splits,
+    return {"grid": grid or launch_grid(m, n, k, splits, streamk),
             "inputs": {"a": a, "b": b, "ws": ws, "wsp": ws, "sem": np.zeros(nsem, np.uint32),
                        "m": m, "n": n, "kdim": k, "splits": splits, "ordered": ordered},
             "tensor_maps": {"a": {"box": (BM, BK), **box}, "b": {"box": (BN, BK), **box},

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import SAMPLES, assemble, sample_module
+from fuzzing import DEEP
 
 import ptxdsl
 from ptxdsl import ir, u32
@@ -165,14 +166,15 @@ def _splitk(seed: int, ordered: int) -> tuple[dict, dict]:
 
 def test_splitk_deterministic_mode_in_the_interpreter():
     """Seeds other than 0 start the CTAs in shuffled orders: later splits start first and wait
-    for earlier ones (set aside). The results are right and the same for another order (the
-    GPU test checks bit-identity where unordered sums do differ)."""
+    for earlier ones (set aside). The results are right, and under PTXDSL_DEEP the same for
+    another order (the GPU test checks bit-identity where unordered sums do differ)."""
     ex, out = _splitk(seed=2, ordered=1)
     for name, want in ex["expected"].items():
         r = compare(name, out[name], want, None if name != "c" else ptxdsl.bf16, ex["rtol"],
                     ex["atol"])
         assert r.ok, f"{name}: {r.detail}"
-    assert np.array_equal(out["c"], _splitk(seed=3, ordered=1)[1]["c"])
+    if DEEP:
+        assert np.array_equal(out["c"], _splitk(seed=3, ordered=1)[1]["c"])
 
 
 def test_release_rule_lists_the_reduction():

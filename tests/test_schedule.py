@@ -7,11 +7,13 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import sample_module
 from fuzzing import DEEP
 
 import ptxdsl
 from ptxdsl import ptr, u32
-from ptxdsl.interp import run
+from ptxdsl.interp import run, run_sample
+from ptxdsl.runner import compare
 
 COVER = """\
 kernel cover(hits: ptr<u32>, info: ptr<u32>, order: ptr<u32>, tm: u32, tn: u32, kt: u32,
@@ -162,3 +164,57 @@ def errors_of(body: str, params: str = "tm: u32, out: ptr<u32>") -> str:
 def test_mistakes_are_located(body, message):
     text = errors_of(body)
     assert message in text and "bad.ptxdsl:" in text, text
+
+
+@pytest.mark.parametrize("ordered", [0, 1], ids=["unordered", "deterministic"])
+def test_streamk_gemm_in_the_interpreter(ordered):
+    """make_splitk(streamk=True): one tile's 5 K steps shared by 3 CTAs (1, 2 and 2 steps);
+    the partials meet in the workspace, the last range finishes, and everything is left at
+    zero. Seed 2 starts the CTAs out of order: a deterministic range waits for the ones
+    before it."""
+    mod = sample_module("gemm_splitk")
+    ex = mod.example(np.random.default_rng(3), m=128, n=256, k=320, ordered=ordered,
+                     streamk=True, grid=3)
+    out = run_sample(mod.make_splitk(streamk=True).ir, ex, seed=2 * ordered)
+    for name, want in ex["expected"].items():
+        r = compare(name, out[name], want, None if name != "c" else ptxdsl.bf16, ex["rtol"],
+                    ex["atol"])
+        assert r.ok, f"{name}: {r.detail}"
+
+
+WHILE_PRODUCER = """\
+kernel k(src: ptr<f32>, out: ptr<f32>, n: u32) threads(64) {
+    pipeline ring stages 2 { buf: f32[32] align 128; }
+    role producer warps 0 .. 1 {
+        if elect() {
+            let item = 0;
+            while item < n {
+                for i in 0 .. 3 {
+                    acquire(ring);
+                    bulk_load(ring.buf, src[(item * 3 + i) * 32]);
+                    commit(ring);
+                }
+                item += 1;
+            }
+        }
+    }
+    role consumer warps 1 .. 2 {
+        for j in 0 .. n * 3 {
+            wait(ring);
+            out[j * 32 + %laneid] = ring.buf[%laneid];
+            release(ring);
+        }
+    }
+}
+"""
+
+
+def test_producer_tail_follows_an_outer_while_loop():
+    """The producer tail (wait for every stage's release before exiting) goes after the
+    outermost loop that commits, a `while` here (the stream-K walk): after the inner `for`
+    it would drain the ring between items and deadlock."""
+    k = ptxdsl.parse(WHILE_PRODUCER, "while.ptxdsl").kernel()
+    src = np.random.default_rng(0).standard_normal(32 * 12).astype(np.float32)
+    out = np.zeros_like(src)
+    run(k, 1, {"src": src, "out": out, "n": 4})
+    assert np.array_equal(out, src)
