@@ -41,6 +41,7 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "attention": ("attention", {}),
     "torch-block": ("torch_block", {}),
     "splitk": ("splitk", {}),
+    "streamk": ("streamk", {}),
     "sm80": ("sm80", {}),
     "peer": ("peer", {}),
     "compile": ("compile_time", {}),

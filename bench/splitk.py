@@ -44,11 +44,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 class SplitK:
-    """A launcher of the split-K kernel (or the variant `kdef`) on (a, b) into c, with its
-    workspace, semaphores and tensor maps made once."""
+    """A launcher of the split-K kernel (the stream-K one with `streamk`, or the variant
+    `kdef`) on (a, b) into c, on a persistent grid, with its workspace, semaphores and tensor
+    maps made once."""
 
     def __init__(self, a: Any, b: Any, c: Any, splits: int | None = None,
-                 ordered: bool = False, kdef: Any = None):
+                 ordered: bool = False, kdef: Any = None, streamk: bool = False):
         import torch
 
         from ptxdsl.runtime import TensorMap
@@ -56,14 +57,15 @@ class SplitK:
         t = twin("gemm_splitk")
         m, k = a.shape
         n = b.shape[0]
-        self.splits = splits or t.pick_splits(m, n, k, sms())
-        t.check_splits(k, self.splits)
+        self.splits = 0 if streamk else splits or t.pick_splits(m, n, k, sms())
+        if kdef is None:
+            kdef = t.make_splitk(streamk=True) if streamk else t.gemm_splitk
         self.ws = torch.zeros(m, n, device=a.device, dtype=torch.float32)
         self.sem = torch.zeros(2 * t.tiles(m, n), device=a.device, dtype=torch.uint32)
         maps = (TensorMap(a, box=(t.BM, t.BK), swizzle="128B"),
                 TensorMap(b, box=(t.BN, t.BK), swizzle="128B"),
                 TensorMap(self.ws, box=(64, t.PART), swizzle="128B"))
-        launch = (kdef or t.gemm_splitk)[t.tiles(m, n) * self.splits]
+        launch = kdef[t.launch_grid(m, n, k, self.splits, streamk, sms())]
         args = (*maps, self.ws, c, self.sem, m, n, k, self.splits, int(ordered))
         self.run = lambda: launch(*args)
 

@@ -61,16 +61,18 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
         with k.role("producer", 0, 4, regs=producer_regs):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("w", work) as w:
+                    m0 = k.let("m0", row0(k, w))
+                    n0 = k.let("n0", w.n * bn)
                     with k.for_("kt", 0, ktiles) as kt:
                         k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * bk).to(s32), row0(k, w).to(s32)])
+                        k.tma_load(ring.a, a, [(kt * bk).to(s32), m0.to(s32)])
                         if cm > 1:  # my half of B, to both CTAs of the pair
                             half = k.cluster_ctarank
                             k.tma_load_multicast(ring.b[half], b, [(kt * bk).to(s32),
-                                                 (w.n * bn + half * (bn // cm)).to(s32)],
+                                                 (n0 + half * (bn // cm)).to(s32)],
                                                  k.cluster_mask())
                         else:
-                            k.tma_load(ring.b, b, [(kt * bk).to(s32), (w.n * bn).to(s32)])
+                            k.tma_load(ring.b, b, [(kt * bk).to(s32), n0.to(s32)])
                         k.commit(ring)
         with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
             wg = k.let("wg", k.warp / 4 - 1)

@@ -53,8 +53,8 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False) -> ptxd
         part = k.shared("part", f32, [2, chunks, 64, PART], align=1024, swizzle=128)
         last = k.shared("last", u32, [2])
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
-        work = k.schedule("work", ((m + (BM - 1)) / BM, (n + (BN - 1)) / BN), ksteps=ktiles,
-                          splits=None if streamk else splits, streamk=streamk)
+        work = k.schedule("work", ((m + (BM - 1)) / BM, (n + (BN - 1)) / BN), group=8,
+                          ksteps=ktiles, splits=None if streamk else splits, streamk=streamk)
         with k.role("producer", 0, 4, regs=40):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("w", work) as w:

@@ -1,6 +1,7 @@
 """The split-K GEMM (samples/gemm_splitk.*) on the GPU against torch.matmul's f32 reference on
-fresh random bf16 data, both modes, ragged shapes included; the deterministic mode is
-bit-identical across repeated runs; the workspace and semaphores are left at zero."""
+fresh random bf16 data, both modes, ragged shapes included, and its stream-K walk; the
+deterministic mode is bit-identical across repeated runs; the workspace and semaphores are
+left at zero."""
 
 from pathlib import Path
 
@@ -45,6 +46,27 @@ def test_splitk_matches_torch(bench, m, n, k, splits, ordered):
     a, b, c = _inputs(m, n, k, seed=m + n + k)
     run = bench.SplitK(a, b, c, splits, ordered)
     for _ in range(2):  # the second launch relies on the first leaving zeros behind
+        c.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        assert gemm_error(c, a, b) <= 1.0
+        assert run.clean(), "workspace or semaphores not reset"
+
+
+STREAMK = [(2432, 1792, 1024), (640, 768, 4160), (128, 256, 8192), (1000, 1000, 520),
+           (50816, 256, 256)]
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["unordered", "deterministic"])
+@pytest.mark.parametrize("m, n, k", STREAMK)
+def test_streamk_matches_torch(bench, m, n, k, ordered):
+    """Stream-K over every SM: one tile more than a wave, fewer tiles than SMs (a tile split
+    over many CTAs), ragged edges, and 3 x 132 + 1 tiles."""
+    import torch
+
+    a, b, c = _inputs(m, n, k, seed=m + n + k)
+    run = bench.SplitK(a, b, c, ordered=ordered, streamk=True)
+    for _ in range(2):
         c.fill_(float("nan"))
         run()
         torch.cuda.synchronize()

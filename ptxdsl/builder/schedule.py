@@ -14,7 +14,8 @@ K steps [w.k0, w.k1), never empty:
 - `streamk`: the tiles that would leave the last wave partial, plus one full wave, are
   shared K step by K step among the workers (each a contiguous run of K steps, so a tile is
   split over consecutive workers); the rest are whole tiles, U to a wave, after them. Every
-  worker gets the same number of K steps, to within one.
+  worker gets the same number of K steps, to within one. A worker walks its run from the
+  end, a tile's part at a time, so that all start on some tile's first K step together.
 - `group(G)`: tiles are numbered in bands of G tile-rows, column by column within a band
   (consecutive tiles share a B tile-column and G A tile-rows in L2); without it, column by
   column over all rows.
@@ -333,24 +334,29 @@ class Schedules(Statements):
         self._tile_coords(item, tile, loc)
 
     def _streamk_fields(self, item: Item, loc: Span | None) -> None:
-        """The lets of a stream-K item and the advance to the next one: a run of shared K
-        steps while var_it < var_end, then whole tiles var_next, var_next + U, ..."""
+        """The lets of a stream-K item and the advance to the next one: the run of shared K
+        steps [var_it, var_end) from its end, one tile's part at a time, then whole tiles
+        var_next, var_next + U, ... Walking the run backwards starts every worker on a
+        tile's first K step at the same time (the A and B slices in flight are the same
+        K steps, shared in L2), and a range's predecessors in K order (other workers' last
+        parts) are done first."""
         s, var, b, c = item.sched, item.var, self.binary, self.call
         u, kt = item.used, s.ksteps
         assert kt is not None
         it, end, nxt = _u(f"{var}_it"), _u(f"{var}_end"), _u(f"{var}_next")
         shared = self.let(f"{var}_shared", T.pred, self.compare("lt", it, end, loc), loc)
-        tile = self._field(item, "tile", c("select", [shared, b("div", it, kt, loc), nxt], loc),
-                           loc)
-        k0 = self._field(item, "k0", c("select", [shared, b("rem", it, kt, loc), Lit(0, loc)],
-                                       loc), loc)
-        k1 = self._field(item, "k1", c("select", [shared, c("min", [
-            kt, b("add", k0, b("sub", end, it, loc), loc)], loc), kt], loc), loc)
+        last = b("sub", end, Lit(1, loc), loc)  # the run's last K step
+        tile = self._field(item, "tile", c("select", [shared, b("div", last, kt, loc), nxt],
+                                           loc), loc)
+        k1 = self._field(item, "k1", c("select", [shared, b("add", b("rem", last, kt, loc),
+                                                              Lit(1, loc), loc), kt], loc), loc)
+        k0 = self._field(item, "k0", c("select", [shared, b("sub", k1, c("min", [
+            k1, b("sub", end, it, loc)], loc), loc), Lit(0, loc)], loc), loc)
         # advance past this item
-        step = b("add", it, b("sub", k1, k0, loc), loc)
+        step = b("sub", end, b("sub", k1, k0, loc), loc)
         _, nw = self._workers(s, loc)
         self.push()
-        self.assign(f"{var}_it", step, loc)
+        self.assign(f"{var}_end", step, loc)
         then = self.pop()
         self.push()
         self.assign(f"{var}_next", b("add", nxt, nw, loc), loc)
