@@ -96,6 +96,53 @@ def test_streamk_balances_k_steps():
     assert (hits == 1).all() and per_cta.max() - per_cta.min() <= 1, per_cta
 
 
+GROUPED = """\
+kernel gcover(hits: ptr<u32>, src: ptr<u32>, info: ptr<u32>, ng: u32, tn: u32,
+              cap: u32) threads(32) {{
+    schedule work tiles(tn) group(2) {groups};
+    if %tid.x == 0 {{
+        for w in work {{
+            for r in w.m * 4 .. min(w.m * 4 + 4, w.rows) {{
+                hits[(w.row0 + r) * tn + w.n] += 1;
+            }}
+            info[w.tile] = w.group + 1;
+        }}
+    }}
+}}
+"""
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+@pytest.mark.parametrize("grid", [1, 3, 7])
+def test_grouped_schedule_visits_every_row_of_every_group_once(layout, grid):
+    """groups(offs, G, BM) over ragged and empty groups (4-row tiles), and groups(counts, G,
+    BM, cap) with counts over and under the capacity: each (row, tile-column) once, no row
+    outside its group, every tile numbered once."""
+    rows = [5, 0, 12, 1, 0, 8]
+    tn, cap = 3, 6
+    if layout == "contiguous":
+        src = np.concatenate([[0], np.cumsum(rows)]).astype(np.uint32)
+        clause, starts, counts = "groups(src, ng, 4)", src[:-1], rows
+    else:
+        src = np.array(rows, np.uint32)
+        clause = "groups(src, ng, 4, cap)"
+        starts, counts = [g * cap for g in range(len(rows))], [min(r, cap) for r in rows]
+    k = ptxdsl.parse(GROUPED.format(groups=clause), "gcover.ptxdsl").kernel()
+    assert ptxdsl.parse(ptxdsl.print_kernel(k)).kernels[0] == k
+    total = int(max(s + c for s, c in zip(starts, counts, strict=True))) + cap
+    hits, info = np.zeros(total * tn, np.uint32), np.zeros(64, np.uint32)
+    run(k, grid, {"hits": hits, "src": src, "info": info, "ng": len(rows), "tn": tn,
+                  "cap": cap})
+    want = np.zeros((total, tn), np.uint32)
+    for s0, c in zip(starts, counts, strict=True):
+        want[s0:s0 + c] = 1
+    assert np.array_equal(hits.reshape(total, tn), want)
+    ntiles = sum(-(-c // 4) for c in counts) * tn
+    assert np.count_nonzero(info) == ntiles and not info[ntiles:].any()
+    groups = [g + 1 for g, c in enumerate(counts) for _ in range(-(-c // 4) * tn)]
+    assert sorted(info[:ntiles]) == groups
+
+
 def twin(mode: str):
     @ptxdsl.kernel(threads=32, name="cover")
     def cover(k, hits: ptr(u32), info: ptr(u32), order: ptr(u32), tm: u32, tn: u32, kt: u32,
@@ -146,7 +193,13 @@ def errors_of(body: str, params: str = "tm: u32, out: ptr<u32>") -> str:
     ("schedule work tiles(tm, 2) ksteps(3) splits(2) streamk;", "splits(S) or streamk, not both"),
     ("schedule work tiles(tm, 2) group(0);", "group(G) takes a positive number"),
     ("schedule work tiles(tm, 2) group(tm);", "group"),
-    ("schedule work tiles(tm) ;", "'tiles' takes 2 value(s), got 1"),
+    ("schedule work tiles(tm) ;", "tiles(TM, TN) takes the tile-rows and the tile-columns"),
+    ("schedule work tiles(tm, 2) groups(out, 4, 128);", "tiles(TN) takes the tile-columns alone"),
+    ("schedule work tiles(2) groups(out, 4, 128) ksteps(4) splits(2);",
+     "groups(...) walks whole tiles"),
+    ("schedule work tiles(2) groups(tm, 4, 128);", "as a ptr<u32>, got u32"),
+    ("schedule work tiles(tm, 2);\nfor w in work { out[0] = w.rows; }",
+     "w.rows is a field of a grouped schedule"),
     ("schedule work tiles(tm, 2) streamk(1) ksteps(2);", "'streamk' takes no values"),
     ("schedule work tiles(tm, 2);\nfor w in work { out[0] = w.k1; }",
      "w.k1 is the end of the item's K steps, which schedule 'work' does not know"),

@@ -41,9 +41,11 @@ from ..errors import Note, Span
 from .common import Lit, Operand, Symbol, is_err
 from .stmts import Statements
 
-CLAUSES = {"tiles": 2, "group": 1, "ksteps": 1, "splits": 1, "streamk": 0, "clusters": 0}
-FIELDS = ("m", "n", "tile", "k0", "k1", "split", "splits", "whole")
-HELPERS = ("row0", "rows", "shared", "wfirst")  # the lets that fields are computed through
+CLAUSES = {"tiles": (1, 2), "group": (1,), "ksteps": (1,), "splits": (1,), "streamk": (0,),
+           "clusters": (0,), "groups": (3, 4)}
+FIELDS = ("m", "n", "tile", "k0", "k1", "split", "splits", "whole", "group", "row0", "rows")
+GROUPED = ("group", "row0", "rows")  # the fields of a grouped schedule only
+HELPERS = ("band0", "bandrows", "shared", "wfirst", "local")  # lets fields are computed through
 
 
 @dataclass
@@ -56,6 +58,8 @@ class Schedule:
     mode: str  # dense | splits | streamk
     clusters: bool
     loc: Span | None
+    # groups(offs, G, BM) or groups(counts, G, BM, cap): the rows source, G, BM, cap
+    groups: tuple[ir.Expr, ir.Expr, int, ir.Expr | None] | None = None
     lets: dict[str, ir.Expr] = field(default_factory=dict)  # tiles, band, splits, items, sk...
 
 
@@ -92,16 +96,23 @@ class Schedules(Statements):
                 self.diags.error(f"unknown schedule clause '{cname}'{more}", cloc)
             elif cname in got:
                 self.diags.error(f"schedule clause '{cname}' is given twice", cloc)
-            elif len(args) != CLAUSES[cname]:
-                n = CLAUSES[cname]
+            elif len(args) not in CLAUSES[cname]:
+                n = " or ".join(map(str, CLAUSES[cname]))
                 self.diags.error(f"schedule clause '{cname}' takes {n} value(s), got "
-                                 f"{len(args)}" if n else
+                                 f"{len(args)}" if n != "0" else
                                  f"schedule clause '{cname}' takes no values", cloc)
             else:
                 got[cname] = args
         if "tiles" not in got:
             self.diags.error(f"schedule '{name}' needs tiles(TM, TN): the output's tile-rows "
                              "and tile-columns", loc)
+        elif len(got["tiles"]) != (1 if "groups" in got else 2):
+            self.diags.error("tiles(TN) takes the tile-columns alone with groups(...), whose "
+                             "groups give the tile-rows" if "groups" in got else
+                             "tiles(TM, TN) takes the tile-rows and the tile-columns", loc)
+        if "groups" in got and ("splits" in got or "streamk" in got):
+            self.diags.error(f"schedule '{name}': groups(...) walks whole tiles; it takes no "
+                             "splits or streamk", loc)
         if "splits" in got and "streamk" in got:
             self.diags.error(f"schedule '{name}' takes splits(S) or streamk, not both", loc)
         mode = "splits" if "splits" in got else "streamk" if "streamk" in got else "dense"
@@ -116,17 +127,56 @@ class Schedules(Statements):
                                  f"{lit.value}", loc)
             elif lit is not None:
                 group = int(lit.value)
+        groups = self._groups(got["groups"], loc) if "groups" in got else None
         if len(self.diags.items) > errors:
             self.poison(name, loc)
             return bad
-        sched = Schedule(name, self._held(name, "tm", got["tiles"][0], loc),
-                         self._held(name, "tn", got["tiles"][1], loc), group,
+        tm = Lit(0, loc) if groups else got["tiles"][0]
+        sched = Schedule(name, self._held(name, "tm", tm, loc),
+                         self._held(name, "tn", got["tiles"][-1], loc), group,
                          self._held(name, "ksteps", got["ksteps"][0], loc)
-                         if "ksteps" in got else None, mode, "clusters" in got, loc)
+                         if "ksteps" in got else None, mode, "clusters" in got, loc, groups)
         self._schedule_lets(sched, got.get("splits", [None])[0], loc)
         if not self._declare(name, Symbol("schedule", T.ScheduleRef(), loc, sched)):
             return bad
         return ir.Var(name=name, type=T.ScheduleRef(), loc=loc)
+
+    def _groups(self, args: list[Operand], loc: Span | None) -> tuple | None:
+        """groups(offs, G, BM): group g has rows offs[g] .. offs[g + 1] (G + 1 offsets);
+        groups(counts, G, BM, cap): rows g * cap .. g * cap + min(counts[g], cap)."""
+        src = self.value(args[0])
+        if not is_err(src.type) and not (isinstance(src.type, T.Ptr) and
+                                         src.type.elem == T.u32):
+            self.diags.error(f"groups(...) takes the groups' row offsets (or counts) as a "
+                             f"ptr<u32>, got {src.type}", loc)
+            return None
+        bm = self.folded(args[2], "the rows of a tile in groups(...)", loc)
+        if bm is None or not isinstance(bm.value, int) or bm.value < 1:
+            self.diags.error("groups(..., BM) takes the rows of a tile, a positive constant",
+                             loc)
+            return None
+        cap = self.value(args[3], T.u32) if len(args) == 4 else None
+        return src, self.value(args[1], T.u32), int(bm.value), cap
+
+    def _group_rows(self, s: Schedule, g: Operand, loc: Span | None) -> tuple[Operand, Operand]:
+        """(first row, rows) of group g."""
+        assert s.groups is not None
+        src, _, _, cap = s.groups
+        b = self.binary
+        if cap is None:
+            row0 = self.rvalue(self.index(src, [g], loc))
+            end = self.rvalue(self.index(src, [b("add", g, Lit(1, loc), loc)], loc))
+            return row0, b("sub", end, row0, loc)
+        count = self.rvalue(self.index(src, [g], loc))
+        return b("mul", g, cap, loc), self.call("min", [count, cap], loc)
+
+    def _group_tiles(self, s: Schedule, g: Operand, loc: Span | None) -> Operand:
+        """Tile-rows of group g."""
+        assert s.groups is not None
+        bm = s.groups[2]
+        rows = self._group_rows(s, g, loc)[1]
+        return self.binary("div", self.binary("add", rows, Lit(bm - 1, loc), loc),
+                           Lit(bm, loc), loc)
 
     def _held(self, sname: str, what: str, x: Operand, loc: Span | None) -> ir.Expr:
         """A schedule input as a u32 the loops can name again: a variable or constant as it
@@ -143,7 +193,16 @@ class Schedules(Statements):
     def _schedule_lets(self, s: Schedule, splits: Operand | None, loc: Span | None) -> None:
         b, c, lets = self.binary, self.call, s.lets
         name = s.name
-        lets["tiles"] = self.let(f"{name}_tiles", T.u32, b("mul", s.tm, s.tn, loc), loc)
+        if s.groups is not None:
+            # the tile-rows of all groups
+            rows = self.let(f"{name}_mtiles", T.u32, Lit(0, loc), loc)
+            header = self.for_header(f"{name}_g", Lit(0, loc), s.groups[1], None, loc)
+            self.assign(rows.name, b("add", rows, self._group_tiles(  # type: ignore[attr-defined]
+                s, _u(f"{name}_g"), loc), loc), loc)
+            self.for_stmt(f"{name}_g", header, loc)
+            lets["tiles"] = self.let(f"{name}_tiles", T.u32, b("mul", rows, s.tn, loc), loc)
+        else:
+            lets["tiles"] = self.let(f"{name}_tiles", T.u32, b("mul", s.tm, s.tn, loc), loc)
         if s.group is not None:
             lets["band"] = self.let(f"{name}_band", T.u32, b("mul", Lit(s.group, loc), s.tn,
                                                               loc), loc)
@@ -221,6 +280,12 @@ class Schedules(Statements):
             self.unroll_counts.append(1)
             self._reserve(item, loc)
             return item, var, loc, None
+        if sched.groups is not None:
+            # the group cursor: group var_grp's tiles are var_gstart .. var_gend (before the
+            # first item, "group -1", empty)
+            self.let(f"{var}_grp", T.u32, Lit(0xFFFFFFFF, loc), loc)
+            self.let(f"{var}_gstart", T.u32, Lit(0, loc), loc)
+            self.let(f"{var}_gend", T.u32, Lit(0, loc), loc)
         stop = sched.lets["items"] if sched.mode == "splits" else sched.lets["tiles"]
         header = self.for_header(var, start, stop, nw, loc)
         del self.frames[-1].names[var]
@@ -251,6 +316,10 @@ class Schedules(Statements):
                 f" (fields: {', '.join(FIELDS)})"
             return self.error(f"a work item has no field '{attr}'{more}", loc)
         s = item.sched
+        if attr in GROUPED and s.groups is None:
+            return self.error(f"{base.name}.{attr} is a field of a grouped schedule "
+                              f"(groups(...)), and schedule '{s.name}' is not one", loc,
+                              Note(f"schedule '{s.name}' is declared here", s.loc))
         if attr == "k1" and s.ksteps is None:
             return self.error(f"{base.name}.k1 is the end of the item's K steps, which "
                               f"schedule '{s.name}' does not know: add ksteps(KT)", loc,
@@ -258,6 +327,26 @@ class Schedules(Statements):
         name = f"{item.var}_{attr}"
         item.used.setdefault(attr, loc)
         return ir.Var(name=name, type=T.pred if attr == "whole" else T.u32, loc=loc)
+
+    def _group_cursor(self, item: Item, loc: Span | None) -> ir.Expr:
+        """Move the cursor on to the group of tile var (groups with no rows are passed
+        over); the tile's number within its group."""
+        s, var, b = item.sched, item.var, self.binary
+        w, grp, gend = _u(var), _u(f"{var}_grp"), _u(f"{var}_gend")
+        self.push()
+        self.assign(grp.name, b("add", grp, Lit(1, loc), loc), loc)
+        self.assign(f"{var}_gstart", gend, loc)
+        self.assign(gend.name, b("add", gend, b("mul", self._group_tiles(s, grp, loc), s.tn,
+                                                 loc), loc), loc)
+        self.while_stmt(self.value(self.compare("ge", w, gend, loc), T.pred), self.pop(), loc)
+        if self._need(item, "row0", "rows"):
+            row0, rows = self._group_rows(s, grp, loc)
+            for attr, v in (("row0", row0), ("rows", rows)):
+                if attr in item.used:
+                    self._field(item, attr, v, loc)
+        if "group" in item.used:
+            self._field(item, "group", grp, loc)
+        return self.let(f"{var}_local", T.u32, b("sub", w, _u(f"{var}_gstart"), loc), loc)
 
     def member(self, base: ir.Expr, attr: str, loc: Span | None = None) -> ir.Expr:
         if isinstance(base, ir.Var) and isinstance(base.type, T.WorkRef):
@@ -306,6 +395,18 @@ class Schedules(Statements):
         s, w, b = item.sched, _u(item.var), self.binary
         u, kt = item.used, s.ksteps if s.ksteps is not None else Lit(0, loc)
         tile: ir.Expr = w
+        if s.groups is not None:
+            local = self._group_cursor(item, loc)
+            for attr, value in (("tile", w), ("split", Lit(0, loc)), ("k0", Lit(0, loc)),
+                                ("k1", kt), ("splits", Lit(1, loc))):
+                if attr in u:
+                    self._field(item, attr, value, loc)
+            if "whole" in u:
+                self._field(item, "whole", Lit(True, loc), loc, T.pred)
+            tm = b("div", b("sub", _u(f"{item.var}_gend"), _u(f"{item.var}_gstart"), loc),
+                   s.tn, loc)
+            self._tile_coords(item, local, loc, tm)
+            return
         split: Operand = Lit(0, loc)
         if s.mode == "splits":
             if self._need(item, "tile", "m", "n"):
@@ -382,21 +483,23 @@ class Schedules(Statements):
                                 T.pred)
         self._tile_coords(item, tile, loc)
 
-    def _tile_coords(self, item: Item, tile: ir.Expr, loc: Span | None) -> None:
+    def _tile_coords(self, item: Item, tile: ir.Expr, loc: Span | None,
+                     tm: Operand | None = None) -> None:
         """w.m and w.n from the tile's number: bands of `group` tile-rows, column-major in a
-        band (one band of every row without group)."""
+        band (one band of every row without group); `tm` tile-rows (a group's)."""
         if not self._need(item, "m", "n"):
             return
         s, b = item.sched, self.binary
+        tm = s.tm if tm is None else tm
         if s.group is None:
-            m: Operand = b("rem", tile, s.tm, loc)
-            n: Operand = b("div", tile, s.tm, loc)
+            m: Operand = b("rem", tile, tm, loc)
+            n: Operand = b("div", tile, tm, loc)
         else:
             band = s.lets["band"]
-            row0 = self.let(f"{item.var}_row0", T.u32,
+            row0 = self.let(f"{item.var}_band0", T.u32,
                             b("mul", b("div", tile, band, loc), Lit(s.group, loc), loc), loc)
-            rows = self.let(f"{item.var}_rows", T.u32, self.call("min", [
-                b("sub", s.tm, row0, loc), Lit(s.group, loc)], loc), loc)
+            rows = self.let(f"{item.var}_bandrows", T.u32, self.call("min", [
+                b("sub", tm, row0, loc), Lit(s.group, loc)], loc), loc)
             within = b("rem", tile, band, loc)
             m = b("add", row0, b("rem", within, rows, loc), loc)
             n = b("div", within, rows, loc)
