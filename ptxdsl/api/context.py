@@ -339,21 +339,26 @@ class KernelContext:
         self._last_if = None
 
     def schedule(self, name: str, tiles: Any, *, group: Any = None, ksteps: Any = None,
-                 splits: Any = None, streamk: bool = False, clusters: bool = False) -> Value:
+                 splits: Any = None, streamk: bool = False, clusters: bool = False,
+                 groups: Any = None) -> Value:
         """`schedule name tiles(TM, TN) [group(G)] [ksteps(KT)] [splits(S) | streamk]
-        [clusters];`: the work items a persistent grid gives each CTA (or cluster), walked
-        with `with k.for_("w", sched) as w:` (fields w.m, w.n, w.tile, w.k0, w.k1, w.split,
-        w.splits, w.whole; see ptxdsl.builder.schedule)."""
+        [clusters] [groups(...)];`: the work items a persistent grid gives each CTA (or
+        cluster), walked with `with k.for_("w", sched) as w:` (fields w.m, w.n, w.tile, w.k0,
+        w.k1, w.split, w.splits, w.whole; with `groups=(offs, G, BM)` or `(counts, G, BM,
+        cap)`, `tiles=(TN,)` and w.group, w.row0, w.rows; see ptxdsl.builder.schedule)."""
         self._live()
         loc = user_span()
         name = self._ident(name, "a schedule's name")
-        if not isinstance(tiles, (tuple, list)) or len(tiles) != 2:
-            self._bad(f"tiles is (tile-rows, tile-columns), got {_pyname(tiles)}")
+        if not isinstance(tiles, (tuple, list)) or len(tiles) not in (1, 2):
+            self._bad(f"tiles is (tile-rows, tile-columns), or (tile-columns,) with groups, "
+                      f"got {_pyname(tiles)}")
             tiles = (0, 0)
         clauses = [("tiles", [self._operand(t) for t in tiles], loc)]
         for cname, v in (("group", group), ("ksteps", ksteps), ("splits", splits)):
             if v is not None:
                 clauses.append((cname, [self._operand(v)], loc))
+        if groups is not None:
+            clauses.append(("groups", [self._operand(v) for v in groups], loc))
         clauses += [(c, [], loc) for c, on in (("streamk", streamk), ("clusters", clusters)) if on]
         return Value(self, self._b.schedule(name, clauses, loc))
 

@@ -1,0 +1,147 @@
+"""Grouped bf16 GEMM for mixture-of-experts layers, with the Python API (twin of
+grouped_gemm.ptxdsl).
+
+For every expert g, C[rows of g] = A[rows of g] @ B[g]^T: A is T x K (every expert's tokens),
+B is E x N x K (one weight per expert), C is T x N, bf16 row-major, f32 accumulation.
+- contiguous layout (the default): expert g owns rows offs[g] .. offs[g + 1] (`offs`: E + 1
+  u32 prefix offsets; empty experts allowed);
+- masked layout (`make_grouped(masked=True)`, decoding): expert g owns rows g * cap ..
+  g * cap + min(counts[g], cap) (`offs` holds the E counts).
+A tile schedule over the groups (`k.schedule(..., groups=...)`) gives each CTA of a
+persistent grid its tiles; the main loop and the TMA-store epilogue are gemm.py's, and a tile
+that runs past its expert's last row is stored from registers instead, so that the next
+expert's rows are never written."""
+
+import numpy as np
+
+import ptxdsl
+from ptxdsl import bf16, f32, ptr, s32, tmap, u32
+
+BM, BN, BK = 128, 256, 64
+
+
+def make_grouped(masked: bool = False, stages: int = 3) -> ptxdsl.KernelDef:
+    """The grouped GEMM for the contiguous layout (or the masked one) with a `stages`-deep
+    ring."""
+    name = "grouped_gemm" + ("_masked" if masked else "") + ("" if stages == 3 else f"_s{stages}")
+
+    def grouped_gemm(k, a: tmap(bf16, 2), b: tmap(bf16, 3), c: tmap(bf16, 2), cp: ptr(bf16),
+                     offs: ptr(u32), experts: u32, cap: u32, n: u32, kdim: u32):
+        ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
+                          b=(bf16, [BN, BK], 1024, 128))
+        cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
+        ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
+        work = k.schedule("work", ((n + (BN - 1)) / BN,), group=8,
+                          groups=(offs, experts, BM, cap) if masked else (offs, experts, BM))
+        with k.role("producer", 0, 4, regs=40):
+            with k.if_((k.warp == 0) & k.elect()):
+                with k.for_("w", work) as w:
+                    m0 = k.let("m0", w.row0 + w.m * BM)
+                    n0 = k.let("n0", w.n * BN)
+                    with k.for_("kt", 0, ktiles) as kt:
+                        k.acquire(ring)
+                        k.tma_load(ring.a, a, [(kt * BK).to(s32), m0.to(s32)])
+                        k.tma_load(ring.b, b, [(kt * BK).to(s32), n0.to(s32), w.group.to(s32)])
+                        k.commit(ring)
+        with k.role("consumer", 4, 12, regs=232):
+            wg = k.let("wg", k.warp / 4 - 1)
+            leader = k.let("leader", k.tid.x % 128 == 0)
+            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
+            col = k.let("col", k.laneid % 4 * 2)
+            with k.for_("w", work) as w:
+                m0 = k.let("m0", w.row0 + w.m * BM)
+                n0 = k.let("n0", w.n * BN)
+                acc = k.let("acc", type=ptxdsl.array(f32, BN // 2))
+
+                def kblock(first: bool) -> None:
+                    k.wait(ring)
+                    k.wgmma_fence()
+                    with k.for_("kk", 0, BK // 16, unroll=True) as kk:
+                        k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
+                                kk > 0 if first else True)
+                    k.wgmma_commit()
+
+                kblock(True)
+                with k.for_("kt", 1, ktiles):
+                    kblock(False)
+                    k.wgmma_wait(1)
+                    k.release(ring)
+                k.wgmma_wait(0)
+                k.release(ring)
+                valid = k.let("valid", w.rows - w.m * BM)  # rows of this tile in the expert
+                with k.if_(valid >= BM):
+                    with k.if_(leader):
+                        k.bulk_wait_read(0)
+                    k.bar_sync(8 + wg, 128)
+                    with k.for_("j", 0, BN // 8, unroll=True) as j:
+                        with k.for_("i", 0, 2, unroll=True) as i:
+                            cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
+                                acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+                    k.fence_proxy_async()
+                    k.bar_sync(8 + wg, 128)
+                    with k.if_(leader):
+                        with k.for_("h", 0, BN // 64, unroll=True) as h:
+                            k.tma_store(c, [(n0 + h * 64).to(s32), (m0 + wg * 64).to(s32)],
+                                        cs[wg, h])
+                        k.bulk_commit()
+                with k.else_():
+                    with k.for_("j2", 0, BN // 8, unroll=True) as j:
+                        with k.for_("i2", 0, 2, unroll=True) as i:
+                            r = k.let("r", wg * 64 + row + i * 8)
+                            with k.if_((r < valid) & (n0 + j * 8 + col < n)):
+                                cp[(m0 + r) * n + n0 + j * 8 + col] = k.bf16x2(
+                                    acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+            with k.if_(leader):
+                k.bulk_wait(0)
+
+    return ptxdsl.kernel(threads=384, name=name)(grouped_gemm)
+
+
+grouped_gemm = make_grouped()
+
+SMS = 132  # H100 / H200
+SMALL = {"rows": [130, 0, 7], "n": 264, "k": 128}
+
+
+def tiles(rows: list[int], n: int) -> int:
+    return sum(-(-r // BM) for r in rows) * -(-n // BN)
+
+
+def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 1032,
+            k: int = 520, masked: bool = False, cap: int = 0, grid: int | None = None) -> dict:
+    """Random bf16 tokens and expert weights; `rows[g]` tokens for expert g (ragged, empty
+    allowed; masked: `cap` rows per expert, of which min(rows[g], cap) are used). The
+    reference is each expert's A @ B^T in f32; the rows no expert owns stay zero. The
+    kernel's `offs` is the E + 1 row offsets, or the E counts when masked."""
+    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+
+    rows = [300, 0, 129, 1, 64] if rows is None else rows
+    e = len(rows)
+    if masked:
+        cap = cap or max(rows)
+        starts = [g * cap for g in range(e)]
+        counts = [min(r, cap) for r in rows]
+        total, offs = e * cap, np.array(rows, np.uint32)
+    else:
+        starts = [int(x) for x in np.cumsum([0, *rows])[:-1]]
+        counts = list(rows)
+        total = int(sum(rows))
+        offs = np.array([0, *np.cumsum(rows)], np.uint32)
+    a = f32_to_bf16(rng.standard_normal((max(total, 1), k), np.float32))
+    b = f32_to_bf16(rng.standard_normal((e, n, k), np.float32))
+    ref = np.zeros((max(total, 1), n), np.float32)
+    af, bf = bf16_to_f32(a), bf16_to_f32(b)
+    for g in range(e):
+        s0, cnt = starts[g], counts[g]
+        ref[s0:s0 + cnt] = af[s0:s0 + cnt] @ bf[g].T
+    c = np.zeros((max(total, 1), n), np.uint16)
+    box = {"swizzle": "128B"}
+    # C is one array behind the tensor map `c` (TMA stores) and the pointer `cp` (the rows
+    # of a tile that runs past its expert); it starts at zero, and no row is written twice
+    return {"grid": grid or max(1, min(SMS, tiles(counts, n))),
+            "inputs": {"a": a, "b": b, "c": c, "cp": c, "offs": offs, "experts": e, "cap": cap,
+                       "n": n, "kdim": k},
+            "tensor_maps": {"a": {"box": (BM, BK), **box}, "b": {"box": (1, BN, BK), **box},
+                            "c": {"box": (64, 64), **box}},
+            "expected": {"cp": ref},
+            "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
