@@ -42,6 +42,7 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "torch-block": ("torch_block", {}),
     "splitk": ("splitk", {}),
     "streamk": ("streamk", {}),
+    "grouped": ("grouped", {}),
     "sm80": ("sm80", {}),
     "peer": ("peer", {}),
     "compile": ("compile_time", {}),

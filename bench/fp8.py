@@ -215,7 +215,7 @@ def measure_shape(a: argparse.Namespace, m: int, n: int, k: int) -> tuple[list[R
                 0.9)]
     err = "; ".join(f"{name} {e[1]:.2e} / {e[2]:.2e}" for name, e in errs.items()
                     if name in ("cuBLASLt", "cuBLASLt fast accum", pt, bl))
-    return rows, f"- {case}: relative error, kernel / end to end: {err}"
+    return rows, f"{case}: {err}"
 
 
 def run(a: argparse.Namespace) -> list[Section]:
@@ -223,8 +223,10 @@ def run(a: argparse.Namespace) -> list[Section]:
 
     torch.backends.cuda.matmul.allow_tf32 = False  # f32 references in f32
     s = Section("fp8", "fp8 GEMM, e4m3, per-tensor and block-scaled", ABOUT, limits=LIMITS)
+    notes = []
     for m, n, k in shapes(a.shape):
         rows, note = measure_shape(a, m, n, k)
         s.rows += rows
-        s.notes.append(note)
+        notes.append(note)
+    s.notes.append("Relative error, kernel / end to end: " + "; ".join(notes) + ".")
     return [s]

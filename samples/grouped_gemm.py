@@ -20,16 +20,20 @@ from ptxdsl import bf16, f32, ptr, s32, tmap, u32
 BM, BN, BK = 128, 256, 64
 
 
-def make_grouped(masked: bool = False, stages: int = 3) -> ptxdsl.KernelDef:
+def make_grouped(masked: bool = False, stages: int = 3, tma_epilogue: bool = True
+                 ) -> ptxdsl.KernelDef:
     """The grouped GEMM for the contiguous layout (or the masked one) with a `stages`-deep
-    ring."""
+    ring. `tma_epilogue=False` stores every tile from registers and gives the 64 KiB of
+    the TMA-store tile to the ring (4 stages fit): for decoding, whose tiles are all partial."""
     name = "grouped_gemm" + ("_masked" if masked else "") + ("" if stages == 3 else f"_s{stages}")
+    name += "" if tma_epilogue else "_regs"
 
     def grouped_gemm(k, a: tmap(bf16, 2), b: tmap(bf16, 3), c: tmap(bf16, 2), cp: ptr(bf16),
                      offs: ptr(u32), experts: u32, cap: u32, n: u32, kdim: u32):
         ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
                           b=(bf16, [BN, BK], 1024, 128))
-        cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
+        cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128) \
+            if tma_epilogue else None
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
         work = k.schedule("work", ((n + (BN - 1)) / BN,), group=8,
                           groups=(offs, experts, BM, cap) if masked else (offs, experts, BM))
@@ -69,28 +73,36 @@ def make_grouped(masked: bool = False, stages: int = 3) -> ptxdsl.KernelDef:
                 k.wgmma_wait(0)
                 k.release(ring)
                 valid = k.let("valid", w.rows - w.m * BM)  # rows of this tile in the expert
-                with k.if_(valid >= BM):
-                    with k.if_(leader):
-                        k.bulk_wait_read(0)
-                    k.bar_sync(8 + wg, 128)
-                    with k.for_("j", 0, BN // 8, unroll=True) as j:
-                        with k.for_("i", 0, 2, unroll=True) as i:
-                            cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
-                                acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
-                    k.fence_proxy_async()
-                    k.bar_sync(8 + wg, 128)
-                    with k.if_(leader):
-                        with k.for_("h", 0, BN // 64, unroll=True) as h:
-                            k.tma_store(c, [(n0 + h * 64).to(s32), (m0 + wg * 64).to(s32)],
-                                        cs[wg, h])
-                        k.bulk_commit()
-                with k.else_():
+
+                def registers() -> None:
+                    """Store the tile's rows inside the expert from registers."""
                     with k.for_("j2", 0, BN // 8, unroll=True) as j:
                         with k.for_("i2", 0, 2, unroll=True) as i:
                             r = k.let("r", wg * 64 + row + i * 8)
                             with k.if_((r < valid) & (n0 + j * 8 + col < n)):
                                 cp[(m0 + r) * n + n0 + j * 8 + col] = k.bf16x2(
                                     acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+
+                if cs is None:
+                    registers()
+                else:
+                    with k.if_(valid >= BM):
+                        with k.if_(leader):
+                            k.bulk_wait_read(0)
+                        k.bar_sync(8 + wg, 128)
+                        with k.for_("j", 0, BN // 8, unroll=True) as j:
+                            with k.for_("i", 0, 2, unroll=True) as i:
+                                cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
+                                    acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+                        k.fence_proxy_async()
+                        k.bar_sync(8 + wg, 128)
+                        with k.if_(leader):
+                            with k.for_("h", 0, BN // 64, unroll=True) as h:
+                                k.tma_store(c, [(n0 + h * 64).to(s32), (m0 + wg * 64).to(s32)],
+                                            cs[wg, h])
+                            k.bulk_commit()
+                    with k.else_():
+                        registers()
             with k.if_(leader):
                 k.bulk_wait(0)
 
@@ -100,7 +112,7 @@ def make_grouped(masked: bool = False, stages: int = 3) -> ptxdsl.KernelDef:
 grouped_gemm = make_grouped()
 
 SMS = 132  # H100 / H200
-SMALL = {"rows": [130, 0, 7], "n": 264, "k": 128}
+SMALL = {"rows": [130, 0, 7], "n": 264, "k": 64}
 
 
 def tiles(rows: list[int], n: int) -> int:
