@@ -24,13 +24,17 @@ ABOUT = ("bf16, C = A @ B^T; f32 partials TMA-reduce-added into a workspace, spl
          "per launch (20 launches back to back per interval), best of 3 interleaved rounds; "
          "every configuration checked against an f32 reference and its workspace checked back "
          "at zero first.")
-LIMITS = ("cuBLAS runs a 128 x 128 split-K kernel on 2-CTA clusters plus a separate reduce "
-          "kernel, its SMs evenly busy; in `gemm_splitk` the busiest SM works ~12 us longer "
-          "than the average (Nsight Compute at 512 x 512 x 65536): the slowest main loops, the "
-          "16 splits of a tile reducing into one workspace tile, and the last arrival's "
-          "read-back. The deterministic mode serialises the splits (~3.2 us a link). Not "
-          "tried: clusters with multicast of A / B, one wgmma group in flight, a separate "
-          "reduction kernel.")
+LIMITS = ("Nsight Compute at 512 x 512 x 65536 (H100, 2026-11-25, 1.74 GHz): 128 CTAs on 132 "
+          "SMs, the tensor pipe active 64% of their cycles; the busiest SM works 121k cycles, "
+          "the working SMs' average 102k, and the 64 K steps' MMAs alone take ~66k: pipeline "
+          "fill, the four reduce-add passes a split waits between, and the last arrival's "
+          "read-back. More staging at the cost of ring stages is slower (3 stages with 4 "
+          "chunks: 0.80x, 2 with 8: 0.63x, against 0.88x for 4 with 2, `--variant`). cuBLAS "
+          "runs a 128 x 128 split-K kernel on 2-CTA clusters plus a separate reduce kernel. The "
+          "deterministic mode serialises a tile's splits (~3.2 us a link); per-split workspace "
+          "slots summed in order by the last arrival were slower still (0.31x at 16 splits, "
+          "one slot read after another). Not tried: clusters with multicast of A / B, a "
+          "separate reduction kernel, a tree of pairwise sums.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
