@@ -37,15 +37,21 @@ BM, BN, BK = 128, 256, 64  # tile rows, columns, and K step (64 bf16 = one 128-b
 PART = 32  # f32 columns per staging chunk (128 bytes, the swizzle span)
 
 
-def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False) -> ptxdsl.KernelDef:
+def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
+                slots: bool = False) -> ptxdsl.KernelDef:
     """The split-K kernel with a `stages`-deep ring and `chunks` 64 x 32 f32 staging chunks
     per consumer warpgroup (8 / chunks reduction passes); `streamk` walks a stream-K schedule
-    instead of `splits` ranges per tile (the `splits` argument is then unused)."""
+    instead of `splits` ranges per tile (the `splits` argument is then unused). `slots`: the
+    two-kernel form, where range s of a tile stores its partial into slot s of the workspace
+    (a 3-D tensor map: [column, row, slot]) with no semaphore and no finisher, and
+    `splitk_reduce` then sums the slots in order (deterministic, and no range waits)."""
     passes = BN // PART // chunks
     name = "gemm_splitk" if (stages, chunks) == (4, 2) else f"gemm_splitk_s{stages}_c{chunks}"
     name = name.replace("splitk", "streamk") if streamk else name
+    name += "_slots" if slots else ""
 
-    def gemm_splitk(k, a: tmap(bf16, 2), b: tmap(bf16, 2), ws: tmap(f32, 2), wsp: ptr(f32),
+    def gemm_splitk(k, a: tmap(bf16, 2), b: tmap(bf16, 2), ws: tmap(f32, 3 if slots else 2),
+                    wsp: ptr(f32),
                     c: ptr(bf16), sem: ptr(u32), m: u32, n: u32, kdim: u32, splits: u32,
                     ordered: u32):
         ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
@@ -71,6 +77,9 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False) -> ptxd
             with k.for_("w", work) as w:
                 consume(k, w, ring, part, last, ws, wsp, c, sem, m, n, ktiles, ordered, wg,
                         leader, row, col)
+            if slots:
+                with k.if_(leader):
+                    k.bulk_wait(0)
 
     def consume(k, w, ring, part, last, ws, wsp, c, sem, m, n, ktiles, ordered, wg, leader,
                 row, col):
@@ -97,6 +106,11 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False) -> ptxd
         r0 = k.let("r0", w.m * BM + wg * 64)
         n0 = k.let("n0", w.n * BN)
         write = k.let("write", w.whole)
+        if slots:
+            with k.if_(~w.whole):
+                store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
+            store_c(k, w, acc, wsp, c, m, n, r0, n0, w.whole, row, col, False)
+            return
         with k.if_(~w.whole):
             idx = k.let("idx", w.tile * 2 + wg)
             first = k.let("first", (ordered != 0) & (w.k0 == 0))
@@ -148,19 +162,65 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False) -> ptxd
                         v = k.let("v", k.vload(wsp[at], 2))
                         acc[4 * j + 2 * i] = v[0]
                         acc[4 * j + 2 * i + 1] = v[1]
-        # bf16 C from the accumulators (leaving zeros behind in the workspace)
+        store_c(k, w, acc, wsp, c, m, n, r0, n0, write, row, col, True)
+
+    def store_c(k, w, acc, wsp, c, m, n, r0, n0, write, row, col, zero: bool) -> None:
+        """bf16 C from the accumulators where `write` (with `zero`, leaving zeros behind in
+        the workspace of a tile that was not whole)."""
         with k.if_(write):
             with k.for_("j3", 0, BN // 8, unroll=True) as j:
                 with k.for_("i3", 0, 2, unroll=True) as i:
                     gr, gc = r0 + row + i * 8, n0 + j * 8 + col
                     with k.if_((gr < m) & (gc < n)):
                         at = k.let("at2", gr * n + gc)
-                        with k.if_(~w.whole):
-                            wsp[at] = k.f32x2(0.0, 0.0)
+                        if zero:
+                            with k.if_(~w.whole):
+                                wsp[at] = k.f32x2(0.0, 0.0)
                         c[at] = k.bf16x2(acc[4 * j + 2 * i].to(bf16),
                                          acc[4 * j + 2 * i + 1].to(bf16))
 
+    def store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col) -> None:
+        """The partial tile into slot w.split of the workspace, `chunks` 32-column chunks
+        per pass; the staging chunks are free once the previous stores have read them."""
+        with k.for_("p", 0, passes, unroll=True) as p:
+            with k.if_(leader):
+                k.bulk_wait_read(0)
+            k.bar_sync(8 + wg, 128)
+            with k.for_("j", 0, 4 * chunks, unroll=True) as j:
+                with k.for_("i", 0, 2, unroll=True) as i:
+                    e = 16 * chunks * p + 4 * j + 2 * i
+                    part[wg, j / 4, row + i * 8, j % 4 * 8 + col] = k.f32x2(acc[e], acc[e + 1])
+            k.fence_proxy_async()
+            k.bar_sync(8 + wg, 128)
+            with k.if_(leader):
+                with k.for_("h", 0, chunks, unroll=True) as h:
+                    k.tma_store(ws, [(n0 + (p * chunks + h) * PART).to(s32), r0.to(s32),
+                                     w.split.to(s32)], part[wg, h])
+                k.bulk_commit()
+
     return ptxdsl.kernel(threads=384, name=name)(gemm_splitk)
+
+
+def make_splitk_reduce(threads: int = 256, unroll: int = 8) -> ptxdsl.KernelDef:
+    """The second kernel of the two-kernel split-K: C = the sum of `slots` f32 workspace
+    slots of `total` elements each, in slot order, as bf16; four elements a thread, `unroll`
+    slots' loads in flight at a time."""
+
+    @ptxdsl.kernel(threads=threads, name="splitk_reduce")
+    def splitk_reduce(k, ws: ptr(f32), c: ptr(bf16), total: u32, slots: u32):
+        i = k.let("i", (k.ctaid.x * threads + k.tid.x) * 4)
+        with k.if_(i < total):
+            acc = k.let("acc", k.vload(ws[i], 4))
+            with k.for_("s0", 1, slots, unroll) as s0:
+                with k.for_("s", 0, unroll, unroll=True) as sl:
+                    # past the last slot, read slot 0 again and add nothing
+                    here = k.let("here", s0 + sl < slots)
+                    v = k.let("v", k.vload(ws[k.select(here, (s0 + sl) * total + i, i)], 4))
+                    for e in range(4):
+                        acc[e] = acc[e] + k.select(here, v[e], 0.0)
+            c[i] = k.bf16x4(*(acc[e].to(bf16) for e in range(4)))
+
+    return splitk_reduce
 
 
 gemm_splitk = make_splitk()

@@ -236,6 +236,32 @@ def test_streamk_gemm_in_the_interpreter(ordered):
         assert r.ok, f"{name}: {r.detail}"
 
 
+def test_two_kernel_splitk_in_the_interpreter():
+    """make_splitk(slots=True) then make_splitk_reduce: one CTA walks 2 tiles x 2 uneven
+    ranges (1 and 2 K steps), storing each partial into its slot (ragged M and N clipped by
+    the 3-D tensor map), and the second kernel sums the slots into bf16 C."""
+    mod = sample_module("gemm_splitk")
+    from ptxdsl.interp import TensorMapModel
+    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+
+    m, n, k = 72, 264, 192
+    rng = np.random.default_rng(4)
+    a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
+    b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
+    ws, c = np.zeros((2, m, n), np.float32), np.zeros((m, n), np.uint16)
+    sw = {"swizzle": "128B"}
+    run(mod.make_splitk(slots=True).ir, 1, {
+        "a": TensorMapModel(a, dtype=ptxdsl.bf16, box=(128, 64), **sw),
+        "b": TensorMapModel(b, dtype=ptxdsl.bf16, box=(256, 64), **sw),
+        "ws": TensorMapModel(ws, dtype=ptxdsl.f32, box=(1, 64, 32), **sw), "wsp": ws, "c": c,
+        "sem": np.zeros(4, np.uint32), "m": m, "n": n, "kdim": k, "splits": 2, "ordered": 1})
+    run(mod.make_splitk_reduce().ir, -(-m * n // 1024),
+        {"ws": ws, "c": c, "total": m * n, "slots": 2})
+    ref = bf16_to_f32(a) @ bf16_to_f32(b).T
+    r = compare("c", c, ref, ptxdsl.bf16, 2 ** -7, 2 ** -7 * np.sqrt(k) * 4)
+    assert r.ok, r.detail
+
+
 WHILE_PRODUCER = """\
 kernel k(src: ptr<f32>, out: ptr<f32>, n: u32) threads(64) {
     pipeline ring stages 2 { buf: f32[32] align 128; }
