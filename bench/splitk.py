@@ -37,7 +37,10 @@ LIMITS = ("Nsight Compute at 512 x 512 x 65536 (H100, 2026-11-25, 1.74 GHz), one
           "staging at the cost of ring stages is slower (3 stages with 4 chunks: 0.80x, 2 with "
           "8: 0.63x, against 0.88x for 4 with 2, `--variant`). The one-kernel deterministic "
           "form serialises a tile's splits (~3.2 us a link). cuBLAS runs a 128 x 128 split-K "
-          "kernel on 2-CTA clusters plus a separate reduce kernel. Not tried: clusters with "
+          "kernel on 2-CTA clusters plus a separate reduce kernel. The two-kernel form on a "
+          "stream-K walk (`SplitK(streamk=True, slots=True)`, all 132 SMs) is slower, 0.57-0.65x: "
+          "its runs start mid-tile at different K steps, so concurrent CTAs stop sharing A and "
+          "B slices in L2. Not tried: clusters with "
           "multicast of A / B, launching the reduction early (programmatic dependent launch).")
 
 
@@ -67,10 +70,13 @@ class SplitK:
         m, k = a.shape
         n = b.shape[0]
         self.splits = 0 if streamk else splits or t.pick_splits(m, n, k, sms())
+        grid = t.launch_grid(m, n, k, self.splits, streamk, sms())
+        nslots = (t.max_splits(m, n, k, grid) if streamk else
+                  min(self.splits, -(-k // t.BK))) if slots else 0
+        slots = slots and (streamk or nslots > 1)  # one split: the one-kernel form
         if kdef is None:
             kdef = t.make_splitk(streamk=streamk, slots=slots) if streamk or slots \
                 else t.gemm_splitk
-        nslots = min(self.splits, -(-k // t.BK)) if slots else 0
         self.slots = slots
         self.ws = torch.zeros(*((nslots,) if slots else ()), m, n, device=a.device,
                               dtype=torch.float32)
@@ -79,9 +85,9 @@ class SplitK:
                 TensorMap(b, box=(t.BN, t.BK), swizzle="128B"),
                 TensorMap(self.ws, box=(1, 64, t.PART) if slots else (64, t.PART),
                           swizzle="128B"))
-        launch = kdef[t.launch_grid(m, n, k, self.splits, streamk, sms())]
+        launch = kdef[grid]
         args = (*maps, self.ws, c, self.sem, m, n, k, self.splits, int(ordered))
-        if nslots > 1:  # the second kernel sums the slots into C
+        if slots:  # the second kernel sums the slots into C
             reduce = reduce_kernel()[-(-m * n // 1024)]
             self.run = lambda: (launch(*args), reduce(self.ws, c, m * n, nslots))
         else:

@@ -42,9 +42,10 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
     """The split-K kernel with a `stages`-deep ring and `chunks` 64 x 32 f32 staging chunks
     per consumer warpgroup (8 / chunks reduction passes); `streamk` walks a stream-K schedule
     instead of `splits` ranges per tile (the `splits` argument is then unused). `slots`: the
-    two-kernel form, where range s of a tile stores its partial into slot s of the workspace
-    (a 3-D tensor map: [column, row, slot]) with no semaphore and no finisher, and
-    `splitk_reduce` then sums the slots in order (deterministic, and no range waits)."""
+    two-kernel form, where range s of a tile (whole or not) stores its partial into slot s of
+    the workspace (a 3-D tensor map: [column, row, slot]) with no semaphore and no finisher,
+    and `splitk_reduce` then sums the slots in order into C (deterministic, and no range
+    waits; slots a tile does not use stay zero)."""
     passes = BN // PART // chunks
     name = "gemm_splitk" if (stages, chunks) == (4, 2) else f"gemm_splitk_s{stages}_c{chunks}"
     name = name.replace("splitk", "streamk") if streamk else name
@@ -106,10 +107,8 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
         r0 = k.let("r0", w.m * BM + wg * 64)
         n0 = k.let("n0", w.n * BN)
         write = k.let("write", w.whole)
-        if slots:
-            with k.if_(~w.whole):
-                store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
-            store_c(k, w, acc, wsp, c, m, n, r0, n0, w.whole, row, col, False)
+        if slots:  # every item, whole or not: splitk_reduce writes all of C
+            store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
             return
         with k.if_(~w.whole):
             idx = k.let("idx", w.tile * 2 + wg)
@@ -237,6 +236,20 @@ def pick_splits(m: int, n: int, k: int, sms: int = SMS) -> int:
     """As many K slices as fill the GPU once with tiles x splits CTAs (each slice at least
     four K steps)."""
     return max(1, min(sms // tiles(m, n), -(-k // BK) // 4))
+
+
+def max_splits(m: int, n: int, k: int, grid: int) -> int:
+    """The most ranges a stream-K walk over `grid` CTAs cuts any tile into (the slots its
+    two-kernel form needs), by the schedule's own arithmetic."""
+    kt, t = -(-k // BK), tiles(m, n)
+    sk = 0 if t % grid == 0 else t if t < grid else t % grid + grid
+    iters = sk * kt
+    v = max(min(grid, iters), 1)
+
+    def worker(i: int) -> int:
+        return ((i + 1) * v - 1) // max(iters, 1)
+
+    return max([worker((u + 1) * kt - 1) - worker(u * kt) + 1 for u in range(sk)] or [1])
 
 
 def launch_grid(m: int, n: int, k: int, splits: int, streamk: bool = False,
