@@ -298,3 +298,23 @@ def test_producer_tail_follows_an_outer_while_loop():
     out = np.zeros_like(src)
     run(k, 1, {"src": src, "out": out, "n": 4})
     assert np.array_equal(out, src)
+
+
+def walk(k, sched):
+    with k.for_("w", sched):
+        pass
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda k, out, tm: k.schedule("work", 5), "tiles is (tile-rows, tile-columns)"),
+    (lambda k, out, tm: k.schedule("work", (2,), groups=(tm, 4, 128)),
+     "as a ptr<u32>, got u32"),
+    (lambda k, out, tm: walk(k, tm), "walks a schedule, and X is a value of type u32"),
+])
+def test_python_api_mistakes_are_errors_at_the_users_line(body, message):
+    def kernel(k, out: ptr(u32), tm: u32):
+        body(k, out, tm)
+
+    with pytest.raises(ptxdsl.CompileError) as e:
+        ptxdsl.kernel(threads=32)(kernel)
+    assert message in str(e.value) and "test_schedule.py:" in str(e.value), str(e.value)
