@@ -104,3 +104,16 @@ def test_checker_finds_a_type_only_cycle(tmp_path):
     assert package_cycles(pkg) == [["pkg.state", "pkg.step"]]
     (pkg / "state.py").write_text("class State: ...\n")
     assert package_cycles(pkg) == []
+
+
+def test_every_package_ships():
+    """pyproject.toml lists every package directory: a package left out imports from a
+    checkout but not from an installed wheel."""
+    import re
+
+    text = (PKG.parent / "pyproject.toml").read_text()
+    block = re.search(r"\[tool\.setuptools\]\s*packages\s*=\s*\[(.*?)\]", text, re.S)
+    assert block, "pyproject.toml lists the packages under [tool.setuptools]"
+    listed = set(re.findall(r'"([^"]+)"', block.group(1)))
+    found = {_module_name(p.parent / "__init__.py", PKG) for p in PKG.rglob("__init__.py")}
+    assert found - listed == set(), "add these packages to pyproject.toml"
