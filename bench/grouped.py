@@ -59,7 +59,7 @@ class Grouped:
                 TensorMap(c, box=(64, 64), swizzle="128B"))
         kdef = kdef or (t.make_grouped(masked=True) if masked else t.grouped_gemm)
         counts = [min(r, cap) for r in rows] if masked else rows
-        launch = kdef[max(1, min(sms(), t.tiles(counts, n)))]
+        launch = kdef[t.launch_grid(counts, n, sms())]
         args = (*maps, c, self.offs, e, cap, n, k)
         self.run = lambda: launch(*args)
 

@@ -21,12 +21,18 @@ launches):
   every K step before it is in; the first range stores, the others reduce-add, each waits
   for completion and releases its end; the last range finishes. Additions happen in one
   fixed order, so repeated runs are bit-identical. (With stream-K a shared tile's ranges
-  belong to consecutive CTAs, which then wait for each other: correct, but slow.)
+  belong to consecutive CTAs; walking each run from its end, a CTA first does the ranges
+  that its successor waits for.)
 
 Finishing a half-tile: read the f32 sum through `wsp` (a pointer to the same workspace; all
 loads in flight at once), leave zeros behind, store bf16 C, and reset the semaphore.
-`make_splitk(stages, chunks, streamk)` builds variants; the module-level kernel is the one
-that gemm_splitk.ptxdsl spells out."""
+
+The two-kernel form (`make_splitk(slots=True)`, then `make_splitk_reduce()`): every item
+stores its partial into slot w.split of a slots x M x N workspace (`ws` a 3-D tensor map)
+with no semaphore and no finisher (`wsp`, `c`, `sem` and `ordered` go unused), and the
+second kernel sums the slots in order into C: deterministic, and no range waits for another.
+`make_splitk(stages, chunks, streamk, slots)` builds the variants; the module-level kernel is
+the one that gemm_splitk.ptxdsl spells out."""
 
 import numpy as np
 
@@ -106,10 +112,10 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
         k.release(ring)
         r0 = k.let("r0", w.m * BM + wg * 64)
         n0 = k.let("n0", w.n * BN)
-        write = k.let("write", w.whole)
         if slots:  # every item, whole or not: splitk_reduce writes all of C
             store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
             return
+        write = k.let("write", w.whole)
         with k.if_(~w.whole):
             idx = k.let("idx", w.tile * 2 + wg)
             first = k.let("first", (ordered != 0) & (w.k0 == 0))
@@ -161,20 +167,15 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
                         v = k.let("v", k.vload(wsp[at], 2))
                         acc[4 * j + 2 * i] = v[0]
                         acc[4 * j + 2 * i + 1] = v[1]
-        store_c(k, w, acc, wsp, c, m, n, r0, n0, write, row, col, True)
-
-    def store_c(k, w, acc, wsp, c, m, n, r0, n0, write, row, col, zero: bool) -> None:
-        """bf16 C from the accumulators where `write` (with `zero`, leaving zeros behind in
-        the workspace of a tile that was not whole)."""
+        # bf16 C from the accumulators (leaving zeros behind in the workspace)
         with k.if_(write):
             with k.for_("j3", 0, BN // 8, unroll=True) as j:
                 with k.for_("i3", 0, 2, unroll=True) as i:
                     gr, gc = r0 + row + i * 8, n0 + j * 8 + col
                     with k.if_((gr < m) & (gc < n)):
                         at = k.let("at2", gr * n + gc)
-                        if zero:
-                            with k.if_(~w.whole):
-                                wsp[at] = k.f32x2(0.0, 0.0)
+                        with k.if_(~w.whole):
+                            wsp[at] = k.f32x2(0.0, 0.0)
                         c[at] = k.bf16x2(acc[4 * j + 2 * i].to(bf16),
                                          acc[4 * j + 2 * i + 1].to(bf16))
 

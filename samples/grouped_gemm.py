@@ -112,11 +112,17 @@ def make_grouped(masked: bool = False, stages: int = 3, tma_epilogue: bool = Tru
 grouped_gemm = make_grouped()
 
 SMS = 132  # H100 / H200
-SMALL = {"rows": [130, 0, 7], "n": 264, "k": 64}
+SMALL = {"rows": [130, 0, 7], "n": 136, "k": 64}
 
 
 def tiles(rows: list[int], n: int) -> int:
     return sum(-(-r // BM) for r in rows) * -(-n // BN)
+
+
+def launch_grid(rows: list[int], n: int, sms: int = SMS) -> int:
+    """CTAs for a launch: one per tile, at most one per SM (a CTA walks its tiles in turn);
+    `rows` the rows each expert uses."""
+    return max(1, min(sms, tiles(rows, n)))
 
 
 def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 1032,
@@ -150,7 +156,7 @@ def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 10
     box = {"swizzle": "128B"}
     # C is one array behind the tensor map `c` (TMA stores) and the pointer `cp` (the rows
     # of a tile that runs past its expert); it starts at zero, and no row is written twice
-    return {"grid": grid or max(1, min(SMS, tiles(counts, n))),
+    return {"grid": grid or launch_grid(counts, n),
             "inputs": {"a": a, "b": b, "c": c, "cp": c, "offs": offs, "experts": e, "cap": cap,
                        "n": n, "kdim": k},
             "tensor_maps": {"a": {"box": (BM, BK), **box}, "b": {"box": (1, BN, BK), **box},

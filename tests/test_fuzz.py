@@ -149,7 +149,7 @@ def kernel_bodies() -> st.SearchStrategy[str]:
         lambda body: HEADER + " ".join(body) + " }")
 
 
-@fuzz(20, deep=50)
+@fuzz(15, deep=50)
 @given(text=kernel_bodies(), arch=st.sampled_from([None, None, "sm_80"]))
 def test_generated_statements_compile_or_fail_located(text, arch, tmp_path_factory):
     o = outcome(text, arch)

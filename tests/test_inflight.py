@@ -153,12 +153,12 @@ def test_gemm_keeps_a_group_in_flight_with_any_stage_count(stages, bn):
     assert (np.abs(c - ref) <= ex["rtol"] * np.abs(ref) + ex["atol"]).all()
 
 
-@pytest.mark.parametrize("splits", [2, 3] if DEEP else [])
+@pytest.mark.parametrize("splits", [2, 3] if DEEP else [2])
 def test_splitk_keeps_a_group_in_flight_over_uneven_slices(splits):
     """Split-K with 3 K steps in uneven slices (1 and 2; 1, 1 and 1 under DEEP): the first K
     step of each slice before the loop, the rest with a lagging release, one CTA going on to
     the next item of the persistent walk (test_schedule runs stream-K's uneven ranges over
-    three, and its two-kernel form over one CTA by default)."""
+    three, test_schedule the two-kernel form over one CTA)."""
     twin = sample_module("gemm_splitk")
     k = ptxdsl.parse_file(Path(__file__).parents[1] / "samples" / "gemm_splitk.ptxdsl")
     ex = twin.example(np.random.default_rng(9), m=128, n=256, k=192, splits=splits,

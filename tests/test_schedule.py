@@ -83,64 +83,23 @@ def test_random_shapes(case):
 
 
 def test_streamk_balances_k_steps():
-    """Every CTA gets the same number of K steps, to within one tile's worth of steps split
-    between its shared run and its whole tiles (132 CTAs, 3 x 132 + 1 tiles)."""
-    src = COVER.format(clauses="ksteps(kt) streamk").replace(
-        "hits[t * kt + k] += 1;", "hits[t * kt + k] += 1;\n order[100 + %ctaid.x] += 1;")
-    k = ptxdsl.parse(src, "cover.ptxdsl").kernel()
-    tm, tn, kt, grid = 397, 1, 4, 132
-    hits, order = np.zeros(tm * kt, np.uint32), np.zeros(100 + grid, np.uint32)
-    run(k, grid, {"hits": hits, "info": np.zeros(tm * 64, np.uint32),
-                  "order": np.zeros(tm, np.uint32), "tm": tm, "tn": tn, "kt": kt, "s": 1})
-    per_cta = order[100:]
-    assert (hits == 1).all() and per_cta.max() - per_cta.min() <= 1, per_cta
-
-
-GROUPED = """\
-kernel gcover(hits: ptr<u32>, src: ptr<u32>, info: ptr<u32>, ng: u32, tn: u32,
-              cap: u32) threads(32) {{
-    schedule work tiles(tn) group(2) {groups};
-    if %tid.x == 0 {{
-        for w in work {{
-            for r in w.m * 4 .. min(w.m * 4 + 4, w.rows) {{
-                hits[(w.row0 + r) * tn + w.n] += 1;
-            }}
-            info[w.tile] = w.group + 1;
-        }}
-    }}
-}}
-"""
-
-
-@pytest.mark.parametrize("layout", ["contiguous", "masked"])
-@pytest.mark.parametrize("grid", [1, 3, 7])
-def test_grouped_schedule_visits_every_row_of_every_group_once(layout, grid):
-    """groups(offs, G, BM) over ragged and empty groups (4-row tiles), and groups(counts, G,
-    BM, cap) with counts over and under the capacity: each (row, tile-column) once, no row
-    outside its group, every tile numbered once."""
-    rows = [5, 0, 12, 1, 0, 8]
-    tn, cap = 3, 6
-    if layout == "contiguous":
-        src = np.concatenate([[0], np.cumsum(rows)]).astype(np.uint32)
-        clause, starts, counts = "groups(src, ng, 4)", src[:-1], rows
-    else:
-        src = np.array(rows, np.uint32)
-        clause = "groups(src, ng, 4, cap)"
-        starts, counts = [g * cap for g in range(len(rows))], [min(r, cap) for r in rows]
-    k = ptxdsl.parse(GROUPED.format(groups=clause), "gcover.ptxdsl").kernel()
-    assert ptxdsl.parse(ptxdsl.print_kernel(k)).kernels[0] == k
-    total = int(max(s + c for s, c in zip(starts, counts, strict=True))) + cap
-    hits, info = np.zeros(total * tn, np.uint32), np.zeros(64, np.uint32)
-    run(k, grid, {"hits": hits, "src": src, "info": info, "ng": len(rows), "tn": tn,
-                  "cap": cap})
-    want = np.zeros((total, tn), np.uint32)
-    for s0, c in zip(starts, counts, strict=True):
-        want[s0:s0 + c] = 1
-    assert np.array_equal(hits.reshape(total, tn), want)
-    ntiles = sum(-(-c // 4) for c in counts) * tn
-    assert np.count_nonzero(info) == ntiles and not info[ntiles:].any()
-    groups = [g + 1 for g, c in enumerate(counts) for _ in range(-(-c // 4) * tn)]
-    assert sorted(info[:ntiles]) == groups
+    """Every CTA gets the same number of K steps, to within one (132 CTAs, 3 x 132 + 1 tiles
+    of 4 K steps); split-K of the same shape leaves a CTA four steps over another."""
+    steps = {}
+    for clauses in ("ksteps(kt) streamk", "ksteps(kt) splits(s)"):
+        src = COVER.format(clauses=clauses).replace(
+            "hits[t * kt + k] += 1;", "hits[t * kt + k] += 1;\n perf[%ctaid.x] += 1;").replace(
+            "order: ptr<u32>,", "order: ptr<u32>, perf: ptr<u32>,")
+        k = ptxdsl.parse(src, "cover.ptxdsl").kernel()
+        tm, tn, kt, grid = 397, 1, 4, 132
+        hits, perf = np.zeros(tm * kt, np.uint32), np.zeros(grid, np.uint32)
+        run(k, grid, {"hits": hits, "info": np.zeros(tm * 64, np.uint32), "perf": perf,
+                      "order": np.zeros(tm, np.uint32), "tm": tm, "tn": tn, "kt": kt, "s": 1})
+        assert (hits == 1).all()
+        steps[clauses] = perf
+    assert steps["ksteps(kt) streamk"].sum() == 397 * 4
+    assert np.ptp(steps["ksteps(kt) streamk"]) <= 1, steps["ksteps(kt) streamk"]
+    assert np.ptp(steps["ksteps(kt) splits(s)"]) == 4  # 3 or 4 whole tiles a CTA
 
 
 def twin(mode: str):
@@ -168,6 +127,42 @@ def test_python_api_builds_the_same_ir_and_it_prints_back(mode):
     assert ptxdsl.parse(printed).kernels[0] == text
 
 
+@pytest.mark.parametrize("clauses", ["tiles(tm, 2) ksteps(4) streamk",
+                                     "tiles(2) groups(out, tm, 128)"])
+def test_two_walks_of_one_schedule_in_one_block(clauses):
+    """Each walk keeps its own state (w_it, then w2_it); the result prints back."""
+    m = ptxdsl.parse(f"""kernel k(tm: u32, out: ptr<u32>) threads(32) {{
+        schedule work {clauses};
+        for w in work {{ out[w.tile] = 1; }}
+        for w in work {{ out[w.tile] = 2; }}
+    }}""", "two.ptxdsl")
+    text = ptxdsl.print_module(m)
+    state = "_it" if "streamk" in clauses else "_grp"
+    assert f"let w{state}: u32" in text and f"let w2{state}: u32" in text
+    assert ptxdsl.parse(text) == m
+
+
+def test_clusters_walk_by_cluster():
+    text = ptxdsl.print_module(ptxdsl.parse("""kernel k(out: ptr<u32>) threads(32) cluster(2) {
+        schedule work tiles(4, 2) clusters;
+        for w in work { out[w.tile * 2 + %cluster_ctarank] = w.m; }
+    }"""))
+    assert "for w in %clusterid.x .. work_tiles step %nclusterid.x" in text
+
+
+def test_stream_k_slots_match_the_schedule():
+    """gemm_splitk.max_splits (the slots a two-kernel stream-K walk needs) is the schedule's
+    largest w.splits, run in the interpreter."""
+    mod = sample_module("gemm_splitk")
+    k = ptxdsl.parse(COVER.format(clauses="ksteps(kt) streamk"), "cover.ptxdsl").kernel()
+    for tm, tn, kt, grid in [(1, 2, 3, 5), (3, 1, 16, 7), (13, 1, 2, 6)]:
+        info = np.zeros(tm * tn * 64, np.uint32)
+        run(k, grid, {"hits": np.zeros(tm * tn * kt, np.uint32), "info": info,
+                      "order": np.zeros(tm * tn, np.uint32), "tm": tm, "tn": tn, "kt": kt,
+                      "s": 1})
+        assert int(info.max() // 2) == mod.max_splits(tm * 128, tn * 256, kt * 64, grid)
+
+
 def test_only_the_fields_read_are_computed():
     src = """kernel k(out: ptr<u32>, tm: u32) threads(32) {
         schedule work tiles(tm, 4);
@@ -192,7 +187,16 @@ def errors_of(body: str, params: str = "tm: u32, out: ptr<u32>") -> str:
     ("schedule work tiles(tm, 2) splits(4);", "so it needs ksteps(KT)"),
     ("schedule work tiles(tm, 2) ksteps(3) splits(2) streamk;", "splits(S) or streamk, not both"),
     ("schedule work tiles(tm, 2) group(0);", "group(G) takes a positive number"),
-    ("schedule work tiles(tm, 2) group(tm);", "group"),
+    ("schedule work tiles(tm, 2) group(tm);", "a schedule's group must be known at compile time"),
+    ("schedule work tiles(tm, 2) ksteps(4) splits(0);", "splits(S) takes at least one range"),
+    ("schedule work tiles(tm, 2);\nlet x = work;", "'work' is a schedule, not a value"),
+    ("schedule work tiles(tm, 2);\nfor w in work { out[0] = w + 1; }",
+     "'w' is a work item, not a value: read its fields"),
+    ("schedule work tiles(tm, 2);\nfor tm in work { }", "'tm' is already declared"),
+    ("schedule work tiles(tm, 2) ksteps(4) streamk;\nfor w in work { w_next = 0; }",
+     "cannot assign to 'w_next': 'w_next' is the state of the walk 'for w in work'"),
+    ("schedule work tiles(tm, 2) ksteps(4) streamk;\nwork_sk = 4;",
+     "cannot assign to 'work_sk': 'work_sk' is derived by schedule 'work'"),
     ("schedule work tiles(tm) ;", "tiles(TM, TN) takes the tile-rows and the tile-columns"),
     ("schedule work tiles(tm, 2) groups(out, 4, 128);", "tiles(TN) takes the tile-columns alone"),
     ("schedule work tiles(2) groups(out, 4, 128) ksteps(4) splits(2);",
@@ -237,14 +241,14 @@ def test_streamk_gemm_in_the_interpreter(ordered):
 
 
 def test_two_kernel_splitk_in_the_interpreter():
-    """make_splitk(slots=True) then make_splitk_reduce: one CTA walks 2 tiles x 2 uneven
-    ranges (1 and 2 K steps), storing each partial into its slot (ragged M and N clipped by
-    the 3-D tensor map), and the second kernel sums the slots into bf16 C."""
+    """make_splitk(slots=True) then make_splitk_reduce: one CTA walks a tile's 2 uneven
+    ranges (1 and 2 K steps), storing each partial into its slot (a ragged M clipped by the
+    3-D tensor map per slot), and the second kernel sums the slots into bf16 C."""
     mod = sample_module("gemm_splitk")
     from ptxdsl.interp import TensorMapModel
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
-    m, n, k = 72, 264, 192
+    m, n, k = 72, 256, 192
     rng = np.random.default_rng(4)
     a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
     b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
@@ -305,11 +309,27 @@ def walk(k, sched):
         pass
 
 
+def stale(k, out, tm):
+    work = k.schedule("work", (tm, 2))
+    with k.for_("w", work) as w:
+        pass
+    out[0] = w.m
+
+
+def unrolled(k, out, tm):
+    work = k.schedule("work", (tm, 2))
+    with k.for_("w", work, unroll=True):
+        pass
+
+
 @pytest.mark.parametrize("body, message", [
     (lambda k, out, tm: k.schedule("work", 5), "tiles is (tile-rows, tile-columns)"),
     (lambda k, out, tm: k.schedule("work", (2,), groups=(tm, 4, 128)),
      "as a ptr<u32>, got u32"),
     (lambda k, out, tm: walk(k, tm), "walks a schedule, and X is a value of type u32"),
+    (stale, "'w' is not a work item here"),
+    (unrolled, "it takes no stop, step or unroll"),
+    (lambda k, out, tm: k.schedule("work", (2,), groups=5), "groups is (offsets, count"),
 ])
 def test_python_api_mistakes_are_errors_at_the_users_line(body, message):
     def kernel(k, out: ptr(u32), tm: u32):

@@ -358,6 +358,10 @@ class KernelContext:
             if v is not None:
                 clauses.append((cname, [self._operand(v)], loc))
         if groups is not None:
+            if not isinstance(groups, (tuple, list)):
+                self._bad(f"groups is (offsets, count, rows per tile) or (counts, count, rows "
+                          f"per tile, capacity), got {_pyname(groups)}")
+                groups = ()
             clauses.append(("groups", [self._operand(v) for v in groups], loc))
         clauses += [(c, [], loc) for c, on in (("streamk", streamk), ("clusters", clusters)) if on]
         return Value(self, self._b.schedule(name, clauses, loc))
@@ -371,9 +375,14 @@ class KernelContext:
         self._live()
         loc = user_span()
         name = self._ident(name, "a loop variable's name")
-        if stop is None and step is None and not unroll:
+        walk = isinstance(start, Value) and isinstance(start.ir, ir.Expr) and \
+            isinstance(start.ir.type, T.ScheduleRef)
+        if walk and (stop is not None or step is not None or unroll):
+            self._bad("for_(name, schedule) walks a schedule: it takes no stop, step or unroll")
+        if walk or (stop is None and step is None and not unroll):
             header = self._b.work_begin(name, self._operand(start), loc)
-            yield Value(self, ir.Var(name=name, type=T.WorkRef(), loc=loc))
+            ty = T.WorkRef() if header[0] is not None else T.error
+            yield Value(self, ir.Var(name=name, type=ty, loc=loc))
             self._b.work_end(header)
             return
         header = self._b.for_header(name, self._operand(start), self._operand(stop),

@@ -2,6 +2,7 @@
 walked the same way in every role.
 
     schedule work tiles(TM, TN) [group(G)] [ksteps(KT)] [splits(S) | streamk] [clusters];
+    schedule work tiles(TN) groups(offs, G, BM) [group(G)] [ksteps(KT)] [clusters];
     for w in work { ... w.m, w.n, w.k0, w.k1 ... }
 
 The output is TM x TN tiles. Worker c (%ctaid.x, or %clusterid.x with `clusters`) of U
@@ -19,13 +20,20 @@ K steps [w.k0, w.k1), never empty:
 - `group(G)`: tiles are numbered in bands of G tile-rows, column by column within a band
   (consecutive tiles share a B tile-column and G A tile-rows in L2); without it, column by
   column over all rows.
+- `groups(offs, G, BM)` (with `tiles(TN)`): G groups of rows, group g owning rows offs[g] ..
+  offs[g + 1] (`offs`: G + 1 u32), each cut into BM-row tile-rows; `groups(counts, G, BM,
+  cap)`: group g owns rows g * cap .. g * cap + min(counts[g], cap). Every group's tiles,
+  group after group (groups with no rows passed over), whole.
 
 Fields of an item (u32 unless said): m, n (tile coordinates), tile (the tile's number in
 that order: a key for semaphores and workspace slots), k0, k1, split (which range of the
 tile this is, in K order) and splits (how many items share the tile), whole (pred: splits
-== 1, the item alone writes its tile).
+== 1, the item alone writes its tile); with groups, group, row0 (the group's first row) and
+rows (its rows), m being the tile-row within the group.
 
-Both are desugared here into lets and a `for` (a `while` for streamk), so the verifier,
+Both are desugared here into lets and a `for` (a `while` for streamk; with groups, a `for`
+over the groups' tile-rows at the declaration and a `while` moving a group cursor at the top
+of each item), so the verifier,
 the interpreter and codegen see ordinary code, and printing gives back source that parses
 to the same IR. Only the fields a body reads are computed: `w.m` becomes a `let w_m` at the
 top of the loop body."""
@@ -38,7 +46,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from .. import types as T
 from ..errors import Note, Span
-from .common import Lit, Operand, Symbol, is_err
+from .common import Lit, Operand, Symbol, describe, is_err
 from .stmts import Statements
 
 CLAUSES = {"tiles": (1, 2), "group": (1,), "ksteps": (1,), "splits": (1,), "streamk": (0,),
@@ -46,6 +54,7 @@ CLAUSES = {"tiles": (1, 2), "group": (1,), "ksteps": (1,), "splits": (1,), "stre
 FIELDS = ("m", "n", "tile", "k0", "k1", "split", "splits", "whole", "group", "row0", "rows")
 GROUPED = ("group", "row0", "rows")  # the fields of a grouped schedule only
 HELPERS = ("band0", "bandrows", "shared", "wfirst", "local")  # lets fields are computed through
+STATE = ("it", "end", "next", "grp", "gstart", "gend")  # a walk's state, before its loop
 
 
 @dataclass
@@ -70,6 +79,10 @@ class Item:
     sched: Schedule
     var: str
     used: dict[str, Span | None] = field(default_factory=dict)
+    state: str = ""  # prefix of the walk's state before the loop (var, or var2 if taken)
+
+    def st(self, what: str) -> str:
+        return f"{self.state}_{what}"
 
 
 def _u(name: str) -> ir.Var:
@@ -119,6 +132,10 @@ class Schedules(Statements):
         if mode != "dense" and "ksteps" not in got:
             self.diags.error(f"schedule '{name}' divides K ({mode}), so it needs ksteps(KT): "
                              "the K steps of one tile", loc)
+        if "splits" in got and isinstance(got["splits"][0], Lit) and \
+                not (isinstance(got["splits"][0].value, int) and got["splits"][0].value >= 1):
+            self.diags.error(f"splits(S) takes at least one range, got {got['splits'][0].value}",
+                             loc)
         group = None
         if "group" in got:
             lit = self.folded(got["group"][0], "a schedule's group", loc)
@@ -137,9 +154,23 @@ class Schedules(Statements):
                          self._held(name, "ksteps", got["ksteps"][0], loc)
                          if "ksteps" in got else None, mode, "clusters" in got, loc, groups)
         self._schedule_lets(sched, got.get("splits", [None])[0], loc)
+        for v in sched.lets.values():  # derived: read them, never assign them
+            self._read_only(v.name, f"'{v.name}' is derived by schedule '{name}'")  # type: ignore[attr-defined]
         if not self._declare(name, Symbol("schedule", T.ScheduleRef(), loc, sched)):
             return bad
         return ir.Var(name=name, type=T.ScheduleRef(), loc=loc)
+
+    def _read_only(self, name: str, why: str) -> None:
+        """The local `name` becomes readable but not assignable (`why` says whose it is)."""
+        for frame in reversed(self.frames):
+            if name in frame.names:
+                sym = frame.names[name]
+                frame.names[name] = Symbol("derived", sym.type, sym.loc, why)
+                return
+
+    def _set(self, name: str, value: Operand, loc: Span | None) -> None:
+        """`name = value;` for a variable of the walk's own (read-only to the kernel)."""
+        self.emit(ir.Assign(name=name, value=self.value(value, T.u32), loc=loc))
 
     def _groups(self, args: list[Operand], loc: Span | None) -> tuple | None:
         """groups(offs, G, BM): group g has rows offs[g] .. offs[g + 1] (G + 1 offsets);
@@ -184,7 +215,9 @@ class Schedules(Statements):
         v = self.value(x, T.u32)
         if isinstance(v, (ir.Var, ir.Const)) or is_err(v.type):
             return v
-        return self.let(f"{sname}_{what}", T.u32, v, loc)
+        held = self.let(f"{sname}_{what}", T.u32, v, loc)
+        self._read_only(f"{sname}_{what}", f"'{sname}_{what}' is derived by schedule '{sname}'")
+        return held
 
     def _workers(self, sched: Schedule, loc: Span | None) -> tuple[ir.Expr, ir.Expr]:
         which = "clusterid.x" if sched.clusters else "ctaid.x"
@@ -197,9 +230,10 @@ class Schedules(Statements):
             # the tile-rows of all groups
             rows = self.let(f"{name}_mtiles", T.u32, Lit(0, loc), loc)
             header = self.for_header(f"{name}_g", Lit(0, loc), s.groups[1], None, loc)
-            self.assign(rows.name, b("add", rows, self._group_tiles(  # type: ignore[attr-defined]
+            self._set(rows.name, b("add", rows, self._group_tiles(  # type: ignore[attr-defined]
                 s, _u(f"{name}_g"), loc), loc), loc)
             self.for_stmt(f"{name}_g", header, loc)
+            lets["mtiles"] = rows
             lets["tiles"] = self.let(f"{name}_tiles", T.u32, b("mul", rows, s.tn, loc), loc)
         else:
             lets["tiles"] = self.let(f"{name}_tiles", T.u32, b("mul", s.tm, s.tn, loc), loc)
@@ -208,8 +242,9 @@ class Schedules(Statements):
                                                               loc), loc)
         if s.mode == "splits":
             assert s.ksteps is not None and splits is not None
-            lets["splits"] = self.let(f"{name}_splits", T.u32,
-                                      c("min", [self.value(splits, T.u32), s.ksteps], loc), loc)
+            # at least one range (splits(0) of a runtime 0 walks every tile whole)
+            lets["splits"] = self.let(f"{name}_splits", T.u32, c("max", [
+                c("min", [self.value(splits, T.u32), s.ksteps], loc), Lit(1, loc)], loc), loc)
             lets["items"] = self.let(f"{name}_items", T.u32,
                                      b("mul", lets["tiles"], lets["splits"], loc), loc)
         elif s.mode == "streamk":
@@ -247,8 +282,28 @@ class Schedules(Statements):
                 self.frames[-1].names[name] = Symbol("reserved", T.u32, loc, f"{item.var}."
                                                      f"{attr}")
 
+    def rvalue(self, x: ir.Expr) -> ir.Expr:
+        if isinstance(x.type, T.ScheduleRef):
+            return self.error(f"{describe(x)} is a schedule, not a value: walk it with 'for w "
+                              f"in {getattr(x, 'name', 'it')} {{ ... }}'", x.loc)
+        if isinstance(x.type, T.WorkRef):
+            return self.error(f"{describe(x)} is a work item, not a value: read its fields "
+                              f"({', '.join(FIELDS)})", x.loc)
+        return super().rvalue(x)
+
+    def assign(self, name: str, value: Operand, loc: Span | None = None,
+               name_loc: Span | None = None) -> None:
+        sym = self.lookup(name)
+        if sym is not None and sym.kind == "derived":
+            self.diags.error(f"cannot assign to '{name}': {sym.decl}", name_loc or loc,
+                             Note(f"'{name}' was declared here", sym.loc))
+            return
+        super().assign(name, value, loc, name_loc)
+
     def name(self, name: str, loc: Span | None = None) -> Operand:
         sym = self.lookup(name)
+        if sym is not None and sym.kind == "derived":
+            return ir.Var(name=name, type=sym.type, loc=loc)
         if sym is not None and sym.kind == "reserved":
             return self.error(f"'{name}' is reserved by the work loop: write {sym.decl}"
                               if "." in sym.decl and sym.decl.split(".")[1] in FIELDS else
@@ -261,7 +316,9 @@ class Schedules(Statements):
         sched = None
         if isinstance(sched_expr, ir.Var) and isinstance(sched_expr.type, T.ScheduleRef):
             sym = self.lookup(sched_expr.name)
-            sched = sym.decl if sym is not None else None
+            sched = sym.decl if sym is not None and sym.kind == "schedule" else None
+            if sched is None:
+                self.diags.error(f"'{sched_expr.name}' is not a declared schedule", loc)
         elif not (isinstance(sched_expr, ir.Expr) and is_err(sched_expr.type)):
             what = "a literal" if isinstance(sched_expr, Lit) else \
                 f"a value of type {sched_expr.type}"
@@ -273,9 +330,14 @@ class Schedules(Statements):
             self._declare(var, Symbol("local", T.error, loc))
             return None, var, loc, None
         start, nw = self._workers(sched, loc)
-        item = Item(sched, var)
+        n = 1
+        state = var
+        while any(self.lookup(f"{state}_{x}") is not None for x in STATE):
+            n += 1  # an earlier walk's state is still in scope
+            state = f"{var}{n}"
+        item = Item(sched, var, state=state)
         if sched.mode == "streamk":
-            self._streamk_state(sched, var, start, loc)
+            self._streamk_state(item, start, loc)
             self.push()
             self.unroll_counts.append(1)
             self._reserve(item, loc)
@@ -283,33 +345,39 @@ class Schedules(Statements):
         if sched.groups is not None:
             # the group cursor: group var_grp's tiles are var_gstart .. var_gend (before the
             # first item, "group -1", empty)
-            self.let(f"{var}_grp", T.u32, Lit(0xFFFFFFFF, loc), loc)
-            self.let(f"{var}_gstart", T.u32, Lit(0, loc), loc)
-            self.let(f"{var}_gend", T.u32, Lit(0, loc), loc)
+            for x, v in (("grp", 0xFFFFFFFF), ("gstart", 0), ("gend", 0)):
+                self.let(item.st(x), T.u32, Lit(v, loc), loc)
+                self._read_only(item.st(x), f"'{item.st(x)}' is the state of the walk "
+                                f"'for {var} in {sched.name}'")
         stop = sched.lets["items"] if sched.mode == "splits" else sched.lets["tiles"]
         header = self.for_header(var, start, stop, nw, loc)
-        del self.frames[-1].names[var]
+        self.frames[-1].names.pop(var, None)  # for_header declared it, unless it clashed
         self._reserve(item, loc)
         return item, var, loc, header
 
-    def _streamk_state(self, s: Schedule, var: str, c: ir.Expr, loc: Span | None) -> None:
+    def _streamk_state(self, item: Item, c: ir.Expr, loc: Span | None) -> None:
         """Before the walk: this worker's run of shared K steps [var_it, var_end) and its
         first whole tile var_next."""
-        b, call = self.binary, self.call
+        s, b, call = item.sched, self.binary, self.call
         v, iters = s.lets["sworkers"], s.lets["iters"]
 
         def start(w: Operand) -> Operand:
             return b("div", b("mul", call("min", [w, v], loc), iters, loc), v, loc)
 
-        self.let(f"{var}_it", T.u32, start(c), loc)
-        self.let(f"{var}_end", T.u32, start(b("add", c, Lit(1, loc), loc)), loc)
-        self.let(f"{var}_next", T.u32, b("add", s.lets["sk"], c, loc), loc)
+        for x, value in (("it", start(c)), ("end", start(b("add", c, Lit(1, loc), loc))),
+                         ("next", b("add", s.lets["sk"], c, loc))):
+            self.let(item.st(x), T.u32, value, loc)
+            self._read_only(item.st(x), f"'{item.st(x)}' is the state of the walk "
+                            f"'for {item.var} in {s.name}'")
 
     def work_field(self, base: ir.Var, attr: str, loc: Span | None) -> ir.Expr:
         """`w.attr` inside `for w in work`: the variable var_attr, computed at the top of the
         loop body when the loop closes."""
         sym = self.lookup(base.name)
-        item: Item = sym.decl  # type: ignore[union-attr]
+        if sym is None or sym.kind != "work":
+            return self.error(f"'{base.name}' is not a work item here: its fields exist inside "
+                              f"its own 'for {base.name} in ...' loop", loc)
+        item: Item = sym.decl
         if attr not in FIELDS:
             hint = difflib.get_close_matches(attr, FIELDS, n=1)
             more = f"; did you mean '{hint[0]}'?" if hint else \
@@ -332,12 +400,12 @@ class Schedules(Statements):
         """Move the cursor on to the group of tile var (groups with no rows are passed
         over); the tile's number within its group."""
         s, var, b = item.sched, item.var, self.binary
-        w, grp, gend = _u(var), _u(f"{var}_grp"), _u(f"{var}_gend")
+        w, grp, gend = _u(var), _u(item.st("grp")), _u(item.st("gend"))
         self.push()
-        self.assign(grp.name, b("add", grp, Lit(1, loc), loc), loc)
-        self.assign(f"{var}_gstart", gend, loc)
-        self.assign(gend.name, b("add", gend, b("mul", self._group_tiles(s, grp, loc), s.tn,
-                                                 loc), loc), loc)
+        self._set(grp.name, b("add", grp, Lit(1, loc), loc), loc)
+        self._set(item.st("gstart"), gend, loc)
+        self._set(gend.name, b("add", gend, b("mul", self._group_tiles(s, grp, loc), s.tn,
+                                               loc), loc), loc)
         self.while_stmt(self.value(self.compare("ge", w, gend, loc), T.pred), self.pop(), loc)
         if self._need(item, "row0", "rows"):
             row0, rows = self._group_rows(s, grp, loc)
@@ -346,7 +414,7 @@ class Schedules(Statements):
                     self._field(item, attr, v, loc)
         if "group" in item.used:
             self._field(item, "group", grp, loc)
-        return self.let(f"{var}_local", T.u32, b("sub", w, _u(f"{var}_gstart"), loc), loc)
+        return self.let(f"{var}_local", T.u32, b("sub", w, _u(item.st("gstart")), loc), loc)
 
     def member(self, base: ir.Expr, attr: str, loc: Span | None = None) -> ir.Expr:
         if isinstance(base, ir.Var) and isinstance(base.type, T.WorkRef):
@@ -368,7 +436,7 @@ class Schedules(Statements):
             self.push()
             self._streamk_fields(item, loc)
             prelude = self.pop()
-            it, end, nxt = _u(f"{var}_it"), _u(f"{var}_end"), _u(f"{var}_next")
+            it, end, nxt = _u(item.st("it")), _u(item.st("end")), _u(item.st("next"))
             more = self.binary("lor", self.compare("lt", it, end, loc),
                                self.compare("lt", nxt, s.lets["tiles"], loc), loc)
             self.while_stmt(self.value(more, T.pred), prelude + body, loc)
@@ -397,13 +465,8 @@ class Schedules(Statements):
         tile: ir.Expr = w
         if s.groups is not None:
             local = self._group_cursor(item, loc)
-            for attr, value in (("tile", w), ("split", Lit(0, loc)), ("k0", Lit(0, loc)),
-                                ("k1", kt), ("splits", Lit(1, loc))):
-                if attr in u:
-                    self._field(item, attr, value, loc)
-            if "whole" in u:
-                self._field(item, "whole", Lit(True, loc), loc, T.pred)
-            tm = b("div", b("sub", _u(f"{item.var}_gend"), _u(f"{item.var}_gstart"), loc),
+            self._whole_tile_fields(item, w, kt, loc)
+            tm = b("div", b("sub", _u(item.st("gend")), _u(item.st("gstart")), loc),
                    s.tn, loc)
             self._tile_coords(item, local, loc, tm)
             return
@@ -426,13 +489,18 @@ class Schedules(Statements):
                 self._field(item, "whole", self.compare("eq", nsplit, Lit(1, loc), loc), loc,
                             T.pred)
         else:
-            for attr, value in (("tile", w), ("split", Lit(0, loc)), ("k0", Lit(0, loc)),
-                                ("k1", kt), ("splits", Lit(1, loc))):
-                if attr in u:
-                    self._field(item, attr, value, loc)
-            if "whole" in u:
-                self._field(item, "whole", Lit(True, loc), loc, T.pred)
+            self._whole_tile_fields(item, w, kt, loc)
         self._tile_coords(item, tile, loc)
+
+    def _whole_tile_fields(self, item: Item, tile: ir.Expr, kt: Operand, loc: Span | None
+                           ) -> None:
+        """The fields of an item that is a whole tile: all its K steps, one range."""
+        for attr, value in (("tile", tile), ("split", Lit(0, loc)), ("k0", Lit(0, loc)),
+                            ("k1", kt), ("splits", Lit(1, loc))):
+            if attr in item.used:
+                self._field(item, attr, value, loc)
+        if "whole" in item.used:
+            self._field(item, "whole", Lit(True, loc), loc, T.pred)
 
     def _streamk_fields(self, item: Item, loc: Span | None) -> None:
         """The lets of a stream-K item and the advance to the next one: the run of shared K
@@ -444,7 +512,7 @@ class Schedules(Statements):
         s, var, b, c = item.sched, item.var, self.binary, self.call
         u, kt = item.used, s.ksteps
         assert kt is not None
-        it, end, nxt = _u(f"{var}_it"), _u(f"{var}_end"), _u(f"{var}_next")
+        it, end, nxt = _u(item.st("it")), _u(item.st("end")), _u(item.st("next"))
         shared = self.let(f"{var}_shared", T.pred, self.compare("lt", it, end, loc), loc)
         last = b("sub", end, Lit(1, loc), loc)  # the run's last K step
         tile = self._field(item, "tile", c("select", [shared, b("div", last, kt, loc), nxt],
@@ -457,10 +525,10 @@ class Schedules(Statements):
         step = b("sub", end, b("sub", k1, k0, loc), loc)
         _, nw = self._workers(s, loc)
         self.push()
-        self.assign(f"{var}_end", step, loc)
+        self._set(end.name, step, loc)
         then = self.pop()
         self.push()
-        self.assign(f"{var}_next", b("add", nxt, nw, loc), loc)
+        self._set(nxt.name, b("add", nxt, nw, loc), loc)
         self.if_stmt(shared, then, self.pop(), loc)
         if self._need(item, "split", "splits", "whole"):
             # worker(i) = ((i + 1) * V - 1) / iters holds K step i of the shared run (V
