@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import BenchError, Row, Section, interleaved_ms, sms, twin
+from .common import BenchError, Row, Section, interleaved_ms, ref_error, sms, twin
 
 CASES = "8:4096:4096:14336,64:32:4096:2048:masked"
 ABOUT = ("bf16 grouped GEMM C_g = A_g @ B_g^T per expert, f32 accumulation; TFLOP/s = 2 * "
@@ -78,11 +78,8 @@ def reference(a: Any, b: Any, starts: list[int], counts: list[int]) -> Any:
 
 
 def error(c: Any, ref: Any, k: int, rows: Any = None) -> float:
-    """max |C - ref| / tolerance over `rows` (all by default); <= 1 passes."""
-    got = c.float() if rows is None else c.float()[rows]
-    want = ref if rows is None else ref[rows]
-    tol = 2 ** -7 * want.abs() + 2 ** -7 * k ** 0.5 * 4
-    return float(((got - want).abs() / tol).max())
+    """`ref_error` over `rows` (all by default); <= 1 passes."""
+    return ref_error(c if rows is None else c[rows], ref if rows is None else ref[rows], k)
 
 
 def run(a: argparse.Namespace) -> list[Section]:

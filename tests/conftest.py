@@ -133,6 +133,13 @@ def assemble(ptx: str, tmp_path: Path, arch: str = "sm_90a") -> str:
     return r.stderr
 
 
+def assert_no_spills(log: str) -> None:
+    """ptxas -v says no function spilled registers to local memory (a spill in a GEMM costs
+    ~10%)."""
+    spills = [ln.strip() for ln in log.splitlines() if "spill stores" in ln]
+    assert spills and all(" 0 bytes spill stores" in ln for ln in spills), spills
+
+
 def assert_ok(results) -> None:
     """Every check of a sample run passed (and there was at least one)."""
     assert results, "nothing was checked"

@@ -53,36 +53,20 @@ def test_splitk_matches_torch(bench, m, n, k, splits, ordered):
         assert run.clean(), "workspace or semaphores not reset"
 
 
-@pytest.mark.parametrize("m, n, k, splits", SHAPES)
-def test_two_kernel_splitk_matches_torch_and_repeats_bit_for_bit(bench, m, n, k, splits):
-    """make_splitk(slots=True) + make_splitk_reduce: every range stores its own slot, the
-    second kernel sums the slots in order."""
-    import torch
-
-    a, b, c = _inputs(m, n, k, seed=m + n + k + 1)
-    run = bench.SplitK(a, b, c, splits, ordered=True, slots=True)
-    results = []
-    for _ in range(3):
-        c.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        assert gemm_error(c, a, b) <= 1.0
-        results.append(c.view(torch.int16).clone())
-    assert all(torch.equal(r, results[0]) for r in results[1:])
-
-
 STREAMK = [(2432, 1792, 1024), (640, 768, 4160), (128, 256, 8192), (1000, 1000, 520),
            (50816, 256, 256)]
 
 
-@pytest.mark.parametrize("m, n, k", STREAMK)
-def test_two_kernel_streamk_matches_torch_and_repeats_bit_for_bit(bench, m, n, k):
-    """Stream-K with per-range slots (whole tiles in slot 0, unused slots left zero) and
-    splitk_reduce."""
+@pytest.mark.parametrize("m, n, k, splits, streamk",
+                         [(*x, False) for x in SHAPES] + [(*x, None, True) for x in STREAMK])
+def test_two_kernel_form_matches_torch_and_repeats_bit_for_bit(bench, m, n, k, splits, streamk):
+    """make_splitk(slots=True) + make_splitk_reduce: every range stores its own slot (on a
+    stream-K walk whole tiles too, the slots a tile does not use staying zero), the second
+    kernel sums the slots in order."""
     import torch
 
-    a, b, c = _inputs(m, n, k, seed=m + n + k + 2)
-    run = bench.SplitK(a, b, c, ordered=True, streamk=True, slots=True)
+    a, b, c = _inputs(m, n, k, seed=m + n + k + 1)
+    run = bench.SplitK(a, b, c, splits, ordered=True, streamk=streamk, slots=True)
     results = []
     for _ in range(3):
         c.fill_(float("nan"))
