@@ -49,6 +49,9 @@ class KernelInfo:
     # with the hang watchdog: one description per bounded wait (site i reports i + 1)
     watch_sites: tuple[str, ...] = ()
     watchdog_ms: int = 0
+    # launched with programmatic stream serialization: the kernel waits for the grids before
+    # it itself (griddep_wait), so it may be scheduled before they end
+    pdl: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,8 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
                     ordered: u32):
         ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
                           b=(bf16, [BN, BK], 1024, 128))
+        if slots:  # splitk_reduce may be scheduled now: it waits for this grid itself
+            k.griddep_launch_dependents()
         part = k.shared("part", f32, [2, chunks, 64, PART], align=1024, swizzle=128)
         last = k.shared("last", u32, [2])
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
@@ -204,10 +206,14 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
 def make_splitk_reduce(threads: int = 256, unroll: int = 8) -> ptxdsl.KernelDef:
     """The second kernel of the two-kernel split-K: C = the sum of `slots` f32 workspace
     slots of `total` elements each, in slot order, as bf16; four elements a thread, `unroll`
-    slots' loads in flight at a time."""
+    slots' loads in flight at a time. It waits for the grid before it (`griddep_wait`), so it
+    is launched with programmatic dependent launch and starts as the split-K grid ends."""
 
     @ptxdsl.kernel(threads=threads, name="splitk_reduce")
     def splitk_reduce(k, ws: ptr(f32), c: ptr(bf16), total: u32, slots: u32):
+        # launched early (programmatic dependent launch, derived from this wait): the
+        # split-K grid before it must be complete before the slots are read
+        k.griddep_wait()
         i = k.let("i", (k.ctaid.x * threads + k.tid.x) * 4)
         with k.if_(i < total):
             acc = k.let("acc", k.vload(ws[i], 4))

@@ -544,8 +544,9 @@ def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] 
             params.append(ParamInfo(p.name, "ptr", t.elem))
         else:
             params.append(ParamInfo(p.name, "scalar", t))  # type: ignore[arg-type]
+    pdl = arch != "sm_80" and any(isinstance(s, ir.GridDepWait) for s in ir.walk(k.body))
     return KernelInfo(k.name, tuple(params), k.threads, k.cluster, layout.request_bytes, arch,
-                      sites, watchdog_ms)
+                      sites, watchdog_ms, pdl)
 
 
 def needs_sm90a(m: ir.Module) -> bool:

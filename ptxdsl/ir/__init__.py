@@ -10,6 +10,7 @@ from .atomic import *  # noqa: F403
 from .cluster import *  # noqa: F403
 from .core import *  # noqa: F403
 from .core import Node, walk  # noqa: F401  (named for readers and type checkers)
+from .griddep import *  # noqa: F403
 from .oneshot import *  # noqa: F403
 from .pipeline import *  # noqa: F403
 from .reduce import *  # noqa: F403

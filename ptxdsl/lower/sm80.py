@@ -47,7 +47,7 @@ TILE_UNROLL = 8  # tensor tiles: blocks of 8 chunks (their index arithmetic comp
 # Hopper statements that simply vanish on sm_80
 _DROPPED = (ir.FenceProxyAsync, ir.FenceMBarrierInit, ir.BulkCommit, ir.BulkWait,
             ir.BulkWaitRead, ir.SetMaxNReg, ir.TensorPrefetch, ir.TensorMapPrefetch,
-            ir.FenceProxyAsyncGlobal)
+            ir.FenceProxyAsyncGlobal, ir.GridDepWait, ir.GridDepLaunch)
 # statements that exist on sm_80 unchanged
 _KEPT = (ir.MBarrierInit, ir.MBarrierInval, ir.BarSync, ir.BarArrive, ir.CpAsync, ir.CpAsyncCg,
          ir.CpAsyncCommit, ir.CpAsyncWait, ir.CpAsyncWaitAll, ir.CpAsyncArrive,

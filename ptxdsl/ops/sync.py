@@ -1,4 +1,5 @@
-"""Fences and named barriers: fence.proxy.async, fence.mbarrier_init, bar.sync, bar.arrive."""
+"""Fences and named barriers: fence.proxy.async, fence.mbarrier_init, bar.sync, bar.arrive;
+and grid dependency control (griddepcontrol.wait / .launch_dependents)."""
 
 from __future__ import annotations
 
@@ -118,3 +119,26 @@ class BarArrive(OpDef):
             _named(th, bid(th), n).arrive(th, _bar_count(th, count(th), n), n)
 
         return PLAIN, True, arrive
+
+
+@register
+class GridDepWait(OpDef):
+    node = ir.GridDepWait
+
+    def emit(self, e, n: ir.GridDepWait) -> None:
+        e.w.instr("griddepcontrol.wait")
+
+    def interp(self, c: Program, n: ir.GridDepWait) -> Step:
+        # the interpreter runs launches one after another: the earlier grid is complete
+        return PLAIN, False, lambda th: None
+
+
+@register
+class GridDepLaunch(OpDef):
+    node = ir.GridDepLaunch
+
+    def emit(self, e, n: ir.GridDepLaunch) -> None:
+        e.w.instr("griddepcontrol.launch_dependents")
+
+    def interp(self, c: Program, n: ir.GridDepLaunch) -> Step:
+        return PLAIN, False, lambda th: None

@@ -59,6 +59,7 @@ class LaunchPlan:
     block: tuple[int, int, int]
     cluster: tuple[int, int, int] | None
     smem: int
+    pdl: bool = False  # programmatic stream serialization (KernelInfo.pdl)
 
 
 def plan_launch(
@@ -108,7 +109,7 @@ def plan_launch(
         raise LaunchError(
             f"smem must be at most {limit} bytes (the opt-in shared memory per block), got {s}"
         )
-    return LaunchPlan(g, b, c, s)  # type: ignore[arg-type]
+    return LaunchPlan(g, b, c, s, info.pdl)  # type: ignore[arg-type]
 
 
 class LoadedFunction:
@@ -182,6 +183,11 @@ def _launch_config(plan: LaunchPlan, stream: int) -> Any:
         a = drv.CUlaunchAttribute()
         a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = plan.cluster
+        attrs.append(a)
+    if plan.pdl:
+        a = drv.CUlaunchAttribute()
+        a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        a.value.programmaticStreamSerializationAllowed = 1
         attrs.append(a)
     cfg.attrs = attrs
     cfg.numAttrs = len(attrs)
