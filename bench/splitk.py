@@ -37,11 +37,13 @@ LIMITS = ("Nsight Compute at 512 x 512 x 65536 (H100, 2026-11-25, 1.74 GHz), one
           "staging at the cost of ring stages is slower (3 stages with 4 chunks: 0.80x, 2 with "
           "8: 0.63x, against 0.88x for 4 with 2, `--variant`). The one-kernel deterministic "
           "form serialises a tile's splits (~3.2 us a link). cuBLAS runs a 128 x 128 split-K "
-          "kernel on 2-CTA clusters plus a separate reduce kernel. The two-kernel form on a "
+          "kernel on 2-CTA clusters plus a separate reduce kernel. Launching the reduction with "
+          "programmatic dependent launch (its `griddep_wait()`) changed nothing measurable: "
+          "its CTAs find no room beside the split-K CTAs. The two-kernel form on a "
           "stream-K walk (`SplitK(streamk=True, slots=True)`, all 132 SMs) is slower, 0.57-0.65x: "
           "its runs start mid-tile at different K steps, so concurrent CTAs stop sharing A and "
           "B slices in L2. Not tried: clusters with "
-          "multicast of A / B, launching the reduction early (programmatic dependent launch).")
+          "multicast of A / B.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
