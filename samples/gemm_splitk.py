@@ -126,25 +126,14 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
                     pass
                 k.fence_proxy_async_global()
             # the partial tile into the workspace, `chunks` 32-column chunks per pass
-            with k.for_("p", 0, passes, unroll=True) as p:
-                with k.if_(p > 0):
-                    with k.if_(leader):
-                        k.bulk_wait_read(0)
-                    k.bar_sync(8 + wg, 128)
-                with k.for_("j", 0, 4 * chunks, unroll=True) as j:
-                    with k.for_("i", 0, 2, unroll=True) as i:
-                        e = 16 * chunks * p + 4 * j + 2 * i
-                        part[wg, j / 4, row + i * 8, j % 4 * 8 + col] = k.f32x2(acc[e], acc[e + 1])
-                k.fence_proxy_async()
-                k.bar_sync(8 + wg, 128)
-                with k.if_(leader):
-                    with k.for_("h", 0, chunks, unroll=True) as h:
-                        at = [(n0 + (p * chunks + h) * PART).to(s32), r0.to(s32)]
-                        with k.if_(first):
-                            k.tma_store(ws, at, part[wg, h])
-                        with k.else_():
-                            k.tma_reduce_add(ws, at, part[wg, h])
-                    k.bulk_commit()
+            def add(p, h) -> None:
+                at = [(n0 + (p * chunks + h) * PART).to(s32), r0.to(s32)]
+                with k.if_(first):
+                    k.tma_store(ws, at, part[wg, h])
+                with k.else_():
+                    k.tma_reduce_add(ws, at, part[wg, h])
+
+            staged(k, part, acc, wg, leader, row, col, False, add)
             with k.if_(leader):
                 k.bulk_wait(0)  # complete, not just read: the semaphore publishes the sums
                 done = k.let("done", w.k1 == ktiles)
@@ -182,12 +171,30 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
                                          acc[4 * j + 2 * i + 1].to(bf16))
 
     def store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col) -> None:
-        """The partial tile into slot w.split of the workspace, `chunks` 32-column chunks
-        per pass; the staging chunks are free once the previous stores have read them."""
+        """The partial tile into slot w.split of the workspace (an item's first pass also
+        waits: the previous item's stores may still read the staging chunks)."""
+        def store(p, h) -> None:
+            k.tma_store(ws, [(n0 + (p * chunks + h) * PART).to(s32), r0.to(s32),
+                             w.split.to(s32)], part[wg, h])
+
+        staged(k, part, acc, wg, leader, row, col, True, store)
+
+    def staged(k, part, acc, wg, leader, row, col, first_waits: bool, issue) -> None:
+        """The f32 accumulators through the swizzled staging chunks, `chunks` 32-column
+        chunks per pass, `issue(p, h)` sending chunk h of pass p; a pass waits until the
+        previous pass's stores have read the chunks (the first pass too with
+        `first_waits`)."""
         with k.for_("p", 0, passes, unroll=True) as p:
-            with k.if_(leader):
-                k.bulk_wait_read(0)
-            k.bar_sync(8 + wg, 128)
+            def chunks_free() -> None:
+                with k.if_(leader):
+                    k.bulk_wait_read(0)
+                k.bar_sync(8 + wg, 128)
+
+            if first_waits:
+                chunks_free()
+            else:
+                with k.if_(p > 0):
+                    chunks_free()
             with k.for_("j", 0, 4 * chunks, unroll=True) as j:
                 with k.for_("i", 0, 2, unroll=True) as i:
                     e = 16 * chunks * p + 4 * j + 2 * i
@@ -196,8 +203,7 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
             k.bar_sync(8 + wg, 128)
             with k.if_(leader):
                 with k.for_("h", 0, chunks, unroll=True) as h:
-                    k.tma_store(ws, [(n0 + (p * chunks + h) * PART).to(s32), r0.to(s32),
-                                     w.split.to(s32)], part[wg, h])
+                    issue(p, h)
                 k.bulk_commit()
 
     return ptxdsl.kernel(threads=384, name=name)(gemm_splitk)
