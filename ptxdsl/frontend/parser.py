@@ -16,11 +16,12 @@ from ..bounds import MAX_NESTING, MAX_SOURCE_BYTES, stack_room
 from ..builder import BINARY_SYMBOL, KernelBuilder, Lit
 from ..builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
 from ..builder.common import ptx_name_ok
-from ..builder.hints import syntax_fix, type_hint
+from ..builder.hints import type_hint
 from ..builder.literals import LiteralError, float_literal, int_literal
 from ..errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
 from ..opdef import BY_SYNTAX
 from .generics import CompileTimeWalker
+from .syntax import syntax_error
 
 
 def _grammar_text() -> str:
@@ -47,7 +48,7 @@ def parse_tree(source: Source) -> lark.Tree:
     try:
         return _parser().parse(source.text)
     except lark.UnexpectedInput as e:
-        raise CompileError(_syntax_error(source, e)) from None
+        raise CompileError(syntax_error(source, e, _parser().terminals)) from None
 
 
 def parse(text: str, filename: str = "<string>",
@@ -114,61 +115,6 @@ def read_source(path: str | Path) -> Source:
 def parse_file(path: str | Path, defines: Mapping[str, object] | None = None) -> ir.Module:
     source = read_source(path)
     return parse(source.text, source.name, defines)
-
-
-# ----------------------------------------------------------------------------- syntax errors
-
-_TERMINAL_NAMES = {
-    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
-    "SREG": "a special register (%tid.x, ...)", "COMPOUND": "a compound assignment",
-    "$END": "end of file",
-}  # fmt: skip
-
-
-def _terminal_text(name: str) -> str:
-    if name in _TERMINAL_NAMES:
-        return _TERMINAL_NAMES[name]
-    for t in _parser().terminals:
-        if t.name == name:
-            pat = t.pattern
-            if isinstance(pat, lark.lexer.PatternStr):
-                return f"'{pat.value}'"
-    return name
-
-
-def _syntax_error(source: Source, e: lark.UnexpectedInput) -> Diagnostic:
-    pos = getattr(e, "pos_in_stream", None)
-    if isinstance(e, lark.UnexpectedToken):
-        tok = e.token
-        if tok.type == "$END":
-            start = len(source.text.rstrip())
-            span = Span(source, max(0, start - 1), start)
-            what = "unexpected end of file"
-        else:
-            start = tok.start_pos if tok.start_pos is not None else 0
-            span = Span(source, start, tok.end_pos or start + 1)
-            kind = {"NAME": "name ", "INT": "integer ", "FLOAT": "number ", "STRING": "string ",
-                    "SREG": "special register "}.get(tok.type, "")
-            what = f"unexpected {kind}{str(tok)!r}"
-        expected = sorted({_terminal_text(x) for x in e.expected})
-        fix = syntax_fix(source, tok, expected)
-        if fix is not None:
-            what, span = fix[0], fix[1] or span
-        elif tok.type == "$END" and "'}'" in expected:
-            what += "; expected '}' (a block is not closed)"
-        elif "';'" in expected and len(expected) > 3:
-            # after a complete expression LALR also accepts every operator; name the usual fix
-            what += "; expected ';' (or an operator)"
-        elif expected:
-            what += "; expected " + (expected[0] if len(expected) == 1 else
-                                     "one of: " + ", ".join(expected))
-        return Diagnostic(what, span)
-    if isinstance(e, lark.UnexpectedCharacters):
-        start = pos if pos is not None else 0
-        ch = source.text[start : start + 1]
-        return Diagnostic(f"unexpected character {ch!r}", Span(source, start, start + 1))
-    start = pos or 0
-    return Diagnostic("syntax error", Span(source, start, start + 1))
 
 
 # ----------------------------------------------------------------------------- tree walk
