@@ -56,3 +56,11 @@ def test_error_names_line_column_and_caret():
         "f.ptxdsl:2:13: error: unknown name 'tile'\n"
         "    let a = tile;\n"
         "            ^~~~")
+
+
+def test_a_kernel_defined_twice_is_a_located_error_with_a_note():
+    with pytest.raises(ptxdsl.CompileError) as e:
+        ptxdsl.parse("kernel k() threads(32) { }\nkernel k() threads(32) { }\n", "twice.ptxdsl")
+    text = e.value.render()
+    assert "twice.ptxdsl:2:8: error: kernel 'k' is defined twice" in text
+    assert "twice.ptxdsl:1:8: note: first defined here" in text

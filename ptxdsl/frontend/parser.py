@@ -18,7 +18,7 @@ from ..builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
 from ..builder.common import ptx_name_ok
 from ..builder.hints import type_hint
 from ..builder.literals import LiteralError, float_literal, int_literal
-from ..errors import CompileError, Diagnostic, DiagnosticBag, Source, Span
+from ..errors import CompileError, Diagnostic, DiagnosticBag, Note, Source, Span
 from ..opdef import BY_SYNTAX
 from .generics import CompileTimeWalker
 from .syntax import syntax_error
@@ -164,8 +164,6 @@ class _Walker(CompileTimeWalker):
                 continue
             kern = self.kernel(k)
             if kern.name in seen:
-                from .errors import Note
-
                 self.diags.error(f"kernel '{kern.name}' is defined twice", kern.loc,
                                  Note("first defined here", seen[kern.name]))
             seen[kern.name] = kern.loc
