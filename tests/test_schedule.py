@@ -338,3 +338,16 @@ def test_python_api_mistakes_are_errors_at_the_users_line(body, message):
     with pytest.raises(ptxdsl.CompileError) as e:
         ptxdsl.kernel(threads=32)(kernel)
     assert message in str(e.value) and "test_schedule.py:" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("clauses", ["tiles(tm, 3) group(1) ksteps(4)",
+                                     "tiles(3) groups(out, 2, 64) group(2)",
+                                     "tiles(2 * 2, 3) ksteps(kt) splits(2)"])
+def test_constant_clauses_fold_and_print_back(clauses):
+    """Constants in the clauses fold where they meet (1 * 3 is 3), as the parser folds the
+    printed text: the desugared kernel prints back to the same IR (found by fuzzing)."""
+    m = ptxdsl.parse(f"""kernel k(out: ptr<u32>, tm: u32, kt: u32) threads(32) {{
+        schedule work {clauses};
+        for w in work {{ out[w.tile] = w.m + w.n; }}
+    }}""")
+    assert ptxdsl.parse(ptxdsl.print_module(m)) == m

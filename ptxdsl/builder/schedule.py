@@ -60,10 +60,10 @@ STATE = ("it", "end", "next", "grp", "gstart", "gend")  # a walk's state, before
 @dataclass
 class Schedule:
     name: str
-    tm: ir.Expr
-    tn: ir.Expr
+    tm: Operand
+    tn: Operand
     group: int | None
-    ksteps: ir.Expr | None
+    ksteps: Operand | None
     mode: str  # dense | splits | streamk
     clusters: bool
     loc: Span | None
@@ -209,9 +209,14 @@ class Schedules(Statements):
         return self.binary("div", self.binary("add", rows, Lit(bm - 1, loc), loc),
                            Lit(bm, loc), loc)
 
-    def _held(self, sname: str, what: str, x: Operand, loc: Span | None) -> ir.Expr:
-        """A schedule input as a u32 the loops can name again: a variable or constant as it
-        is, anything else in a let."""
+    def _held(self, sname: str, what: str, x: Operand, loc: Span | None) -> Operand:
+        """A schedule input as a u32 the loops can name again: a compile-time constant (a
+        typed literal, which folds where it meets another) or a variable as it is, anything
+        else in a let."""
+        if isinstance(x, Lit) and isinstance(x.value, int) and not isinstance(x.value, bool):
+            folded = self.const_of(x, T.u32)
+            if folded is not None:
+                return folded
         v = self.value(x, T.u32)
         if isinstance(v, (ir.Var, ir.Const)) or is_err(v.type):
             return v
