@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 from conftest import sample_module
-from fuzzing import DEEP
+from fuzzing import DEEP, examples
 
 import ptxdsl
 from ptxdsl import ptr, u32
@@ -351,3 +351,55 @@ def test_constant_clauses_fold_and_print_back(clauses):
         for w in work {{ out[w.tile] = w.m + w.n; }}
     }}""")
     assert ptxdsl.parse(ptxdsl.print_module(m)) == m
+
+
+def random_schedule(rng: np.random.Generator) -> tuple[str, bool]:
+    """A random valid schedule and the fields a body may read."""
+    grouped = rng.random() < 0.3
+    cl = ["tiles(3)" if grouped else "tiles(tm, 3)"]
+    if rng.random() < 0.5:
+        cl.append(f"group({int(rng.integers(1, 4))})")
+    if rng.random() < 0.7:
+        cl.append("ksteps(kt)")
+    if grouped:
+        cl.append(str(rng.choice(["groups(offs, 3, 2)", "groups(offs, 3, 2, 4)"])))
+    elif "ksteps(kt)" in cl:
+        cl.append(str(rng.choice(["", "splits(s)", "streamk"])))
+    return " ".join(cl), grouped
+
+
+@pytest.mark.parametrize("case", range(examples(6, 200)))
+def test_random_schedules_build_print_back_and_cover_every_tile(case):
+    """Random clause mixes and field reads: each kernel builds, prints back to the same IR,
+    and its walk visits every tile (every K step with ksteps) exactly once."""
+    rng = np.random.default_rng(case)
+    clauses, grouped = random_schedule(rng)
+    fields = ["m", "n", "split", "splits"] + (["row0", "rows", "group"] if grouped else [])
+    extra = " + ".join(f"w.{f}" for f in rng.choice(fields, 2, replace=False))
+    ks = "ksteps" in clauses
+    src = f"""kernel k(hits: ptr<u32>, junk: ptr<u32>, offs: ptr<u32>, tm: u32, kt: u32,
+                        s: u32) threads(32) {{
+        schedule work {clauses};
+        if %tid.x == 0 {{
+            for w in work {{
+                for q in {"w.k0 .. w.k1" if ks else "0 .. 1"} {{
+                    hits[w.tile * 8 + q] += 1;
+                }}
+                junk[0] = {extra};
+            }}
+        }}
+    }}"""
+    m = ptxdsl.parse(src, "random.ptxdsl")
+    assert ptxdsl.parse(ptxdsl.print_module(m)) == m
+    rows = [int(r) for r in rng.integers(0, 6, 3)]
+    cap = "4)" in clauses
+    offs = np.array(rows if cap else [0, *np.cumsum(rows)], np.uint32)
+    tm, kt = int(rng.integers(1, 5)), int(rng.integers(1, 6))
+    ntiles = (sum(-(-min(r, 4 if cap else r) // 2) for r in rows) if grouped else tm) * 3
+    hits = np.zeros(64 * 8, np.uint32)
+    run(m.kernels[0], int(rng.integers(1, 7)), {"hits": hits, "junk": np.zeros(1, np.uint32),
+                                               "offs": offs, "tm": tm, "kt": kt,
+                                               "s": int(rng.integers(1, 5))})
+    want = np.zeros((64, 8), np.uint32)
+    want[:ntiles, :kt if ks else 1] = 1
+    assert np.array_equal(hits.reshape(64, 8), want), clauses
