@@ -60,7 +60,7 @@ class Grouped:
         kdef = kdef or (t.make_grouped(masked=True) if masked else t.grouped_gemm)
         counts = [min(r, cap) for r in rows] if masked else rows
         launch = kdef[t.launch_grid(counts, n, sms())]
-        args = (*maps, c, self.offs, e, cap, n, k)
+        args = (*maps, c, self.offs, e, cap, n, k, c.shape[0])
         self.run = lambda: launch(*args)
 
     def __call__(self) -> None:

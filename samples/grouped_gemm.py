@@ -10,7 +10,7 @@ B is E x N x K (one weight per expert), C is T x N, bf16 row-major, f32 accumula
 A tile schedule over the groups (`k.schedule(..., groups=...)`) gives each CTA of a
 persistent grid its tiles; the main loop and the TMA-store epilogue are gemm.py's, and a tile
 that runs past its expert's last row is stored from registers instead, so that the next
-expert's rows are never written."""
+expert's rows are never written (nor any row past C's `tokens`)."""
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def make_grouped(masked: bool = False, stages: int = 3, tma_epilogue: bool = Tru
     name += "" if tma_epilogue else "_regs"
 
     def grouped_gemm(k, a: tmap(bf16, 2), b: tmap(bf16, 3), c: tmap(bf16, 2), cp: ptr(bf16),
-                     offs: ptr(u32), experts: u32, cap: u32, n: u32, kdim: u32):
+                     offs: ptr(u32), experts: u32, cap: u32, n: u32, kdim: u32, tokens: u32):
         ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
                           b=(bf16, [BN, BK], 1024, 128))
         cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128) \
@@ -79,7 +79,8 @@ def make_grouped(masked: bool = False, stages: int = 3, tma_epilogue: bool = Tru
                     with k.for_("j2", 0, BN // 8, unroll=True) as j:
                         with k.for_("i2", 0, 2, unroll=True) as i:
                             r = k.let("r", wg * 64 + row + i * 8)
-                            with k.if_((r < valid) & (n0 + j * 8 + col < n)):
+                            with k.if_((r < valid) & (m0 + r < tokens) &
+                                       (n0 + j * 8 + col < n)):
                                 cp[(m0 + r) * n + n0 + j * 8 + col] = k.bf16x2(
                                     acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
 
@@ -158,7 +159,7 @@ def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 10
     # of a tile that runs past its expert); it starts at zero, and no row is written twice
     return {"grid": grid or launch_grid(counts, n),
             "inputs": {"a": a, "b": b, "c": c, "cp": c, "offs": offs, "experts": e, "cap": cap,
-                       "n": n, "kdim": k},
+                       "n": n, "kdim": k, "tokens": max(total, 1)},
             "tensor_maps": {"a": {"box": (BM, BK), **box}, "b": {"box": (1, BN, BK), **box},
                             "c": {"box": (64, 64), **box}},
             "expected": {"cp": ref},

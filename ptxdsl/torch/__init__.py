@@ -7,6 +7,7 @@
     y = torch.ops.ptxdsl.layer_norm(x, w, b, 1e-5)
     p = torch.ops.ptxdsl.softmax(x)           # over the last dimension
     o = torch.ops.ptxdsl.attention(q, k, v, causal=True)  # bf16 (B, H, S, D), GQA, KV cache
+    c = torch.ops.ptxdsl.grouped_mm(a, b, offs)  # experts: a (T x K), b (E x N x K), int32 ends
 
 All work under torch.compile(fullgraph=True) and CUDA graph capture. Each launch config is
 autotuned per shape on first use and cached on disk (see ptxdsl.autotune for the switches).
@@ -15,6 +16,8 @@ autotuned per shape on first use and cached on disk (see ptxdsl.autotune for the
 from .attention import attention
 from .fp8 import scaled_mm_fp8
 from .gemm import gemm
+from .grouped import grouped_mm
 from .norms import layer_norm, rms_norm, softmax
 
-__all__ = ["attention", "gemm", "layer_norm", "rms_norm", "scaled_mm_fp8", "softmax"]
+__all__ = ["attention", "gemm", "grouped_mm", "layer_norm", "rms_norm", "scaled_mm_fp8",
+           "softmax"]

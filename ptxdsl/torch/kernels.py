@@ -1,7 +1,8 @@
 """The kernel families behind the torch ops, and the configs each may be tuned over.
 
 The kernels are the samples' (samples/gemm.py `make_gemm`, samples/gemm_fp8.py
-`make_gemm_fp8`, samples/norms.py `make_norm_row`, samples/attention.py `make_attention`),
+`make_gemm_fp8`, samples/norms.py `make_norm_row`, samples/attention.py `make_attention`,
+samples/grouped_gemm.py `make_grouped`),
 built from the source tree (as `ptxdsl.precompile.Recipe`s, so that tuning builds them in
 parallel processes), so the ops run the kernels that the sample tests and benchmarks check.
 This module does not import torch."""
@@ -129,3 +130,9 @@ def norm_recipe(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> R
 @cache
 def norm_kernel(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> KernelDef:
     return norm_recipe(kind, n, dtype, eps, warps).build()
+
+
+@cache
+def grouped_kernel() -> KernelDef:
+    """The grouped (mixture-of-experts) GEMM, contiguous layout (samples/grouped_gemm.py)."""
+    return Recipe.of(twin("grouped_gemm"), "make_grouped").build()

@@ -1,0 +1,81 @@
+"""`torch.ops.ptxdsl.grouped_mm(a, b, offs)`: the mixture-of-experts grouped GEMM in
+`torch._grouped_mm`'s contiguous layout. a is T x K (the tokens of every expert, expert
+after expert), b is E x N x K (one weight per expert, C_g = A_g @ B_g^T), offs the E int32
+cumulative row ends (expert g owns rows offs[g - 1] .. offs[g], offs[-1] = 0); the result is
+T x N bf16, f32 accumulation (samples/grouped_gemm.py's kernel).
+
+The offsets stay on the device (no synchronisation, so the op runs inside CUDA graphs): they
+must be non-decreasing and at most T, which the op cannot check. Rows past offs[E - 1] are
+not written (as with `torch._grouped_mm`); offsets past T write nothing outside the output."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+
+from ..runtime.launch import Kernel
+from ..runtime.tensormap import TensorMap
+from .kernels import grouped_kernel
+from .opspec import Args, OpSpec, TensorParam, register
+
+_U32 = 2**32
+
+
+def check_operands(args: Args) -> str | None:
+    a, b, offs = args["a"], args["b"], args["offs"]
+    (t, k), (e, n, kb) = a.shape, b.shape
+    if k != kb:
+        return (f"a (T x K) and b (E x N x K) must have the same K, got a {tuple(a.shape)} "
+                f"and b {tuple(b.shape)}")
+    if offs.shape != (e,):
+        return f"offs must hold one row end per expert ({e}), got shape {tuple(offs.shape)}"
+    if min(t, n, k, e) < 1:
+        return f"T, N, K and E must be at least 1, got T={t}, N={n}, K={k}, E={e}"
+    if max(t, n, k, e) >= _U32:
+        return f"T, N, K and E must be below 2**32, got T={t}, N={n}, K={k}, E={e}"
+    if k % 8:
+        return f"K must be a multiple of 8 (16-byte rows for TMA), got K={k}"
+    if n % 8:
+        return f"N must be a multiple of 8 (16-byte rows of the output for TMA), got N={n}"
+    return None
+
+
+def output_c(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
+    return (args["a"].shape[0], args["b"].shape[1]), torch.bfloat16
+
+
+@cache
+def _loaded(device: int) -> tuple[Kernel, int]:
+    """The grouped GEMM loaded on `device`, and the SMs its persistent grid covers (one CTA
+    each; CTAs past the tile count find no work)."""
+    kernel = grouped_kernel().program().kernel(device=device)
+    return kernel, torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
+    a, b, offs = args["a"], args["b"], args["offs"]
+    t, k = a.shape
+    e, n, _ = b.shape
+    kernel, sms = _loaded(a.device.index)
+    # the kernel reads E + 1 row offsets starting at 0 (on torch's stream, as is the launch)
+    bounds = torch.cat([offs.new_zeros(1), offs]).view(torch.uint32)
+    maps = (TensorMap(a, box=(128, 64), swizzle="128B"),
+            TensorMap(b, box=(1, 256, 64), swizzle="128B"),
+            TensorMap(out, box=(64, 64), swizzle="128B"))
+    kernel[sms, None, stream](*maps, out, bounds, e, 0, n, k, t)
+
+
+SPEC = OpSpec(
+    name="grouped_mm",
+    params=(
+        TensorParam(name="a", dtypes=(torch.bfloat16,), rank=2, layout="tma"),
+        TensorParam(name="b", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+        TensorParam(name="offs", dtypes=(torch.int32,), rank=1, layout="contiguous"),
+    ),
+    check=check_operands,
+    output=output_c,
+    launch=_launch,
+)
+
+grouped_mm = register(SPEC)
