@@ -33,10 +33,9 @@ rows (its rows), m being the tile-row within the group.
 
 Both are desugared here into lets and a `for` (a `while` for streamk; with groups, a `for`
 over the groups' tile-rows at the declaration and a `while` moving a group cursor at the top
-of each item), so the verifier,
-the interpreter and codegen see ordinary code, and printing gives back source that parses
-to the same IR. Only the fields a body reads are computed: `w.m` becomes a `let w_m` at the
-top of the loop body."""
+of each item), so the verifier, the interpreter and codegen see ordinary code, and printing
+gives back source that parses to the same IR. Only the fields a body reads are computed:
+`w.m` becomes a `let w_m` at the top of the loop body."""
 
 from __future__ import annotations
 

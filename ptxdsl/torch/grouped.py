@@ -1,12 +1,14 @@
 """`torch.ops.ptxdsl.grouped_mm(a, b, offs)`: the mixture-of-experts grouped GEMM in
 `torch._grouped_mm`'s contiguous layout. a is T x K (the tokens of every expert, expert
 after expert), b is E x N x K (one weight per expert, C_g = A_g @ B_g^T), offs the E int32
-cumulative row ends (expert g owns rows offs[g - 1] .. offs[g], offs[-1] = 0); the result is
-T x N bf16, f32 accumulation (samples/grouped_gemm.py's kernel).
+cumulative row ends (expert g owns rows offs[g - 1] .. offs[g], the first from row 0); the
+result is T x N bf16, f32 accumulation (samples/grouped_gemm.py's kernel).
 
 The offsets stay on the device (no synchronisation, so the op runs inside CUDA graphs): they
 must be non-decreasing and at most T, which the op cannot check. Rows past offs[E - 1] are
-not written (as with `torch._grouped_mm`); offsets past T write nothing outside the output."""
+not written (as with `torch._grouped_mm`); offsets past T write nothing outside the output,
+but a decreasing pair makes an expert's row count wrap around, and the launch then walks
+billions of empty tiles (it does not fault, it takes very long)."""
 
 from __future__ import annotations
 
