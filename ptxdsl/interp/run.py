@@ -1,9 +1,12 @@
 """Entry points: `run` a kernel over a grid on numpy arrays, `run_sample` on the dict that a
-sample's `example(rng)` returns."""
+sample's `example(rng)` returns; and the pieces `ranks.run_ranks` shares with them (checking
+the kernel, binding arguments, the scheduler that sets spinning CTAs aside)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from math import prod
 from typing import Any
 
@@ -41,16 +44,10 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     InterpError on a deadlock, race, missing fence or other kernel bug, and LaunchError when
     the arguments do not fit the kernel. `arch="sm_80"` runs the kernel as compiled for
     Ampere (cp.async in place of bulk and tensor copies)."""
-    k = _kernel_of(kernel)
-    prog = _program(k, arch)
-    if prog.layout.request_bytes > MAX_SMEM_BYTES:
-        raise LaunchError(Diagnostic(
-            f"kernel '{k.name}' needs {prog.layout.request_bytes} bytes of shared memory "
-            f"(layout {prog.layout.size} plus alignment slack); a CTA has at most "
-            f"{MAX_SMEM_BYTES}", k.loc))
-    dims = _grid(grid)
+    k, prog = prepare(kernel, arch)
+    dims = grid_dims(grid)
     gmem = GlobalMemory()
-    params = _bind(k, args, gmem)
+    params = bind(k, args, gmem.add)
     warned: set[int] = set()
     cl = k.cluster if k.cluster is not None else (1, 1, 1)
     if prod(cl) > 1:
@@ -59,33 +56,74 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     run_grid(prog, dims, gmem, params, seed, max_steps, warned)
 
 
+def prepare(kernel: Any, arch: str | None) -> tuple[ir.Kernel, Program]:
+    """The kernel and its compiled program; LaunchError when a CTA cannot get its shared
+    memory."""
+    k = _kernel_of(kernel)
+    prog = _program(k, arch)
+    if prog.layout.request_bytes > MAX_SMEM_BYTES:
+        raise LaunchError(Diagnostic(
+            f"kernel '{k.name}' needs {prog.layout.request_bytes} bytes of shared memory "
+            f"(layout {prog.layout.size} plus alignment slack); a CTA has at most "
+            f"{MAX_SMEM_BYTES}", k.loc))
+    return k, prog
+
+
 def run_grid(prog: Program, dims: tuple[int, int, int], gmem: GlobalMemory, params: list[Any],
              seed: int, max_steps: int, warned: set[int]) -> None:
     """CTAs one after another, in launch order for seed 0 and in an order drawn from the
-    seed otherwise. A CTA whose live threads all wait, some of
-    them spinning on global memory (a grid semaphore, a flag), is set aside and resumed
-    once another CTA writes global memory; when only such CTAs are left, the grid is
-    deadlocked."""
-    parked: list[CTA] = []
-
-    def resume() -> None:
-        woken = next((c for c in parked if c.runnable or c.inflight), None)
-        while woken is not None:
-            parked.remove(woken)
-            if not woken.advance():
-                parked.append(woken)
-            woken = next((c for c in parked if c.runnable or c.inflight), None)
-
-    order = [(x, y, z) for z in range(dims[2]) for y in range(dims[1]) for x in range(dims[0])]
+    seed otherwise, through `run_parked`."""
+    order = launch_order(dims)
     if seed:  # the hardware promises no launch order: other seeds start CTAs shuffled
         random.Random(seed).shuffle(order)
-    for ctaid in order:
-        cta = CTA(prog, ctaid, dims, gmem, params, seed, max_steps, warned)
-        if not cta.advance():
-            parked.append(cta)
+    run_parked(("", CTA(prog, ctaid, dims, gmem, params, seed, max_steps, warned))
+               for ctaid in order)
+
+
+def launch_order(dims: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+    """The CTA ids of a grid, x fastest, as the hardware numbers them."""
+    return [(x, y, z) for z in range(dims[2]) for y in range(dims[1]) for x in range(dims[0])]
+
+
+def run_parked(launches: Iterable[tuple[str, CTA]]) -> None:
+    """Run CTAs one after another, in the order `launches` yields them (a generator creates
+    each as it starts). A CTA whose live threads all wait, some of them spinning on global
+    memory (a grid semaphore, a flag), is set aside and resumed once another CTA writes
+    global memory; when only such CTAs are left, they are deadlocked. The string paired with
+    a CTA starts every diagnostic about it ("rank 2: " under `run_ranks`, "" otherwise)."""
+    parked: list[tuple[str, CTA]] = []
+
+    def resume() -> None:
+        woken = next((p for p in parked if p[1].runnable or p[1].inflight), None)
+        while woken is not None:
+            parked.remove(woken)
+            if not _advance(*woken):
+                parked.append(woken)
+            woken = next((p for p in parked if p[1].runnable or p[1].inflight), None)
+
+    for prefix, cta in launches:
+        if not _advance(prefix, cta):
+            parked.append((prefix, cta))
         resume()
     if parked:
-        raise InterpError("deadlock", [d for c in parked for d in c.deadlock().diagnostics])
+        raise InterpError("deadlock", [prefixed(p, d) for p, c in parked
+                                       for d in c.deadlock().diagnostics])
+
+
+def _advance(prefix: str, cta: CTA) -> bool:
+    """`cta.advance()`, its errors' diagnostics starting with `prefix`."""
+    try:
+        return cta.advance()
+    except InterpError as e:
+        if prefix:  # keep the raising frame: PTXDSL_DEBUG shows where the kernel went wrong
+            e.diagnostics = [prefixed(prefix, d) for d in e.diagnostics]
+            e.args = (e.render(),)
+        raise
+
+
+def prefixed(prefix: str, d: Diagnostic) -> Diagnostic:
+    """`d` with its message after `prefix` ("rank 2: ")."""
+    return replace(d, message=prefix + d.message) if prefix else d
 
 
 def run_clusters(prog: Program, cl: tuple[int, int, int], dims: tuple[int, int, int],
@@ -164,7 +202,8 @@ def _program(k: ir.Kernel, arch: str | None = None) -> Program:
     return hit[1]
 
 
-def _grid(grid: int | tuple[int, ...]) -> tuple[int, int, int]:
+def grid_dims(grid: int | tuple[int, ...]) -> tuple[int, int, int]:
+    """`grid` as (x, y, z); LaunchError unless it is 1 to 3 positive integers."""
     dims = (grid,) if isinstance(grid, int) else tuple(grid)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d >= 1 for d in dims):
         raise LaunchError(f"grid takes 1 to 3 positive integers, got {grid!r}")
@@ -181,8 +220,10 @@ def _holds(elem: T.Scalar, dtype: np.dtype) -> bool:
         return False
 
 
-def _bind(k: ir.Kernel, args: dict[str, Any], gmem: GlobalMemory) -> list[Any]:
-    """Parameter values in register form (pointers become virtual addresses); every
+def bind(k: ir.Kernel, args: dict[str, Any],
+         place: Callable[[str, np.ndarray], int]) -> list[Any]:
+    """Parameter values in register form: `place(name, array)` gives the virtual address of
+    a pointer argument (`GlobalMemory.add`, or a placement several launches share). Every
     problem with the arguments is reported at once."""
     problems: list[str] = []
     values: list[Any] = []
@@ -198,7 +239,7 @@ def _bind(k: ir.Kernel, args: dict[str, Any], gmem: GlobalMemory) -> list[Any]:
                 problems.append(f"argument '{p.name}' is a {v.dtype} array; {t} needs "
                                 f"{T.numpy_dtype(t.elem)}")
             else:
-                values.append(gmem.add(p.name, v))
+                values.append(place(p.name, v))
                 continue
         elif isinstance(t, T.TensorMap):
             if not isinstance(v, TensorMapModel):
