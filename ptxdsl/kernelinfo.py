@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 from . import types as T
 
+# The hang watchdog's report: eight .u32 words of host-mapped memory that the first thread to
+# time out fills in: site + 1, parity, block, thread, barrier offset, and the kind of site
+WATCH_SPIN = 1  # report word 5: a spin loop on global memory (0: an mbarrier wait)
+
 
 @dataclass(frozen=True, slots=True)
 class ParamInfo:

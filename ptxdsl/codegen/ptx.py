@@ -188,10 +188,13 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         elif isinstance(s, ir.For):
             self.for_loop(s)
         elif isinstance(s, ir.While):
+            t0 = self.spin_clock(s)  # a spin on global memory, bounded by the watchdog
             top, end = w.label("while"), w.label("endwhile")
             w.place_label(top)
             p = self.ev_reg(s.cond)
             w.instr("bra", end, guard=f"!{p}")
+            if t0 is not None:
+                self.spin_check(s, t0)
             self.stmts(s.body)
             w.instr("bra.uni", top)
             w.place_label(end)
@@ -576,7 +579,7 @@ def ptx_version(m: ir.Module) -> tuple[int, int]:
 def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None = None,
                 watchdog_ms: int = 0) -> PtxModule:
     """PTX text for every kernel of a module, with each kernel's launch contract.
-    `watchdog_ms` > 0 bounds every mbarrier wait (see KernelEmitter.bounded_wait)."""
+    `watchdog_ms` > 0 bounds mbarrier waits and spins on global memory (AsyncOps.give_up_after)."""
     arch = arch or ("sm_90a" if needs_sm90a(m) else "sm_90")
     if arch != "sm_90a":
         _require_sm90a(m, arch)

@@ -1,20 +1,22 @@
 """The runtime half of the hang watchdog.
 
-A module compiled with `watchdog_ms` has a global `__ptxdsl_watchdog` (.u64). `arm` points it
-at 32 bytes of host-mapped pinned memory; a wait that times out writes (site + 1, parity,
-block, thread, barrier index) there and traps. The trap kills the CUDA context, but host
-memory survives it, so `Report.check` can still say which wait hung.
+A module compiled with `watchdog_ms` has a global `__ptxdsl_watchdog` (.u64). `Report` points
+it at 32 bytes of host-mapped pinned memory; a bounded mbarrier wait or spin loop that times out
+writes (site + 1, parity, block, thread, barrier offset, kind) there and traps. The trap kills
+the CUDA context, but host memory survives it, so `Report.after_launch` can still say which
+wait hung.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import DeviceError
-from ..kernelinfo import KernelInfo
+from ..kernelinfo import WATCH_SPIN, KernelInfo
 from .driver import check, driver, failure_message
 
 SYMBOL = b"__ptxdsl_watchdog"
@@ -38,13 +40,24 @@ class Report:
         """Wait for the launch; if a wait timed out, raise DeviceError naming it."""
         drv = driver()
         err = (drv.cuStreamSynchronize(stream) if stream else drv.cuCtxSynchronize())[0]
-        site = int(self.words[0])
-        if site:
-            parity, block, thread, index = (int(x) for x in self.words[1:5])
-            what = info.watch_sites[site - 1] if site <= len(info.watch_sites) else "?"
-            raise DeviceError(
-                f"watchdog: kernel '{info.name}' block {block} thread {thread} waited more than "
-                f"{info.watchdog_ms} ms for parity {parity} of {what} (barrier index {index}); "
-                "the kernel was stopped with a trap, so the CUDA context is unusable from now on")
+        hung = timeout_message(info, [int(x) for x in self.words])
+        if hung is not None:
+            raise DeviceError(hung)
         if int(err) != 0:
             raise DeviceError(failure_message(err, f"kernel '{info.name}'"))
+
+
+def timeout_message(info: KernelInfo, words: Sequence[int]) -> str | None:
+    """What the report's words say timed out, or None if nothing did."""
+    site, parity, block, thread, index, kind = words[:6]
+    if not site:
+        return None
+    what = info.watch_sites[site - 1] if site <= len(info.watch_sites) else "?"
+    who = f"watchdog: kernel '{info.name}' block {block} thread {thread}"
+    if kind == WATCH_SPIN:
+        hung = f"{who} spun more than {info.watchdog_ms} ms in {what}"
+    else:
+        hung = (f"{who} waited more than {info.watchdog_ms} ms for parity {parity} of {what} "
+                f"(barrier index {index})")
+    return (f"{hung}; the kernel was stopped with a trap, so the CUDA context is unusable "
+            "from now on")
