@@ -867,6 +867,9 @@ class FakeGpu:
     def cuInit(self, flags):  # noqa: N802 -- the driver's spellings throughout
         return self._ok()
 
+    def cuCtxGetCurrent(self):  # noqa: N802 -- no other library made a context current
+        return self._ok(0)
+
     def cuDeviceGetCount(self):  # noqa: N802
         return self._ok(1)
 
@@ -1197,3 +1200,22 @@ kernel tile(map: tmap<f32, 2>) threads(32) {
         packer.pack((tmap(box=(8, 16), swizzle="64B"),), {})
     aligned = ptxdsl.compile(text.replace("align 128", "align 1024")).ptx_module.kernel()
     ArgPacker(aligned).pack((tmap(box=(8, 32), swizzle="128B"),), {})
+
+
+def test_default_device_follows_a_context_another_library_made_current(monkeypatch):
+    """Under torchrun, torch.cuda.set_device(local_rank) makes that GPU's context current
+    before ptxdsl's first call: ptxdsl must default to it, not make GPU 0's context current
+    (which would move torch's current device too)."""
+
+    class Current:
+        def cuCtxGetCurrent(self):  # noqa: N802
+            return (0, 0xC0FFEE)
+
+        def cuCtxGetDevice(self):  # noqa: N802
+            return (0, 3)
+
+    monkeypatch.delenv("PTXDSL_DEVICE", raising=False)
+    monkeypatch.setattr(rd, "_drv", Current())
+    assert rd._device_ordinal() == 3
+    monkeypatch.setenv("PTXDSL_DEVICE", "1")
+    assert rd._device_ordinal() == 1

@@ -107,11 +107,25 @@ class DeviceInfo:
 
 
 def _device_ordinal() -> int:
-    raw = os.environ.get("PTXDSL_DEVICE", "0")
+    """The default device: PTXDSL_DEVICE; unset, the device of the context already current
+    in this thread (torch's, after `torch.cuda.set_device(local_rank)` under torchrun), so
+    that ptxdsl does not move another library's current device; else 0."""
+    raw = os.environ.get("PTXDSL_DEVICE")
+    if raw is None:
+        return _current_device()
     try:
         return int(raw)
     except ValueError:
         raise DeviceError(f"PTXDSL_DEVICE must be a device ordinal, got {raw!r}") from None
+
+
+def _current_device() -> int:
+    drv = driver()  # cuInit has run (_open_context)
+    err, ctx = drv.cuCtxGetCurrent()
+    if err != 0 or not int(ctx):
+        return 0
+    err, dev = drv.cuCtxGetDevice()
+    return int(dev) if err == 0 else 0
 
 
 def device_ordinal(device: Any, what: str = "device") -> int:
@@ -127,7 +141,8 @@ def device_ordinal(device: Any, what: str = "device") -> int:
 def context(device: Any = None) -> Context:
     """The primary context of `device` (an ordinal), retained on first use and made current
     in the calling thread. `device` None means this thread's device: the innermost
-    `use_device(...)` block's, else `PTXDSL_DEVICE` (default 0). Cheap after the first call.
+    `use_device(...)` block's, else `PTXDSL_DEVICE` (unset: the device of a context already
+    current in the thread, e.g. torch's, else 0). Cheap after the first call.
 
     Raises DeviceError("no CUDA device: ...") when there is no usable GPU or driver, and
     DeviceError naming the visible count for an ordinal that does not exist."""
@@ -215,9 +230,9 @@ def _open_context() -> Context:
         raise DeviceError(_ctx_error)
     try:
         drv = driver()
-        ordinal = _device_ordinal()
         # The binding raises (not returns) when libcuda itself cannot be loaded.
         check(drv.cuInit(0), "cuInit")
+        ordinal = _device_ordinal()
         ctx = _contexts.get(ordinal) or _retain(ordinal, "PTXDSL_DEVICE")
     except DeviceError as e:
         _ctx_error = "no CUDA device: " + "; ".join(d.message for d in e.diagnostics)

@@ -132,6 +132,15 @@ def owner_of(address: int) -> int:
         for c in list(rd._contexts.values()):
             if int(c.handle) == int(ctx):
                 return c.ordinal
+        # another library's context (torch's primary context, say): ask it for its device;
+        # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL reads 0 for such memory on an H100 pair
+        if drv.cuCtxPushCurrent(ctx)[0] == 0:
+            try:
+                err, dev = drv.cuCtxGetDevice()
+            finally:
+                drv.cuCtxPopCurrent()
+            if err == 0:
+                return int(dev)
     err, ordinal = drv.cuPointerGetAttribute(attrs.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address)
     if err != 0:
         raise PeerAccessError(
