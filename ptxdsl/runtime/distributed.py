@@ -99,6 +99,25 @@ class SymmetricBuffer:
         self._alloc = vmm_alloc(nbytes, self.device, shareable=True)
         self.allocations = exchange(self._alloc, group)
         self.arrays = [a.array(dtype=dtype, device=self.device) for a in self.allocations]
+        self._stacked: Any = None
+
+    @property
+    def stride(self) -> int:
+        """Bytes between two ranks' memory in `stacked()` (the allocation size: `nbytes`
+        rounded up to the VMM granularity)."""
+        return self._alloc.size
+
+    def stacked(self) -> Any:
+        """Every rank's memory back to back at one address, for kernels on this GPU: rank
+        r's at byte `r * stride` (a StackedMapping; `.array(shape, dtype)` views it). One
+        tensor map over it with a rank dimension of stride `stride` reaches every peer, so
+        a kernel written for any world size takes one argument, not one per rank. Made on
+        first use (not a collective), freed by `free()`."""
+        if self._stacked is None:
+            from .vmm import stack
+
+            self._stacked = stack(self.allocations, self.device)
+        return self._stacked
 
     @property
     def local(self) -> Any:
@@ -120,6 +139,9 @@ class SymmetricBuffer:
         """Unmap every peer's memory and free this rank's (a collective: every rank calls
         it, so no rank frees memory another still writes)."""
         self.barrier()
+        if self._stacked is not None:
+            self._stacked.free()
+            self._stacked = None
         for a in self.allocations:
             a.free()
         self.arrays = []

@@ -252,6 +252,72 @@ def _map(
     return VmmAllocation(va, size, nbytes, device, handle, shareable, pid)
 
 
+class StackedMapping(VmmAllocation):
+    """Several VMM allocations of one size mapped back to back at one address range: piece i
+    (allocation i's memory, on whichever GPU holds it) starts at `ptr + i * stride`. Made by
+    `stack()`; kernels on `device` see every piece through one pointer or tensor map.
+    `free()` unmaps the range; the allocations themselves stay as they were."""
+
+    noun = "stacked VMM mapping"
+
+    def __init__(self, ptr: int, stride: int, count: int, device: int):
+        VmmAllocation.__init__(self, ptr, stride * count, stride * count, device, None, False)
+        self.stride, self.count = stride, count
+
+    def export(self) -> ShareableHandle:
+        raise LaunchError("a stacked mapping cannot be exported; export its allocations")
+
+    def _release(self) -> None:
+        ptr, self.ptr = self.ptr, 0
+        with _lock:
+            _live.pop(ptr, None)
+        drv = driver()
+        make_current(device_context(self.device))
+        check(drv.cuMemUnmap(ptr, self.size), "cuMemUnmap(stacked)")
+        check(drv.cuMemAddressFree(ptr, self.size), "cuMemAddressFree(stacked)")
+
+    def __repr__(self) -> str:
+        return (f"StackedMapping(0x{self.ptr:x}, {self.count} x {self.stride} bytes, "
+                f"for GPU {self.device})")
+
+
+def stack(allocations: Any, device: Any) -> StackedMapping:
+    """Map `allocations` (VmmAllocations of one size, e.g. every rank's memory of a
+    SymmetricBuffer) back to back into a fresh address range, for kernels on `device`: one
+    pointer or tensor map then reaches them all (piece i at `i * size` bytes)."""
+    allocs = list(allocations)
+    if not allocs or not all(isinstance(a, VmmAllocation) for a in allocs):
+        raise LaunchError("stack() takes a non-empty list of VmmAllocations")
+    sizes = {a.size for a in allocs}
+    if len(sizes) != 1:
+        raise LaunchError(f"stack() needs allocations of one size, got sizes {sorted(sizes)}")
+    for a in allocs:
+        a._check_open()
+    dev = device_ordinal(device)
+    make_current(device_context(dev))
+    size = sizes.pop()
+    drv = driver()
+    total = size * len(allocs)
+    va = int(check(drv.cuMemAddressReserve(total, 0, 0, 0), "cuMemAddressReserve(stacked)"))
+    done = 0
+    try:
+        for i, a in enumerate(allocs):
+            check(drv.cuMemMap(va + i * size, size, 0, a.handle, 0), f"cuMemMap(piece {i})")
+            done += 1
+    except DeviceError:
+        for i in range(done):
+            drv.cuMemUnmap(va + i * size, size)
+        drv.cuMemAddressFree(va, total)
+        raise
+    m = StackedMapping(va, size, len(allocs), dev)
+    try:
+        m.set_access([dev])
+    except DeviceError:
+        m.free()
+        raise
+    return m
+
+
 def import_handle(h: ShareableHandle, access: Any) -> VmmAllocation:
     """Map the memory behind another process's `ShareableHandle` into this one, for each
     GPU in `access`.
