@@ -45,6 +45,7 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "grouped": ("grouped", {}),
     "sm80": ("sm80", {}),
     "peer": ("peer", {}),
+    "tp": ("tp", {}),
     "compile": ("compile_time", {}),
 }
 INTRO = ("The current results: ptxdsl against the strongest reference measured in the same "

@@ -52,8 +52,8 @@ def interp_error(text: str, grid, args, kind: str, seed: int = 0, **kw) -> str:
 # samples whose interpreter runs take seconds: a second seed (another start order and
 # interleaving of warps) only with PTXDSL_DEEP=1; test_inflight, test_wgmma and test_sm80 run
 # them again in other forms
-SLOW = {"attention", "colsum", "gemm", "gemm_fp8", "gemm_splitk", "grouped_gemm", "longrow",
-        "multicast_pipeline", "norms"}
+SLOW = {"ag_gemm", "attention", "colsum", "gemm", "gemm_fp8", "gemm_rs", "gemm_splitk",
+        "grouped_gemm", "longrow", "multicast_pipeline", "norms"}
 DEEP = bool(os.environ.get("PTXDSL_DEEP"))
 
 

@@ -286,3 +286,43 @@ def test_two_processes_with_torchrun():
             assert f"rank {rank} (GPU {rank}): {step}" in out and "MISMATCH" not in out, out
         assert f"rank {rank}: refused as expected" in out
     assert "all ok" in out
+
+
+# ----------------------------------------------------------------------------- fused TP layers
+
+
+def _torchrun(*args: str, timeout: int = 600) -> str:
+    r = subprocess.run([PY, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        str(ROOT / "samples" / "tp_linear_dist.py"), *args],
+                       capture_output=True, text=True, env=ENV, timeout=timeout)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    return out
+
+
+@pytest.mark.gpu
+@needs_two
+def test_fused_tp_layers_match_nccl_and_torch():
+    """All-gather + GEMM and GEMM + reduce-scatter (both modes) on two GPUs against NCCL +
+    torch on fresh random data, three launches each, ragged and decode shapes."""
+    pytest.importorskip("torch")
+    out = _torchrun()
+    assert "MISMATCH" not in out and "DIFFERS" not in out, out[-4000:]
+    for rank in (0, 1):
+        assert out.count(f"rank {rank}: all-gather GEMM") == 9, out[-4000:]
+        assert out.count(f"rank {rank}: GEMM reduce-scatter") == 18, out[-4000:]
+    assert "all ok" in out
+
+
+@pytest.mark.gpu
+@needs_two
+@pytest.mark.parametrize("layer, spin", [("ag", "ag_gemm.ptxdsl"), ("rs", "gemm_rs.ptxdsl")])
+def test_a_rank_that_never_launches_is_a_named_error(layer, spin):
+    """Rank 1 builds the plan and never launches: rank 0's kernel (with the watchdog) ends
+    in a DeviceError naming the spin loop and its line, not in a hang."""
+    pytest.importorskip("torch")
+    out = _torchrun("--hang", layer, timeout=180)
+    assert "rank 1: not launching" in out, out[-4000:]
+    assert "rank 0: named error: error: watchdog: kernel" in out, out[-4000:]
+    assert "spun more than 2000 ms in spin loop `while ld_acquire(" in out, out[-4000:]
+    assert f"samples/{spin}:" in out, out[-4000:]

@@ -1,0 +1,170 @@
+"""All-gather + GEMM (a column-parallel linear layer) with the Python API (twin of
+ag_gemm.ptxdsl).
+
+C = all_gather(A) @ B^T on each of `world` ranks: every rank holds m_local rows of A (bf16) in
+its slot of a symmetric buffer and its own N-shard B (n x K). Warps 1 and 2 of every CTA pull
+the other ranks' row panels over NVLink into the local buffer (TMA loads from the stacked
+view, TMA stores into the local copy) and flag each unit of 128 rows x 4 k-blocks; the GEMM
+roles (gemm.py's main loop and epilogue) walk the tiles with this rank's own panels first and
+wait for a remote panel's flags. The host side and multi-rank interpreter runs are in
+tp_linear.py; `example` is the one-rank launch (no remote rows: a plain GEMM)."""
+
+import numpy as np
+
+import ptxdsl
+from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+
+BM, BN, BK, CK = 128, 256, 64, 4  # tile rows, tile columns, k-block, k-blocks per gather unit
+
+
+@ptxdsl.kernel(threads=384)
+def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: tmap(bf16, 2),
+            c: tmap(bf16, 3), flags: ptr(u32), sig: ptr(u32), sig_stride: u32, rank: u32,
+            world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32):
+    ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
+    gring = k.pipeline("gring", 2, t=(bf16, [64, BK], 1024, 128))
+    cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
+    ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per rank
+    tiles_m = k.let("tiles_m", world * ppr)
+    ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
+    nck = k.let("nck", (ktiles + (CK - 1)) / CK)  # units per panel: CK k-blocks each
+    units = k.let("units", (world - 1) * ppr * nck)
+    work = k.schedule("work", (tiles_m, (n + (BN - 1)) / BN), group=8)
+    with k.role("producer", 0, 4, regs=40):
+        with k.if_((k.warp == 0) & k.elect()):
+            with k.for_("w", work) as w:
+                q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
+                src = k.let("src", q / ppr)
+                r0 = k.let("r0", (q % ppr * BM).to(s32))
+                remote = k.let("remote", src != rank)
+                with k.for_("kt", 0, ktiles) as kt:
+                    with k.if_(remote & (kt % CK == 0)):
+                        # the unit holding k-blocks kt .. kt + CK - 1 of this panel has landed
+                        u = k.let("u", (w.m - ppr) * nck + kt / CK)
+                        with k.while_(k.ld_acquire(flags[u]) != epoch):
+                            pass
+                        k.fence_proxy_async_global()
+                    k.acquire(ring)
+                    k.tma_load(ring.a, a, [(kt * BK).to(s32), r0, src.to(s32)])
+                    k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
+                    k.commit(ring)
+        with k.if_((k.warp == 1) & k.elect()):
+            with k.if_(k.ctaid.x == 0):  # this rank's shard is final: tell every peer
+                with k.for_("p", 0, world) as p:
+                    with k.if_(p != rank):
+                        k.st_release(sig[p * sig_stride + rank], epoch, "sys")
+            seen = k.let("seen", world)  # the owner whose start was last seen (none yet)
+            with k.for_("u", k.ctaid.x, units, k.nctaid.x) as u:
+                q = k.let("q", ((rank + 1) * ppr + u / nck) % tiles_m)
+                src = k.let("src", q / ppr)
+                with k.if_(src != seen):
+                    with k.while_(k.ld_acquire(sig[rank * sig_stride + src], "sys") < epoch):
+                        pass
+                    k.assign(seen, src)
+                kb0 = k.let("kb0", u % nck * CK)
+                with k.for_("kb", kb0, k.min(kb0 + CK, ktiles)) as kb:
+                    with k.for_("h", 0, 2) as h:
+                        k.acquire(gring)
+                        k.tma_load(gring.t, a_pull, [(kb * BK).to(s32),
+                                                     (q % ppr * BM + h * 64).to(s32),
+                                                     src.to(s32), src.to(s32)])
+                        k.commit(gring)
+        with k.if_((k.warp == 2) & k.elect()):
+            with k.for_("u", k.ctaid.x, units, k.nctaid.x) as u:
+                q = k.let("q", ((rank + 1) * ppr + u / nck) % tiles_m)
+                src = k.let("src", q / ppr)
+                kb0 = k.let("kb0", u % nck * CK)
+                with k.for_("kb", kb0, k.min(kb0 + CK, ktiles)) as kb:
+                    with k.for_("h", 0, 2) as h:
+                        k.wait(gring)
+                        k.tma_store(a_st, [(kb * BK).to(s32), (q % ppr * BM + h * 64).to(s32),
+                                           src.to(s32)], gring.t)
+                        k.bulk_commit()
+                        k.bulk_wait_read(0)
+                        k.release(gring)
+                # every box of this unit has been read from its owner
+                k.let("pulled", k.atomic_add(sig[src * sig_stride + world], 1, "relaxed", "sys"))
+                k.bulk_wait(0)  # complete: the flag publishes the unit
+                k.fence_proxy_async_global()
+                k.st_release(flags[u], epoch)
+            with k.if_(k.ctaid.x == 0):  # every peer has pulled what it needs from this rank
+                want = k.let("want", (world - 1) * ppr * nck)
+                with k.while_(k.ld_acquire(sig[rank * sig_stride + world], "sys") != want):
+                    pass
+                sig[rank * sig_stride + world] = 0
+    with k.role("consumer", 4, 12, regs=232):
+        wg = k.let("wg", k.warp / 4 - 1)
+        leader = k.let("leader", k.tid.x % 128 == 0)
+        row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
+        col = k.let("col", k.laneid % 4 * 2)
+        with k.for_("w", work) as w:
+            q = k.let("q", (w.m + rank * ppr) % tiles_m)
+            acc = k.let("acc", type=array(f32, BN // 2))
+
+            def kblock(first: bool) -> None:
+                """Wait for the next stage and issue its wgmmas as one group."""
+                k.wait(ring)
+                k.wgmma_fence()
+                with k.for_("kk", 0, BK // 16, unroll=True) as kk:
+                    k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
+                            kk > 0 if first else True)
+                k.wgmma_commit()
+
+            # one wgmma group in flight, as in gemm.py
+            kblock(True)
+            with k.for_("kt", 1, ktiles):
+                kblock(False)
+                k.wgmma_wait(1)
+                k.release(ring)
+            k.wgmma_wait(0)
+            k.release(ring)
+            with k.if_(leader):
+                k.bulk_wait_read(0)
+            k.bar_sync(8 + wg, 128)
+            with k.for_("j", 0, BN // 8, unroll=True) as j:
+                with k.for_("i", 0, 2, unroll=True) as i:
+                    cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
+                        acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+            k.fence_proxy_async()
+            k.bar_sync(8 + wg, 128)
+            with k.if_(leader):
+                with k.for_("h", 0, BN // 64, unroll=True) as h:
+                    k.tma_store(c, [(w.n * BN + h * 64).to(s32), (q % ppr * BM + wg * 64).to(s32),
+                                    (q / ppr).to(s32)], cs[wg, h])
+                k.bulk_commit()
+        with k.if_(leader):
+            k.bulk_wait(0)
+
+
+SMALL = {"m_local": 200, "n": 136, "k": 200}
+
+
+def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int = 1000,
+            grid: int | None = None) -> dict:
+    """One rank (world = 1): random bf16 A (m_local x k) in the rank's slot of the gathered
+    buffer and B (n x k); the reference is A @ B^T in f32. With no peer there is nothing to
+    gather (no units: `flags` is one unused word) and the signal words stay zero. The maps
+    `a`, `a_pull` and `a_st` wrap views of one buffer, as tp_linear.AllGatherGemm's do
+    (m_local, n, k need not be tile multiples; k and n are multiples of 8, as TMA wants
+    16-byte row pitches)."""
+    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+
+    world = 1
+    a = f32_to_bf16(rng.standard_normal((world, m_local, k), np.float32))
+    b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
+    ref = bf16_to_f32(a) @ bf16_to_f32(b).T
+    box = {"swizzle": "128B"}
+    tiles = world * -(-m_local // BM) * -(-n // BN)
+    return {"grid": grid or min(tiles, 132),
+            "inputs": {"a": a, "a_pull": a.reshape(1, world, m_local, k), "a_st": a, "b": b,
+                       "flags": np.zeros(1, np.uint32),
+                       "sig": np.zeros(world + 1, np.uint32), "sig_stride": world + 1,
+                       "rank": 0, "world": world, "m_local": m_local, "n": n, "kdim": k,
+                       "epoch": 1},
+            "tensor_maps": {"a": {"box": (1, BM, BK), **box},
+                            "a_pull": {"box": (1, 1, 64, BK), **box},
+                            "a_st": {"box": (1, 64, BK), **box}, "b": {"box": (BN, BK), **box},
+                            "c": {"box": (1, 64, 64), **box}},
+            "outputs": {"c": np.zeros((world, m_local, n), np.uint16)},
+            "expected": {"c": ref, "sig": np.zeros(world + 1, np.uint32)},
+            "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}

@@ -1,0 +1,143 @@
+"""GEMM + reduce-scatter (a row-parallel linear layer) with the Python API (twin of
+gemm_rs.ptxdsl).
+
+Every rank holds A (M x k_local) and B (n x k_local), a K-shard of the product, and ends with
+rows rank * m_local .. (rank + 1) * m_local of C = the sum over ranks of A @ B^T (bf16). The
+walk visits row panels owner by owner, this rank's own first: a partial tile is stored into its
+own shard, or reduce-added into the owner's over NVLink once the owner's store is in (with
+`ordered`, once every earlier step's is), and each contribution then bumps its half-tile's
+counter in the owner's `sig`. The main loop and epilogue staging are gemm.py's. The host side
+and multi-rank interpreter runs are in tp_linear.py; `example` is the one-rank launch."""
+
+import numpy as np
+
+import ptxdsl
+from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+
+BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
+NONE = 0xFFFFFFFF  # no contribution waits to be published
+
+
+@ptxdsl.kernel(threads=384)
+def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u32),
+            sig_stride: u32, rank: u32, world: u32, m_local: u32, n: u32, kdim: u32,
+            epoch: u32, ordered: u32):
+    ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
+    cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
+    ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per owner
+    tiles_m = k.let("tiles_m", world * ppr)
+    tiles_n = k.let("tiles_n", (n + (BN - 1)) / BN)
+    ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
+    base = k.let("base", (epoch - 1) * world)  # every counter's value when this launch starts
+    work = k.schedule("work", (tiles_m, tiles_n), group=8)
+    with k.role("producer", 0, 4, regs=40):
+        with k.if_((k.warp == 0) & k.elect()):
+            with k.for_("w", work) as w:
+                q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
+                r0 = k.let("r0", (q / ppr * m_local + q % ppr * BM).to(s32))
+                with k.for_("kt", 0, ktiles) as kt:
+                    k.acquire(ring)
+                    k.tma_load(ring.a, a, [(kt * BK).to(s32), r0])
+                    k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
+                    k.commit(ring)
+    with k.role("consumer", 4, 12, regs=232):
+        wg = k.let("wg", k.warp / 4 - 1)
+        leader = k.let("leader", k.tid.x % 128 == 0)
+        row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
+        col = k.let("col", k.laneid % 4 * 2)
+        pending = k.let("pending", NONE, type=u32)  # the counter the last contribution bumps
+        with k.for_("w", work) as w:
+            q = k.let("q", (w.m + rank * ppr) % tiles_m)
+            owner = k.let("owner", q / ppr)
+            s = k.let("s", w.m / ppr)
+            acc = k.let("acc", type=array(f32, BN // 2))
+
+            def kblock(first: bool) -> None:
+                """Wait for the next stage and issue its wgmmas as one group."""
+                k.wait(ring)
+                k.wgmma_fence()
+                with k.for_("kk", 0, BK // 16, unroll=True) as kk:
+                    k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
+                            kk > 0 if first else True)
+                k.wgmma_commit()
+
+            # one wgmma group in flight, as in gemm.py
+            kblock(True)
+            with k.for_("kt", 1, ktiles):
+                kblock(False)
+                k.wgmma_wait(1)
+                k.release(ring)
+            k.wgmma_wait(0)
+            k.release(ring)
+            with k.if_(leader):
+                # the previous tile's contribution has long landed: publish it now
+                with k.if_(pending != NONE):
+                    k.bulk_wait(0)
+                    k.fence_proxy_async_global()
+                    k.let("seen", k.atomic_add(sig[pending], 1, "release", "sys"))
+                    k.assign(pending, NONE)
+                k.bulk_wait_read(0)
+            k.bar_sync(8 + wg, 128)
+            with k.for_("j", 0, BN // 8, unroll=True) as j:
+                with k.for_("i", 0, 2, unroll=True) as i:
+                    cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
+                        acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+            k.fence_proxy_async()
+            k.bar_sync(8 + wg, 128)
+            with k.if_(leader):
+                cnt = k.let("cnt", owner * sig_stride + ((q % ppr * tiles_n + w.n) * 2 + wg))
+                r1 = k.let("r1", (q % ppr * BM + wg * 64).to(s32))
+                with k.if_(s == 0):
+                    with k.for_("h", 0, BN // 64, unroll=True) as h:
+                        k.tma_store(c, [(w.n * BN + h * 64).to(s32), r1, owner.to(s32)],
+                                    cs[wg, h])
+                with k.else_():
+                    want = k.let("want", base + k.select(ordered != 0, s, 1))
+                    with k.while_(k.ld_acquire(sig[cnt], "sys") < want):
+                        pass
+                    k.fence_proxy_async_global()
+                    with k.for_("h", 0, BN // 64, unroll=True) as h:
+                        k.tma_reduce_add(c, [(w.n * BN + h * 64).to(s32), r1, owner.to(s32)],
+                                         cs[wg, h])
+                k.bulk_commit()
+                k.assign(pending, cnt)
+        with k.if_(leader):
+            with k.if_(pending != NONE):
+                k.bulk_wait(0)
+                k.fence_proxy_async_global()
+                k.let("last", k.atomic_add(sig[pending], 1, "release", "sys"))
+        # this rank's shard is whole once every rank has added into the tiles stored here
+        with k.for_("w2", work) as w2:
+            with k.if_(leader & (w2.m < ppr)):
+                mine = k.let("mine", rank * sig_stride + ((w2.m * tiles_n + w2.n) * 2 + wg))
+                with k.while_(k.ld_acquire(sig[mine], "sys") != base + world):
+                    pass
+
+
+SMALL = {"m_local": 200, "n": 136, "k": 200}
+
+
+def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int = 1000,
+            ordered: int = 0, grid: int | None = None) -> dict:
+    """One rank (world = 1), first launch: random bf16 A (m_local x k) and B (n x k); the
+    reference is A @ B^T in f32. The rank stores every tile into its own shard and bumps each
+    half-tile counter once, so the counters end at world = 1 (m_local, n, k need not be tile
+    multiples; k and n are multiples of 8, as TMA wants 16-byte row pitches)."""
+    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+
+    world = 1
+    a = f32_to_bf16(rng.standard_normal((world * m_local, k), np.float32))
+    b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
+    ref = bf16_to_f32(a) @ bf16_to_f32(b).T
+    box = {"swizzle": "128B"}
+    counters = -(-m_local // BM) * -(-n // BN) * 2  # one per 64-row half of each tile
+    return {"grid": grid or min(world * counters // 2, 132),
+            "inputs": {"a": a, "b": b, "sig": np.zeros(counters, np.uint32),
+                       "sig_stride": counters, "rank": 0, "world": world, "m_local": m_local,
+                       "n": n, "kdim": k, "epoch": 1, "ordered": ordered},
+            "tensor_maps": {"a": {"box": (BM, BK), **box}, "b": {"box": (BN, BK), **box},
+                            "c": {"box": (1, 64, 64), **box}},
+            "outputs": {"c": np.zeros((world, m_local, n), np.uint16)},
+            "expected": {"c": ref.reshape(world, m_local, n),
+                         "sig": np.full(counters, world, np.uint32)},
+            "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}

@@ -1,0 +1,297 @@
+"""Tensor-parallel linear layers with the communication fused into the GEMM, one process per
+GPU under torchrun: the host side of ag_gemm.ptxdsl and gemm_rs.ptxdsl.
+
+    ag = AllGatherGemm(m_local, k, n)        # a collective: every rank builds one
+    ag.shard().copy_from_host(my_rows)       # this rank's M / world rows of A (or write them)
+    ag(b, c)                                 # C (M x n) = all_gather(A) @ B^T; ag.gathered()
+    rs = GemmReduceScatter(m_local, n, k_local)
+    rs(a, b)                                 # rs.shard(): rows rank * m_local .. of sum(A @ B^T)
+
+Each object is a plan for one shape on one process group: it owns the symmetric memory
+(the gathered A, or the C shards, and the signal words) and counts its launches (`epoch`);
+every rank calls it the same number of times, in the same order. Shapes are compared across
+ranks when the plan is built, so a mismatch is an error on every rank, not a hang. With
+`watchdog_ms`, a rank whose peer never launches ends in a named DeviceError instead of
+spinning forever.
+
+`interp_ranks(kind, world, ...)` runs either kernel for `world` ranks at once in the CPU
+interpreter on small random data and returns what each rank computed with numpy's answer.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import ptxdsl
+from ptxdsl import runtime as rt
+from ptxdsl.errors import LaunchError
+
+HERE = Path(__file__).resolve().parent
+BM, BN, BK, CK = 128, 256, 64, 4  # tile rows, tile columns, k-block, k-blocks per gather unit
+
+
+@cache
+def program(name: str, device: int, watchdog_ms: int = 0) -> Any:
+    """ag_gemm or gemm_rs compiled for GPU `device`."""
+    return ptxdsl.compile(HERE / f"{name}.ptxdsl", device=device, watchdog_ms=watchdog_ms)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def ag_units(world: int, m_local: int, k: int) -> int:
+    """Gather units of one rank: 128 rows x CK k-blocks of every remote row panel."""
+    return (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), CK)
+
+
+def rs_counters(m_local: int, n: int) -> int:
+    """Counter words of one rank's C shard: one per 64-row half of each tile."""
+    return cdiv(m_local, BM) * cdiv(n, BN) * 2
+
+
+def _agree(dist: Any, group: Any, what: str, values: tuple) -> None:
+    """Raise on every rank unless every rank passed the same `values`."""
+    seen: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(seen, values, group=group)
+    if any(v != seen[0] for v in seen):
+        table = ", ".join(f"rank {r}: {v}" for r, v in enumerate(seen))
+        raise LaunchError(f"{what} differ across ranks ({table}); every rank must build "
+                          "the same plan")
+
+
+def _pointer(x: Any) -> int:
+    return rt.as_device_pointer(x).address
+
+
+class _Plan:
+    """What both fused layers share: the process group, this rank's GPU, the signal words
+    in symmetric memory (zeroed once) and the launch count."""
+
+    kernel_name = ""
+
+    def __init__(self, device: Any, group: Any, watchdog_ms: int):
+        from ptxdsl.runtime.distributed import _dist, local_device
+
+        self.dist, self.group = _dist(), group
+        self.rank, self.world = self.dist.get_rank(group), self.dist.get_world_size(group)
+        self.device = local_device() if device is None else device
+        self.epoch = 0
+        self.prog = program(self.kernel_name, self.device, watchdog_ms)
+        self.sms = rt.device_info(self.device).sm_count
+
+    def _symmetric(self, nbytes: int, dtype: str, zero: bool = False) -> Any:
+        from ptxdsl.runtime.distributed import SymmetricBuffer
+
+        buf = SymmetricBuffer(nbytes, dtype, device=self.device, group=self.group)
+        if zero:
+            buf.local.copy_from_host(np.zeros(buf.local.shape, buf.local.dtype))
+            buf.barrier()
+        return buf
+
+    def _signals(self, words: int) -> None:
+        self.sig = self._symmetric(max(words, 1) * 4, "u32", zero=True)
+        self.sig_all = self.sig.stacked().array(dtype="u32")
+        self.sig_stride = self.sig.stride // 4
+
+    def _stream(self, stream: Any) -> Any:
+        if stream is None and "torch" in sys.modules:
+            import torch
+
+            return torch.cuda.current_stream(self.device).cuda_stream
+        return stream
+
+    def free(self) -> None:
+        """Release the symmetric memory (a collective)."""
+        self.sig.free()
+
+
+class AllGatherGemm(_Plan):
+    """C = all_gather(A) @ B^T for this rank's N-shard B (n x k): every rank holds m_local
+    rows of A in its slot of the gathered buffer (`shard()`); the kernel pulls the others'
+    rows over NVLink while it multiplies the rows already here."""
+
+    kernel_name = "ag_gemm"
+
+    def __init__(self, m_local: int, k: int, n: int, *, device: Any = None, group: Any = None,
+                 watchdog_ms: int = 0):
+        from ptxdsl.runtime.distributed import _dist
+
+        _agree(_dist(), group, "all-gather GEMM shapes (m_local, k)", (m_local, k))
+        if k % 8:
+            raise LaunchError(f"k must be a multiple of 8 (16-byte rows for TMA), got {k}")
+        _Plan.__init__(self, device, group, watchdog_ms)
+        self.m_local, self.k, self.n = m_local, k, n
+        w = self.world
+        self._signals(w + 1)
+        self.buf = self._symmetric(w * m_local * k * 2, "u16")
+        self.flags = rt.zeros(max(ag_units(w, m_local, k), 1), "u32", device=self.device)
+        local = rt.DevicePointer(self.buf.local.ptr)
+        shape = (w, m_local, k)
+        self.t_a = rt.TensorMap(local, (1, BM, BK), dtype="bf16", shape=shape,
+                                swizzle="128B", device=self.device)
+        self.t_st = rt.TensorMap(local, (1, 64, BK), dtype="bf16", shape=shape,
+                                 swizzle="128B", device=self.device)
+        stacked = self.buf.stacked()
+        self.t_pull = rt.TensorMap(
+            rt.DevicePointer(stacked.ptr), (1, 1, 64, BK), dtype="bf16",
+            shape=(w, w, m_local, k), strides=(self.buf.stride, m_local * k * 2, k * 2, 2),
+            swizzle="128B", device=self.device)
+
+    def shard(self) -> Any:
+        """This rank's m_local x k rows of A (bf16 bits as u16), in place in the buffer."""
+        return self.buf.allocations[self.rank].array(
+            (self.m_local, self.k), "u16", device=self.device,
+            offset=self.rank * self.m_local * self.k * 2)
+
+    def gathered(self) -> Any:
+        """All M x k rows of A after a call (bf16 bits as u16)."""
+        return self.buf.allocations[self.rank].array((self.world * self.m_local, self.k),
+                                                     "u16", device=self.device)
+
+    def __call__(self, b: Any, c: Any, stream: Any = None) -> None:
+        """C (M x n, bf16, row-major) = all_gather(A) @ B^T, with B (n x k, bf16)."""
+        self.epoch += 1
+        w, ml, n = self.world, self.m_local, self.n
+        tb = rt.TensorMap(b, (BN, BK), dtype="bf16", swizzle="128B", device=self.device)
+        tc = rt.TensorMap(rt.DevicePointer(_pointer(c)), (1, 64, 64), dtype="bf16",
+                          shape=(w, ml, n), swizzle="128B", device=self.device)
+        grid = min(self.sms, w * cdiv(ml, BM) * cdiv(n, BN))
+        self.prog[grid, None, self._stream(stream)](
+            self.t_a, self.t_pull, self.t_st, tb, tc, self.flags, self.sig_all,
+            self.sig_stride, self.rank, w, ml, n, self.k, self.epoch)
+
+    def free(self) -> None:
+        self.buf.free()
+        self.flags.free()
+        super().free()
+
+
+class GemmReduceScatter(_Plan):
+    """This rank's rows of C = sum over ranks of A_r @ B_r^T, where every rank holds A_r
+    (M x k_local) and B_r (n x k_local), a K-shard; C's M = world * m_local rows are
+    scattered, m_local to a rank (`shard()`). `ordered=True` adds the ranks' partial tiles
+    in one fixed order (bit-reproducible run to run)."""
+
+    kernel_name = "gemm_rs"
+
+    def __init__(self, m_local: int, n: int, k_local: int, *, device: Any = None,
+                 group: Any = None, watchdog_ms: int = 0, ordered: bool = False):
+        from ptxdsl.runtime.distributed import _dist
+
+        _agree(_dist(), group, "GEMM + reduce-scatter shapes (m_local, n, ordered)",
+               (m_local, n, bool(ordered)))
+        if n % 8:
+            raise LaunchError(f"n must be a multiple of 8 (16-byte rows for TMA), got {n}")
+        _Plan.__init__(self, device, group, watchdog_ms)
+        self.m_local, self.n, self.k_local, self.ordered = m_local, n, k_local, bool(ordered)
+        w = self.world
+        self._signals(rs_counters(m_local, n))
+        self.out = self._symmetric(m_local * n * 2, "u16")
+        stacked = self.out.stacked()
+        self.t_c = rt.TensorMap(rt.DevicePointer(stacked.ptr), (1, 64, 64), dtype="bf16",
+                                shape=(w, m_local, n), strides=(self.out.stride, n * 2, 2),
+                                swizzle="128B", device=self.device)
+
+    def shard(self) -> Any:
+        """This rank's m_local x n rows of C after a call (bf16 bits as u16)."""
+        return self.out.allocations[self.rank].array((self.m_local, self.n), "u16",
+                                                     device=self.device)
+
+    def __call__(self, a: Any, b: Any, stream: Any = None) -> None:
+        """Reduce-scatter A @ B^T (A: M x k_local, B: n x k_local, bf16) into `shard()`."""
+        self.epoch += 1
+        w, ml, n = self.world, self.m_local, self.n
+        ta = rt.TensorMap(a, (BM, BK), dtype="bf16", swizzle="128B", device=self.device)
+        tb = rt.TensorMap(b, (BN, BK), dtype="bf16", swizzle="128B", device=self.device)
+        grid = min(self.sms, w * cdiv(ml, BM) * cdiv(n, BN))
+        self.prog[grid, None, self._stream(stream)](
+            ta, tb, self.t_c, self.sig_all, self.sig_stride, self.rank, w, ml, n,
+            self.k_local, self.epoch, int(self.ordered))
+
+    def free(self) -> None:
+        self.out.free()
+        super().free()
+
+
+# ----------------------------------------------------------------------------- interpreter
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """bf16 bits (u16) of f32 values, rounded to nearest even."""
+    from ptxdsl.runtime.dtypes import f32_to_bf16_bits
+
+    return f32_to_bf16_bits(np.ascontiguousarray(x, np.float32)).view(np.uint16)
+
+
+def _f32(bits: np.ndarray) -> np.ndarray:
+    from ptxdsl.runtime.dtypes import bf16_bits_to_f32
+
+    return bf16_bits_to_f32(np.ascontiguousarray(bits).view(np.uint16))
+
+
+def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
+              seed: int = 0, rng: Any = None) -> dict[str, Any]:
+    """All-gather + GEMM for `world` ranks at once in the CPU interpreter: returns each
+    rank's C and gathered A (f32) with numpy's answers."""
+    from ptxdsl.interp import TensorMapModel, run_ranks
+
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    a = _bf16(rng.standard_normal((world, m_local, k)))
+    bs = [_bf16(rng.standard_normal((n, k))) for _ in range(world)]
+    buf = np.full((world, world, m_local, k), 0xFFFF, np.uint16)  # rank r's buffer: buf[r]
+    for r in range(world):
+        buf[r, r] = a[r]
+    sig = np.zeros((world, world + 1), np.uint32)
+    cs = [np.full((world, m_local, n), 0xFFFF, np.uint16) for _ in range(world)]
+    units = max(ag_units(world, m_local, k), 1)
+    pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
+    args = [dict(a=TensorMapModel(buf[r], (1, BM, BK), swizzle="128B", dtype="bf16"),
+                 a_pull=pull,
+                 a_st=TensorMapModel(buf[r], (1, 64, BK), swizzle="128B", dtype="bf16"),
+                 b=TensorMapModel(bs[r], (BN, BK), swizzle="128B", dtype="bf16"),
+                 c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
+                 flags=np.zeros(units, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
+                 rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1)
+            for r in range(world)]
+    run_ranks(ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl"), grid, args, seed=seed)
+    full = _f32(a).reshape(world * m_local, k)
+    return {"c": [_f32(c).reshape(-1, n) for c in cs],
+            "want_c": [full @ _f32(b).T for b in bs],
+            "gathered": [_f32(buf[r]).reshape(-1, k) for r in range(world)],
+            "want_gathered": full, "sig": sig}
+
+
+def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
+              grid: int = 2, ordered: bool = False, epochs: int = 2, seed: int = 0,
+              rng: Any = None) -> dict[str, Any]:
+    """GEMM + reduce-scatter for `world` ranks at once in the CPU interpreter, launched
+    `epochs` times on fresh data (the counters carry over): returns the last launch's C
+    shards (f32) with numpy's answer, the sum of the partials' magnitudes (each partial
+    is rounded to bf16 before it is added) and the counters."""
+    from ptxdsl.interp import TensorMapModel, run_ranks
+
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    m = world * m_local
+    out = np.full((world, m_local, n), 0xFFFF, np.uint16)  # rank r's C shard: out[r]
+    sig = np.zeros((world, rs_counters(m_local, n)), np.uint32)
+    tc = TensorMapModel(out, (1, 64, 64), swizzle="128B", dtype="bf16")
+    kern = ptxdsl.parse_file(HERE / "gemm_rs.ptxdsl")
+    for epoch in range(1, epochs + 1):
+        a = [_bf16(rng.standard_normal((m, k_local))) for _ in range(world)]
+        b = [_bf16(rng.standard_normal((n, k_local))) for _ in range(world)]
+        args = [dict(a=TensorMapModel(a[r], (BM, BK), swizzle="128B", dtype="bf16"),
+                     b=TensorMapModel(b[r], (BN, BK), swizzle="128B", dtype="bf16"),
+                     c=tc, sig=sig.reshape(-1), sig_stride=sig.shape[1], rank=r,
+                     world=world, m_local=m_local, n=n, kdim=k_local, epoch=epoch,
+                     ordered=int(ordered))
+                for r in range(world)]
+        run_ranks(kern, grid, args, seed=seed + epoch - 1)
+    parts = [_f32(a[r]) @ _f32(b[r]).T for r in range(world)]
+    return {"c": _f32(out).reshape(m, n), "want": sum(parts),
+            "scale": sum(np.abs(p) for p in parts), "sig": sig}

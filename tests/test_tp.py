@@ -1,0 +1,84 @@
+"""The fused tensor-parallel layers (samples/ag_gemm.ptxdsl, samples/gemm_rs.ptxdsl) with
+2, 4 and 8 ranks at once in the CPU interpreter (`ptxdsl.interp.run_ranks`): every rank's
+result against numpy, the counters each protocol leaves behind, and a rank that never
+launches ending in a located deadlock on the ranks that wait for it. Two ranks at a small
+size by default; 4 and 8 ranks, the ordered mode and other seeds under PTXDSL_DEEP=1 (as CI
+runs). The two-GPU runs are in test_multigpu.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import SAMPLES, sample_module
+from fuzzing import DEEP
+
+import ptxdsl
+from ptxdsl.interp import InterpError, TensorMapModel, run_ranks
+
+tp = sample_module("tp_linear")
+SMALL = dict(m_local=80, n=136)  # a ragged row panel per rank, a ragged column tile
+
+
+def assert_product(got: np.ndarray, want: np.ndarray, k: int, scale: np.ndarray = None) -> None:
+    """C rounded to bf16: within 2^-7 of `scale` (|C|, or for a sum of bf16 partials the sum
+    of their magnitudes), plus a little for sums near zero."""
+    tol = 2.0 ** -7 * np.abs(want if scale is None else scale) + 1e-3 * np.sqrt(k)
+    assert np.all(np.abs(got - want) <= tol), float(np.max(np.abs(got - want) - tol))
+
+
+@pytest.mark.parametrize("world, seed", [(2, 0)] + ([(4, 1), (8, 0)] if DEEP else []))
+def test_all_gather_gemm_ranks(world, seed):
+    k = 320  # 5 k-blocks: two gather units per panel, the second ragged
+    r = tp.interp_ag(world, k=k, seed=seed, **SMALL)
+    for rank in range(world):
+        np.testing.assert_array_equal(r["gathered"][rank], r["want_gathered"])
+        assert_product(r["c"][rank], r["want_c"][rank], k)
+    # every rank saw every peer start, and reset its pulled count for the next launch
+    ready = r["sig"][:, :world]
+    assert np.all(ready + np.eye(world, dtype=np.uint32) == 1)
+    assert np.all(r["sig"][:, world] == 0)
+
+
+@pytest.mark.parametrize("world, ordered, seed, epochs", [(2, False, 0, 2)] + (
+    [(2, True, 3, 2), (4, False, 1, 2), (4, True, 0, 2), (8, True, 2, 1)] if DEEP else []))
+def test_gemm_reduce_scatter_ranks(world, ordered, seed, epochs):
+    k = 128 if DEEP else 64
+    r = tp.interp_rs(world, k_local=k, ordered=ordered, epochs=epochs, seed=seed, **SMALL)
+    assert_product(r["c"], r["want"], k * world, r["scale"])
+    # every half-tile counter holds world contributions a launch, never reset
+    assert np.all(r["sig"] == epochs * world)
+
+
+@pytest.mark.skipif(not DEEP, reason="three multi-rank runs: PTXDSL_DEEP=1")
+def test_ordered_reduce_scatter_is_the_same_whatever_the_interleaving():
+    runs = [tp.interp_rs(3, k_local=64, ordered=True, epochs=1, seed=s,
+                         rng=np.random.default_rng(5), **SMALL)["c"] for s in (0, 1, 2)]
+    for other in runs[1:]:
+        np.testing.assert_array_equal(runs[0], other)
+
+
+@pytest.mark.skipif(not DEEP, reason="a deadlocked multi-rank run: PTXDSL_DEEP=1")
+def test_a_rank_that_never_launches_is_a_located_deadlock():
+    world, m_local, k, n = 3, 64, 128, 64
+    rng = np.random.default_rng(0)
+    buf = rng.integers(0, 1 << 14, size=(world, world, m_local, k), dtype=np.uint16)
+    sig = np.zeros((world, world + 1), np.uint32)
+    pull = TensorMapModel(buf, (1, 1, 64, 64), swizzle="128B", dtype="bf16")
+    units = tp.ag_units(world, m_local, k)
+    args = [dict(a=TensorMapModel(buf[r], (1, 128, 64), swizzle="128B", dtype="bf16"),
+                 a_pull=pull,
+                 a_st=TensorMapModel(buf[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
+                 b=TensorMapModel(np.zeros((n, k), np.uint16), (256, 64), swizzle="128B",
+                                  dtype="bf16"),
+                 c=TensorMapModel(np.zeros((world, m_local, n), np.uint16), (1, 64, 64),
+                                  swizzle="128B", dtype="bf16"),
+                 flags=np.zeros(units, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
+                 rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1)
+            for r in range(world - 1)]  # rank 2 never launches
+    with pytest.raises(InterpError) as e:
+        run_ranks(ptxdsl.parse_file(SAMPLES / "ag_gemm.ptxdsl"), 1, args)
+    text = str(e.value)
+    assert "deadlock" in text and "rank 0: " in text and "rank 1: " in text, text
+    assert "rank 2: " not in text
+    assert "ag_gemm.ptxdsl" in text and "ld_acquire(sig[" in text, text
+
