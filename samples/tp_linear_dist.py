@@ -9,7 +9,8 @@ NCCL + torch on fresh random data, one process per GPU:
   modes; the ordered mode twice on the same data must give the same bits.
 Each plan is launched three times (new data each time) to exercise the launch count. Ragged
 shapes (rows, columns and K that are not multiples of the tile) and a decode-sized case.
-`--quick`: one ragged shape, one launch each (for compute-sanitizer). `--hang ag|rs`: rank 1 builds the plan but never launches; the other ranks, built with the
+`--quick`: one ragged shape, one launch each (for compute-sanitizer).
+`--hang ag|rs`: rank 1 builds the plan but never launches; the other ranks, built with the
 watchdog, must end in a named error instead of hanging. Prints one line per check; exits 1
 on a mismatch.
 """
