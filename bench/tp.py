@@ -24,12 +24,13 @@ from .common import BenchError, Row, Section, Unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 ABOUT = ("Tensor-parallel linear layers of a Llama-70B-like model over the GPUs of one host "
-         "(N, or K, split across ranks), bf16, ms per layer call (the slower rank's median of "
-         "CUDA-event-timed calls, four back to back per interval). ptxdsl: one kernel per rank "
-         "(`AllGatherGemm` copies the input shard into symmetric memory first, inside the "
-         "timing). Rows compare with (a) NCCL then cuBLAS (target 1.2x) and with the best of "
-         "(b) two-stream chunked overlap and (c) torch's symmetric-memory fused ops (target "
-         "1.05x). NVLink multicast off everywhere.")
+         "(N, or K, split across ranks), bf16, ms per layer call on the GPU (the slower rank's "
+         "median of CUDA-event-timed intervals of four calls queued behind a sleep kernel and "
+         "a one-word all-reduce that starts the ranks together). "
+         "ptxdsl: one kernel per rank (`AllGatherGemm` copies the input shard into symmetric "
+         "memory first, inside the timing). Rows compare with (a) NCCL then cuBLAS (target "
+         "1.2x) and with the best of (b) two-stream chunked overlap and (c) torch's "
+         "symmetric-memory fused ops (target 1.05x). NVLink multicast off everywhere.")
 NAMES = {"a": "NCCL + cuBLAS", "b": "2-stream overlap", "c": "torch symm-mem fused"}
 
 

@@ -5,8 +5,8 @@ job, every result checked against NCCL + torch before it is timed.
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
         torchrun --nproc-per-node 2 -m bench.tp_worker --json out.json [--quick]
 
-Rank 0 writes the medians (ms per layer call, CUDA events on each rank's stream; the slower
-rank's median counts) as JSON."""
+Rank 0 writes the medians (ms per layer call, CUDA events on each rank's stream, calls queued
+behind a sleep kernel; the slower rank's median counts) as JSON."""
 
 from __future__ import annotations
 
@@ -29,15 +29,22 @@ RS_SHAPES = [("down, 8192 tokens", 8192, 28672, 8192), ("down, decode 256 tokens
 
 
 def timed(fn: Any, reps: int, batch: int = 4) -> float:
-    """Median ms per call over `reps` intervals of `batch` calls back to back."""
+    """Median ms per call over `reps` intervals of `batch` calls back to back, queued behind
+    a ~1 ms sleep kernel so that the host has issued them all before the first starts (GPU
+    time, not Python's launch cost), and behind a one-word all-reduce so that every rank's
+    interval starts together (a rank's late start is not counted as another's wait)."""
     import torch
+    import torch.distributed as dist
 
+    word = torch.zeros(1, device="cuda")
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(2_000_000)
+        dist.all_reduce(word)
         a.record()
         for _ in range(batch):
             fn()

@@ -14,20 +14,20 @@ import numpy as np
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
 
-BM, BN, BK, CK = 128, 256, 64, 4  # tile rows, tile columns, k-block, k-blocks per gather unit
+BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 
 
 @ptxdsl.kernel(threads=384)
 def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: tmap(bf16, 2),
             c: tmap(bf16, 3), flags: ptr(u32), sig: ptr(u32), sig_stride: u32, rank: u32,
-            world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32):
+            world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32):
     ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
     gring = k.pipeline("gring", 2, t=(bf16, [64, BK], 1024, 128))
     cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
     ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per rank
     tiles_m = k.let("tiles_m", world * ppr)
     ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
-    nck = k.let("nck", (ktiles + (CK - 1)) / CK)  # units per panel: CK k-blocks each
+    nck = k.let("nck", (ktiles + ck - 1) / ck)  # units per panel: ck k-blocks each
     units = k.let("units", (world - 1) * ppr * nck)
     work = k.schedule("work", (tiles_m, (n + (BN - 1)) / BN), group=8)
     with k.role("producer", 0, 4, regs=40):
@@ -38,9 +38,9 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                 r0 = k.let("r0", (q % ppr * BM).to(s32))
                 remote = k.let("remote", src != rank)
                 with k.for_("kt", 0, ktiles) as kt:
-                    with k.if_(remote & (kt % CK == 0)):
-                        # the unit holding k-blocks kt .. kt + CK - 1 of this panel has landed
-                        u = k.let("u", (w.m - ppr) * nck + kt / CK)
+                    with k.if_(remote & (kt % ck == 0)):
+                        # the unit holding k-blocks kt .. kt + ck - 1 of this panel has landed
+                        u = k.let("u", (w.m - ppr) * nck + kt / ck)
                         with k.while_(k.ld_acquire(flags[u]) != epoch):
                             pass
                         k.fence_proxy_async_global()
@@ -61,8 +61,8 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                     with k.while_(k.ld_acquire(sig[rank * sig_stride + src], "sys") < epoch):
                         pass
                     k.assign(seen, src)
-                kb0 = k.let("kb0", u % nck * CK)
-                with k.for_("kb", kb0, k.min(kb0 + CK, ktiles)) as kb:
+                kb0 = k.let("kb0", u % nck * ck)
+                with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
                     with k.for_("h", 0, 2) as h:
                         k.acquire(gring)
                         k.tma_load(gring.t, a_pull, [(kb * BK).to(s32),
@@ -73,8 +73,8 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
             with k.for_("u", k.ctaid.x, units, k.nctaid.x) as u:
                 q = k.let("q", ((rank + 1) * ppr + u / nck) % tiles_m)
                 src = k.let("src", q / ppr)
-                kb0 = k.let("kb0", u % nck * CK)
-                with k.for_("kb", kb0, k.min(kb0 + CK, ktiles)) as kb:
+                kb0 = k.let("kb0", u % nck * ck)
+                with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
                     with k.for_("h", 0, 2) as h:
                         k.wait(gring)
                         k.tma_store(a_st, [(kb * BK).to(s32), (q % ppr * BM + h * 64).to(s32),
@@ -160,7 +160,7 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
                        "flags": np.zeros(1, np.uint32),
                        "sig": np.zeros(world + 1, np.uint32), "sig_stride": world + 1,
                        "rank": 0, "world": world, "m_local": m_local, "n": n, "kdim": k,
-                       "epoch": 1},
+                       "epoch": 1, "ck": 4},
             "tensor_maps": {"a": {"box": (1, BM, BK), **box},
                             "a_pull": {"box": (1, 1, 64, BK), **box},
                             "a_st": {"box": (1, 64, BK), **box}, "b": {"box": (BN, BK), **box},

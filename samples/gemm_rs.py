@@ -21,21 +21,20 @@ NONE = 0xFFFFFFFF  # no contribution waits to be published
 @ptxdsl.kernel(threads=384)
 def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u32),
             sig_stride: u32, rank: u32, world: u32, m_local: u32, n: u32, kdim: u32,
-            epoch: u32, ordered: u32):
+            epoch: u32, ordered: u32, splits: u32):
     ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
     cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
     ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per owner
     tiles_m = k.let("tiles_m", world * ppr)
     tiles_n = k.let("tiles_n", (n + (BN - 1)) / BN)
     ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
-    base = k.let("base", (epoch - 1) * world)  # every counter's value when this launch starts
-    work = k.schedule("work", (tiles_m, tiles_n), group=8)
+    work = k.schedule("work", (tiles_m, tiles_n), group=8, ksteps=ktiles, splits=splits)
     with k.role("producer", 0, 4, regs=40):
         with k.if_((k.warp == 0) & k.elect()):
             with k.for_("w", work) as w:
                 q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
                 r0 = k.let("r0", (q / ppr * m_local + q % ppr * BM).to(s32))
-                with k.for_("kt", 0, ktiles) as kt:
+                with k.for_("kt", w.k0, w.k1) as kt:
                     k.acquire(ring)
                     k.tma_load(ring.a, a, [(kt * BK).to(s32), r0])
                     k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
@@ -49,7 +48,10 @@ def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u3
         with k.for_("w", work) as w:
             q = k.let("q", (w.m + rank * ppr) % tiles_m)
             owner = k.let("owner", q / ppr)
-            s = k.let("s", w.m / ppr)
+            # its place in the fixed order of the tile's contributions: by K range, then step
+            # (the walk's order: ranges are split-major, so what an item waits for comes
+            # earlier in some rank's walk, and the ordered chain cannot deadlock)
+            idx = k.let("idx", w.split * world + w.m / ppr)
             acc = k.let("acc", type=array(f32, BN // 2))
 
             def kblock(first: bool) -> None:
@@ -63,7 +65,7 @@ def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u3
 
             # one wgmma group in flight, as in gemm.py
             kblock(True)
-            with k.for_("kt", 1, ktiles):
+            with k.for_("kt", w.k0 + 1, w.k1):
                 kblock(False)
                 k.wgmma_wait(1)
                 k.release(ring)
@@ -87,12 +89,14 @@ def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u3
             with k.if_(leader):
                 cnt = k.let("cnt", owner * sig_stride + ((q % ppr * tiles_n + w.n) * 2 + wg))
                 r1 = k.let("r1", (q % ppr * BM + wg * 64).to(s32))
-                with k.if_(s == 0):
+                with k.if_(idx == 0):
                     with k.for_("h", 0, BN // 64, unroll=True) as h:
                         k.tma_store(c, [(w.n * BN + h * 64).to(s32), r1, owner.to(s32)],
                                     cs[wg, h])
                 with k.else_():
-                    want = k.let("want", base + k.select(ordered != 0, s, 1))
+                    # every counter held this at the launch's start
+                    base = k.let("base", (epoch - 1) * world * w.splits)
+                    want = k.let("want", base + k.select(ordered != 0, idx, 1))
                     with k.while_(k.ld_acquire(sig[cnt], "sys") < want):
                         pass
                     k.fence_proxy_async_global()
@@ -108,21 +112,22 @@ def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u3
                 k.let("last", k.atomic_add(sig[pending], 1, "release", "sys"))
         # this rank's shard is whole once every rank has added into the tiles stored here
         with k.for_("w2", work) as w2:
-            with k.if_(leader & (w2.m < ppr)):
+            with k.if_(leader & (w2.m < ppr) & (w2.split == 0)):
                 mine = k.let("mine", rank * sig_stride + ((w2.m * tiles_n + w2.n) * 2 + wg))
-                with k.while_(k.ld_acquire(sig[mine], "sys") != base + world):
+                with k.while_(k.ld_acquire(sig[mine], "sys") != epoch * world * w2.splits):
                     pass
 
 
-SMALL = {"m_local": 200, "n": 136, "k": 200}
+SMALL = {"m_local": 200, "n": 136, "k": 200, "splits": 2}
 
 
 def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int = 1000,
-            ordered: int = 0, grid: int | None = None) -> dict:
+            ordered: int = 0, splits: int = 1, grid: int | None = None) -> dict:
     """One rank (world = 1), first launch: random bf16 A (m_local x k) and B (n x k); the
-    reference is A @ B^T in f32. The rank stores every tile into its own shard and bumps each
-    half-tile counter once, so the counters end at world = 1 (m_local, n, k need not be tile
-    multiples; k and n are multiples of 8, as TMA wants 16-byte row pitches)."""
+    reference is A @ B^T in f32. With `splits` K ranges a tile, the first range of each tile
+    stores and the others add; every range bumps its half-tile counter once, so the counters
+    end at world x ranges (m_local, n, k need not be tile multiples; k and n are multiples of
+    8, as TMA wants 16-byte row pitches)."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     world = 1
@@ -134,10 +139,11 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
     return {"grid": grid or min(world * counters // 2, 132),
             "inputs": {"a": a, "b": b, "sig": np.zeros(counters, np.uint32),
                        "sig_stride": counters, "rank": 0, "world": world, "m_local": m_local,
-                       "n": n, "kdim": k, "epoch": 1, "ordered": ordered},
+                       "n": n, "kdim": k, "epoch": 1, "ordered": ordered, "splits": splits},
             "tensor_maps": {"a": {"box": (BM, BK), **box}, "b": {"box": (BN, BK), **box},
                             "c": {"box": (1, 64, 64), **box}},
             "outputs": {"c": np.zeros((world, m_local, n), np.uint16)},
             "expected": {"c": ref.reshape(world, m_local, n),
-                         "sig": np.full(counters, world, np.uint32)},
+                         "sig": np.full(counters, world * max(min(splits, -(-k // BK)), 1),
+                                        np.uint32)},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}

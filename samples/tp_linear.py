@@ -32,7 +32,7 @@ from ptxdsl import runtime as rt
 from ptxdsl.errors import LaunchError
 
 HERE = Path(__file__).resolve().parent
-BM, BN, BK, CK = 128, 256, 64, 4  # tile rows, tile columns, k-block, k-blocks per gather unit
+BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 
 
 @cache
@@ -45,9 +45,15 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def ag_units(world: int, m_local: int, k: int) -> int:
-    """Gather units of one rank: 128 rows x CK k-blocks of every remote row panel."""
-    return (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), CK)
+def ag_chunk(world: int, m_local: int, k: int, grid: int) -> int:
+    """k-blocks per gather unit: 4, or 1 when units of 4 would leave most CTAs with nothing
+    to pull (few remote panels, as when decoding): more pulls then run at once."""
+    return 4 if (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), 4) >= grid else 1
+
+
+def ag_units(world: int, m_local: int, k: int, ck: int = 4) -> int:
+    """Gather units of one rank: 128 rows x ck k-blocks of every remote row panel."""
+    return (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), ck)
 
 
 def rs_counters(m_local: int, n: int) -> int:
@@ -82,6 +88,8 @@ class _Plan:
         self.rank, self.world = self.dist.get_rank(group), self.dist.get_world_size(group)
         self.device = local_device() if device is None else device
         self.epoch = 0
+        self._launchers: dict = {}
+        self._maps: dict = {}
         self.prog = program(self.kernel_name, self.device, watchdog_ms)
         self.sms = rt.device_info(self.device).sm_count
 
@@ -99,12 +107,34 @@ class _Plan:
         self.sig_all = self.sig.stacked().array(dtype="u32")
         self.sig_stride = self.sig.stride // 4
 
-    def _stream(self, stream: Any) -> Any:
+    def _launcher(self, grid: int, stream: Any) -> Any:
+        """The bound launcher for `stream` (torch's current stream when None and torch is
+        loaded), kept per stream handle: a call costs the argument packing and the driver."""
         if stream is None and "torch" in sys.modules:
             import torch
 
-            return torch.cuda.current_stream(self.device).cuda_stream
-        return stream
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+        launch = self._launchers.get(stream)
+        if launch is None:
+            launch = self._launchers[stream] = self.prog[grid, None, stream]
+        return launch
+
+    def _map(self, x: Any, shape: tuple, what: str, box: tuple, view: tuple = ()) -> Any:
+        """The tensor map of operand `x` (checked to be `shape`), kept per address: a layer
+        called on the same tensors again builds nothing."""
+        got = tuple(getattr(x, "shape", ()))
+        if got != shape:
+            raise LaunchError(f"{what} must have shape {shape}, got {got}")
+        key = (_pointer(x), what)
+        m = self._maps.get(key)
+        if m is None:
+            if len(self._maps) > 64:
+                self._maps.clear()
+            m = self._maps[key] = (
+                rt.TensorMap(rt.DevicePointer(key[0]), box, dtype="bf16", shape=view,
+                             swizzle="128B", device=self.device) if view else
+                rt.TensorMap(x, box, dtype="bf16", swizzle="128B", device=self.device))
+        return m
 
     def free(self) -> None:
         """Release the symmetric memory (a collective)."""
@@ -130,7 +160,10 @@ class AllGatherGemm(_Plan):
         w = self.world
         self._signals(w + 1)
         self.buf = self._symmetric(w * m_local * k * 2, "u16")
-        self.flags = rt.zeros(max(ag_units(w, m_local, k), 1), "u32", device=self.device)
+        self.grid = min(self.sms, w * cdiv(m_local, BM) * cdiv(n, BN))
+        self.ck = ag_chunk(w, m_local, k, self.grid)
+        self.flags = rt.zeros(max(ag_units(w, m_local, k, self.ck), 1), "u32",
+                              device=self.device)
         local = rt.DevicePointer(self.buf.local.ptr)
         shape = (w, m_local, k)
         self.t_a = rt.TensorMap(local, (1, BM, BK), dtype="bf16", shape=shape,
@@ -156,15 +189,13 @@ class AllGatherGemm(_Plan):
 
     def __call__(self, b: Any, c: Any, stream: Any = None) -> None:
         """C (M x n, bf16, row-major) = all_gather(A) @ B^T, with B (n x k, bf16)."""
-        self.epoch += 1
         w, ml, n = self.world, self.m_local, self.n
-        tb = rt.TensorMap(b, (BN, BK), dtype="bf16", swizzle="128B", device=self.device)
-        tc = rt.TensorMap(rt.DevicePointer(_pointer(c)), (1, 64, 64), dtype="bf16",
-                          shape=(w, ml, n), swizzle="128B", device=self.device)
-        grid = min(self.sms, w * cdiv(ml, BM) * cdiv(n, BN))
-        self.prog[grid, None, self._stream(stream)](
-            self.t_a, self.t_pull, self.t_st, tb, tc, self.flags, self.sig_all,
-            self.sig_stride, self.rank, w, ml, n, self.k, self.epoch)
+        tb = self._map(b, (n, self.k), "b", (BN, BK))
+        tc = self._map(c, (w * ml, n), "c", (1, 64, 64), (w, ml, n))
+        launch = self._launcher(self.grid, stream)
+        self.epoch += 1
+        launch(self.t_a, self.t_pull, self.t_st, tb, tc, self.flags, self.sig_all,
+               self.sig_stride, self.rank, w, ml, n, self.k, self.epoch, self.ck)
 
     def free(self) -> None:
         self.buf.free()
@@ -176,22 +207,28 @@ class GemmReduceScatter(_Plan):
     """This rank's rows of C = sum over ranks of A_r @ B_r^T, where every rank holds A_r
     (M x k_local) and B_r (n x k_local), a K-shard; C's M = world * m_local rows are
     scattered, m_local to a rank (`shard()`). `ordered=True` adds the ranks' partial tiles
-    in one fixed order (bit-reproducible run to run)."""
+    in one fixed order (bit-reproducible run to run). `splits` cuts each tile's K steps into
+    that many ranges when the tiles alone would leave SMs idle (default: as many as fill the
+    GPU, at most 4; each range's partial is rounded to bf16 before it is added)."""
 
     kernel_name = "gemm_rs"
 
     def __init__(self, m_local: int, n: int, k_local: int, *, device: Any = None,
-                 group: Any = None, watchdog_ms: int = 0, ordered: bool = False):
+                 group: Any = None, watchdog_ms: int = 0, ordered: bool = False,
+                 splits: int = 0):
         from ptxdsl.runtime.distributed import _dist
 
-        _agree(_dist(), group, "GEMM + reduce-scatter shapes (m_local, n, ordered)",
-               (m_local, n, bool(ordered)))
+        _agree(_dist(), group, "GEMM + reduce-scatter shapes (m_local, n, ordered, splits)",
+               (m_local, n, bool(ordered), splits))
         if n % 8:
             raise LaunchError(f"n must be a multiple of 8 (16-byte rows for TMA), got {n}")
         _Plan.__init__(self, device, group, watchdog_ms)
         self.m_local, self.n, self.k_local, self.ordered = m_local, n, k_local, bool(ordered)
         w = self.world
         self._signals(rs_counters(m_local, n))
+        tiles = w * cdiv(m_local, BM) * cdiv(n, BN)
+        # K ranges a tile: enough work items to fill the GPU when the tiles alone do not
+        self.splits = splits or max(1, min(self.sms // tiles, 4))
         self.out = self._symmetric(m_local * n * 2, "u16")
         stacked = self.out.stacked()
         self.t_c = rt.TensorMap(rt.DevicePointer(stacked.ptr), (1, 64, 64), dtype="bf16",
@@ -205,14 +242,14 @@ class GemmReduceScatter(_Plan):
 
     def __call__(self, a: Any, b: Any, stream: Any = None) -> None:
         """Reduce-scatter A @ B^T (A: M x k_local, B: n x k_local, bf16) into `shard()`."""
-        self.epoch += 1
         w, ml, n = self.world, self.m_local, self.n
-        ta = rt.TensorMap(a, (BM, BK), dtype="bf16", swizzle="128B", device=self.device)
-        tb = rt.TensorMap(b, (BN, BK), dtype="bf16", swizzle="128B", device=self.device)
-        grid = min(self.sms, w * cdiv(ml, BM) * cdiv(n, BN))
-        self.prog[grid, None, self._stream(stream)](
-            ta, tb, self.t_c, self.sig_all, self.sig_stride, self.rank, w, ml, n,
-            self.k_local, self.epoch, int(self.ordered))
+        ta = self._map(a, (w * ml, self.k_local), "a", (BM, BK))
+        tb = self._map(b, (n, self.k_local), "b", (BN, BK))
+        items = w * cdiv(ml, BM) * cdiv(n, BN) * self.splits
+        launch = self._launcher(min(self.sms, items), stream)
+        self.epoch += 1
+        launch(ta, tb, self.t_c, self.sig_all, self.sig_stride, self.rank, w, ml, n,
+               self.k_local, self.epoch, int(self.ordered), self.splits)
 
     def free(self) -> None:
         self.out.free()
@@ -236,7 +273,7 @@ def _f32(bits: np.ndarray) -> np.ndarray:
 
 
 def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
-              seed: int = 0, rng: Any = None) -> dict[str, Any]:
+              seed: int = 0, rng: Any = None, ck: int = 4) -> dict[str, Any]:
     """All-gather + GEMM for `world` ranks at once in the CPU interpreter: returns each
     rank's C and gathered A (f32) with numpy's answers."""
     from ptxdsl.interp import TensorMapModel, run_ranks
@@ -249,7 +286,7 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
         buf[r, r] = a[r]
     sig = np.zeros((world, world + 1), np.uint32)
     cs = [np.full((world, m_local, n), 0xFFFF, np.uint16) for _ in range(world)]
-    units = max(ag_units(world, m_local, k), 1)
+    units = max(ag_units(world, m_local, k, ck), 1)
     pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
     args = [dict(a=TensorMapModel(buf[r], (1, BM, BK), swizzle="128B", dtype="bf16"),
                  a_pull=pull,
@@ -257,7 +294,7 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
                  b=TensorMapModel(bs[r], (BN, BK), swizzle="128B", dtype="bf16"),
                  c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
                  flags=np.zeros(units, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
-                 rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1)
+                 rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1, ck=ck)
             for r in range(world)]
     run_ranks(ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl"), grid, args, seed=seed)
     full = _f32(a).reshape(world * m_local, k)
@@ -269,11 +306,11 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
 
 def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
               grid: int = 2, ordered: bool = False, epochs: int = 2, seed: int = 0,
-              rng: Any = None) -> dict[str, Any]:
+              rng: Any = None, splits: int = 1) -> dict[str, Any]:
     """GEMM + reduce-scatter for `world` ranks at once in the CPU interpreter, launched
     `epochs` times on fresh data (the counters carry over): returns the last launch's C
-    shards (f32) with numpy's answer, the sum of the partials' magnitudes (each partial
-    is rounded to bf16 before it is added) and the counters."""
+    shards (f32) with numpy's answer, a bound on the partials' magnitudes (each partial is
+    rounded to bf16 before it is added) and the counters."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
@@ -289,9 +326,12 @@ def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
                      b=TensorMapModel(b[r], (BN, BK), swizzle="128B", dtype="bf16"),
                      c=tc, sig=sig.reshape(-1), sig_stride=sig.shape[1], rank=r,
                      world=world, m_local=m_local, n=n, kdim=k_local, epoch=epoch,
-                     ordered=int(ordered))
+                     ordered=int(ordered), splits=splits)
                 for r in range(world)]
         run_ranks(kern, grid, args, seed=seed + epoch - 1)
-    parts = [_f32(a[r]) @ _f32(b[r]).T for r in range(world)]
-    return {"c": _f32(out).reshape(m, n), "want": sum(parts),
-            "scale": sum(np.abs(p) for p in parts), "sig": sig}
+    fa, fb = [_f32(x) for x in a], [_f32(x) for x in b]
+    # what a K range's partial can be at most: the magnitudes of every k-block's, summed
+    scale = sum(np.abs(fa[r][:, k0:k0 + BK] @ fb[r][:, k0:k0 + BK].T)
+                for r in range(world) for k0 in range(0, k_local, BK))
+    return {"c": _f32(out).reshape(m, n), "want": sum(fa[r] @ fb[r].T for r in range(world)),
+            "scale": scale, "sig": sig}
