@@ -4,9 +4,10 @@ ag_gemm.ptxdsl).
 C = all_gather(A) @ B^T on each of `world` ranks: every rank holds m_local rows of A (bf16) in
 its slot of a symmetric buffer and its own N-shard B (n x K). Warps 1 and 2 of every CTA pull
 the other ranks' row panels over NVLink into the local buffer (TMA loads from the stacked
-view, TMA stores into the local copy) and flag each unit of 128 rows x 4 k-blocks; the GEMM
-roles (gemm.py's main loop and epilogue) walk the tiles with this rank's own panels first and
-wait for a remote panel's flags. The host side and multi-rank interpreter runs are in
+view, TMA stores into the local copy), a unit of 128 rows x ck k-blocks at a time, and count
+each landed unit in its panel's word of `flags`; the GEMM roles (gemm.py's main loop and
+epilogue) walk the tiles with this rank's own panels first and wait for a remote panel's
+count. The host side and multi-rank interpreter runs are in
 tp_linear.py; `example` is the one-rank launch (no remote rows: a plain GEMM)."""
 
 import numpy as np
@@ -36,14 +37,12 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                 q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
                 src = k.let("src", q / ppr)
                 r0 = k.let("r0", (q % ppr * BM).to(s32))
-                remote = k.let("remote", src != rank)
+                with k.if_(src != rank):
+                    # every unit of this panel has landed: its count has grown by nck
+                    with k.while_(k.ld_acquire(flags[w.m - ppr]) < epoch * nck):
+                        pass
+                    k.fence_proxy_async_global()
                 with k.for_("kt", 0, ktiles) as kt:
-                    with k.if_(remote & (kt % ck == 0)):
-                        # the unit holding k-blocks kt .. kt + ck - 1 of this panel has landed
-                        u = k.let("u", (w.m - ppr) * nck + kt / ck)
-                        with k.while_(k.ld_acquire(flags[u]) != epoch):
-                            pass
-                        k.fence_proxy_async_global()
                     k.acquire(ring)
                     k.tma_load(ring.a, a, [(kt * BK).to(s32), r0, src.to(s32)])
                     k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
@@ -84,9 +83,9 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                         k.release(gring)
                 # every box of this unit has been read from its owner
                 k.let("pulled", k.atomic_add(sig[src * sig_stride + world], 1, "relaxed", "sys"))
-                k.bulk_wait(0)  # complete: the flag publishes the unit
+                k.bulk_wait(0)  # complete: the count publishes the unit
                 k.fence_proxy_async_global()
-                k.st_release(flags[u], epoch)
+                k.let("landed", k.atomic_add(flags[u / nck], 1, "release"))
             with k.if_(k.ctaid.x == 0):  # every peer has pulled what it needs from this rank
                 want = k.let("want", (world - 1) * ppr * nck)
                 with k.while_(k.ld_acquire(sig[rank * sig_stride + world], "sys") != want):
@@ -143,7 +142,7 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
             grid: int | None = None) -> dict:
     """One rank (world = 1): random bf16 A (m_local x k) in the rank's slot of the gathered
     buffer and B (n x k); the reference is A @ B^T in f32. With no peer there is nothing to
-    gather (no units: `flags` is one unused word) and the signal words stay zero. The maps
+    gather (no remote panels: `flags` is one unused word) and the signal words stay zero. The maps
     `a`, `a_pull` and `a_st` wrap views of one buffer, as tp_linear.AllGatherGemm's do
     (m_local, n, k need not be tile multiples; k and n are multiples of 8, as TMA wants
     16-byte row pitches)."""

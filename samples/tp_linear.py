@@ -51,11 +51,6 @@ def ag_chunk(world: int, m_local: int, k: int, grid: int) -> int:
     return 4 if (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), 4) >= grid else 1
 
 
-def ag_units(world: int, m_local: int, k: int, ck: int = 4) -> int:
-    """Gather units of one rank: 128 rows x ck k-blocks of every remote row panel."""
-    return (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), ck)
-
-
 def rs_counters(m_local: int, n: int) -> int:
     """Counter words of one rank's C shard: one per 64-row half of each tile."""
     return cdiv(m_local, BM) * cdiv(n, BN) * 2
@@ -162,8 +157,8 @@ class AllGatherGemm(_Plan):
         self.buf = self._symmetric(w * m_local * k * 2, "u16")
         self.grid = min(self.sms, w * cdiv(m_local, BM) * cdiv(n, BN))
         self.ck = ag_chunk(w, m_local, k, self.grid)
-        self.flags = rt.zeros(max(ag_units(w, m_local, k, self.ck), 1), "u32",
-                              device=self.device)
+        # one count a remote row panel
+        self.flags = rt.zeros(max((w - 1) * cdiv(m_local, BM), 1), "u32", device=self.device)
         local = rt.DevicePointer(self.buf.local.ptr)
         shape = (w, m_local, k)
         self.t_a = rt.TensorMap(local, (1, BM, BK), dtype="bf16", shape=shape,
@@ -286,14 +281,14 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
         buf[r, r] = a[r]
     sig = np.zeros((world, world + 1), np.uint32)
     cs = [np.full((world, m_local, n), 0xFFFF, np.uint16) for _ in range(world)]
-    units = max(ag_units(world, m_local, k, ck), 1)
+    panels = max((world - 1) * cdiv(m_local, BM), 1)
     pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
     args = [dict(a=TensorMapModel(buf[r], (1, BM, BK), swizzle="128B", dtype="bf16"),
                  a_pull=pull,
                  a_st=TensorMapModel(buf[r], (1, 64, BK), swizzle="128B", dtype="bf16"),
                  b=TensorMapModel(bs[r], (BN, BK), swizzle="128B", dtype="bf16"),
                  c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
-                 flags=np.zeros(units, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
+                 flags=np.zeros(panels, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
                  rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1, ck=ck)
             for r in range(world)]
     run_ranks(ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl"), grid, args, seed=seed)
@@ -301,7 +296,7 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
     return {"c": [_f32(c).reshape(-1, n) for c in cs],
             "want_c": [full @ _f32(b).T for b in bs],
             "gathered": [_f32(buf[r]).reshape(-1, k) for r in range(world)],
-            "want_gathered": full, "sig": sig}
+            "want_gathered": full, "sig": sig, "flags": [x["flags"] for x in args]}
 
 
 def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,

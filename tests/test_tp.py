@@ -40,6 +40,9 @@ def test_all_gather_gemm_ranks(world, seed, ck):
     ready = r["sig"][:, :world]
     assert np.all(ready + np.eye(world, dtype=np.uint32) == 1)
     assert np.all(r["sig"][:, world] == 0)
+    # every remote panel's count grew by its units: ceil(5 / ck) this launch
+    for flags in r["flags"]:
+        assert np.all(flags == -(-5 // ck)), flags
 
 
 @pytest.mark.parametrize("world, ordered, splits, seed, epochs", [(2, False, 2, 0, 1)] + (
@@ -69,7 +72,7 @@ def test_a_rank_that_never_launches_is_a_located_deadlock():
     buf = rng.integers(0, 1 << 14, size=(world, world, m_local, k), dtype=np.uint16)
     sig = np.zeros((world, world + 1), np.uint32)
     pull = TensorMapModel(buf, (1, 1, 64, 64), swizzle="128B", dtype="bf16")
-    units = tp.ag_units(world, m_local, k)
+    panels = (world - 1) * (-(-m_local // 128))
     args = [dict(a=TensorMapModel(buf[r], (1, 128, 64), swizzle="128B", dtype="bf16"),
                  a_pull=pull,
                  a_st=TensorMapModel(buf[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
@@ -77,7 +80,7 @@ def test_a_rank_that_never_launches_is_a_located_deadlock():
                                   dtype="bf16"),
                  c=TensorMapModel(np.zeros((world, m_local, n), np.uint16), (1, 64, 64),
                                   swizzle="128B", dtype="bf16"),
-                 flags=np.zeros(units, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
+                 flags=np.zeros(panels, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
                  rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1, ck=4)
             for r in range(world - 1)]  # rank 2 never launches
     with pytest.raises(InterpError) as e:
