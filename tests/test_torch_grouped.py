@@ -105,6 +105,18 @@ def test_offsets_past_the_end_compute_the_rows_that_exist(ops, torch):
 
 
 @pytest.mark.gpu
+def test_decreasing_and_negative_offsets_are_made_safe(ops, torch):
+    """Offsets the op cannot check without a sync: each is clamped to 0 .. T and raised to
+    the running maximum on the device, so an expert whose end falls below the previous one
+    owns no rows (no row count wraps around, no endless walk)."""
+    a, b = rand(torch, 256, 64, seed=5), rand(torch, 4, 128, 64, seed=6)
+    c = torch.ops.ptxdsl.grouped_mm(a, b, offsets(torch, [100, 40, -5, 200]))
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c[:200].float(), reference(torch, a, b, [100, 100, 100, 200])[:200],
+                               rtol=2**-7, atol=1e-3 * 8)
+
+
+@pytest.mark.gpu
 def test_cuda_graph_replays_with_new_offsets(ops, torch):
     a, b = rand(torch, 512, 128, seed=3), rand(torch, 4, 256, 128, seed=4)
     offs = offsets(torch, [128, 256, 384, 512])

@@ -4,11 +4,11 @@ after expert), b is E x N x K (one weight per expert, C_g = A_g @ B_g^T), offs t
 cumulative row ends (expert g owns rows offs[g - 1] .. offs[g], the first from row 0); the
 result is T x N bf16, f32 accumulation (samples/grouped_gemm.py's kernel).
 
-The offsets stay on the device (no synchronisation, so the op runs inside CUDA graphs): they
-must be non-decreasing and at most T, which the op cannot check. Rows past offs[E - 1] are
-not written (as with `torch._grouped_mm`); offsets past T write nothing outside the output,
-but a decreasing pair makes an expert's row count wrap around, and the launch then walks
-billions of empty tiles (it does not fault, it takes very long)."""
+The offsets stay on the device (no synchronisation, so the op runs inside CUDA graphs), so
+the op cannot reject bad ones; it makes them safe instead, on the device: each is clamped to
+0 .. T and raised to the running maximum, so an offset past T ends at T and an expert whose
+end falls below the previous one owns no rows. Rows past offs[E - 1] are not written (as
+with `torch._grouped_mm`)."""
 
 from __future__ import annotations
 
@@ -60,8 +60,10 @@ def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
     t, k = a.shape
     e, n, _ = b.shape
     kernel, sms = _loaded(a.device.index)
-    # the kernel reads E + 1 row offsets starting at 0 (on torch's stream, as is the launch)
-    bounds = torch.cat([offs.new_zeros(1), offs]).view(torch.uint32)
+    # the kernel reads E + 1 non-decreasing row offsets from 0 to at most T (made on torch's
+    # stream, as is the launch: a bad offset cannot make a row count wrap around)
+    ends = torch.cummax(offs.clamp(0, t), dim=0).values
+    bounds = torch.cat([offs.new_zeros(1), ends]).view(torch.uint32)
     maps = (TensorMap(a, box=(128, 64), swizzle="128B"),
             TensorMap(b, box=(1, 256, 64), swizzle="128B"),
             TensorMap(out, box=(64, 64), swizzle="128B"))
