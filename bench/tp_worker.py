@@ -108,7 +108,7 @@ def ag_case(dist: Any, name: str, m: int, k: int, n_all: int, reps: int) -> dict
 
     fns = {"ours": ours, "a": nccl_then_gemm, "b": overlapped, "gemm": gemm_alone,
            "comm": comm_alone, "ptx_gemm": dense_gemm(full, b, c)}
-    symm = symm_ag(dist, shard, b)
+    symm = agreed(dist, symm_ag(dist, shard, b))
     if isinstance(symm, str):
         done["c_error"] = symm
     else:
@@ -158,12 +158,11 @@ def rs_case(dist: Any, name: str, m: int, k_all: int, n: int, reps: int,
         torch.matmul(a, b.T, out=part)
         dist.reduce_scatter_tensor(out, part)
 
-    def overlapped():  # (b): each owner's rows multiplied, then reduced to it on a 2nd stream
-        for j in range(world):
-            r = (rank + 1 + j) % world
+    def overlapped():  # (b): each owner's rows multiplied, then reduced to it on a 2nd
+        # stream while the next owner's rows multiply (every rank walks owners in one order,
+        # so the reduces pair up)
+        for r in range(world):
             torch.matmul(a[r * ml:(r + 1) * ml], b.T, out=part[r * ml:(r + 1) * ml])
-        for j in range(world):  # one reduce per owner, queued as its rows are ready
-            r = (rank + 1 + j) % world
             comm.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(comm):
                 dist.reduce(part[r * ml:(r + 1) * ml], dst=r)
@@ -178,7 +177,7 @@ def rs_case(dist: Any, name: str, m: int, k_all: int, n: int, reps: int,
 
     fns = {"ours": ours, "a": gemm_then_nccl, "b": overlapped, "gemm": gemm_alone,
            "comm": comm_alone, "ptx_gemm": dense_gemm(a, b, part)}
-    symm = symm_rs(dist, a, b)
+    symm = agreed(dist, symm_rs(dist, a, b))
     if isinstance(symm, str):
         done["c_error"] = symm
     else:
@@ -199,6 +198,15 @@ def rs_case(dist: Any, name: str, m: int, k_all: int, n: int, reps: int,
     plan.free()
     return {"name": name + (", ordered" if ordered else ""), "m": m, "k": k_all, "n": n,
             "ms": ms, "errors": checks, **done}
+
+
+def agreed(dist: Any, symm: Any) -> Any:
+    """(c) where it runs on every rank, else the first rank's reason on all of them (a rank
+    timing it alone would wait in its collectives for ranks that never join)."""
+    reasons: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(reasons, symm if isinstance(symm, str) else None)
+    bad = [f"rank {r}: {why}" for r, why in enumerate(reasons) if why]
+    return bad[0] if bad else symm
 
 
 def dense_gemm(a: Any, b: Any, c: Any) -> Any:

@@ -39,7 +39,7 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                 r0 = k.let("r0", (q % ppr * BM).to(s32))
                 with k.if_(src != rank):
                     # every unit of this panel has landed: its count has grown by nck
-                    with k.while_(k.ld_acquire(flags[w.m - ppr]) < epoch * nck):
+                    with k.while_((k.ld_acquire(flags[w.m - ppr]) - epoch * nck).to(s32) < 0):
                         pass
                     k.fence_proxy_async_global()
                 with k.for_("kt", 0, ktiles) as kt:
@@ -57,8 +57,10 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                 q = k.let("q", ((rank + 1) * ppr + u / nck) % tiles_m)
                 src = k.let("src", q / ppr)
                 with k.if_(src != seen):
-                    with k.while_(k.ld_acquire(sig[rank * sig_stride + src], "sys") < epoch):
+                    with k.while_((k.ld_acquire(sig[rank * sig_stride + src], "sys") - epoch)
+                                  .to(s32) < 0):
                         pass
+                    k.fence_proxy_async_global()
                     k.assign(seen, src)
                 kb0 = k.let("kb0", u % nck * ck)
                 with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
@@ -81,13 +83,14 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                         k.bulk_commit()
                         k.bulk_wait_read(0)
                         k.release(gring)
-                # every box of this unit has been read from its owner
-                k.let("pulled", k.atomic_add(sig[src * sig_stride + world], 1, "relaxed", "sys"))
+                # every box of this unit has been read from its owner: count its k-blocks
+                k.let("pulled", k.atomic_add(sig[src * sig_stride + world],
+                                             k.min(kb0 + ck, ktiles) - kb0, "relaxed", "sys"))
                 k.bulk_wait(0)  # complete: the count publishes the unit
                 k.fence_proxy_async_global()
                 k.let("landed", k.atomic_add(flags[u / nck], 1, "release"))
             with k.if_(k.ctaid.x == 0):  # every peer has pulled what it needs from this rank
-                want = k.let("want", (world - 1) * ppr * nck)
+                want = k.let("want", (world - 1) * ppr * ktiles)
                 with k.while_(k.ld_acquire(sig[rank * sig_stride + world], "sys") != want):
                     pass
                 sig[rank * sig_stride + world] = 0

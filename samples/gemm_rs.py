@@ -97,7 +97,7 @@ def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u3
                     # every counter held this at the launch's start
                     base = k.let("base", (epoch - 1) * world * w.splits)
                     want = k.let("want", base + k.select(ordered != 0, idx, 1))
-                    with k.while_(k.ld_acquire(sig[cnt], "sys") < want):
+                    with k.while_((k.ld_acquire(sig[cnt], "sys") - want).to(s32) < 0):
                         pass
                     k.fence_proxy_async_global()
                     with k.for_("h", 0, BN // 64, unroll=True) as h:

@@ -12,10 +12,16 @@ Each object is a plan for one shape on one process group: it owns the symmetric 
 every rank calls it the same number of times, in the same order. Shapes are compared across
 ranks when the plan is built, so a mismatch is an error on every rank, not a hang. With
 `watchdog_ms`, a rank whose peer never launches ends in a named DeviceError instead of
-spinning forever.
+spinning forever (and so does a peer that starts more than `watchdog_ms` late).
 
-`interp_ranks(kind, world, ...)` runs either kernel for `world` ranks at once in the CPU
-interpreter on small random data and returns what each rank computed with numpy's answer.
+The kernels' CTAs wait for one another (and for the peers'), so all of a launch's CTAs must
+be resident at once: the grid is at most one CTA an SM, which holds while no other
+persistent kernel occupies SMs at the same time (a concurrent kernel on another stream that
+never yields its SMs could make a launch wait for it).
+
+`interp_ag(world, ...)` and `interp_rs(world, ...)` run either kernel for `world` ranks at
+once in the CPU interpreter on small random data and return what each rank computed with
+numpy's answer.
 """
 
 from __future__ import annotations
@@ -66,10 +72,6 @@ def _agree(dist: Any, group: Any, what: str, values: tuple) -> None:
                           "the same plan")
 
 
-def _pointer(x: Any) -> int:
-    return rt.as_device_pointer(x).address
-
-
 class _Plan:
     """What both fused layers share: the process group, this rank's GPU, the signal words
     in symmetric memory (zeroed once) and the launch count."""
@@ -115,20 +117,28 @@ class _Plan:
         return launch
 
     def _map(self, x: Any, shape: tuple, what: str, box: tuple, view: tuple = ()) -> Any:
-        """The tensor map of operand `x` (checked to be `shape`), kept per address: a layer
-        called on the same tensors again builds nothing."""
-        got = tuple(getattr(x, "shape", ()))
-        if got != shape:
-            raise LaunchError(f"{what} must have shape {shape}, got {got}")
-        key = (_pointer(x), what)
-        m = self._maps.get(key)
+        """The tensor map of operand `x`, a bf16 array of `shape` (contiguous when `view`
+        reshapes it), kept per layout (address, shape, strides, dtype): a layer called on the
+        same tensors again builds and checks nothing."""
+        from ptxdsl.runtime.interop import contiguous_strides, describe, layout_key
+
+        key = layout_key(x)
+        m = self._maps.get(key) if key is not None else None
         if m is None:
-            if len(self._maps) > 64:
-                self._maps.clear()
-            m = self._maps[key] = (
-                rt.TensorMap(rt.DevicePointer(key[0]), box, dtype="bf16", shape=view,
-                             swizzle="128B", device=self.device) if view else
-                rt.TensorMap(x, box, dtype="bf16", swizzle="128B", device=self.device))
+            d = describe(x, what)
+            if d.shape != shape or str(d.elem) != "bf16":
+                raise LaunchError(f"{what} must be a bf16 array of shape {shape}, got "
+                                  f"{d.elem} {d.shape}")
+            if view and d.strides != contiguous_strides(d.shape, 2):
+                raise LaunchError(f"{what} must be contiguous (row-major), got strides "
+                                  f"{d.strides} (bytes)")
+            m = (rt.TensorMap(rt.DevicePointer(d.ptr), box, dtype="bf16", shape=view,
+                              swizzle="128B", device=self.device) if view else
+                 rt.TensorMap(x, box, dtype="bf16", swizzle="128B", device=self.device))
+            if key is not None:
+                if len(self._maps) > 64:
+                    self._maps.clear()
+                self._maps[key] = m
         return m
 
     def free(self) -> None:
@@ -211,19 +221,20 @@ class GemmReduceScatter(_Plan):
     def __init__(self, m_local: int, n: int, k_local: int, *, device: Any = None,
                  group: Any = None, watchdog_ms: int = 0, ordered: bool = False,
                  splits: int = 0):
-        from ptxdsl.runtime.distributed import _dist
-
-        _agree(_dist(), group, "GEMM + reduce-scatter shapes (m_local, n, ordered, splits)",
-               (m_local, n, bool(ordered), splits))
-        if n % 8:
-            raise LaunchError(f"n must be a multiple of 8 (16-byte rows for TMA), got {n}")
         _Plan.__init__(self, device, group, watchdog_ms)
-        self.m_local, self.n, self.k_local, self.ordered = m_local, n, k_local, bool(ordered)
         w = self.world
-        self._signals(rs_counters(m_local, n))
         tiles = w * cdiv(m_local, BM) * cdiv(n, BN)
-        # K ranges a tile: enough work items to fill the GPU when the tiles alone do not
-        self.splits = splits or max(1, min(self.sms // tiles, 4))
+        # K ranges a tile: enough work items to fill the GPU when the tiles alone do not (as
+        # the kernel clamps them: at most one a K step); every rank must count the same
+        want = splits if splits else min(self.sms // tiles, 4)
+        self.splits = max(1, min(want, cdiv(k_local, BK)))
+        _agree(self.dist, group, "GEMM + reduce-scatter plans (m_local, n, ordered, K ranges "
+               "a tile)", (m_local, n, bool(ordered), self.splits))
+        if n % 8 or k_local % 8:
+            raise LaunchError(f"n and k_local must be multiples of 8 (16-byte rows for TMA), "
+                              f"got {n} and {k_local}")
+        self.m_local, self.n, self.k_local, self.ordered = m_local, n, k_local, bool(ordered)
+        self._signals(rs_counters(m_local, n))
         self.out = self._symmetric(m_local * n * 2, "u16")
         stacked = self.out.stacked()
         self.t_c = rt.TensorMap(rt.DevicePointer(stacked.ptr), (1, 64, 64), dtype="bf16",
@@ -268,35 +279,44 @@ def _f32(bits: np.ndarray) -> np.ndarray:
 
 
 def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
-              seed: int = 0, rng: Any = None, ck: int = 4) -> dict[str, Any]:
-    """All-gather + GEMM for `world` ranks at once in the CPU interpreter: returns each
-    rank's C and gathered A (f32) with numpy's answers."""
+              seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1) -> dict[str, Any]:
+    """All-gather + GEMM for `world` ranks at once in the CPU interpreter, launched `epochs`
+    times on fresh data (the other slots poisoned again in between; flags and signal words
+    carry over): returns each rank's C and gathered A (f32) of the last launch with numpy's
+    answers, and the flags and signal words. Ranks may cut gather units differently: `ck`
+    is one value for all, or a list of one a rank."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
-    a = _bf16(rng.standard_normal((world, m_local, k)))
-    bs = [_bf16(rng.standard_normal((n, k))) for _ in range(world)]
-    buf = np.full((world, world, m_local, k), 0xFFFF, np.uint16)  # rank r's buffer: buf[r]
-    for r in range(world):
-        buf[r, r] = a[r]
+    cks = list(ck) if isinstance(ck, (list, tuple)) else [ck] * world
+    buf = np.empty((world, world, m_local, k), np.uint16)  # rank r's buffer: buf[r]
     sig = np.zeros((world, world + 1), np.uint32)
-    cs = [np.full((world, m_local, n), 0xFFFF, np.uint16) for _ in range(world)]
+    cs = [np.empty((world, m_local, n), np.uint16) for _ in range(world)]
     panels = max((world - 1) * cdiv(m_local, BM), 1)
+    flags = [np.zeros(panels, np.uint32) for _ in range(world)]
     pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
-    args = [dict(a=TensorMapModel(buf[r], (1, BM, BK), swizzle="128B", dtype="bf16"),
-                 a_pull=pull,
-                 a_st=TensorMapModel(buf[r], (1, 64, BK), swizzle="128B", dtype="bf16"),
-                 b=TensorMapModel(bs[r], (BN, BK), swizzle="128B", dtype="bf16"),
-                 c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
-                 flags=np.zeros(panels, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
-                 rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1, ck=ck)
-            for r in range(world)]
-    run_ranks(ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl"), grid, args, seed=seed)
+    kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl")
+    for epoch in range(1, epochs + 1):
+        a = _bf16(rng.standard_normal((world, m_local, k)))
+        bs = [_bf16(rng.standard_normal((n, k))) for _ in range(world)]
+        buf.fill(0xFFFF)
+        for r in range(world):
+            buf[r, r] = a[r]
+            cs[r].fill(0xFFFF)
+        args = [dict(a=TensorMapModel(buf[r], (1, BM, BK), swizzle="128B", dtype="bf16"),
+                     a_pull=pull,
+                     a_st=TensorMapModel(buf[r], (1, 64, BK), swizzle="128B", dtype="bf16"),
+                     b=TensorMapModel(bs[r], (BN, BK), swizzle="128B", dtype="bf16"),
+                     c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
+                     flags=flags[r], sig=sig.reshape(-1), sig_stride=world + 1, rank=r,
+                     world=world, m_local=m_local, n=n, kdim=k, epoch=epoch, ck=cks[r])
+                for r in range(world)]
+        run_ranks(kern, grid, args, seed=seed + epoch - 1)
     full = _f32(a).reshape(world * m_local, k)
     return {"c": [_f32(c).reshape(-1, n) for c in cs],
             "want_c": [full @ _f32(b).T for b in bs],
             "gathered": [_f32(buf[r]).reshape(-1, k) for r in range(world)],
-            "want_gathered": full, "sig": sig, "flags": [x["flags"] for x in args]}
+            "want_gathered": full, "sig": sig, "flags": flags}
 
 
 def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,

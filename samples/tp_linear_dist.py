@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tp_linear as tp  # noqa: E402
 
-from ptxdsl.errors import DeviceError  # noqa: E402
+from ptxdsl.errors import DeviceError, LaunchError  # noqa: E402
 
 SHAPES = [(256, 512, 512), (200, 1000, 520), (64, 2048, 1024)]  # (m_local, k, n)
 
@@ -59,6 +59,15 @@ def check_ag(rank: int, world: int, gen: torch.Generator, shapes: list, calls: i
             ok_g = torch.equal(bf16(plan.gathered()), full)
             ok_c, err = close(c, full.float() @ b.float().T, k)
             fails += not (ok_g and ok_c)
+            if call == 0:  # a strided or wrongly typed output is refused, not written through
+                wide = torch.empty(world * m_local, n + 8, device="cuda", dtype=torch.bfloat16)
+                for bad in (wide[:, :n], c.float()):
+                    try:
+                        plan(b, bad)
+                        fails += 1
+                        print(f"rank {rank}: a bad C was not refused", flush=True)
+                    except LaunchError:
+                        pass
             print(f"rank {rank}: all-gather GEMM m_local={m_local} k={k} n={n} call {call}: "
                   f"gathered {'ok' if ok_g else 'MISMATCH'}, C {'ok' if ok_c else 'MISMATCH'} "
                   f"(max error {err:.3g})", flush=True)

@@ -28,21 +28,22 @@ def assert_product(got: np.ndarray, want: np.ndarray, k: int, scale: np.ndarray 
     assert np.all(np.abs(got - want) <= tol), float(np.max(np.abs(got - want) - tol))
 
 
-@pytest.mark.parametrize("world, seed, ck", [(2, 0, 4)] + (
-    [(2, 2, 1), (4, 1, 4), (8, 0, 1)] if DEEP else []))
-def test_all_gather_gemm_ranks(world, seed, ck):
+@pytest.mark.parametrize("world, seed, ck, epochs", [(2, 0, 4, 1)] + (
+    [(2, 2, [1, 4], 2), (4, 1, 4, 2), (8, 0, 1, 1)] if DEEP else []))
+def test_all_gather_gemm_ranks(world, seed, ck, epochs):
     k = 320  # 5 k-blocks: two gather units of 4 per panel, the second ragged
-    r = tp.interp_ag(world, k=k, seed=seed, ck=ck, **SMALL)
+    r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, **SMALL)
     for rank in range(world):
         np.testing.assert_array_equal(r["gathered"][rank], r["want_gathered"])
         assert_product(r["c"][rank], r["want_c"][rank], k)
-    # every rank saw every peer start, and reset its pulled count for the next launch
+    # every rank saw every peer start this launch, and reset its pulled count
     ready = r["sig"][:, :world]
-    assert np.all(ready + np.eye(world, dtype=np.uint32) == 1)
+    assert np.all(ready + epochs * np.eye(world, dtype=np.uint32) == epochs)
     assert np.all(r["sig"][:, world] == 0)
-    # every remote panel's count grew by its units: ceil(5 / ck) this launch
-    for flags in r["flags"]:
-        assert np.all(flags == -(-5 // ck)), flags
+    # every remote panel's count grew by its units, ceil(5 / ck), each launch
+    for rank, flags in enumerate(r["flags"]):
+        units = -(-5 // (ck[rank] if isinstance(ck, list) else ck))
+        assert np.all(flags == epochs * units), flags
 
 
 @pytest.mark.parametrize("world, ordered, splits, seed, epochs", [(2, False, 2, 0, 1)] + (
