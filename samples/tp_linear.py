@@ -122,8 +122,9 @@ class _Plan:
         same tensors again builds and checks nothing."""
         from ptxdsl.runtime.interop import contiguous_strides, describe, layout_key
 
-        key = layout_key(x)
-        m = self._maps.get(key) if key is not None else None
+        layout = layout_key(x)
+        key = (layout, what)  # b and c may share a layout, at different times: not a map
+        m = self._maps.get(key) if layout is not None else None
         if m is None:
             d = describe(x, what)
             if d.shape != shape or str(d.elem) != "bf16":
@@ -135,7 +136,7 @@ class _Plan:
             m = (rt.TensorMap(rt.DevicePointer(d.ptr), box, dtype="bf16", shape=view,
                               swizzle="128B", device=self.device) if view else
                  rt.TensorMap(x, box, dtype="bf16", swizzle="128B", device=self.device))
-            if key is not None:
+            if layout is not None:
                 if len(self._maps) > 64:
                     self._maps.clear()
                 self._maps[key] = m
