@@ -285,6 +285,7 @@ def remote_write(th: Thread, cta: CTA, off: int, n: int, write: Any, value: Any,
     smem, sel = cta.smem, slice(off, off + n)
     smem._check_in_flight(th, sel, node, "writes")
     write(smem.buf, off, value)
+    smem.version += 1
     smem.written[sel] = True
     smem.w_agent[sel] = -1  # ordered through the cluster barrier protocol, not tracked here
     smem.r_agent[sel] = -1

@@ -1,23 +1,28 @@
-"""IR expressions and places compiled into closures `f(thread) -> value`.
+"""IR expressions and places compiled into Python: `render` writes an expression tree as
+Python source reading a thread `th`, `compile_expr` makes it a closure `f(thread) -> value`.
 
-One table maps each expression class to its compiler; the scalar semantics come from
-`scalar.py`. Warp-collective calls (shuffles, elect) cannot run inside a closure, because
-they wait for the other lanes: the statement that contains them evaluates them first (see
-`Program.prelude`) into a register slot, which the closure then reads.
+One table maps each expression class to its writer; the scalar semantics come from
+`scalar.py` (the hottest operators written out with the same results), the registry's
+expressions (atomics) run as their own closures. Warp-collective calls (shuffles, elect)
+cannot run inside an expression, because they wait for the other lanes: the statement that
+contains them evaluates them first (see `Program.prelude`) into a register slot, which the
+expression then reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import ir
 from .. import types as T
 from ..opdef import EXPR_REGISTRY
-from ..swizzle import physical
+from ..swizzle import mask
 from . import scalar
 from .cta import Thread
 from .errors import fail
+from .memory import smem_base
+from .source import Source
 
 if TYPE_CHECKING:
     from .mbarrier import MBarrier
@@ -26,148 +31,160 @@ if TYPE_CHECKING:
 Fn = Callable[[Thread], Any]
 MASK64 = (1 << 64) - 1
 COLLECTIVES = {"elect", "shfl_xor", "shfl_down", "shfl_up", "shfl_idx"}
+# Python's parser takes 200 nested parentheses; a rendered node opens at most 8
+MAX_NESTING = 16
 
 
 def compile_expr(c: KernelCode, e: ir.Expr) -> Fn:
-    """A closure computing `e` for a thread."""
-    f = _EXPR.get(type(e))
-    return f(c, e) if f is not None else EXPR_REGISTRY[type(e)].interp(c, e)
+    """A closure computing `e` for a thread: the whole tree as one Python function."""
+    src = Source()
+    return src.function([f"return {render(c, src, e)}"])
 
 
-def _const(c: KernelCode, e: ir.Const) -> Fn:
-    v = scalar.normaliser(e.type)(e.value)
-    return lambda th: v
+def render(c: KernelCode, src: Source, e: ir.Expr) -> str:
+    """Python source computing `e` for thread `th`, operands left to right as the closures
+    of the IR nodes would evaluate them. Always an atom (a name, literal, call, subscript or
+    parenthesised expression), so callers may combine renderings without precedence care."""
+    if src.nesting >= MAX_NESTING:  # a deep subtree becomes a function of its own
+        return f"{src.bind(compile_expr(c, e))}(th)"
+    r = _RENDER.get(type(e))
+    if r is None:
+        return f"{src.bind(EXPR_REGISTRY[type(e)].interp(c, e))}(th)"
+    src.nesting += 1
+    try:
+        return r(c, src, e)
+    finally:
+        src.nesting -= 1
 
 
-def _var(c: KernelCode, e: ir.Var) -> Fn:
-    slot = c.slots[e.name]
-    return lambda th: th.regs[slot]
+def _const(c: KernelCode, src: Source, e: ir.Const) -> str:
+    return src.literal(scalar.normaliser(e.type)(e.value))
 
 
-def _sreg(c: KernelCode, e: ir.SReg) -> Fn:
+def _var(c: KernelCode, src: Source, e: ir.Var) -> str:
+    return f"{src.regs}[{c.slots[e.name]}]"
+
+
+def _sreg(c: KernelCode, src: Source, e: ir.SReg) -> str:
     if e.name in ("clock", "clock64", "globaltimer"):  # a monotonic count of scheduler steps
-        mask = (1 << e.type.nbits) - 1  # type: ignore[attr-defined]
-        return lambda th: th.cta.steps & mask
-    name = e.name
-    return lambda th: th.sregs[name]
+        return f"(th.cta.steps & {(1 << e.type.nbits) - 1})"  # type: ignore[attr-defined]
+    return f"th.sregs[{e.name!r}]"
 
 
-def _unary(c: KernelCode, e: ir.Unary) -> Fn:
-    f, x = scalar.unary(e.op, e.type), compile_expr(c, e.x)  # type: ignore[arg-type]
-    return lambda th: f(x(th))
+def _unary(c: KernelCode, src: Source, e: ir.Unary) -> str:
+    f = scalar.unary(e.op, e.type)  # type: ignore[arg-type]
+    return f"{src.bind(f)}({render(c, src, e.x)})"
 
 
-def _binary(c: KernelCode, e: ir.Binary) -> Fn:
-    a, b = compile_expr(c, e.a), compile_expr(c, e.b)
+_OPERATOR = {"add": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^"}
+
+
+def _binary(c: KernelCode, src: Source, e: ir.Binary) -> str:
+    a, b = render(c, src, e.a), render(c, src, e.b)
     t = e.type
     if isinstance(t, T.Ptr):  # pointer +/- element count
-        esize = t.elem.nbytes
-        if e.op == "add":
-            return lambda th: (a(th) + b(th) * esize) & MASK64
-        return lambda th: (a(th) - b(th) * esize) & MASK64
-    assert isinstance(t, T.Scalar)
-    if (fast := _fast_binary(c, e, a, b)) is not None:
-        return fast
-    f = scalar.binary(e.op, t)
-    if e.op in ("div", "rem") and t.is_int:
-
-        def checked(th: Thread) -> Any:
-            try:
-                return f(a(th), b(th))
-            except ZeroDivisionError:
-                fail("arithmetic", f"{th.name}: integer division by zero", e)
-
-        return checked
-    return lambda th: f(a(th), b(th))
-
-
-def _fast_binary(c: KernelCode, e: ir.Binary, a: Fn, b: Fn) -> Fn | None:
-    """+, -, *, &, |, ^ of unsigned integers, and +, -, * of f32, without the generic
-    operator's layers: the hottest expressions of every kernel (addresses, indices, loop
-    arithmetic). Same results as `scalar.binary`."""
-    t = e.type
+        return f"(({a} {'+' if e.op == 'add' else '-'} {b} * {t.elem.nbytes}) & {MASK64})"
     assert isinstance(t, T.Scalar)
     op = e.op
-    if t.is_int and not t.is_signed and op in ("add", "sub", "mul", "and", "or", "xor"):
-        m = (1 << t.nbits) - 1
-        if isinstance(e.b, ir.Const):
-            k = b(None)  # type: ignore[arg-type]
-            if isinstance(e.a, ir.Var):
-                s = c.slots[e.a.name]
-                return {"add": lambda th: (th.regs[s] + k) & m,
-                        "sub": lambda th: (th.regs[s] - k) & m,
-                        "mul": lambda th: (th.regs[s] * k) & m,
-                        "and": lambda th: th.regs[s] & k & m,
-                        "or": lambda th: (th.regs[s] | k) & m,
-                        "xor": lambda th: (th.regs[s] ^ k) & m}[op]
-            return {"add": lambda th: (a(th) + k) & m, "sub": lambda th: (a(th) - k) & m,
-                    "mul": lambda th: (a(th) * k) & m, "and": lambda th: a(th) & k & m,
-                    "or": lambda th: (a(th) | k) & m, "xor": lambda th: (a(th) ^ k) & m}[op]
-        return {"add": lambda th: (a(th) + b(th)) & m, "sub": lambda th: (a(th) - b(th)) & m,
-                "mul": lambda th: (a(th) * b(th)) & m, "and": lambda th: a(th) & b(th) & m,
-                "or": lambda th: (a(th) | b(th)) & m, "xor": lambda th: (a(th) ^ b(th)) & m}[op]
-    if t == T.f32 and op in ("add", "sub", "mul"):
-        r = scalar.rounder(t)
-        return {"add": lambda th: r(a(th) + b(th)), "sub": lambda th: r(a(th) - b(th)),
-                "mul": lambda th: r(a(th) * b(th))}[op]
-    return None
+    # the hottest expressions of every kernel (addresses, indices, loop and float
+    # arithmetic) written out; the same results as `scalar.binary`
+    if t.is_int and op in _OPERATOR:
+        return wrapped(f"({a} {_OPERATOR[op]} {b})", t)
+    if t.is_float and op in ("add", "sub", "mul"):
+        return f"{src.bind(scalar.rounder(t))}({a} {_OPERATOR[op]} {b})"
+    node = src.bind(e)
+    if op in ("div", "rem") and t.is_int and not t.is_signed:
+        x, y = src.temp(), src.temp()
+        return f"({x} {'//' if op == 'div' else '%'} {y} if (({x} := {a}), ({y} := {b}))[1] " \
+            f"else {src.bind(_zero_division)}(th, {node}))"
+    f = src.bind(scalar.binary(op, t))
+    if op in ("div", "rem") and t.is_int:
+        return f"{src.bind(_checked)}({f}, {a}, {b}, th, {node})"
+    return f"{f}({a}, {b})"
 
 
-def _compare(c: KernelCode, e: ir.Compare) -> Fn:
-    f = scalar.compare(e.op, e.a.type)  # type: ignore[arg-type]
-    a, b = compile_expr(c, e.a), compile_expr(c, e.b)
-    return lambda th: f(a(th), b(th))
+def wrapped(x: str, t: T.Scalar) -> str:
+    """`scalar.wrapper(t)` applied to the source `x`, written out."""
+    m = (1 << t.nbits) - 1
+    if not t.is_signed:
+        return f"({x} & {m})"
+    half = 1 << (t.nbits - 1)
+    return f"((({x} + {half}) & {m}) - {half})"
 
 
-def _select(c: KernelCode, e: ir.Select) -> Fn:
-    cond, a, b = compile_expr(c, e.cond), compile_expr(c, e.a), compile_expr(c, e.b)
-
-    def select(th: Thread) -> Any:  # selp reads both operands
-        x, y = a(th), b(th)
-        return x if cond(th) else y
-
-    return select
+def _checked(f: Callable[[int, int], int], a: int, b: int, th: Thread, node: ir.Expr) -> int:
+    try:
+        return f(a, b)
+    except ZeroDivisionError:
+        _zero_division(th, node)
 
 
-def _cast(c: KernelCode, e: ir.Cast) -> Fn:
-    f, x = scalar.cast(e.x.type, e.type), compile_expr(c, e.x)  # type: ignore[arg-type]
-    return lambda th: f(x(th))
+def _zero_division(th: Thread, node: ir.Expr) -> NoReturn:
+    fail("arithmetic", f"{th.name}: integer division by zero", node)
 
 
-def _call(c: KernelCode, e: ir.Call) -> Fn:
+_COMPARISON = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _compare(c: KernelCode, src: Source, e: ir.Compare) -> str:
+    a, b = render(c, src, e.a), render(c, src, e.b)
+    t = e.a.type
+    if t.is_float and e.op == "ne":  # type: ignore[attr-defined]  # ordered: false with a NaN
+        return f"{src.bind(scalar.compare(e.op, t))}({a}, {b})"  # type: ignore[arg-type]
+    return f"({a} {_COMPARISON[e.op]} {b})"
+
+
+def _select(c: KernelCode, src: Source, e: ir.Select) -> str:
+    # selp reads both operands, then the condition
+    a, b, cond = render(c, src, e.a), render(c, src, e.b), render(c, src, e.cond)
+    return f"({a}, {b})[0 if {cond} else 1]"
+
+
+def _cast(c: KernelCode, src: Source, e: ir.Cast) -> str:
+    s, t = e.x.type, e.type
+    x = render(c, src, e.x)
+    if isinstance(s, T.Scalar) and isinstance(t, T.Scalar) and s.is_int and t.is_int:
+        return wrapped(x, t)  # scalar.cast's zero- or sign-extension, written out
+    return f"{src.bind(scalar.cast(s, t))}({x})"  # type: ignore[arg-type]
+
+
+def _call(c: KernelCode, src: Source, e: ir.Call) -> str:
     if e.fn in COLLECTIVES:
-        slot = c.hoisted[id(e)]  # computed by the statement's prelude
-        return lambda th: th.regs[slot]
-    f = scalar.intrinsic(e.fn, e.type)  # type: ignore[arg-type]
-    args = [compile_expr(c, a) for a in e.args]
-    if len(args) == 1:
-        (x,) = args
-        return lambda th: f(x(th))
-    return lambda th: f(*(a(th) for a in args))
+        return f"{src.regs}[{c.hoisted[id(e)]}]"  # computed by the statement's prelude
+    f = src.bind(scalar.intrinsic(e.fn, e.type))  # type: ignore[arg-type]
+    return f"{f}({', '.join(render(c, src, a) for a in e.args)})"
 
 
-def _pack(c: KernelCode, e: ir.Pack) -> Fn:
-    elems = [compile_expr(c, x) for x in e.elems]
-    return lambda th: tuple(f(th) for f in elems)
+def _pack(c: KernelCode, src: Source, e: ir.Pack) -> str:
+    return f"({''.join(render(c, src, x) + ', ' for x in e.elems)})"
 
 
-def _extract(c: KernelCode, e: ir.Extract) -> Fn:
-    v, i = compile_expr(c, e.vec), compile_expr(c, e.index)
+def _extract(c: KernelCode, src: Source, e: ir.Extract) -> str:
+    v = render(c, src, e.vec)
     if isinstance(e.vec.type, T.RegArray):
-        def element(th: Thread) -> Any:
-            arr = v(th)
-            if not isinstance(arr, list):
-                arr.touched(th, e)  # an accumulator that a wgmma still owns
-            return arr[i(th)]
-
-        return element
-    return lambda th: v(th)[i(th)]
+        return f"{owned(src, v, e)}[{render(c, src, e.index)}]"
+    return f"{v}[{render(c, src, e.index)}]"
 
 
-def _load(c: KernelCode, e: ir.Load) -> Fn:
+def owned(src: Source, arr: str, node: ir.Node) -> str:
+    """Source giving the register array `arr`, after reporting an accumulator that a wgmma
+    still owns (a `wgmma.Pending` in place of the list)."""
+    t = src.temp()
+    return f"({t} if ({t} := {arr}).__class__ is list else {src.bind(touched)}({t}, th, " \
+        f"{src.bind(node)}))"
+
+
+def touched(arr: Any, th: Thread, node: ir.Node) -> Any:
+    """Report the use of an accumulator that a wgmma still owns (`Pending.touched` raises)."""
+    arr.touched(th, node)
+    return arr
+
+
+def _load(c: KernelCode, src: Source, e: ir.Load) -> str:
     t = e.type
     read, _ = scalar.codec(t)
     n = t.nbytes  # type: ignore[attr-defined]
+    node = src.bind(e)
     if isinstance(e.ref, ir.Peer):
         where, _ = peer_place(c, e.ref)
 
@@ -180,28 +197,17 @@ def _load(c: KernelCode, e: ir.Load) -> Fn:
             cta.smem._check_in_flight(th, slice(o, o + n), e, "reads")
             return read(cta.smem.buf, o)
 
-        return peer_load
+        return f"{src.bind(peer_load)}(th)"
     if isinstance(e.ref.type, T.SharedRef):
-        off, _ = shared_place(c, e.ref)
-        if not isinstance(t, T.Vector):
-            return lambda th: th.cta.smem.read(th, off(th), n, read, e)
-
-        def vload(th: Thread) -> Any:
-            o = off(th)
-            check_aligned(th, o, n, e)
-            return th.cta.smem.read(th, o, n, read, e)
-
-        return vload
-    addr, esize = global_place(c, e.ref)
-
-    def gload(th: Thread) -> Any:
-        mv, o = th.cta.gmem.locate(th, addr(th), n, esize, e, "load", align=n)
-        return read(mv, o)
-
-    return gload
+        off, _ = shared_offset(c, src, e.ref)
+        if isinstance(t, T.Vector):
+            off = f"{src.bind(aligned)}(th, {off}, {n}, {node})"
+        return f"th.cta.smem.read(th, {off}, {n}, {src.bind(read)}, {node})"
+    addr, esize = global_address(c, src, e.ref)
+    return f"{src.bind(read)}(*th.cta.gmem.locate(th, {addr}, {n}, {esize}, {node}, 'load', {n}))"
 
 
-_EXPR: dict[type, Callable[[KernelCode, Any], Fn]] = {
+_RENDER: dict[type, Callable[[KernelCode, Source, Any], str]] = {
     ir.Const: _const, ir.Var: _var, ir.SReg: _sreg, ir.Unary: _unary, ir.Binary: _binary,
     ir.Compare: _compare, ir.Select: _select, ir.Cast: _cast, ir.Call: _call, ir.Pack: _pack,
     ir.Extract: _extract, ir.Load: _load,
@@ -229,10 +235,24 @@ def check_aligned(th: Thread, off: int, n: int, node: Any) -> None:
              f"({th.cta.smem.where(off)}) is not {n}-byte aligned", node)
 
 
+def aligned(th: Thread, off: int, n: int, node: Any) -> int:
+    """`off`, once `check_aligned` passes."""
+    check_aligned(th, off, n, node)
+    return off
+
+
 def shared_place(c: KernelCode, ref: ir.Expr, logical: bool = False) -> tuple[Fn, int]:
     """(byte offset of a shared place or view, bytes of the view); indices are
     bounds-checked against the declared shape. An element of a swizzled buffer is at its
     swizzled offset, unless `logical` (wgmma descriptors take the logical address)."""
+    src = Source()
+    off, view = shared_offset(c, src, ref, logical)
+    return src.function([f"return {off}"]), view
+
+
+def shared_offset(c: KernelCode, src: Source, ref: ir.Expr,
+                  logical: bool = False) -> tuple[str, int]:
+    """`shared_place` as source: (the offset for thread `th`, bytes of the view)."""
     node, indices = ref, list[ir.Expr]()
     while isinstance(ref, ir.Index):
         indices = list(ref.indices) + indices
@@ -245,31 +265,24 @@ def shared_place(c: KernelCode, ref: ir.Expr, logical: bool = False) -> tuple[Fn
         strides.append(acc)
         acc *= d
     strides.reverse()
-    base = c.layout.offset(ref.name)
-    terms = [(compile_expr(c, i), dim, stride, k)
-             for k, (i, dim, stride) in enumerate(zip(indices, decl.shape, strides, strict=False))]
+    terms = [str(c.layout.offset(ref.name))]
+    for k, (i, dim, stride) in enumerate(zip(indices, decl.shape, strides, strict=False)):
+        # each index is checked as soon as it is computed, in order
+        t = src.temp()
+        oob = f"{src.bind(_out_of_range)}(th, {t}, {k}, {dim}, {ref.name!r}, {src.bind(node)})"
+        terms.append(f"({t} if 0 <= ({t} := {render(c, src, i)}) < {dim} else {oob}) * {stride}")
+    off = f"({' + '.join(terms)})"
     view = node.type.nbytes  # type: ignore[attr-defined]
-    name = ref.name
-
-    def offset(th: Thread) -> int:
-        o = base
-        for f, dim, stride, k in terms:
-            i = f(th)
-            if not 0 <= i < dim:
-                fail("bounds", f"{th.name}: index {i} is out of range for dimension {k} of "
-                     f"'{name}' (size {dim})", node)
-            o += i * stride
-        return o
-
     if decl.swizzle and not logical and node.type.shape == ():  # type: ignore[attr-defined]
-        swz = decl.swizzle
+        # swizzle.physical on the absolute address, inline
+        a, base = src.temp(), smem_base(c.layout)
+        off = f"((({a} := {base} + {off}) ^ ((({a} >> 7) & {mask(decl.swizzle)}) << 4)) - {base})"
+    return off, view
 
-        def swizzled(th: Thread) -> int:
-            sbase = th.cta.smem.base
-            return physical(sbase + offset(th), swz) - sbase
 
-        return swizzled, view
-    return offset, view
+def _out_of_range(th: Thread, i: int, k: int, dim: int, name: str, node: ir.Expr) -> NoReturn:
+    fail("bounds", f"{th.name}: index {i} is out of range for dimension {k} of '{name}' "
+         f"(size {dim})", node)
 
 
 def peer_place(c: KernelCode, ref: ir.Peer) -> tuple[Callable[[Thread], tuple[Any, int]], int]:
@@ -292,10 +305,17 @@ def peer_place(c: KernelCode, ref: ir.Peer) -> tuple[Callable[[Thread], tuple[An
 
 def global_place(c: KernelCode, ref: ir.Expr) -> tuple[Fn, int]:
     """(address of `ptr[i]`, element size)."""
+    src = Source()
+    addr, esize = global_address(c, src, ref)
+    return src.function([f"return {addr}"]), esize
+
+
+def global_address(c: KernelCode, src: Source, ref: ir.Expr) -> tuple[str, int]:
+    """`global_place` as source: (the address for thread `th`, element size)."""
     assert isinstance(ref, ir.Index) and isinstance(ref.type, T.GlobalRef), ref
-    base, idx = compile_expr(c, ref.base), compile_expr(c, ref.indices[0])
+    base, idx = render(c, src, ref.base), render(c, src, ref.indices[0])
     esize = ref.type.elem.nbytes
-    return (lambda th: (base(th) + idx(th) * esize) & MASK64), esize
+    return f"(({base} + {idx} * {esize}) & {MASK64})", esize
 
 
 def barrier_place(c: KernelCode, e: ir.Expr) -> Callable[[Thread], MBarrier]:

@@ -36,6 +36,12 @@ if TYPE_CHECKING:
     from .state import ThreadState
 
 
+def smem_base(layout: Layout) -> int:
+    """The address at which shared memory starts: the least aligned one that the emitter's
+    in-kernel rounding to `layout.align` allows."""
+    return layout.align if layout.align < 1024 else 0
+
+
 def first_offset(sel: Sel, mask: np.ndarray) -> int:
     """The byte offset of the first selected byte for which `mask` holds."""
     i = int(np.argmax(mask))
@@ -48,17 +54,19 @@ class SharedMemory:
     def __init__(self, layout: Layout, garbage: bytes, clocks: Clocks, track_proxy: bool,
                  warned: set[int]):
         self.layout = layout
-        self.base = layout.align if layout.align < 1024 else 0
+        self.base = smem_base(layout)
         self.clocks = clocks
         size = len(garbage)
         self.buf = bytearray(garbage)  # real shared memory starts with garbage
         self.u8 = np.frombuffer(self.buf, np.uint8)
         self.written = np.zeros(size, bool)
-        self.w_agent = np.full(size, -1, np.int32)
-        self.w_clock = np.zeros(size, np.int64)
+        # the agents and clocks of the last write and read side by side, so that a generic
+        # write checks both in one go
+        self.accessors = np.full((size, 2), -1, np.int32)
+        self.stamps = np.zeros((size, 2), np.int64)
+        self.w_agent, self.r_agent = self.accessors[:, 0], self.accessors[:, 1]
+        self.w_clock, self.r_clock = self.stamps[:, 0], self.stamps[:, 1]
         self.w_site = np.zeros(size, np.int32)
-        self.r_agent = np.full(size, -1, np.int32)
-        self.r_clock = np.zeros(size, np.int64)
         self.r_site = np.zeros(size, np.int32)
         self.loading = np.zeros(size, np.int32)
         self.reading = np.zeros(size, np.int32)
@@ -67,6 +75,8 @@ class SharedMemory:
         self.gw_fence = np.zeros(size, np.int64)
         self.loads: dict[int, AsyncLoad] = {}
         self.stores: dict[int, AsyncStore] = {}
+        self.version = 0  # counts the changes to the bytes
+        self.gathered: dict[Any, tuple[Any, int, np.ndarray]] = {}  # see wgmma.raw
         self.sites: list[Any] = [None]
         self.site_ids: dict[int, int] = {}
         self.agents: list[str] = []  # names of the barrier agents, for messages
@@ -87,6 +97,7 @@ class SharedMemory:
         return f"shared-memory byte {off} (outside every buffer)"
 
     def site(self, node: Any) -> int:
+        """The number under which the shadow state records `node` (from 1)."""
         i = self.site_ids.get(id(node))
         if i is None:
             i = self.site_ids[id(node)] = len(self.sites)
@@ -101,7 +112,7 @@ class SharedMemory:
         """The first byte whose recorded access `vc` does not cover (a thread's own accesses
         and unrecorded bytes, agent -1, always are)."""
         bad = vc.take(agents) < clocks
-        return first_offset(sel, bad) if bad.any() else None
+        return first_offset(sel, bad) if np.count_nonzero(bad) else None
 
     def _conflict(self, th: ThreadState, off: int, node: Any, what: str, write: bool) -> None:
         """Report the recorded access at byte `off` that `what` is not ordered after."""
@@ -134,44 +145,56 @@ class SharedMemory:
         if off is not None:
             self._conflict(th, off, node, what, write=False)
 
+    def _check_after_accesses(self, th: ThreadState, sel: Sel, vc: np.ndarray, node: Any,
+                              what: str) -> None:
+        """A write of `sel`: report the first recorded write, then read, it is not ordered
+        after (both checked in one go first)."""
+        if np.count_nonzero(vc.take(self.accessors[sel]) < self.stamps[sel]):
+            self._check_after_writes(th, sel, vc, node, what)
+            self._check_after_reads(th, sel, vc, node, what)
+
     # ------------------------------------------------------------------ generic accesses
 
     def read(self, th: ThreadState, off: int, n: int, rd: Reader, node: Any) -> Any:
         sel = slice(off, off + n)
         if self.loads:
             self._check_in_flight(th, sel, node, "reads")
-        vc = self.clocks.vc[th.tid]
-        self._check_after_writes(th, sel, vc, node, f"{th.name} reads")
-        if not self.written[sel].all() and id(node) not in self.warned:
+        tid = th.tid
+        vc = self.clocks.vc[tid]
+        if np.count_nonzero(vc.take(self.w_agent[sel]) < self.w_clock[sel]):
+            self._check_after_writes(th, sel, vc, node, f"{th.name} reads")
+        written = self.written[sel]
+        if np.count_nonzero(written) != written.size and id(node) not in self.warned:
             self.warned.add(id(node))
             loc = getattr(node, "loc", None)
             text = f"{th.name} reads {self.where(off)}, which nothing has written"
             warnings.warn(InterpWarning(f"{loc}: {text}" if loc else text), stacklevel=2)
-        self.r_agent[sel] = th.tid
-        self.r_clock[sel] = vc[th.tid]
-        self.r_site[sel] = self.site(node)
+        self.r_agent[sel] = tid
+        self.r_clock[sel] = vc[tid]
+        self.r_site[sel] = self.site_ids.get(id(node)) or self.site(node)
         return rd(self.buf, off)
 
     def write(self, th: ThreadState, off: int, n: int, wr: Writer, value: Any, node: Any) -> None:
         sel = slice(off, off + n)
         if self.loads:
             self._check_in_flight(th, sel, node, "writes")
-        if self.stores and self.reading[sel].any():
+        if self.stores and np.count_nonzero(self.reading[sel]):
             store = self._store_at(off + int(np.argmax(self.reading[sel])))
             fail("race", f"race: {th.name} writes {self.where(off)} while a {store.op} may "
                  f"still read it ({store.issuer.name} has not waited for it with "
                  "bulk_wait_read)", node, note(f"the {store.op} was issued here", store.node))
-        vc = self.clocks.vc[th.tid]
-        self._check_after_writes(th, sel, vc, node, f"{th.name} writes")
-        self._check_after_reads(th, sel, vc, node, f"{th.name} writes")
+        tid = th.tid
+        vc = self.clocks.vc[tid]
+        self._check_after_accesses(th, sel, vc, node, f"{th.name} writes")
         wr(self.buf, off, value)
+        self.version += 1
         self.written[sel] = True
-        self.w_agent[sel] = th.tid
-        self.w_clock[sel] = vc[th.tid]
-        self.w_site[sel] = self.site(node)
+        self.w_agent[sel] = tid
+        self.w_clock[sel] = vc[tid]
+        self.w_site[sel] = self.site_ids.get(id(node)) or self.site(node)
         self.r_agent[sel] = -1
         if self.track_proxy:
-            self.gw_owner[sel] = th.tid + 1
+            self.gw_owner[sel] = tid + 1
             self.gw_fence[sel] = 0
             last = th.unfenced[-1] if th.unfenced else None
             if last is not None and last[1] == off and last[2] is node:
@@ -181,7 +204,7 @@ class SharedMemory:
 
     def _check_in_flight(self, th: ThreadState, sel: Sel, node: Any, verb: str) -> None:
         ids = self.loading[sel]
-        if ids.any():
+        if np.count_nonzero(ids):
             load = self.loads[int(ids[np.argmax(ids != 0)])]
             hint = getattr(load, "hint", None) or f"wait on mbarrier {load.bar.label}"
             fail("race", f"race: {th.name} {verb} {self.where(first_offset(sel, ids != 0))} "
@@ -200,10 +223,12 @@ class SharedMemory:
     def fence(self, th: ThreadState) -> None:
         """fence_proxy_async(): this thread's generic writes so far may reach the async
         proxy of any thread that this fence happens before."""
+        if not th.unfenced:
+            return
         me, epoch = th.tid + 1, self.clocks.vc[th.tid, th.tid]
-        for a, b, _ in th.unfenced:
-            fence = self.gw_fence[a:b]
-            fence[(self.gw_owner[a:b] == me) & (fence == 0)] = epoch
+        bytes_ = np.array([i for a, b, _ in th.unfenced for i in range(a, b)], np.intp)
+        mine = bytes_[(self.gw_owner[bytes_] == me) & (self.gw_fence[bytes_] == 0)]
+        self.gw_fence[mine] = epoch
         th.unfenced.clear()
 
     def check_async_read(self, th: ThreadState, sel: Sel, node: Any, op: str) -> None:
@@ -211,13 +236,13 @@ class SharedMemory:
         followed by its writer's fence_proxy_async(), and that fence must happen before the
         store (or be `th`'s own)."""
         owner = self.gw_owner[sel]
-        if owner.any():
+        if np.count_nonzero(owner):
             fence = self.gw_fence[sel]
             writer = np.maximum(owner - 1, 0)
             vc = self.clocks.vc[th.tid]
             seen = (writer == th.tid) | (vc[writer] >= fence)
             bad = (owner != 0) & ((fence == 0) | ~seen)
-            if bad.any():
+            if np.count_nonzero(bad):
                 self._missing_fence(th, sel, bad, node, op)
         self._check_after_writes(th, sel, self.clocks.vc[th.tid], node,
                                  f"the {op} issued by {th.name} reads")
@@ -244,21 +269,20 @@ class SharedMemory:
     def begin_load(self, th: ThreadState, load: AsyncLoad, vc: np.ndarray) -> None:
         """A load issued by `th` (whose clock is `vc`) will write `load.dst`."""
         sel = load.dst
-        if self.stores and self.reading[sel].any():
+        if self.stores and np.count_nonzero(self.reading[sel]):
             off = first_offset(sel, self.reading[sel] != 0)
             store = self._store_at(off)
             fail("race", f"race: a {load.op} overwrites {self.where(off)} while a {store.op} "
                  f"may still read it ({store.issuer.name} has not waited for it with "
                  "bulk_wait_read)", load.node, note(f"the {store.op} was issued here", store.node))
         busy = self.loading[sel]
-        if busy.any():
+        if np.count_nonzero(busy):
             other = self.loads[int(busy[np.argmax(busy != 0)])]
             fail("race", f"race: a {load.op} writes {self.where(first_offset(sel, busy != 0))} "
                  f"while another {other.op} into it is in flight", load.node,
                  note(f"the other {other.op} was issued here", other.node))
-        what = f"a {load.op} issued by {th.name} overwrites"
-        self._check_after_writes(th, sel, vc, load.node, what)
-        self._check_after_reads(th, sel, vc, load.node, what)
+        self._check_after_accesses(th, sel, vc, load.node,
+                                   f"a {load.op} issued by {th.name} overwrites")
         self.loading[sel] = load.id
         self.loads[load.id] = load
 
@@ -266,6 +290,7 @@ class SharedMemory:
                 clock: int) -> None:
         """Bytes of `load` land: written by barrier `agent`, visible at its `clock`."""
         self.u8[sel] = data
+        self.version += 1
         self.written[sel] = True
         self.loading[sel] = 0
         self.w_agent[sel] = agent
@@ -280,7 +305,7 @@ class SharedMemory:
     def begin_store(self, store: AsyncStore) -> None:
         sel = store.src
         busy = self.loading[sel]
-        if busy.any():
+        if np.count_nonzero(busy):
             load = self.loads[int(busy[np.argmax(busy != 0)])]
             fail("race", f"race: a {store.op} reads {self.where(first_offset(sel, busy != 0))} "
                  f"while a {load.op} into it is in flight", store.node,

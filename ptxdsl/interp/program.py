@@ -1,10 +1,14 @@
-"""A kernel compiled for the interpreter: statements become closures, compiled once.
+"""A kernel compiled for the interpreter, once: Python source for the whole body.
 
-A compiled statement is a Step `(mode, preempt, fn)`: `fn(thread)` runs it, directly when
-`mode` is PLAIN or as a generator (`yield from`) when it is GEN because it may block;
-`preempt` asks the scheduler for a switch point before it (statements that touch shared
-memory and the intrinsic ops), so other threads and copies can interleave there. Blocks of
-plain statements stay plain, so straight-line code costs no generator switches.
+A thread runs the kernel as one generator function (`Code`): the IR statements are written
+out as Python statements, their expressions inline (`exprs.render`), so straight-line code
+and loops cost no calls per node. The function yields `PREEMPT` where the scheduler may switch
+to other threads and copies (before statements that touch shared memory, and before the ops
+that ask for it), and yields from an op's generator where the op may block.
+
+An intrinsic op compiles to a Step `(mode, preempt, fn)` (`OpDef.interp`): `fn(thread)` runs
+it, directly when `mode` is PLAIN or as a generator (`yield from`) when it is GEN because it
+may block; `preempt` asks for a switch point before it. The body calls it.
 
 Registers are a flat list per thread: the builder forbids shadowing a visible name, so one
 slot per name is enough even when sibling scopes reuse it.
@@ -13,7 +17,7 @@ slot per name is enough even when sibling scopes reuse it.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import ir
 from .. import types as T
@@ -25,21 +29,33 @@ from .cta import PREEMPT, Thread, ThreadExit
 from .errors import fail
 from .exprs import (
     COLLECTIVES,
+    aligned,
     barrier_place,
     check_aligned,
     compile_expr,
+    global_address,
     global_place,
     peer_place,
+    render,
+    shared_offset,
     shared_place,
     subexprs,
+    touched,
+    wrapped,
 )
+from .source import Source
 from .sync import collective
 
 PLAIN, GEN = 0, 1
 Step = tuple[int, bool, Callable[[Thread], Any]]
 
+# Nested blocks past this depth become functions of their own: Python allows 20 nested
+# loops in one function, and its parser only so many levels of indentation.
+MAX_DEPTH = 8
+
 
 def as_gen(mode: int, fn: Callable[[Thread], Any]) -> Callable[[Thread], Generator]:
+    """`fn` as a generator function, whatever its mode."""
     if mode == GEN:
         return fn
 
@@ -48,6 +64,34 @@ def as_gen(mode: int, fn: Callable[[Thread], Any]) -> Callable[[Thread], Generat
         yield from ()
 
     return gen
+
+
+class Code:
+    """The lines of one generated function, and whether it yields (a generator)."""
+
+    def __init__(self) -> None:
+        self.src = Source()
+        self.src.regs = "regs"  # a thread keeps its register list: a local of the function
+        self.lines = ["regs = th.regs"]
+        self.depth = 0
+        self.yields = False
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def preempt(self) -> None:
+        """A switch point: other threads and copies may act here."""
+        self.line(f"yield {self.src.bind(PREEMPT)}")
+        self.yields = True
+
+    def block(self, emit: Callable[[], None]) -> None:
+        """The lines `emit` writes, one level deeper (`pass` if none)."""
+        self.depth += 1
+        n = len(self.lines)
+        emit()
+        if len(self.lines) == n:
+            self.line("pass")
+        self.depth -= 1
 
 
 class Program:
@@ -68,7 +112,7 @@ class Program:
                                for s in ir.walk(kernel.body))
         self.reg_arrays = {s.name for s in ir.walk(kernel.body)
                            if isinstance(s, ir.Let) and isinstance(s.var_type, T.RegArray)}
-        self.body = as_gen(*self.block(kernel.body))
+        self.body = as_gen(*self.function(kernel.body))
 
     def scratch(self) -> list[Any]:
         """Fresh registers after the parameters."""
@@ -77,12 +121,6 @@ class Program:
     def slot(self, name: str) -> int:
         return self.slots.setdefault(name, len(self.slots))
 
-    @staticmethod
-    def written(th: Thread, name: str, node: ir.Stmt) -> None:
-        """A register array was written: a wgmma reading it needs a wgmma_fence first."""
-        if th.wgmma is not None:
-            th.wgmma.dirty[name] = node
-
     expr = compile_expr
     shared_place = shared_place
     global_place = global_place
@@ -90,74 +128,76 @@ class Program:
 
     # ------------------------------------------------------------------ statements
 
-    def block(self, stmts: tuple[ir.Stmt, ...]) -> tuple[int, Callable[[Thread], Any]]:
-        steps = [st for st in map(self.stmt, stmts) if st is not None]
-        if all(mode == PLAIN and not pre for mode, pre, _ in steps):
-            fns = tuple(f for _, _, f in steps)
+    def function(self, stmts: tuple[ir.Stmt, ...]) -> tuple[int, Callable[[Thread], Any]]:
+        """(GEN or PLAIN, fn): `fn(thread)` runs `stmts`, a generator when they may block or
+        let others run."""
+        code = Code()
+        self.block(code, stmts)
+        return (GEN if code.yields else PLAIN), code.src.function(code.lines)
 
-            def plain(th: Thread) -> None:
-                for f in fns:
-                    f(th)
+    def block(self, code: Code, stmts: tuple[ir.Stmt, ...]) -> None:
+        """Write `stmts` into `code` at its depth; past MAX_DEPTH, as a call of a function of
+        their own."""
+        if code.depth < MAX_DEPTH:
+            self.stmts(code, stmts)
+            return
+        mode, fn = self.function(stmts)
+        self.call(code, mode, fn)
 
-            return PLAIN, plain
-        items = tuple(steps)
+    def stmts(self, code: Code, stmts: tuple[ir.Stmt, ...]) -> None:
+        for s in stmts:
+            if not isinstance(s, (ir.SharedDecl, ir.BarrierDecl)):
+                self.stmt(code, s)
 
-        def gen(th: Thread) -> Generator:
-            for mode, pre, f in items:
-                if pre:
-                    yield PREEMPT
-                if mode:
-                    yield from f(th)
-                else:
-                    f(th)
+    def call(self, code: Code, mode: int, fn: Callable[[Thread], Any]) -> None:
+        if mode == GEN:
+            code.line(f"yield from {code.src.bind(fn)}(th)")
+            code.yields = True
+        else:
+            code.line(f"{code.src.bind(fn)}(th)")
 
-        return GEN, gen
-
-    def stmt(self, s: ir.Stmt) -> Step | None:
-        if isinstance(s, (ir.SharedDecl, ir.BarrierDecl)):
-            return None
-        handler = _STMT.get(type(s))
-        if handler is None:
-            if not isinstance(s, ir.Op):
-                raise TypeError(f"the interpreter has no rule for {type(s).__name__}")
-            handler = definition(s).interp
+    def stmt(self, code: Code, s: ir.Stmt) -> None:
+        """A switch point first if the statement touches shared memory (or is an op that
+        asks for one), then its warp collectives, then the statement."""
+        rule = _STMT.get(type(s))
+        if rule is None and not isinstance(s, ir.Op):
+            raise TypeError(f"the interpreter has no rule for {type(s).__name__}")
         exprs = _direct_exprs(s)
-        pre = self.prelude(exprs)
-        mode, preempt, fn = handler(self, s)
-        preempt = preempt or any(_touches_smem(e) for e in exprs)
-        if pre is None:
-            return mode, preempt, fn
-        body = as_gen(mode, fn)
+        pre = self.prelude(exprs)  # before the expressions that read the collectives' slots
+        if rule is None:
+            mode, preempt, fn = definition(s).interp(self, s)  # type: ignore[arg-type]
+        else:
+            preempt = _preempts(s)
+        if preempt or any(_touches_smem(e) for e in exprs):
+            code.preempt()
+        self.collectives(code, pre)
+        if rule is None:
+            self.call(code, mode, fn)
+        else:
+            rule(self, code, s)
 
-        def with_prelude(th: Thread) -> Generator:
-            yield from pre(th)  # type: ignore[misc]
-            yield from body(th)
-
-        return GEN, preempt, with_prelude
-
-    def prelude(self, exprs: list[ir.Expr]) -> Callable[[Thread], Generator] | None:
-        """A generator that evaluates the warp collectives inside `exprs` (innermost first)
-        into their register slots, or None if there are none."""
+    def prelude(self, exprs: list[ir.Expr]) -> list[tuple[int, ir.Call, int]]:
+        """The warp collectives inside `exprs` (innermost first), each with its site and the
+        register slot its value goes to; compiled before the expressions that read them."""
         calls: list[ir.Call] = []
         for e in exprs:
             _collectives(e, calls)
-        if not calls:
-            return None
         items = []
         for call in calls:
             if id(call) not in self.hoisted:
                 self.hoisted[id(call)] = self.slot(f"%collective{len(self.hoisted)}")
-            slot = self.hoisted[id(call)]
             self.sites += 1
-            args = tuple(self.expr(a) for a in call.args)
-            items.append((self.sites, call.fn, slot, args, call))
+            items.append((self.sites, call, self.hoisted[id(call)]))
+        return items
 
-        def pre(th: Thread) -> Generator:
-            for site, fn, slot, args, node in items:
-                vals = tuple(f(th) for f in args)
-                th.regs[slot] = yield from collective(th, site, fn, vals, node)
-
-        return pre
+    def collectives(self, code: Code, items: list[tuple[int, ir.Call, int]]) -> None:
+        """Evaluate the collectives of `prelude` into their slots, waiting for the warp."""
+        src = code.src
+        for site, call, slot in items:
+            args = "".join(render(self, src, a) + ", " for a in call.args)
+            code.line(f"regs[{slot}] = yield from {src.bind(collective)}(th, {site}, "
+                      f"{call.fn!r}, ({args}), {src.bind(call)})")
+            code.yields = True
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -186,58 +226,63 @@ def _touches_smem(e: ir.Expr) -> bool:
     return isinstance(e.type, T.SharedRef) or any(_touches_smem(x) for x in subexprs(e))
 
 
-def _let(c: Program, s: ir.Let) -> Step:
-    slot = c.slot(s.name)
+def _preempts(s: ir.Stmt) -> bool:
+    """Whether a statement other than an op is a switch point of its own: a store to shared
+    memory, this CTA's or a peer's."""
+    return isinstance(s, ir.Store) and (isinstance(s.ref, ir.Peer)
+                                        or isinstance(s.ref.type, T.SharedRef))
+
+
+def _written(code: Code, name: str, node: ir.Stmt) -> None:
+    """A register array was written: a wgmma reading it needs a wgmma_fence first."""
+    code.line(f"if th.wgmma is not None: th.wgmma.dirty[{name!r}] = {code.src.bind(node)}")
+
+
+def _let(c: Program, code: Code, s: ir.Let) -> None:
+    slot, src = c.slot(s.name), code.src
     if isinstance(s.var_type, T.RegArray):  # a list, updated in place element by element
         n = s.var_type.n
         if s.value is None:
-            fill = scalar.zero(s.var_type.elem)
-            return PLAIN, False, lambda th: th.regs.__setitem__(slot, [fill] * n)
+            code.line(f"regs[{slot}] = [{src.bind(scalar.zero(s.var_type.elem))}] * {n}")
+            return
         fill = c.expr(s.value)(None)  # type: ignore[arg-type]
-
-        def init(th: Thread) -> None:
-            th.regs[slot] = [fill] * n
-            c.written(th, s.name, s)
-
-        return PLAIN, False, init
+        code.line(f"regs[{slot}] = [{src.bind(fill)}] * {n}")
+        _written(code, s.name, s)
+        return
     if s.value is None:
-        z = scalar.zero(s.var_type)
-        return PLAIN, False, lambda th: th.regs.__setitem__(slot, z)
-    v = c.expr(s.value)
-    return PLAIN, False, lambda th: th.regs.__setitem__(slot, v(th))
+        code.line(f"regs[{slot}] = {src.bind(scalar.zero(s.var_type))}")
+        return
+    code.line(f"regs[{slot}] = {render(c, src, s.value)}")
 
 
-def _assign(c: Program, s: ir.Assign) -> Step:
-    slot, v = c.slots[s.name], c.expr(s.value)
-    return PLAIN, False, lambda th: th.regs.__setitem__(slot, v(th))
+def _assign(c: Program, code: Code, s: ir.Assign) -> None:
+    code.line(f"regs[{c.slots[s.name]}] = {render(c, code.src, s.value)}")
 
 
-def _set_elem(c: Program, s: ir.SetElem) -> Step:
-    slot, i, v = c.slots[s.name], c.expr(s.index), c.expr(s.value)
+def _set_elem(c: Program, code: Code, s: ir.SetElem) -> None:
+    slot, src = c.slots[s.name], code.src
+    # an accumulator that a wgmma still owns is reported before the value and then the
+    # index (Python's order for `a[i] = v`) are evaluated
+    i, v = render(c, src, s.index), render(c, src, s.value)
+    t = src.temp()
     if s.name in c.reg_arrays:
-        def set_array(th: Thread) -> None:
-            arr = th.regs[slot]
-            if not isinstance(arr, list):
-                arr.touched(th, s)  # an accumulator that a wgmma still owns
-            arr[i(th)] = v(th)
-            c.written(th, s.name, s)
-
-        return PLAIN, False, set_array
-
-    def set_elem(th: Thread) -> None:
-        vec = list(th.regs[slot])
-        vec[i(th)] = v(th)
-        th.regs[slot] = tuple(vec)
-
-    return PLAIN, False, set_elem
+        code.line(f"{t} = regs[{slot}]")
+        code.line(f"if {t}.__class__ is not list: {src.bind(touched)}({t}, th, {src.bind(s)})")
+        code.line(f"{t}[{i}] = {v}")
+        _written(code, s.name, s)
+        return
+    code.line(f"{t} = list(regs[{slot}])")
+    code.line(f"{t}[{i}] = {v}")
+    code.line(f"regs[{slot}] = tuple({t})")
 
 
-def _store(c: Program, s: ir.Store) -> Step:
-    t = s.value.type
+def _store(c: Program, code: Code, s: ir.Store) -> None:
+    t, src = s.value.type, code.src
     _, write = scalar.codec(t)
-    n, v = t.nbytes, c.expr(s.value)  # type: ignore[attr-defined]
+    n, node, wr = t.nbytes, src.bind(s), src.bind(write)  # type: ignore[attr-defined]
     if isinstance(s.ref, ir.Peer):
         where, _ = peer_place(c, s.ref)
+        v = c.expr(s.value)
 
         def peer_store(th: Thread) -> None:
             cta, o = where(th)
@@ -248,104 +293,78 @@ def _store(c: Program, s: ir.Store) -> Step:
             else:
                 remote_write(th, cta, o, n, write, v(th), s)
 
-        return PLAIN, True, peer_store
+        code.line(f"{src.bind(peer_store)}(th)")
+        return
     if isinstance(s.ref.type, T.SharedRef):
-        off, _ = c.shared_place(s.ref)
-        vec = isinstance(t, T.Vector)
-
-        def sstore(th: Thread) -> None:
-            o = off(th)
-            if vec:
-                check_aligned(th, o, n, s)
-            th.cta.smem.write(th, o, n, write, v(th), s)
-
-        return PLAIN, True, sstore
-    addr, esize = c.global_place(s.ref)
-
-    def gstore(th: Thread) -> None:
-        mv, o = th.cta.gmem.locate(th, addr(th), n, esize, s, "store", align=n)
-        write(mv, o, v(th))
-        th.cta.gmem.bump()
-
-    return PLAIN, False, gstore
+        off, _ = shared_offset(c, src, s.ref)
+        if isinstance(t, T.Vector):
+            off = f"{src.bind(aligned)}(th, {off}, {n}, {node})"
+        code.line(f"th.cta.smem.write(th, {off}, {n}, {wr}, {render(c, src, s.value)}, {node})")
+        return
+    addr, esize = global_address(c, src, s.ref)
+    code.line(f"{wr}(*th.cta.gmem.locate(th, {addr}, {n}, {esize}, {node}, 'store', {n}), "
+              f"{render(c, src, s.value)})")
+    code.line("th.cta.gmem.bump()")
 
 
-def _if(c: Program, s: ir.If) -> Step:
-    cond = c.expr(s.cond)
-    (tm, then), (em, orelse) = c.block(s.then), c.block(s.orelse)
-    if tm == em == PLAIN:
-        return PLAIN, False, lambda th: then(th) if cond(th) else orelse(th)
-    tg, eg = as_gen(tm, then), as_gen(em, orelse)
-
-    def branch(th: Thread) -> Generator:
-        yield from (tg(th) if cond(th) else eg(th))
-
-    return GEN, False, branch
+def _if(c: Program, code: Code, s: ir.If) -> None:
+    code.line(f"if {render(c, code.src, s.cond)}:")
+    code.block(lambda: c.block(code, s.then))
+    if s.orelse:
+        code.line("else:")
+        code.block(lambda: c.block(code, s.orelse))
 
 
-def _for(c: Program, s: ir.For) -> Step:
+def _for(c: Program, code: Code, s: ir.For) -> None:
     """`for` as the emitter writes it: bounds evaluated once, exit when i >= stop (i <= stop
     for a negative constant step), i += step wrapping at the type width."""
-    start, stop, step = c.expr(s.start), c.expr(s.stop), c.expr(s.step)
-    slot, wrap = c.slot(s.var), scalar.wrapper(s.var_type)
+    src = code.src
+    i, hi, inc = src.temp(), src.temp(), src.temp()
+    code.line(f"{i}, {hi}, {inc} = {render(c, src, s.start)}, {render(c, src, s.stop)}, "
+              f"{render(c, src, s.step)}")
+    slot = c.slot(s.var)
     down = isinstance(s.step, ir.Const) and s.step.value < 0
-    mode, body = c.block(s.body)
+    code.line(f"th.loops.append({src.bind(s)})")
+    code.line(f"while not ({i} {'<=' if down else '>='} {hi}):")
 
-    def plain(th: Thread) -> None:
-        i, hi, inc = start(th), stop(th), step(th)
-        regs, tick = th.regs, th.cta.tick
-        th.loops.append(s)
-        while not (i <= hi if down else i >= hi):
-            tick(th)
-            regs[slot] = i
-            body(th)
-            i = wrap(i + inc)
-        th.loops.pop()
+    def body() -> None:
+        code.line("th.cta.tick(th)")
+        code.line(f"regs[{slot}] = {i}")
+        c.block(code, s.body)
+        code.line(f"{i} = {wrapped(f'({i} + {inc})', s.var_type)}")
 
-    if mode == PLAIN:
-        return PLAIN, False, plain
-
-    def gen(th: Thread) -> Generator:
-        i, hi, inc = start(th), stop(th), step(th)
-        th.loops.append(s)
-        while not (i <= hi if down else i >= hi):
-            th.cta.tick(th)
-            th.regs[slot] = i
-            yield from body(th)
-            i = wrap(i + inc)
-        th.loops.pop()
-
-    return GEN, False, gen
+    code.block(body)
+    code.line("th.loops.pop()")
 
 
-def _while(c: Program, s: ir.While) -> Step:
+def _while(c: Program, code: Code, s: ir.While) -> None:
+    src = code.src
     pre = c.prelude([s.cond])
-    cond = c.expr(s.cond)
-    body = as_gen(*c.block(s.body))
-    spin = _is_spin(s)
+    gmem, epoch, node = src.temp(), src.temp(), src.bind(s)
+    code.line(f"th.loops.append({node})")
+    code.line(f"{gmem} = th.cta.gmem")
+    code.line("while True:")
 
-    def loop(th: Thread) -> Generator:
-        th.loops.append(s)
-        gmem = th.cta.gmem
-        while True:
-            th.cta.tick(th)
-            yield PREEMPT  # a spinning loop must let the threads it waits for run
-            if pre is not None:
-                yield from pre(th)
-            epoch = gmem.epoch
-            if not cond(th):
-                break
-            if spin and gmem.epoch == epoch:
-                # nothing was written since the condition read global memory: it would read
-                # the same again, so wait for a write (by any CTA) instead of spinning
-                th.wait = (s, gmem.watch, None)
-                while gmem.epoch == epoch:
-                    yield gmem.watch
-                th.wait = None
-            yield from body(th)
-        th.loops.pop()
+    def body() -> None:
+        code.line("th.cta.tick(th)")
+        code.preempt()  # a spinning loop must let the threads it waits for run
+        c.collectives(code, pre)
+        code.line(f"{epoch} = {gmem}.epoch")
+        code.line(f"if not {render(c, src, s.cond)}:")
+        code.line("    break")
+        if _is_spin(s):
+            # nothing was written since the condition read global memory: it would read the
+            # same again, so wait for a write (by any CTA) instead of spinning
+            code.line(f"if {gmem}.epoch == {epoch}:")
+            code.line(f"    th.wait = ({node}, {gmem}.watch, None)")
+            code.line(f"    while {gmem}.epoch == {epoch}:")
+            code.line(f"        yield {gmem}.watch")
+            code.line("    th.wait = None")
+            code.yields = True
+        c.block(code, s.body)
 
-    return GEN, False, loop
+    code.block(body)
+    code.line("th.loops.pop()")
 
 
 def _is_spin(s: ir.While) -> bool:
@@ -369,25 +388,23 @@ def _is_spin(s: ir.While) -> bool:
     return found
 
 
-def _return(c: Program, s: ir.Return) -> Step:
-    def ret(th: Thread) -> None:
-        raise ThreadExit(s)
-
-    return PLAIN, False, ret
+def _return(c: Program, code: Code, s: ir.Return) -> None:
+    code.line(f"raise {code.src.bind(ThreadExit)}({code.src.bind(s)})")
 
 
-def _setmaxnreg(c: Program, s: ir.SetMaxNReg) -> Step:
-    return PLAIN, False, lambda th: None  # registers are not a resource here
+def _setmaxnreg(c: Program, code: Code, s: ir.SetMaxNReg) -> None:
+    pass  # registers are not a resource here
 
 
-def _asm(c: Program, s: ir.Asm) -> Step:
-    def asm(th: Thread) -> None:
-        fail("unsupported", "the interpreter cannot run asm blocks", s)
-
-    return PLAIN, False, asm
+def _asm(c: Program, code: Code, s: ir.Asm) -> None:
+    code.line(f"{code.src.bind(_unsupported)}({code.src.bind(s)})")
 
 
-_STMT: dict[type, Callable[[Program, Any], Step]] = {
+def _unsupported(s: ir.Asm) -> NoReturn:
+    fail("unsupported", "the interpreter cannot run asm blocks", s)
+
+
+_STMT: dict[type, Callable[[Program, Code, Any], None]] = {
     ir.Let: _let, ir.Assign: _assign, ir.SetElem: _set_elem, ir.Store: _store, ir.If: _if,
     ir.For: _for, ir.While: _while, ir.Return: _return, ir.SetMaxNReg: _setmaxnreg,
     ir.Asm: _asm,

@@ -14,6 +14,7 @@ included), preds are bools, vectors are tuples, pointers are u64 ints.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import struct
@@ -33,6 +34,9 @@ _FLOAT_FORMAT = {"f16": (11, -14, 15), "bf16": (8, -126, 127), "f32": (24, -126,
 
 _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
+_F64 = struct.Struct("<d")
+_U64 = struct.Struct("<Q")
+_MAGNITUDE = (1 << 63) - 1  # all bits of a binary64 but the sign
 
 
 def int_range(t: T.Scalar) -> tuple[int, int]:
@@ -68,7 +72,25 @@ def _binary_rounder(p: int, emin: int, emax: int) -> Callable[[float], float]:
         r = math.ldexp(round(math.ldexp(x, -ulp)), ulp)  # round() is half-to-even
         return math.copysign(INF if abs(r) > top else r, x)
 
-    return rnd
+    # Normal results of the format: round the binary64 significand's bits to p, half to
+    # even, on the bit pattern (a carry moves into the exponent as it should); the same
+    # values as `rnd`, which remains for zeros, infinities, NaN and subnormal results.
+    drop = 53 - p
+    low = (1 << drop) - 1
+    half = 1 << (drop - 1)
+    smallest, beyond = (emin + 1023) << 52, (emax + 1024) << 52  # 2**emin, 2**(emax + 1)
+    top_bits = _U64.unpack(_F64.pack(top))[0]
+
+    def rnd_bits(x: float) -> float:
+        b = _U64.unpack(_F64.pack(x))[0]
+        if not smallest <= b & _MAGNITUDE < beyond:
+            return rnd(x)
+        b = (b + half - 1 + ((b >> drop) & 1)) & ~low
+        if b & _MAGNITUDE > top_bits:
+            return math.copysign(INF, x)
+        return _F64.unpack(_U64.pack(b))[0]
+
+    return rnd_bits
 
 
 def rounder(t: T.Scalar) -> Callable[[float], float]:
@@ -80,10 +102,6 @@ def rounder(t: T.Scalar) -> Callable[[float], float]:
     if t.is_fp8:  # cvt.rn.satfinite through f32: saturates instead of overflowing
         return lambda x: fp8.convert(x, t)
     return _binary_rounder(*_FLOAT_FORMAT[t.name])
-
-
-_F64 = struct.Struct("<d")
-_U64 = struct.Struct("<Q")
 
 
 def fma_f32(a: float, b: float, c: float) -> float:
@@ -364,6 +382,12 @@ def bf16_from_bits(bits: int) -> float:
     return _F32.unpack(_U32.pack(bits << 16))[0]
 
 
+@functools.cache
+def _bf16_values() -> list[float]:
+    """`bf16_from_bits` of every bit pattern, in order (unpacked by the same routine)."""
+    return list(struct.unpack("<65536f", struct.pack("<65536I", *range(0, 1 << 32, 1 << 16))))
+
+
 def bf16_to_bits(v: float) -> int:
     if v != v:
         return 0x7FC0
@@ -383,15 +407,17 @@ def codec(t: T.Type) -> tuple[Reader, Writer]:
     bf = elem == T.bf16
     if elem.is_fp8:
         return _fp8_codec(s, elem, n)
+    if bf:  # loads look their values up
+        values = _bf16_values()
     if n == 1:
         if bf:
-            return (lambda buf, off: bf16_from_bits(s.unpack_from(buf, off)[0]),
+            return (lambda buf, off: values[s.unpack_from(buf, off)[0]],
                     lambda buf, off, v: s.pack_into(buf, off, bf16_to_bits(v)))
         return (lambda buf, off: s.unpack_from(buf, off)[0],
                 lambda buf, off, v: s.pack_into(buf, off, v))
     if bf:
-        return (lambda buf, off: tuple(bf16_from_bits(b) for b in s.unpack_from(buf, off)),
-                lambda buf, off, v: s.pack_into(buf, off, *(bf16_to_bits(x) for x in v)))
+        return (lambda buf, off: tuple(map(values.__getitem__, s.unpack_from(buf, off))),
+                lambda buf, off, v: s.pack_into(buf, off, *map(bf16_to_bits, v)))
     return (lambda buf, off: s.unpack_from(buf, off),
             lambda buf, off, v: s.pack_into(buf, off, *v))
 

@@ -110,7 +110,8 @@ def finish(cta: CTAState, lanes: Sequence[ThreadState], gathers: dict[int, Gathe
     lane exits)."""
     live = [t.lane for t in lanes if not t.exited]
     for site, g in list(gathers.items()):
-        if all(lane in g.args for lane in live):
+        # (with fewer arrivals than live lanes, one is surely missing)
+        if len(g.args) >= len(live) and all(lane in g.args for lane in live):
             g.results = _compute(g, lanes)
             cta.clocks.sync([lanes[lane].tid for lane in g.args])  # the warp has converged
             del gathers[site]

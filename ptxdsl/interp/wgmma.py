@@ -91,17 +91,19 @@ def places(th: Thread, off: int, rows: np.ndarray, kdim: int, esz: int,
     blocked layouts (MN-major, unswizzled) put blocks `block bytes` apart. (Every thread of a
     warpgroup reads the same B: the offsets are computed once per operand and place.)"""
     smem = th.cta.smem
-    p = _places(smem.base, len(smem.u8), off, tuple(rows.tolist()), kdim, esz, layout)
+    rows = np.asarray(rows)
+    p = _places(smem.base, len(smem.u8), off, rows.dtype.str, rows.shape, rows.tobytes(), kdim,
+                esz, layout)
     if isinstance(p, str):
         fail("bounds", f"{th.name}: {p}", None)
     return p
 
 
-@functools.lru_cache(maxsize=256)
-def _places(base: int, size: int, off: int, rows_: tuple[int, ...], kdim: int, esz: int,
-            layout: tuple) -> np.ndarray | str:
+@functools.lru_cache(maxsize=4096)  # a kernel's operands x stages x rows of A
+def _places(base: int, size: int, off: int, dtype: str, shape: tuple[int, ...], data: bytes,
+            kdim: int, esz: int, layout: tuple) -> np.ndarray | str:
     swz, major, block = layout
-    rows = np.array(rows_)
+    rows = np.frombuffer(data, dtype).reshape(shape).astype(np.int64)
     k = np.arange(kdim)[None, :]
     if major == "mn":
         width = swz // esz
@@ -121,13 +123,23 @@ def _places(base: int, size: int, off: int, rows_: tuple[int, ...], kdim: int, e
 
 
 def raw(th: Thread, p: np.ndarray, esz: int) -> np.ndarray:
-    """The bytes of the elements at offsets `p` (a copy), shape p.shape + (esz,)."""
-    hit = _BYTES.get((id(p), esz))
-    if hit is None or hit[0] is not p:  # the byte offsets of `places`' arrays, kept
+    """The bytes of the elements at offsets `p` (read-only), shape p.shape + (esz,)."""
+    smem = th.cta.smem
+    key = (id(p), esz)
+    hit = smem.gathered.get(key)
+    if hit is not None and hit[0] is p and hit[1] == smem.version:
+        return hit[2]  # no byte of shared memory changed since: the same bytes
+    where = _BYTES.get(key)
+    if where is None or where[0] is not p:  # the byte offsets of `places`' arrays, kept
         if len(_BYTES) > 512:
             _BYTES.clear()
-        hit = _BYTES[id(p), esz] = (p, p[..., None] + np.arange(esz))
-    return th.cta.smem.u8.take(hit[1])
+        where = _BYTES[key] = (p, p[..., None] + np.arange(esz))
+    data = smem.u8.take(where[1])
+    data.flags.writeable = False  # shared by the callers until shared memory changes
+    if len(smem.gathered) > 64:
+        smem.gathered.clear()
+    smem.gathered[key] = (p, smem.version, data)
+    return data
 
 
 _BYTES: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -135,14 +147,30 @@ _BYTES: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 def decode(data: np.ndarray, kind: str) -> np.ndarray:
     """Element bytes (..., esz) as float32: bf16 / f16 / fp8 widened (exactly, so the products
-    of two fp8 or 16-bit values are exact in f32), tf32 as its f32 value."""
+    of two fp8 or 16-bit values are exact in f32), tf32 as its f32 value. The bytes that
+    `raw` shares are decoded once (read-only)."""
+    if data.flags.writeable:
+        return _decode(data, kind)
+    hit = _DECODED.get((id(data), kind))
+    if hit is None or hit[0] is not data:
+        if len(_DECODED) > 64:
+            _DECODED.clear()
+        hit = _DECODED[id(data), kind] = (data, _decode(data, kind))
+        hit[1].flags.writeable = False
+    return hit[1]
+
+
+_DECODED: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _decode(data: np.ndarray, kind: str) -> np.ndarray:
     if data.shape[-1] == 1:
         return data[..., 0].view(fp8.dtype(T.SCALARS[kind])).astype(np.float32)
     if data.shape[-1] == 2:
-        bits = data[..., 0].astype(np.uint32) | (data[..., 1].astype(np.uint32) << 8)
+        bits = np.ascontiguousarray(data).view("<u2")[..., 0]
         if kind == "bf16":
-            return (bits << 16).view(np.float32)
-        return bits.astype(np.uint16).view(np.float16).astype(np.float32)
+            return (bits.astype(np.uint32) << 16).view(np.float32)
+        return bits.view(np.float16).astype(np.float32)
     word = np.ascontiguousarray(data).view(np.uint32)[..., 0]
     return (word & np.uint32(0xFFFFE000)).view(np.float32)  # tf32 keeps 10 mantissa bits
 
@@ -156,23 +184,30 @@ def rows_of(th: Thread) -> np.ndarray:
 
 def scatter(th: Thread, prod: np.ndarray) -> np.ndarray:
     """A thread's fragment, in register order, of the (2, N) rows it holds."""
-    n = prod.shape[1]
-    lane = th.tid % 32
-    cols = (8 * np.arange(n // 8)[:, None, None] + 2 * (lane % 4)
+    return prod.take(_fragment(th.tid % 4, prod.shape[1]))
+
+
+@functools.lru_cache(maxsize=64)
+def _fragment(quad_lane: int, n: int) -> np.ndarray:
+    """Flat indices into the (2, N) rows of a thread's fragment, in register order:
+    d[4j + 2i + c] = rows[i, 8j + 2 * quad_lane + c]."""
+    cols = (8 * np.arange(n // 8)[:, None, None] + 2 * quad_lane
             + np.arange(2)[None, None, :])  # (j, 1, c)
     rows = np.arange(2)[None, :, None]  # (1, i, 1)
-    return prod[rows, cols].reshape(-1)
+    flat = (rows * n + cols).reshape(-1)
+    flat.flags.writeable = False  # shared by every caller with these arguments
+    return flat
 
 
 def a_from_regs(th: Thread, quad: dict[int, list], kind: str) -> np.ndarray:
     """The (2, 16) rows of A that a thread's rows hold, from the 8-register fragments of the
     four lanes of its quad (`quad`: lane -> fragment, gathered across the warp)."""
     first = th.tid % 32 // 4 * 4
-    out = np.zeros((2, 16), np.float32)
-    for lane in range(first, first + 4):
-        regs = quad[lane]
-        for h in range(2):
-            for i in range(2):
-                for c in range(2):
-                    out[i, 8 * h + 2 * (lane % 4) + c] = regs[4 * h + 2 * i + c]
-    return out
+    values = [quad[first + lane][reg] for lane, reg in _A_ORDER]
+    return np.array(values, np.float32).reshape(2, 16)
+
+
+# (quad lane, register) of each element of a thread's (2, 16) rows of A, row-major:
+# a[4h + 2i + c] of lane l is A[i, 8h + 2l + c]
+_A_ORDER = [(lane, 4 * h + 2 * i + c) for i in range(2) for h in range(2) for lane in range(4)
+            for c in range(2)]
