@@ -36,6 +36,7 @@ import numpy as np
 import ptxdsl
 from ptxdsl import runtime as rt
 from ptxdsl.errors import LaunchError
+from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
 HERE = Path(__file__).resolve().parent
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
@@ -266,19 +267,6 @@ class GemmReduceScatter(_Plan):
 # ----------------------------------------------------------------------------- interpreter
 
 
-def _bf16(x: np.ndarray) -> np.ndarray:
-    """bf16 bits (u16) of f32 values, rounded to nearest even."""
-    from ptxdsl.runtime.dtypes import f32_to_bf16_bits
-
-    return f32_to_bf16_bits(np.ascontiguousarray(x, np.float32)).view(np.uint16)
-
-
-def _f32(bits: np.ndarray) -> np.ndarray:
-    from ptxdsl.runtime.dtypes import bf16_bits_to_f32
-
-    return bf16_bits_to_f32(np.ascontiguousarray(bits).view(np.uint16))
-
-
 def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
               seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1) -> dict[str, Any]:
     """All-gather + GEMM for `world` ranks at once in the CPU interpreter, launched `epochs`
@@ -298,8 +286,8 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
     pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
     kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl")
     for epoch in range(1, epochs + 1):
-        a = _bf16(rng.standard_normal((world, m_local, k)))
-        bs = [_bf16(rng.standard_normal((n, k))) for _ in range(world)]
+        a = f32_to_bf16(rng.standard_normal((world, m_local, k)))
+        bs = [f32_to_bf16(rng.standard_normal((n, k))) for _ in range(world)]
         buf.fill(0xFFFF)
         for r in range(world):
             buf[r, r] = a[r]
@@ -313,10 +301,10 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
                      world=world, m_local=m_local, n=n, kdim=k, epoch=epoch, ck=cks[r])
                 for r in range(world)]
         run_ranks(kern, grid, args, seed=seed + epoch - 1)
-    full = _f32(a).reshape(world * m_local, k)
-    return {"c": [_f32(c).reshape(-1, n) for c in cs],
-            "want_c": [full @ _f32(b).T for b in bs],
-            "gathered": [_f32(buf[r]).reshape(-1, k) for r in range(world)],
+    full = bf16_to_f32(a).reshape(world * m_local, k)
+    return {"c": [bf16_to_f32(c).reshape(-1, n) for c in cs],
+            "want_c": [full @ bf16_to_f32(b).T for b in bs],
+            "gathered": [bf16_to_f32(buf[r]).reshape(-1, k) for r in range(world)],
             "want_gathered": full, "sig": sig, "flags": flags}
 
 
@@ -336,8 +324,8 @@ def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
     tc = TensorMapModel(out, (1, 64, 64), swizzle="128B", dtype="bf16")
     kern = ptxdsl.parse_file(HERE / "gemm_rs.ptxdsl")
     for epoch in range(1, epochs + 1):
-        a = [_bf16(rng.standard_normal((m, k_local))) for _ in range(world)]
-        b = [_bf16(rng.standard_normal((n, k_local))) for _ in range(world)]
+        a = [f32_to_bf16(rng.standard_normal((m, k_local))) for _ in range(world)]
+        b = [f32_to_bf16(rng.standard_normal((n, k_local))) for _ in range(world)]
         args = [dict(a=TensorMapModel(a[r], (BM, BK), swizzle="128B", dtype="bf16"),
                      b=TensorMapModel(b[r], (BN, BK), swizzle="128B", dtype="bf16"),
                      c=tc, sig=sig.reshape(-1), sig_stride=sig.shape[1], rank=r,
@@ -345,9 +333,9 @@ def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
                      ordered=int(ordered), splits=splits)
                 for r in range(world)]
         run_ranks(kern, grid, args, seed=seed + epoch - 1)
-    fa, fb = [_f32(x) for x in a], [_f32(x) for x in b]
+    fa, fb = [bf16_to_f32(x) for x in a], [bf16_to_f32(x) for x in b]
     # what a K range's partial can be at most: the magnitudes of every k-block's, summed
     scale = sum(np.abs(fa[r][:, k0:k0 + BK] @ fb[r][:, k0:k0 + BK].T)
                 for r in range(world) for k0 in range(0, k_local, BK))
-    return {"c": _f32(out).reshape(m, n), "want": sum(fa[r] @ fb[r].T for r in range(world)),
+    return {"c": bf16_to_f32(out).reshape(m, n), "want": sum(fa[r] @ fb[r].T for r in range(world)),
             "scale": scale, "sig": sig}
