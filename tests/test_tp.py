@@ -91,3 +91,26 @@ def test_a_rank_that_never_launches_is_a_located_deadlock():
     assert "rank 2: " not in text
     assert "ag_gemm.ptxdsl" in text and "ld_acquire(sig[" in text, text
 
+
+
+def test_plans_agree_on_their_shapes_or_fail_on_every_rank():
+    """A plan is a collective: ranks that pass different shapes get an error naming every
+    rank's values (on every rank, so none waits in a kernel for peers that never come)."""
+    from ptxdsl.errors import LaunchError
+
+    class Dist:
+        def __init__(self, seen):
+            self.seen = seen
+
+        def get_world_size(self, group=None):
+            return len(self.seen)
+
+        def all_gather_object(self, out, value, group=None):
+            out[:] = self.seen
+
+    tp._agree(Dist([(256, 8192)] * 4), None, "shapes (m_local, k)", (256, 8192))
+    with pytest.raises(LaunchError) as e:
+        tp._agree(Dist([(256, 8192), (256, 8192), (128, 8192), (256, 8192)]), None,
+                  "all-gather GEMM shapes (m_local, k)", (256, 8192))
+    assert ("all-gather GEMM shapes (m_local, k) differ across ranks (rank 0: (256, 8192), "
+            "rank 1: (256, 8192), rank 2: (128, 8192), rank 3: (256, 8192))") in str(e.value)
