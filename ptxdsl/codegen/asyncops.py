@@ -10,7 +10,6 @@ from .. import ir
 from .. import types as T
 from ..errors import Span
 from ..kernelinfo import WATCH_SPIN
-from ..verify.remote import has_expr
 from .writer import WATCHDOG_SYMBOL
 
 
@@ -62,7 +61,7 @@ class AsyncOps:
         """The start time of a loop the watchdog bounds, or None: one whose condition reads
         global memory through an atomic or an ordered load spins until another CTA (or GPU)
         writes, forever if it never does."""
-        if not self.watchdog_ns or not has_expr(s.cond, (ir.Atomic, ir.AtomicLoad)):
+        if not self.watchdog_ns or not ir.has_expr(s.cond, (ir.Atomic, ir.AtomicLoad)):
             return None
         t0 = self.w.reg(T.u64)
         self.w.instr("mov.u64", t0, "%globaltimer")

@@ -9,7 +9,7 @@ from .ampere import *  # noqa: F403
 from .atomic import *  # noqa: F403
 from .cluster import *  # noqa: F403
 from .core import *  # noqa: F403
-from .core import Node, walk  # noqa: F401  (named for readers and type checkers)
+from .core import Node, has_expr, node_fields, walk  # noqa: F401  (named for readers)
 from .griddep import *  # noqa: F403
 from .oneshot import *  # noqa: F403
 from .pipeline import *  # noqa: F403

@@ -22,7 +22,6 @@ from .. import types as T
 from ..errors import Note
 from .effects import bar, effect, issuers, op_name, val
 from .facts import Facts, Report, text
-from .remote import node_fields
 from .threads import Visit, walk
 from .unroll import free_names
 from .values import Evaluator, Val, const
@@ -164,7 +163,7 @@ def _comparable(e: object) -> bool:
     if isinstance(e, (ir.Load, ir.Call)):
         return False
     if isinstance(e, ir.Node):
-        return all(_comparable(getattr(e, f)) for f in node_fields(e))
+        return all(_comparable(getattr(e, f)) for f in ir.node_fields(e))
     if isinstance(e, tuple):
         return all(_comparable(x) for x in e)
     return True

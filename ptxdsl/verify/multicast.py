@@ -23,7 +23,7 @@ from .. import types as T
 from ..errors import Note
 from .facts import Facts, Report, text
 from .ranks import RankEval, Unknown, holds
-from .remote import MULTICAST, node_fields, root
+from .remote import MULTICAST, root
 
 _EXPECTS = (ir.MBarrierArriveExpectTx, ir.MBarrierExpectTx)
 
@@ -111,7 +111,7 @@ def _reads(x: object, name: str, out: list[ir.Expr], skip: object) -> None:
     if isinstance(x, ir.Expr) and isinstance(x.type, T.SharedRef) and root(x) == name:
         out.append(x)  # a view handed to a reader (a wgmma operand, a store's source)
         return
-    for f in node_fields(x):
+    for f in ir.node_fields(x):
         _reads(getattr(x, f), name, out, skip)
 
 

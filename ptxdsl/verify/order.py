@@ -24,7 +24,7 @@ from ..errors import Note
 from .barriers import is_cta_sync
 from .effects import bar, effect, op_name, smem
 from .facts import Facts, Report, text
-from .remote import node_fields, root
+from .remote import root
 from .threads import Visit, _assigned, child_blocks, walk
 from .unroll import free_names
 
@@ -80,7 +80,7 @@ def _reads(s: ir.Stmt, rings: dict[str, _Ring]) -> list[ir.Expr]:
     out: list[ir.Expr] = []
     e = effect(s)
     reader = isinstance(s, ir.Op) and not e.barrier_fields
-    for f in node_fields(s):
+    for f in ir.node_fields(s):
         if f == e.async_write:
             continue
         x = getattr(s, f)
@@ -100,7 +100,7 @@ def _loads(x: object, rings: dict[str, _Ring], out: list[ir.Expr]) -> None:
     if isinstance(x, ir.Load) and _name(x.ref) in rings:
         out.append(x.ref)
     if isinstance(x, ir.Node):
-        for f in node_fields(x):
+        for f in ir.node_fields(x):
             v = getattr(x, f)
             if isinstance(v, (ir.Node, tuple)):
                 _loads(v, rings, out)

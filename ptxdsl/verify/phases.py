@@ -22,7 +22,7 @@ from .. import types as T
 from ..errors import Note
 from .effects import bar, effect, op_name, smem, val
 from .facts import Facts, Report, text
-from .remote import node_fields, root
+from .remote import root
 from .threads import Visit
 
 
@@ -53,7 +53,7 @@ def _reads(x: object, names: set[str]) -> bool:
         return False
     if isinstance(x, ir.Load):
         return root(x.ref) in names
-    return any(_reads(getattr(x, f), names) for f in node_fields(x))
+    return any(_reads(getattr(x, f), names) for f in ir.node_fields(x))
 
 
 def _read_after(facts: Facts, w: Visit, names: set[str]) -> ir.Stmt | None:
@@ -64,7 +64,7 @@ def _read_after(facts: Facts, w: Visit, names: set[str]) -> ir.Stmt | None:
         if isinstance(s, ir.MBarrierWait):
             continue
         dst = effect(s).async_write
-        for f in node_fields(s):
+        for f in ir.node_fields(s):
             x = getattr(s, f)
             if f != dst and (_reads(x, names) or isinstance(s, ir.Op) and
                              isinstance(x, ir.Expr) and isinstance(x.type, T.SharedRef) and

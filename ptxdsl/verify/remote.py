@@ -11,32 +11,6 @@ from .. import types as T
 MULTICAST = (ir.TensorLoadMulticast, ir.BulkLoadMulticast)
 
 
-_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def node_fields(x: ir.Node) -> tuple[str, ...]:
-    """The fields of a node that may hold expressions (not `loc`, types or nested bodies)."""
-    names = _NODE_FIELDS.get(type(x))
-    if names is None:
-        stmt = isinstance(x, ir.Stmt)
-        names = tuple(f for f in x.__dataclass_fields__  # type: ignore[attr-defined]
-                      if f not in ("loc", "type") and not (stmt and f in ("then", "orelse",
-                                                                          "body")))
-        _NODE_FIELDS[type(x)] = names
-    return names
-
-
-def has_expr(x: object, cls: type | tuple[type, ...]) -> bool:
-    """Whether a node (or a tuple of them) holds an expression of class `cls`."""
-    if isinstance(x, tuple):
-        return any(has_expr(y, cls) for y in x)
-    if not isinstance(x, ir.Node):
-        return False
-    if isinstance(x, cls):
-        return True
-    return any(has_expr(getattr(x, name), cls) for name in node_fields(x))
-
-
 def root(e: ir.Expr) -> str | None:
     """The declared name under a place (`bars[i]` -> "bars")."""
     while isinstance(e, (ir.Index, ir.Peer)):
@@ -52,7 +26,7 @@ def _peers(x: object, out: list[ir.Peer]) -> None:
     if isinstance(x, ir.Peer):
         out.append(x)
     if isinstance(x, ir.Node):
-        for name in node_fields(x):
+        for name in ir.node_fields(x):
             v = getattr(x, name)
             if isinstance(v, (ir.Node, tuple)):
                 _peers(v, out)
@@ -114,4 +88,4 @@ _PEER_STATEMENTS = (*MULTICAST, ir.BulkCopyCluster, ir.StAsync)
 
 
 def touches_peers(s: ir.Stmt) -> bool:
-    return isinstance(s, _PEER_STATEMENTS) or has_expr(s, ir.Peer)
+    return isinstance(s, _PEER_STATEMENTS) or ir.has_expr(s, ir.Peer)

@@ -17,7 +17,6 @@ import numpy as np
 
 from .. import ir
 from .effects import bar, effect
-from .remote import node_fields
 from .threads import Interpreter, Trace, Visit, _Flow, _trips, child_blocks, walk
 from .values import Val, top
 
@@ -37,7 +36,7 @@ def _names(x: object, out: set[str]) -> None:
         for y in x:
             _names(y, out)
     elif isinstance(x, ir.Node):
-        for f in node_fields(x):
+        for f in ir.node_fields(x):
             v = getattr(x, f)
             if isinstance(v, (ir.Node, tuple)):
                 _names(v, out)
