@@ -109,7 +109,8 @@ def ag_case(dist: Any, name: str, m: int, k: int, n_all: int, reps: int) -> dict
 
     fns = {"ours": ours, "a": nccl_then_gemm, "b": overlapped, "gemm": gemm_alone,
            "comm": comm_alone, "ptx_gemm": dense_gemm(full, b, c)}
-    symm = agreed(dist, symm_ag(dist, shard, b))
+    symm = symm_fused(dist, lambda group: torch.ops.symm_mem.fused_all_gather_matmul(
+        shard, [b.T], 0, group)[1][0])
     if isinstance(symm, str):
         done["c_error"] = symm
     else:
@@ -178,7 +179,8 @@ def rs_case(dist: Any, name: str, m: int, k_all: int, n: int, reps: int,
 
     fns = {"ours": ours, "a": gemm_then_nccl, "b": overlapped, "gemm": gemm_alone,
            "comm": comm_alone, "ptx_gemm": dense_gemm(a, b, part)}
-    symm = agreed(dist, symm_rs(dist, a, b))
+    symm = symm_fused(dist, lambda group: torch.ops.symm_mem.fused_matmul_reduce_scatter(
+        a, b.T, "sum", 0, group))
     if isinstance(symm, str):
         done["c_error"] = symm
     else:
@@ -219,8 +221,9 @@ def dense_gemm(a: Any, b: Any, c: Any) -> Any:
     return gemm_launcher(twin("gemm").gemm, a, b, c)
 
 
-def symm_ag(dist: Any, shard: Any, b: Any) -> Any:
-    """(c) torch's symmetric-memory fused all-gather matmul, or why it does not run."""
+def symm_fused(dist: Any, call: Any) -> Any:
+    """(c) torch's symmetric-memory fused op, `call(group name)`, as a function of no
+    arguments; or, where it does not run on every rank, why (recorded on the page)."""
     try:
         import torch
         from torch.distributed import _symmetric_memory as symm
@@ -229,33 +232,13 @@ def symm_ag(dist: Any, shard: Any, b: Any) -> Any:
         symm.enable_symm_mem_for_group(group)
 
         def fused():
-            _, outs = torch.ops.symm_mem.fused_all_gather_matmul(shard, [b.T], 0, group)
-            return outs[0]
+            return call(group)
 
         fused()
         torch.cuda.synchronize()
-        return fused
-    except Exception as e:  # recorded on the page
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-
-
-def symm_rs(dist: Any, a: Any, b: Any) -> Any:
-    """(c) torch's symmetric-memory fused matmul reduce-scatter, or why it does not run."""
-    try:
-        import torch
-        from torch.distributed import _symmetric_memory as symm
-
-        group = dist.group.WORLD.group_name
-        symm.enable_symm_mem_for_group(group)
-
-        def fused():
-            return torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b.T, "sum", 0, group)
-
-        fused()
-        torch.cuda.synchronize()
-        return fused
+        return agreed(dist, fused)
     except Exception as e:
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        return agreed(dist, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
 
 
 def main() -> int:
