@@ -34,6 +34,17 @@ def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None, skv=None):
     return o, lse, q, k, v
 
 
+def test_attention_is_compiled_whole_with_its_register_budgets(torch):
+    """The module is loaded through the driver JIT (nvJitLink would ignore setmaxnreg): the
+    consumers get their 240 registers, so nothing spills and no wgmma is serialized."""
+    import ptxdsl
+
+    kd = sample_twin("attention").make_attention(128, False)
+    log = ptxdsl.runtime.load(kd.program().ptx_module).info_log
+    assert " 0 bytes spill stores" in log and "serialized" not in log, log
+    assert "C7504" not in log, log
+
+
 def reference(torch, q, k, v, causal):
     """(O, LSE) in f32 with torch's math backend (LSE from the scaled scores). Causal with
     keys longer than queries: the mask aligned to the end (row r sees keys <= r + skv - s)."""

@@ -718,6 +718,34 @@ def test_memory_and_disk_cache(cache_dir):
     assert rc.stats.compiles == s0[2] + 1
 
 
+WS_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry ws() .reqntid 256, 1, 1
+{
+    .reg .pred %p;
+    .reg .b32 %r;
+    mov.u32 %r, %tid.x;
+    setp.lt.u32 %p, %r, 128;
+    @%p bra $L_small;
+    setmaxnreg.inc.sync.aligned.u32 240;
+    ret;
+$L_small:
+    setmaxnreg.dec.sync.aligned.u32 24;
+    ret;
+}
+"""
+
+
+def test_setmaxnreg_modules_load_through_the_driver_jit(cache_dir):
+    """nvJitLink compiles PTX as relocatable code, where ptxas ignores setmaxnreg (C7504):
+    the reason `load` hands such modules to the driver JIT. If a later nvJitLink honours it,
+    this fails and the detour can go."""
+    assert rc.whole_program(WS_PTX) and not rc.whole_program(GOOD_PTX)
+    _, log = rc.ptx_to_cubin(WS_PTX, "sm_90a")
+    assert "C7504" in log and "setmaxnreg" in log, log
+
+
 def test_cache_key_covers_arch_and_text():
     key = rc.cache_key(GOOD_PTX, "sm_90a")
     assert key == rc.cache_key(GOOD_PTX, "sm_90a")

@@ -3,6 +3,12 @@
 nvJitLink runs ptxas in-process and returns its full error log, which the driver JIT does
 not; the cubin it produces is what `cuModuleLoadData` loads. The disk cache lives in
 `$PTXDSL_CACHE_DIR` (default `~/.cache/ptxdsl`); `PTXDSL_CACHE=0` turns it off.
+
+nvJitLink compiles PTX as relocatable code, and there ptxas ignores `setmaxnreg` ("to maintain
+compatibility across compilation units", C7504): warp-specialized kernels then run every role
+on the entry's register count, and one that needs more (attention's consumers) spills and has
+its wgmmas serialized (C7512). Such modules (`whole_program`) are still assembled here, for the
+errors and the check, but are loaded as PTX: the driver JIT compiles whole programs.
 """
 
 from __future__ import annotations
@@ -64,6 +70,12 @@ def clear_memory_cache() -> None:
     """Forget the in-process cubins (the disk cache is kept)."""
     with _lock:
         _memory.clear()
+
+
+def whole_program(ptx: str) -> bool:
+    """Whether `ptx` must be compiled as a whole program to run as written: it resizes the
+    register file per warp (`setmaxnreg`), which relocatable compilation ignores."""
+    return "setmaxnreg." in ptx
 
 
 def remember(ptx: str, arch: str, entry: tuple[bytes, str]) -> None:

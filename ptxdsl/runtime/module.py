@@ -1,5 +1,9 @@
 """`load`: PTX module -> cubin (nvJitLink) -> CUmodule -> one `Kernel` per KernelInfo.
 
+Modules that resize registers per warp (`setmaxnreg`, see `compile.whole_program`) are still
+checked by nvJitLink but loaded as PTX, so that the driver JIT compiles them as whole programs;
+their `info_log` is then the JIT's.
+
 Loaded modules are cached per context by the cubin's cache key, so loading the same PTX
 again costs a hash and a dict lookup, and function attributes raised once stay raised.
 """
@@ -9,10 +13,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from ..errors import LaunchError
+from ..errors import CompileError, LaunchError
 from ..kernelinfo import PtxModule
-from .compile import cache_key, ptx_to_cubin
-from .driver import check, context, driver, use_device
+from .compile import cache_key, ptx_to_cubin, whole_program
+from .driver import check, context, driver, failure_message, use_device
 from .launch import Kernel, LoadedFunction
 
 
@@ -21,6 +25,7 @@ class _CuModule:
     handle: object
     functions: dict[str, LoadedFunction]
     watchdog: object = None
+    jit_log: str = ""  # the driver JIT's info log (modules it compiled)
 
 
 _lock = threading.Lock()
@@ -77,15 +82,22 @@ def load(ptx_module: PtxModule, device: int | None = None) -> LoadedModule:
         hit = _loaded.get(loaded_key)
     if hit is not None:
         return hit
+    jit = ptx_module.arch == "sm_80" or whole_program(ptx_module.ptx)
     if ptx_module.arch == "sm_80":  # the driver JIT-compiles Ampere PTX for this device
         cubin, info_log = ptx_module.ptx.encode() + b"\0", ""
     else:
         cubin, info_log = ptx_to_cubin(ptx_module.ptx, ptx_module.arch, names)
+        if jit:
+            cubin = ptx_module.ptx.encode() + b"\0"
     with _lock:
         mod = _modules.get((ctx_id, key))
         if mod is None:
-            handle = check(driver().cuModuleLoadData(cubin), "cuModuleLoadData")
-            mod = _modules[(ctx_id, key)] = _CuModule(handle, {})
+            jit_log = ""
+            if jit:
+                handle, jit_log = _jit_load(cubin, names)
+            else:
+                handle = check(driver().cuModuleLoadData(cubin), "cuModuleLoadData")
+            mod = _modules[(ctx_id, key)] = _CuModule(handle, {}, jit_log=jit_log)
             if any(k.watch_sites for k in ptx_module.kernels):
                 from .watchdog import Report
 
@@ -94,8 +106,35 @@ def load(ptx_module: PtxModule, device: int | None = None) -> LoadedModule:
         for k in kernels.values():
             k.watchdog = mod.watchdog
             k.context = ctx
+        if jit:
+            info_log = mod.jit_log
         result = _loaded[loaded_key] = LoadedModule(ptx_module, cubin, info_log, kernels)
     return result
+
+
+_LOG_BYTES = 1 << 16
+
+
+def _jit_load(ptx: bytes, names: list[str]) -> tuple[object, str]:
+    """Load PTX through the driver JIT (a whole-program compile): the module and the JIT's
+    verbose info log; CompileError with the JIT's error log when it rejects the PTX."""
+    drv = driver()
+    opt = drv.CUjit_option
+    info, error = bytearray(_LOG_BYTES), bytearray(_LOG_BYTES)
+    options = [opt.CU_JIT_INFO_LOG_BUFFER, opt.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+               opt.CU_JIT_ERROR_LOG_BUFFER, opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+               opt.CU_JIT_LOG_VERBOSE]
+    err, handle = drv.cuModuleLoadDataEx(ptx, len(options), options,
+                                         [info, _LOG_BYTES, error, _LOG_BYTES, 1])
+    if err != 0:
+        which = ", ".join(f"'{n}'" for n in names)
+        raise CompileError(failure_message(err, f"the driver JIT of {which}") + "\n"
+                           + _text(error))
+    return handle, _text(info)
+
+
+def _text(buf: bytearray) -> str:
+    return bytes(buf).split(b"\0", 1)[0].decode(errors="replace").rstrip()
 
 
 def _function(mod: _CuModule, name: str) -> LoadedFunction:
