@@ -21,18 +21,21 @@ LN2 = 0.6931471805599453
 
 
 def make_attention(d: int = 128, causal: bool = False, pingpong: bool | None = None,
-                   stages: tuple[int, int] = (2, 2)) -> ptxdsl.KernelDef:
+                   stages: tuple[int, int] = (2, 2), hold: bool | None = None) -> ptxdsl.KernelDef:
     """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
     `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: at head
-    dim 64, where it pays). `stages`: of the K and the V pipeline."""
+    dim 64, where it pays). `stages`: of the K and the V pipeline. `hold`: a fence_cta()
+    keeps the wait for P V after the softmax (default: without turns or the causal mask,
+    where it pays)."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
     pp = d == 64 if pingpong is None else bool(pingpong)
+    hd = int(not (pp or causal) if hold is None else hold)
     hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
     cz = int(causal)
-    name = "attention" if (d, cz, pp, stages) == (128, 0, False, (2, 2)) else \
+    name = "attention" if (d, cz, pp, stages, hd) == (128, 0, False, (2, 2), True) else \
         f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}" + \
-        ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}")
+        ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}") + ("_hold" if hd else "")
 
     def softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2,  # noqa: E741
                 first: bool) -> None:
@@ -155,6 +158,8 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool | None = N
                     k.release(kp)
                     c0 = k.let("c0", j * 128 + col)
                     softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2, False)
+                    with k.if_(hd != 0):
+                        k.fence_cta()  # the wait stays after the softmax
                     k.wgmma_wait(0)
                     k.release(vp)
                     with k.for_("x", 0, d // 2, unroll=True) as x:

@@ -1,4 +1,4 @@
-"""Global atomics, acquire/release accesses and the global proxy fence: PTX forms (assembled
+"""Global atomics, acquire/release accesses, the global proxy fence and fence_cta: PTX forms (assembled
 by ptxas), located errors, text and Python building the same IR, the interpreter's semantics
 (spin loops that wait for other CTAs, and the deadlock report when nothing will write), the
 verifier's semaphore rule, and the split-K sample's deterministic mode in the interpreter."""
@@ -30,6 +30,7 @@ kernel forms(flags: ptr<u32>, wide: ptr<u64>, f: ptr<f32>, s: ptr<s32>, out: ptr
         let r = ld_relaxed(wide[1], cta);
         out[%ctaid.x] = a + b + c + e + (d as u32) + (g as u32) + (h as u32) + (r as u32);
         fence_proxy_async_global();
+        fence_cta();
         st_release(flags[4], %ctaid.x + 1);
         st_release(wide[2], 1, sys);
     }
@@ -43,7 +44,7 @@ def test_forms_emit_the_ptx_and_assemble(tmp_path):
                      "atom.release.sys.global.exch.b32", "atom.acquire.cta.global.max.s32",
                      "atom.relaxed.cluster.global.inc.u32", "atom.relaxed.gpu.global.add.f32",
                      "atom.acq_rel.gpu.global.or.b64", "ld.acquire.gpu.global.u32",
-                     "ld.relaxed.cta.global.u64", "fence.proxy.async.global",
+                     "ld.relaxed.cta.global.u64", "fence.proxy.async.global", "fence.acq_rel.cta",
                      "st.release.gpu.global.u32", "st.release.sys.global.u64"):
         assert mnemonic in ptx, mnemonic
     assemble(ptx, tmp_path)

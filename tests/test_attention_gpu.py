@@ -17,7 +17,7 @@ def torch():
     return torch
 
 
-def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None, skv=None):
+def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None, skv=None, hold=None):
     """(o, lse, q, k, v) of ptxdsl's kernel on fresh random inputs (keys of length `skv`,
     default `s`)."""
     from bench.attention import launcher
@@ -29,7 +29,8 @@ def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None, skv=None):
     v = torch.randn(b, kvh, skv, d, device="cuda", dtype=torch.bfloat16, generator=g)
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
-    launcher(sample_twin("attention").make_attention(d, causal, pingpong), q, k, v, o, lse)()
+    kd = sample_twin("attention").make_attention(d, causal, pingpong, hold=hold)
+    launcher(kd, q, k, v, o, lse)()
     torch.cuda.synchronize()
     return o, lse, q, k, v
 
@@ -89,12 +90,14 @@ def test_attention_gqa_and_mqa(torch, h, kvh, causal):
     assert_close(torch, o, lse, *reference(torch, q, k, v, causal))
 
 
-@pytest.mark.parametrize("d, pingpong", [(128, True), (64, False)])
+@pytest.mark.parametrize("d, pingpong, hold", [(128, True, False), (64, False, False),
+                                              (64, False, True), (128, True, True)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_with_and_without_turns(torch, d, pingpong, causal):
-    """The warpgroups taking turns (`turn`) or not, in the head dim where it is not the
-    default."""
-    o, lse, q, k, v = run(torch, d, 1500, causal, b=2, h=4, kvh=2, pingpong=pingpong)
+def test_attention_with_and_without_turns(torch, d, pingpong, causal, hold):
+    """The warpgroups taking turns (`turn`) or not, the wait for P V held after the softmax
+    or not, in the forms that are not the defaults."""
+    o, lse, q, k, v = run(torch, d, 1500, causal, b=2, h=4, kvh=2, pingpong=pingpong,
+                          hold=hold)
     assert_close(torch, o, lse, *reference(torch, q, k, v, causal))
 
 

@@ -81,6 +81,17 @@ class FenceProxyAsyncGlobal(Op):
     syntax: ClassVar[str] = "fence_proxy_async_global"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FenceCta(Op):
+    """`fence.acq_rel.cta`: a CTA-scope fence. Besides ordering this thread's memory accesses,
+    it pins the schedule: ptxas moves no `wgmma_wait` above it. Written just before a
+    `wgmma_wait`, it keeps the work between the last issue and the wait overlapping the
+    groups in flight; without it ptxas may hoist the wait above that work (to start
+    instructions that follow the wait sooner), which then waits for the tensor cores."""
+
+    syntax: ClassVar[str] = "fence_cta"
+
+
 def releases(s: Stmt) -> list[Node]:
     """The release operations a statement performs itself (in its own expressions, not in
     nested bodies): `st_release` and atomics with release or acq_rel order."""
@@ -110,4 +121,4 @@ def _exprs(v: object) -> list[Expr]:
 ATOMIC_FUNCTIONS = frozenset({f"atomic_{op}" for op in ATOMIC_OPS} | {"ld_acquire", "ld_relaxed"})
 
 __all__ = ["ATOMIC_FUNCTIONS", "ATOMIC_OPS", "ATOMIC_TYPES", "LOAD_ORDERS", "ORDERS", "SCOPES",
-           "Atomic", "AtomicLoad", "FenceProxyAsyncGlobal", "StoreRelease", "releases"]
+           "Atomic", "AtomicLoad", "FenceCta", "FenceProxyAsyncGlobal", "StoreRelease", "releases"]

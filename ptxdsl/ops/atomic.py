@@ -149,3 +149,15 @@ class FenceProxyAsyncGlobal(OpDef):
         # global memory is not modelled per proxy: the fence orders nothing the interpreter
         # could observe out of order
         return PLAIN, False, lambda th: None
+
+
+@register
+class FenceCta(OpDef):
+    node = ir.FenceCta
+
+    def emit(self, e: Any, n: ir.FenceCta) -> None:
+        e.w.instr("fence.acq_rel.cta")
+
+    def interp(self, c: Program, n: ir.FenceCta) -> Step:
+        # the interpreter runs each thread's accesses in program order: nothing to order
+        return PLAIN, False, lambda th: None

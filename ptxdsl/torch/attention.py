@@ -8,7 +8,8 @@ S = 1): the causal mask is then aligned to the end, query row r seeing keys 0 ..
 (FlashAttention's convention; SDPA's `is_causal` aligns to the start, the same when S = S_kv).
 Any strides a tensor map takes (unit stride in D, the others multiples of 16 bytes) are
 read in place: (B, S, H, D) tensors transposed to (B, H, S, D), or the first S_kv rows of a
-longer KV cache. Whether the two consumer warpgroups take turns is tuned per shape.
+longer KV cache. Whether the two consumer warpgroups take turns, and whether the wait for P V
+is held after the softmax, is tuned per shape.
 The backward is torch's: SDPA recomputed on the saved q, k, v and differentiated (correct, at
 torch's speed; ptxdsl has no backward kernel yet)."""
 
@@ -34,15 +35,16 @@ _S32 = 2**31
 @cache
 def _tuner(d: int, causal: bool) -> Any:
     def recipe(config: Any) -> Any:
-        return attention_recipe(d, causal, config["pingpong"])
+        return attention_recipe(d, causal, config["pingpong"], config["hold"])
 
     name = f"ptxdsl::attention_d{d}{'_causal' if causal else ''}"
     return autotune.tuner(name, attention_configs(d), recipe)
 
 
 @cache
-def _loaded(d: int, causal: bool, pingpong: int, device: int) -> tuple[Kernel, int]:
-    kernel = attention_kernel(d, causal, pingpong).program().kernel(device=device)
+def _loaded(d: int, causal: bool, pingpong: int, hold: int,
+            device: int) -> tuple[Kernel, int]:
+    kernel = attention_kernel(d, causal, pingpong, hold).program().kernel(device=device)
     return kernel, resident_ctas(kernel, 1, device)
 
 
@@ -111,7 +113,7 @@ def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
     tiles = -(-s // BLOCK) * b * h
 
     def run(config: Any, o: torch.Tensor) -> None:
-        kernel, resident = _loaded(d, causal, config["pingpong"], device)
+        kernel, resident = _loaded(d, causal, config["pingpong"], config["hold"], device)
         kernel[min(tiles, resident), None, stream](
             *maps, _map(o, 64), lse, s, skv, h, kvh, b, scale * math.log2(math.e))
 

@@ -88,23 +88,25 @@ def norm_sizes_text(dtype: T.Scalar) -> str:
 
 
 # attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or
-# not, the sample's choice first (turns at head dim 64, where they pay: BENCHMARKS.md)
+# not, and the wait for P V is held after the softmax (fence_cta) or not; the sample's choice
+# first (turns at head dim 64, the hold without turns at 128: BENCHMARKS.md)
 ATTENTION_HEAD_DIMS = (64, 128)
 
 
 def attention_configs(d: int) -> tuple[dict[str, int], ...]:
-    return tuple({"pingpong": pp} for pp in ((1, 0) if d == 64 else (0, 1)))
+    configs = ({"pingpong": 0, "hold": 1}, {"pingpong": 0, "hold": 0}, {"pingpong": 1, "hold": 0})
+    return configs[2:] + configs[:2] if d == 64 else configs
 
 
-def attention_recipe(d: int, causal: bool, pingpong: int) -> Recipe:
+def attention_recipe(d: int, causal: bool, pingpong: int, hold: int) -> Recipe:
     """The forward attention of head dim d (samples/attention.py `make_attention`)."""
     return Recipe.of(twin("attention"), "make_attention", d=d, causal=bool(causal),
-                     pingpong=bool(pingpong))
+                     pingpong=bool(pingpong), hold=bool(hold))
 
 
 @cache
-def attention_kernel(d: int, causal: bool, pingpong: int) -> KernelDef:
-    return attention_recipe(d, causal, pingpong).build()
+def attention_kernel(d: int, causal: bool, pingpong: int, hold: int) -> KernelDef:
+    return attention_recipe(d, causal, pingpong, hold).build()
 
 
 def fp8_recipe(bn: int, stages: int, cluster: int) -> Recipe:

@@ -521,7 +521,8 @@ def _budget(stmts: tuple[ir.Stmt, ...], budget: int, out: Report) -> int:
         if isinstance(s, ir.SetMaxNReg):
             budget = s.regs
         elif isinstance(s, ir.Let) and isinstance(s.var_type, T.RegArray):
-            used += s.var_type.n * (2 if s.var_type.elem.nbytes == 8 else 1)
+            # 32-bit registers: 16-bit elements pack two to one, 64-bit ones take two
+            used += -(-s.var_type.n * max(s.var_type.elem.nbytes, 2) // 4)
             if used + _RESERVED_REGS > budget:
                 out.error(f"register array '{s.name}' brings this thread's register arrays to "
                           f"{used} registers, more than its budget of {budget} allows (keep "
