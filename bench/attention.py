@@ -32,19 +32,19 @@ ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x seque
          "fastest, the note the others. Every output is checked "
          "against the math backend in f32 first. Best of 3 interleaved rounds of medians of "
          "20 CUDA-event-timed runs.")
-LIMITS = ("Nsight Compute at D 128, S 8192 (H100, 2026-11-25): the tensor pipe is active 55% of "
-          "cycles, issue slots 42% busy, no "
-          "warp eligible 56% of cycles; the top stall is the long scoreboard (consumers "
-          "waiting on mbarriers), then waits on wgmma. More stages do not help: a third K or V "
-          "stage (`make_attention(stages=(3, 2))`, 225 KiB of shared memory) costs 7-16% at "
-          "head dim 128 and changes nothing at 64 (four of each), so the waits are not for "
-          "loads in flight. DRAM is at 4% and "
-          "L2 at 70% since tiles are walked head by head (walking heads fastest had DRAM at "
-          "61% and 286 TFLOP/s). Taking turns (`turn`) pays at head dim 64 (softmax-bound) "
-          "but costs 10-16% at 128. Not yet tried: kBlockN 176 as FlashAttention 3 uses at "
-          "head dim 128, a softmax split across the two halves of a block (FlashAttention 3's "
-          "intra-warpgroup overlap at a finer grain), and K/V multicast across a 2-CTA "
-          "cluster.")
+LIMITS = ("Nsight Compute at D 128, S 8192 (H100, 2026-11-25, the held variant): the tensor pipe "
+          "is active 73% of cycles (55% before the two fixes of that day: nvJitLink ignored "
+          "setmaxnreg, so the consumers spilled and had their wgmmas serialised, and ptxas "
+          "hoisted the wait for P V above the softmax), issue slots 53% busy; the stalls are "
+          "the softmax's own dependencies (wait 22%, dispatch 13%) and the mbarrier waits "
+          "(11%, mostly the producer warp's). What is left at 128 is the softmax's "
+          "instruction stream: about 350 instructions a thread per key block against 4 "
+          "wgmmas. At head dim 64 the tensor pipe is active 41% with issue slots 54% busy: "
+          "the same softmax feeds half the GEMM work, so the kernel is issue-bound there "
+          "(turns pay a little at S 2048). Not yet tried: kBlockN 176 as FlashAttention 3 "
+          "uses at head dim 128 (it needs the O staging buffer folded into Q's), turns and "
+          "hold together with a finer-grained split of the softmax, K/V multicast across a "
+          "2-CTA cluster, and for head dim 64 three consumer warpgroups on 192 query rows.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -151,5 +151,5 @@ def run(a: argparse.Namespace) -> list[Section]:
         rows, note = measure(a, d, seq, causal)
         s.rows += rows
         notes.append(note)
-    s.notes.append("Per case, the other variant and the errors: " + "; ".join(notes) + ".")
+    s.notes.append("Per case, the other variants and the errors: " + "; ".join(notes) + ".")
     return [s]

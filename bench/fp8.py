@@ -42,7 +42,11 @@ ABOUT = ("e4m3 in, f32 accumulate, bf16 out, C = sa sb A @ B^T with per-tensor s
          "promoted every K block) with the per-tensor kernel. Best of 3 interleaved rounds of "
          "medians of 30 CUDA-event-timed runs; every kernel checked first (see the errors "
          "below the table).")
-LIMITS = ("the block-scaled kernel keeps the tensor pipe active 71% of cycles at 8192^3 "
+LIMITS = ("the per-tensor rows swing by up to 10% from run to run on the power-capped H100: "
+          "within minutes the same kernel measured 1260-1487 TFLOP/s at 8192^3 and cuBLASLt "
+          "1240-1377 (loaded from nvJitLink's cubin instead of the driver JIT, within 2% of "
+          "it in the same process); the block-scaled kernel keeps the tensor pipe active 71% "
+          "of cycles at 8192^3 "
           "(Nsight Compute; the per-tensor kernel 95%), with L2 traffic at 53% of peak (the "
           "per-tensor kernel's 40%): its 128 x 128 tile reads twice the L2 and shared "
           "memory per FLOP, and each K block's group is still waited for (wgmma_wait(0)) "
