@@ -13,7 +13,9 @@ from .writer import immediate, int_type, op_type, reg_type
 
 _SREG_PTX = {"clock": "%clock", "clock64": "%clock64", "globaltimer": "%globaltimer"}
 _FN_PTX = {
-    ("ex2", "f32"): "ex2.approx.f32", ("lg2", "f32"): "lg2.approx.f32",
+    # ex2 flushes subnormals (as CUDA's fast math does): one MUFU.EX2, where the IEEE form
+    # costs a range test and two predicated multiplies around it (softmax's hot loop)
+    ("ex2", "f32"): "ex2.approx.ftz.f32", ("lg2", "f32"): "lg2.approx.f32",
     ("rsqrt", "f32"): "rsqrt.approx.f32", ("sqrt", "f32"): "sqrt.approx.f32",
     ("sqrt", "f64"): "sqrt.rn.f64", ("rcp", "f32"): "rcp.approx.f32", ("rcp", "f64"): "rcp.rn.f64",
     ("sin", "f32"): "sin.approx.f32", ("cos", "f32"): "cos.approx.f32",

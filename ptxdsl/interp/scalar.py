@@ -5,7 +5,8 @@ width; casts follow `cvt` (float -> int truncates toward zero, saturates, NaN ->
 float casts round to nearest even, to fp8 saturating; int -> f16/bf16/fp8 and f64 -> fp8 go
 through f32 as the emitter does);
 float results are rounded to their type after every operation. Approximate intrinsics
-(`ex2.approx`, `rsqrt.approx`, ...) are computed exactly and rounded.
+(`ex2.approx`, `rsqrt.approx`, ...) are computed exactly and rounded; ex2 is the `.ftz` form:
+results below 2^-126 flush to zero.
 
 Register values: integers are Python ints normalised to the type's range (`b` types are
 unsigned), floats are Python floats holding a value exactly representable in the type (bf16
@@ -319,11 +320,16 @@ def _safe(f: Callable[[float], float], on_error: float) -> Callable[[float], flo
     return g
 
 
+_F32_MIN_NORMAL = 2.0**-126
+
+
 def _ex2(x: float) -> float:
+    """`ex2.approx.ftz.f32`: 2^x, a subnormal result flushed to zero."""
     try:
-        return 2.0**x
+        r = 2.0**x
     except OverflowError:
         return INF
+    return 0.0 if r < _F32_MIN_NORMAL else r
 
 
 def _lg2(x: float) -> float:
