@@ -20,17 +20,16 @@ NEG = -1.0e30  # the score of a masked column: exp2 of it minus any real maximum
 LN2 = 0.6931471805599453
 
 
-def make_attention(d: int = 128, causal: bool = False, pingpong: bool | None = None,
+def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                    stages: tuple[int, int] = (2, 2), hold: bool | None = None) -> ptxdsl.KernelDef:
     """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
-    `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: at head
-    dim 64, where it pays). `stages`: of the K and the V pipeline. `hold`: a fence_cta()
-    keeps the wait for P V after the softmax (default: without turns or the causal mask,
-    where it pays)."""
+    `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: no, it
+    no longer pays). `stages`: of the K and the V pipeline. `hold`: a fence_cta() keeps the
+    wait for P V after the softmax (default: without turns)."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
-    pp = d == 64 if pingpong is None else bool(pingpong)
-    hd = int(not (pp or causal) if hold is None else hold)
+    pp = bool(pingpong)
+    hd = int(not pp if hold is None else hold)
     hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
     cz = int(causal)
     name = "attention" if (d, cz, pp, stages, hd) == (128, 0, False, (2, 2), True) else \

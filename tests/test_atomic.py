@@ -1,7 +1,8 @@
-"""Global atomics, acquire/release accesses, the global proxy fence and fence_cta: PTX forms (assembled
-by ptxas), located errors, text and Python building the same IR, the interpreter's semantics
-(spin loops that wait for other CTAs, and the deadlock report when nothing will write), the
-verifier's semaphore rule, and the split-K sample's deterministic mode in the interpreter."""
+"""Global atomics, acquire/release accesses, the global proxy fence and fence_cta: PTX forms
+(assembled by ptxas), located errors, text and Python building the same IR, the interpreter's
+semantics (spin loops that wait for other CTAs, and the deadlock report when nothing will
+write), the verifier's semaphore rule, and the split-K sample's deterministic mode in the
+interpreter."""
 
 from __future__ import annotations
 

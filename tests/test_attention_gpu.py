@@ -90,8 +90,8 @@ def test_attention_gqa_and_mqa(torch, h, kvh, causal):
     assert_close(torch, o, lse, *reference(torch, q, k, v, causal))
 
 
-@pytest.mark.parametrize("d, pingpong, hold", [(128, True, False), (64, False, False),
-                                              (64, False, True), (128, True, True)])
+@pytest.mark.parametrize("d, pingpong, hold", [(128, True, False), (64, True, False),
+                                              (64, False, False), (128, True, True)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_with_and_without_turns(torch, d, pingpong, causal, hold):
     """The warpgroups taking turns (`turn`) or not, the wait for P V held after the softmax

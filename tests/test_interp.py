@@ -88,7 +88,7 @@ def test_attention_against_a_longer_kv_cache(seq, kv_seq):
     """Queries shorter than the keys (a KV cache; decode at seq 1), causal at head dim 64 with
     turns: the mask is aligned to the end, query row r seeing keys 0 .. r + kv_seq - seq."""
     twin = sample_module("attention")
-    kd = twin.make_attention(64, causal=True)
+    kd = twin.make_attention(64, causal=True, pingpong=True)
     ex = twin.example(np.random.default_rng(seq), batch=2, seq=seq, kv_seq=kv_seq, d=64,
                       causal=True, grid=3)
     out = run_sample(kd.ir, {"kernel": kd.name, **ex})

@@ -89,13 +89,12 @@ def norm_sizes_text(dtype: T.Scalar) -> str:
 
 # attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or
 # not, and the wait for P V is held after the softmax (fence_cta) or not; the sample's choice
-# first (turns at head dim 64, the hold without turns at 128: BENCHMARKS.md)
+# (the hold, no turns: BENCHMARKS.md) first
 ATTENTION_HEAD_DIMS = (64, 128)
 
 
 def attention_configs(d: int) -> tuple[dict[str, int], ...]:
-    configs = ({"pingpong": 0, "hold": 1}, {"pingpong": 0, "hold": 0}, {"pingpong": 1, "hold": 0})
-    return configs[2:] + configs[:2] if d == 64 else configs
+    return ({"pingpong": 0, "hold": 1}, {"pingpong": 0, "hold": 0}, {"pingpong": 1, "hold": 0})
 
 
 def attention_recipe(d: int, causal: bool, pingpong: int, hold: int) -> Recipe:
