@@ -2,7 +2,7 @@
 
 Modules that resize registers per warp (`setmaxnreg`, see `compile.whole_program`) are still
 checked by nvJitLink but loaded as PTX, so that the driver JIT compiles them as whole programs;
-their `info_log` is then the JIT's.
+their `info_log` is then the JIT's (empty when the driver's compute cache had the module).
 
 Loaded modules are cached per context by the cubin's cache key, so loading the same PTX
 again costs a hash and a dict lookup, and function attributes raised once stay raised.
