@@ -32,19 +32,22 @@ ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x seque
          "fastest, the note the others. Every output is checked "
          "against the math backend in f32 first. Best of 3 interleaved rounds of medians of "
          "20 CUDA-event-timed runs.")
-LIMITS = ("Nsight Compute at D 128, S 8192 (H100, 2026-11-25, the held variant): the tensor pipe "
-          "is active 73% of cycles (55% before the two fixes of that day: nvJitLink ignored "
-          "setmaxnreg, so the consumers spilled and had their wgmmas serialised, and ptxas "
-          "hoisted the wait for P V above the softmax), issue slots 53% busy; the stalls are "
-          "the softmax's own dependencies (wait 22%, dispatch 13%) and the mbarrier waits "
-          "(11%, mostly the producer warp's). What is left at 128 is the softmax's "
-          "instruction stream: about 350 instructions a thread per key block against 4 "
-          "wgmmas. At head dim 64 the tensor pipe is active 41% with issue slots 54% busy: "
-          "the same softmax feeds half the GEMM work, so the kernel is issue-bound there "
-          "(turns pay a little at S 2048). Not yet tried: kBlockN 176 as FlashAttention 3 "
-          "uses at head dim 128 (it needs the O staging buffer folded into Q's), turns and "
-          "hold together with a finer-grained split of the softmax, K/V multicast across a "
-          "2-CTA cluster, and for head dim 64 three consumer warpgroups on 192 query rows.")
+LIMITS = ("Nsight Compute (H200, 2026-11-25, the held kernel): at D 128, S 8192 the tensor pipe "
+          "is busy 78% of cycles with issue slots 41% busy, the stalls being the softmax's "
+          "dependency chains (wait 33%) and the mbarrier waits (11%, mostly the producer "
+          "warp's); at D 64 it is 48% with issue slots 45% (wait 30%): the same softmax "
+          "feeds half the GEMM work per key block. At D 128, S 2048, causal (the one D 128 "
+          "row missed) the tensor pipe is busy 55% and the long-scoreboard waits for K and V "
+          "rise to 15%: a tile has at most 16 key blocks, so each one's fill and epilogue "
+          "weigh more. Three fixes of 2026-11-25 took D 128 from 0.65-0.84x to this: loading "
+          "through the driver JIT (nvJitLink ignored setmaxnreg, so the consumers spilled and "
+          "serialised their wgmmas), the hold (ptxas hoisted the wait for P V above the "
+          "softmax) and ex2.approx.ftz (one instruction instead of four). The issue's cuDNN "
+          "reference at D 128, S 8192 is 676 TFLOP/s; measured here, in one process, cuDNN "
+          "gives 601, so 1.05x of the issue's figure (710) is still missed. Not yet tried: "
+          "kBlockN 176 as FlashAttention 3 uses at head dim 128 (with the O staging folded "
+          "to 16 KiB), K/V multicast across a 2-CTA cluster, and for head dim 64 three "
+          "consumer warpgroups on 192 query rows.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
