@@ -18,18 +18,20 @@ from typing import Any
 from .common import BenchError, Row, Section, interleaved_ms, resident, twin
 
 TOKENS, HEADS = 32768, 16
-# (name, the warpgroups take turns, the wait for P V held after the softmax)
-VARIANTS = (("ptxdsl", False, True), ("ptxdsl (turns)", True, False),
-            ("ptxdsl (no hold)", False, False))
+# (name, the warpgroups take turns, the wait for P V held after the softmax, consumer
+# warpgroups); three warpgroups only at head dim 64
+VARIANTS = (("ptxdsl", False, True, 2), ("ptxdsl (turns)", True, False, 2),
+            ("ptxdsl (no hold)", False, False, 2), ("ptxdsl (3 warpgroups)", False, True, 3))
 CASES = "64:2048,64:2048:causal,64:8192,64:8192:causal,64:16384,64:16384:causal," \
         "128:2048,128:2048:causal,128:8192,128:8192:causal,128:16384,128:16384:causal"
 ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x sequence = 32768 "
          "tokens, the softmax scale 1/sqrt(D); ptxdsl also writes the f32 log-sum-exp. The "
          "references are torch 2.11 `scaled_dot_product_attention` with the cuDNN backend "
-         "(the strongest) and the flash backend (FlashAttention 2). ptxdsl runs three ways: "
-         "with the wait for P V held after the softmax (`hold`, a fence_cta()), with its two "
-         "consumer warpgroups taking turns (`turn`), and with neither; the row shows the "
-         "fastest, the note the others. Every output is checked "
+         "(the strongest) and the flash backend (FlashAttention 2). ptxdsl runs with the wait "
+         "for P V held after the softmax (`hold`, a fence_cta()), with its two consumer "
+         "warpgroups taking turns (`turn`), with neither, and at head dim 64 also with three "
+         "consumer warpgroups on 192-row tiles (held); the row shows the fastest, the note "
+         "the others. Every output is checked "
          "against the math backend in f32 first. Best of 3 interleaved rounds of medians of "
          "20 CUDA-event-timed runs.")
 LIMITS = ("Nsight Compute (H200, 2026-11-25, the held kernel): at D 128, S 8192 the tensor pipe "
@@ -44,10 +46,14 @@ LIMITS = ("Nsight Compute (H200, 2026-11-25, the held kernel): at D 128, S 8192 
           "serialised their wgmmas), the hold (ptxas hoisted the wait for P V above the "
           "softmax) and ex2.approx.ftz (one instruction instead of four). The issue's cuDNN "
           "reference at D 128, S 8192 is 676 TFLOP/s; measured here, in one process, cuDNN "
-          "gives 601, so 1.05x of the issue's figure (710) is still missed. Not yet tried: "
-          "kBlockN 176 as FlashAttention 3 uses at head dim 128 (with the O staging folded "
-          "to 16 KiB), K/V multicast across a 2-CTA cluster, and for head dim 64 three "
-          "consumer warpgroups on 192 query rows.")
+          "gives 601, so 1.05x of the issue's figure (710) is still missed. At D 64 three "
+          "consumer warpgroups on 192-row tiles (160 registers each) hide more of those "
+          "chains: 1.07-1.19x the two-warpgroup kernel without the causal mask; with it a "
+          "192-row tile's diagonal crosses the 128-key blocks off their edges and more blocks "
+          "are masked (S 2048: 235 against 329 TFLOP/s), so the causal D 64 rows stay at "
+          "0.91-1.03x. Not yet tried: kBlockN 176 as FlashAttention 3 uses at head dim 128 "
+          "(with the O staging folded to 16 KiB), K/V multicast across a 2-CTA cluster, and "
+          "3-warpgroup causal tiles walked in 128-key steps.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -69,16 +75,18 @@ def cases(text: str) -> list[tuple[int, int, bool]]:
     return out
 
 
-def launcher(kd: Any, q: Any, k: Any, v: Any, o: Any, lse: Any) -> Any:
-    """A closure launching the attention kernel `kd` on torch tensors (B x H x S x D) with
-    its tensor maps built once and a persistent grid of resident CTAs."""
+def launcher(kd: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, bm: int = 128) -> Any:
+    """A closure launching the attention kernel `kd` (tiles of `bm` query rows) on torch
+    tensors (B x H x S x D) with its tensor maps built once and a persistent grid of resident
+    CTAs."""
     from ptxdsl.runtime import TensorMap
 
     b, h, s, d = q.shape
     kvh, skv = k.shape[1], k.shape[2]
-    maps = [TensorMap(x, box=(1, 1, 128, 64), swizzle="128B") for x in (q, k, v)]
+    maps = [TensorMap(x, box=(1, 1, rows, 64), swizzle="128B")
+            for x, rows in ((q, bm), (k, 128), (v, 128))]
     to = TensorMap(o, box=(1, 1, 64, 64), swizzle="128B")
-    tiles = -(-s // 128) * b * h
+    tiles = -(-s // bm) * b * h
     launch = kd[min(tiles, resident(kd.program().kernel()))]
     scale_log2 = math.log2(math.e) / math.sqrt(d)
     return lambda: launch(*maps, to, lse, s, skv, h, kvh, b, scale_log2)
@@ -113,8 +121,9 @@ def measure(a: argparse.Namespace, d: int, s: int, causal: bool) -> tuple[list[R
     o = torch.empty_like(q)
     lse = torch.empty(b, HEADS, s, device="cuda", dtype=torch.float32)
     tw = twin("attention")
-    ours = {name: launcher(tw.make_attention(d, causal, pp, hold=hd), q, k, v, o, lse)
-            for name, pp, hd in VARIANTS}
+    ours = {name: launcher(tw.make_attention(d, causal, pp, hold=hd, nwg=nwg), q, k, v, o, lse,
+                           bm=tw.block_rows(nwg))
+            for name, pp, hd, nwg in VARIANTS if nwg == 2 or d == 64}
 
     def sdpa(backend: Any) -> Any:
         def run() -> Any:

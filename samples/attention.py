@@ -15,31 +15,38 @@ import numpy as np
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
 
-BM = BN = 128  # query rows per CTA tile (64 per consumer warpgroup), keys per block
+BN = 128  # keys per block (a tile has 64 query rows per consumer warpgroup: block_rows)
 NEG = -1.0e30  # the score of a masked column: exp2 of it minus any real maximum is 0
 LN2 = 0.6931471805599453
 
 
 def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
-                   stages: tuple[int, int] = (2, 2), hold: bool | None = None) -> ptxdsl.KernelDef:
+                   stages: tuple[int, int] = (2, 2), hold: bool | None = None,
+                   nwg: int = 2) -> ptxdsl.KernelDef:
     """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
     `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: no, it
     no longer pays). `stages`: of the K and the V pipeline. `hold`: a fence_cta() keeps the
-    wait for P V after the softmax (default: without turns)."""
+    wait for P V after the softmax (default: without turns). `nwg`: consumer warpgroups (2,
+    or 3 at head dim 64), 64 query rows each: a tile is 64 nwg rows (`block_rows`)."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
+    if nwg not in (2, 3) or nwg == 3 and d != 64:
+        raise ValueError(f"make_attention: 2 consumer warpgroups, or 3 at head dim 64; not "
+                         f"{nwg} at {d}")
+    bm = block_rows(nwg)
     pp = bool(pingpong)
     hd = int(not pp if hold is None else hold)
     hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
     cz = int(causal)
     name = "attention" if (d, cz, pp, stages, hd) == (128, 0, False, (2, 2), True) else \
         f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}" + \
-        ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}") + ("_hold" if hd else "")
+        ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}") + ("_hold" if hd else "") + \
+        ("" if nwg == 2 else f"_w{nwg}")
 
     def softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2,  # noqa: E741
                 first: bool) -> None:
         """Mask block j's scores, update the row maxima and sums, and turn S into P (f32)."""
-        with k.if_((c0 + 128 > kv_seq) | (cz != 0) & (mb * 128 + off < j * 128 + 127)):
+        with k.if_((c0 + 128 > kv_seq) | (cz != 0) & (mb * bm + off < j * 128 + 127)):
             with k.for_("jj", 0, 16, unroll=True) as jj:
                 with k.for_("e", 0, 4, unroll=True) as e:
                     cc = k.let("cc", c0 + jj * 8 + e % 2)
@@ -72,17 +79,17 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                   lse: ptr(f32), seq: u32, kv_seq: u32, heads: u32, kv_heads: u32, batch: u32,
                   scale_log2: f32):
         kt, k = k, ctx  # the parameter is named k, as in the text; k is the context below
-        qp = k.pipeline("qp", 1, q=(bf16, [hb, BM, 64], 1024, 128))
+        qp = k.pipeline("qp", 1, q=(bf16, [hb, bm, 64], 1024, 128))
         kp = k.pipeline("kp", stages[0], k=(bf16, [hb, BN, 64], 1024, 128))
         vp = k.pipeline("vp", stages[1], v=(bf16, [hb, BN, 64], 1024, 128, "mn"))
-        os_ = k.shared("os", bf16, [2, hb, 64, 64], align=1024, swizzle=128)
-        mblocks = k.let("mblocks", (seq + 127) / 128)
+        os_ = k.shared("os", bf16, [nwg, hb, 64, 64], align=1024, swizzle=128)
+        mblocks = k.let("mblocks", (seq + (bm - 1)) / bm)
         nkv = k.let("nkv", (kv_seq + 127) / 128)
         off = k.let("off", kv_seq - seq)  # causal: row r sees keys <= r + off
 
         def kv_blocks(mb):
             """The key blocks query block mb reads (causal: up to its last row's diagonal)."""
-            return k.select(cz != 0, k.min(mb + 1 + (off + 127) / 128, nkv), nkv)
+            return k.select(cz != 0, k.min((mb * bm + (bm - 1) + off) / 128 + 1, nkv), nkv)
 
         nbh = k.let("nbh", batch * heads)
         ntiles = k.let("ntiles", mblocks * nbh)
@@ -98,7 +105,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                     nblocks = k.let("nblocks", kv_blocks(mb))
                     k.acquire(qp)
                     with k.for_("h", 0, hb, unroll=True) as h:
-                        k.tma_load(qp.q[h], q, [(h * 64).to(s32), (mb * 128).to(s32), qh, bb])
+                        k.tma_load(qp.q[h], q, [(h * 64).to(s32), (mb * bm).to(s32), qh, bb])
                     k.commit(qp)
                     with k.for_("j", 0, nblocks) as j:
                         for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
@@ -107,7 +114,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                                 k.tma_load(getattr(pipe, buf)[h], tm, [(h * 64).to(s32),
                                            (j * 128).to(s32), kvh, bb])
                             k.commit(pipe)
-        with k.role("consumer", 4, 12, regs=240):
+        with k.role("consumer", 4, 4 + 4 * nwg, regs=240 if nwg == 2 else 160):
             wg = k.let("wg", k.warp / 4 - 1)
             leader = k.let("leader", k.tid.x % 128 == 0)
             row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
@@ -116,7 +123,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                 mb = k.let("mb", mblocks - 1 - t % mblocks)
                 bh = k.let("bh", t / mblocks)
                 nblocks = k.let("nblocks", kv_blocks(mb))
-                r0 = k.let("r0", mb * 128 + wg * 64 + row)
+                r0 = k.let("r0", mb * bm + wg * 64 + row)
                 s = k.let("s", type=array(f32, 64))
                 p = k.let("p", type=array(bf16, 64))
                 acc = k.let("acc", type=array(f32, d // 2))
@@ -188,13 +195,18 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                 k.bar_sync(8 + wg, 128)
                 with k.if_(leader):
                     with k.for_("h", 0, hb, unroll=True) as h:
-                        k.tma_store(o, [(h * 64).to(s32), (mb * 128 + wg * 64).to(s32),
+                        k.tma_store(o, [(h * 64).to(s32), (mb * bm + wg * 64).to(s32),
                                         (bh % heads).to(s32), (bh / heads).to(s32)], os_[wg, h])
                     k.bulk_commit()
             with k.if_(leader):
                 k.bulk_wait(0)
 
-    return ptxdsl.kernel(threads=384, name=name)(attention)
+    return ptxdsl.kernel(threads=128 * (nwg + 1), name=name)(attention)
+
+
+def block_rows(nwg: int = 2) -> int:
+    """Query rows of a tile with `nwg` consumer warpgroups (the Q tensor map's box)."""
+    return 64 * nwg
 
 
 attention = make_attention()
@@ -218,16 +230,18 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: 
 
 def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: int = 1,
             seq: int = 200, d: int = 128, causal: bool = False, grid: int | None = None,
-            defines: dict | None = None, kv_seq: int | None = None) -> dict:
+            defines: dict | None = None, kv_seq: int | None = None, nwg: int = 2) -> dict:
     """Random bf16 Q, K, V; the reference is attention in float64 on the bf16 values.
     `defines` (the text sample's -D D=64 -D CAUSAL=1) override d and causal (the kernel is
     built by the caller; the inputs do not depend on PINGPONG). `kv_seq`: the keys' length
-    (default `seq`; at least `seq` when causal)."""
+    (default `seq`; at least `seq` when causal). `nwg`: the kernel's consumer warpgroups (its
+    tile's query rows, `block_rows`; -D NWG=3)."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     if defines:
         d = int(str(defines.get("D", d)), 0)
         causal = bool(int(str(defines.get("CAUSAL", int(causal))), 0))
+        nwg = int(str(defines.get("NWG", nwg)), 0)
     kv_seq = seq if kv_seq is None else kv_seq
     if causal and kv_seq < seq:
         raise ValueError(f"causal attention needs kv_seq >= seq, got {kv_seq} < {seq}")
@@ -238,13 +252,14 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
     v = f32_to_bf16(rng.standard_normal(kv_shape, np.float32))
     scale = 1.0 / math.sqrt(d)
     ref_o, ref_lse = reference(bf16_to_f32(q), bf16_to_f32(k), bf16_to_f32(v), causal, scale)
-    tiles = -(-seq // BM) * batch * heads
+    bm = block_rows(nwg)
+    tiles = -(-seq // bm) * batch * heads
     box = {"swizzle": "128B"}
     return {"grid": grid or min(132, tiles),
             "inputs": {"q": q, "k": k, "v": v, "seq": seq, "kv_seq": kv_seq, "heads": heads,
                        "kv_heads": kv_heads, "batch": batch,
                        "scale_log2": np.float32(scale * math.log2(math.e))},
-            "tensor_maps": {"q": {"box": (1, 1, BM, 64), **box},
+            "tensor_maps": {"q": {"box": (1, 1, bm, 64), **box},
                             "k": {"box": (1, 1, BN, 64), **box},
                             "v": {"box": (1, 1, BN, 64), **box},
                             "o": {"box": (1, 1, 64, 64), **box}},

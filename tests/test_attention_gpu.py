@@ -17,7 +17,8 @@ def torch():
     return torch
 
 
-def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None, skv=None, hold=None):
+def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=False, skv=None, hold=None,
+        nwg=2):
     """(o, lse, q, k, v) of ptxdsl's kernel on fresh random inputs (keys of length `skv`,
     default `s`)."""
     from bench.attention import launcher
@@ -29,8 +30,9 @@ def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=None, skv=None, h
     v = torch.randn(b, kvh, skv, d, device="cuda", dtype=torch.bfloat16, generator=g)
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
-    kd = sample_twin("attention").make_attention(d, causal, pingpong, hold=hold)
-    launcher(kd, q, k, v, o, lse)()
+    tw = sample_twin("attention")
+    kd = tw.make_attention(d, causal, pingpong, hold=hold, nwg=nwg)
+    launcher(kd, q, k, v, o, lse, bm=tw.block_rows(nwg))()
     torch.cuda.synchronize()
     return o, lse, q, k, v
 
@@ -50,6 +52,15 @@ def test_attention_is_compiled_whole_with_its_register_budgets(torch):
     fn = m.kernel().function.handle
     assert check(drv.cuFuncGetAttribute(attr, fn), "cuFuncGetAttribute") == 0
     assert "serialized" not in m.info_log and "C7504" not in m.info_log, m.info_log
+
+
+@pytest.mark.parametrize("s, skv, causal", [(1500, 1500, False), (1000, 1000, True),
+                                           (17, 4097, True), (4097, 4097, False)])
+def test_attention_three_warpgroups(torch, s, skv, causal):
+    """Head dim 64 on three consumer warpgroups (192-row tiles): ragged tiles, the causal
+    diagonal crossing 128-key blocks at every offset, a KV cache longer than the queries."""
+    o, lse, q, k, v = run(torch, 64, s, causal, b=2, h=4, kvh=2, skv=skv, nwg=3)
+    assert_close(torch, o, lse, *reference(torch, q, k, v, causal))
 
 
 def reference(torch, q, k, v, causal):

@@ -98,6 +98,22 @@ def test_attention_against_a_longer_kv_cache(seq, kv_seq):
         assert r.ok, f"{param}: {r.detail}"
 
 
+@pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
+@pytest.mark.parametrize("seq, kv_seq, causal", [(300, 300, False), (250, 330, True)])
+def test_attention_on_three_warpgroups(seq, kv_seq, causal):
+    """Head dim 64 on three consumer warpgroups (192-row tiles): ragged tiles and a causal
+    diagonal that crosses the 128-key blocks off their edges."""
+    twin = sample_module("attention")
+    kd = twin.make_attention(64, causal=causal, nwg=3)
+    ex = twin.example(np.random.default_rng(seq), batch=1, seq=seq, kv_seq=kv_seq, d=64,
+                      causal=causal, grid=2, nwg=3)
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex})
+    for param, want in ex["expected"].items():
+        elem = ptxdsl.bf16 if param == "o" else ptxdsl.f32
+        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
+        assert r.ok, f"{param}: {r.detail}"
+
+
 @pytest.mark.parametrize("form", ["layernorm", "layernorm_row"])
 def test_layernorm_stays_accurate_for_rows_far_from_zero(form):
     """LayerNorm combines (mean, squared deviations) pairs across lanes and warps, so rows of
