@@ -576,3 +576,35 @@ fence_after_barrier.ptxdsl:28:5: note: fenced here: move the fence before the ba
     fence_proxy_async();
     ^~~~~~~~~~~~~~~~~~~"""
     )
+
+
+BUDGET = """
+kernel budget(out: ptr<f32>) threads(128) {
+    let s: f32[64];
+    let p: bf16[64];
+    let pn: bf16[64];
+    let acc: f32[ACC];
+    for x in 0 .. 64 unroll {
+        s[x] = 1.0;
+        p[x] = s[x] as bf16;
+        pn[x] = p[x];
+    }
+    for x in 0 .. ACC unroll {
+        acc[x] = pn[x % 64] as f32;
+    }
+    out[%tid.x] = acc[0] + s[1];
+}
+"""
+
+
+@pytest.mark.parametrize("acc, fits", [(110, True), (130, False)])
+def test_register_budget_counts_16_bit_arrays_two_to_a_register(acc, fits):
+    """s (64) + two bf16[64] (32 registers each, packed) + acc + 8 reserved against 255: 110
+    fits (246), 130 does not (258 registers); a register per bf16 element would reject
+    both."""
+    text = BUDGET.replace("ACC", str(acc))
+    if fits:
+        assert verify_text(text) == []
+    else:
+        (err,) = errors_of(text, "budget.ptxdsl")
+        assert "brings this thread's register arrays to 258 registers" in err.message, err
