@@ -4,9 +4,10 @@ O = softmax(Q K^T * scale) V for bf16 Q (B x H x S x D), K and V (B x KVH x S_kv
 Q, and the f32 log-sum-exp (B x H x S); causal masks align to the end (decode: S = 1).
 `make_attention(d, causal)` builds it for head dim 64 or 128, causal or not; the module-level
 kernel is the text file's default (d = 128, non-causal). The structure (one producer warp,
-two consumer warpgroups of 64 query rows, the next block's S = Q K^T issued before P V of the
-current one, P handed to wgmma from registers with frag(p, k), the warpgroups optionally
-taking turns with `k.turn()`) is described in attention.ptxdsl."""
+two or three consumer warpgroups of 64 query rows, the next block's S = Q K^T issued before
+P V of the current one, P handed to wgmma from registers with frag(p, k), the wait for P V
+held after the softmax with fence_cta(), the warpgroups optionally taking turns with
+`k.turn()`) is described in attention.ptxdsl."""
 
 import math
 
@@ -21,12 +22,12 @@ LN2 = 0.6931471805599453
 
 
 def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
-                   stages: tuple[int, int] = (2, 2), hold: bool | None = None,
+                   stages: tuple[int, int] = (2, 2), hold: bool = True,
                    nwg: int = 2) -> ptxdsl.KernelDef:
     """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
     `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: no, it
     no longer pays). `stages`: of the K and the V pipeline. `hold`: a fence_cta() keeps the
-    wait for P V after the softmax (default: without turns). `nwg`: consumer warpgroups (2,
+    wait for P V after the softmax (default: yes). `nwg`: consumer warpgroups (2,
     or 3 at head dim 64), 64 query rows each: a tile is 64 nwg rows (`block_rows`)."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
@@ -35,7 +36,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                          f"{nwg} at {d}")
     bm = block_rows(nwg)
     pp = bool(pingpong)
-    hd = int(not pp if hold is None else hold)
+    hd = int(hold)
     hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
     cz = int(causal)
     name = "attention" if (d, cz, pp, stages, hd) == (128, 0, False, (2, 2), True) else \

@@ -252,3 +252,11 @@ def test_sm80_rejects_an_atomic_in_a_widened_copy_block():
         ptxdsl.compile_module(ptxdsl.parse(text, "k.ptxdsl"), arch="sm_80")
     assert "k.ptxdsl:13:17: error: atomic_exch in a block that sm_80 runs on the whole warp" \
         in str(e.value)
+
+
+def test_fence_cta_has_an_sm80_form(tmp_path):
+    """fence.acq_rel.cta exists from sm_70: the Ampere build keeps it."""
+    text = "kernel k(x: ptr<f32>) threads(64) { x[%tid.x] = 1.0; fence_cta(); }"
+    ptx = ptxdsl.compile(text, arch="sm_80").ptx
+    assert "fence.acq_rel.cta;" in ptx
+    assemble(ptx, tmp_path, "sm_80")

@@ -1247,3 +1247,32 @@ def test_default_device_follows_a_context_another_library_made_current(monkeypat
     assert rd._device_ordinal() == 3
     monkeypatch.setenv("PTXDSL_DEVICE", "1")
     assert rd._device_ordinal() == 1
+
+
+class _JitDriver:
+    """The driver module with cuModuleLoadDataEx answering `err` and an error log."""
+
+    def __init__(self, err):
+        self._real, self.err = rd.driver(), err
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def cuModuleLoadDataEx(self, image, n, options, values):
+        values[2][:19] = b"ptxas: line 7 boom\0"
+        return (self.err, None)
+
+
+@pytest.mark.parametrize("name, error", [("CUDA_ERROR_INVALID_PTX", CompileError),
+                                         ("CUDA_ERROR_OUT_OF_MEMORY", DeviceError)])
+def test_driver_jit_failures_name_the_kernel_and_the_cause(monkeypatch, name, error):
+    """PTX the JIT rejects is a CompileError with its log; any other failure a DeviceError."""
+    from ptxdsl.runtime import module
+
+    fake = _JitDriver(getattr(rd.driver().CUresult, name))
+    monkeypatch.setattr(module, "driver", lambda: fake)
+    with pytest.raises(error) as e:
+        module._jit_load(b".version 8.0\0", ["attention"])
+    text = str(e.value)
+    assert "'attention'" in text and name in text, text
+    assert ("line 7 boom" in text) == (error is CompileError), text

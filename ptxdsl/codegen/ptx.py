@@ -50,9 +50,7 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         # 16-bit register arrays read by wgmma as A fragments: each also lives packed, two
         # elements per .b32 register (`name#b32`), repacked where an element is written, so
         # the packing happens before wgmma_fence() and ptxas need not fence each wgmma again
-        self.packed = {(a.vec if isinstance(a, ir.Fragment) else a).name  # type: ignore[attr-defined]
-                       for a in (n.a for n in ir.walk(kernel.body) if isinstance(n, ir.Wgmma))
-                       if isinstance(a.type, T.RegArray)}
+        self.packed = ir.fragment_arrays(kernel.body)
 
     # ------------------------------------------------------------------ names
 

@@ -2,8 +2,8 @@
 synchronisation (semaphores, counters, flags) between CTAs.
 
 `atomic_<op>(place, ...)` and `ld_acquire(place)` are expressions (their value is the old
-value, or the one loaded); `st_release(place, value)` and `fence_proxy_async_global()` are
-statements. The memory order and scope are written as bare words in the call
+value, or the one loaded); `st_release(place, value)`, `fence_proxy_async_global()` and
+`fence_cta()` are statements. The memory order and scope are written as bare words in the call
 (`atomic_add(sem[t], 1, acq_rel, gpu)`); the tables below say which PTX accepts.
 """
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .core import Expr, Op
+from .. import types as T
+from .core import Expr, Op, Stmt, walk
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,3 +62,13 @@ class Fragment(Expr):
     syntax: ClassVar[str] = "frag"
     vec: Expr
     k: Expr
+
+
+def fragment_arrays(body: tuple[Stmt, ...]) -> set[str]:
+    """The register arrays that wgmmas in `body` read as A operands (directly or through
+    `frag(p, k)`): codegen keeps each packed, two 16-bit elements to a 32-bit register."""
+    out = set()
+    for n in walk(body):
+        if isinstance(n, Wgmma) and isinstance(n.a.type, T.RegArray):
+            out.add((n.a.vec if isinstance(n.a, Fragment) else n.a).name)  # type: ignore[attr-defined]
+    return out

@@ -51,7 +51,8 @@ _DROPPED = (ir.FenceProxyAsync, ir.FenceMBarrierInit, ir.BulkCommit, ir.BulkWait
 # statements that exist on sm_80 unchanged
 _KEPT = (ir.MBarrierInit, ir.MBarrierInval, ir.BarSync, ir.BarArrive, ir.CpAsync, ir.CpAsyncCg,
          ir.CpAsyncCommit, ir.CpAsyncWait, ir.CpAsyncWaitAll, ir.CpAsyncArrive,
-         ir.CpAsyncArriveNoinc, ir.MBarrierTestWait, ir.TensorDescFields, ir.StoreRelease)
+         ir.CpAsyncArriveNoinc, ir.MBarrierTestWait, ir.TensorDescFields, ir.StoreRelease,
+         ir.FenceCta)
 # side effects that a widened block keeps on its one thread
 _ONE_THREAD = (ir.Store, ir.MBarrierArrive, ir.MBarrierInit, ir.MBarrierInval, ir.BarArrive,
                ir.Asm, ir.CpAsync, ir.CpAsyncCg, ir.CpAsyncCommit, ir.CpAsyncWait,

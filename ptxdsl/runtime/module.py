@@ -36,7 +36,9 @@ _loaded: dict[tuple[int, str, tuple], LoadedModule] = {}
 class LoadedModule:
     """A PTX module loaded on the device: `m["name"]` or `m.kernel("name")` is a `Kernel`.
 
-    `info_log` is ptxas's verbose report (registers, spills, shared memory) per kernel."""
+    `info_log` is ptxas's verbose report (registers, spills, shared memory) per kernel; for
+    modules the driver JIT compiled (`compile.whole_program`, sm_80) it is the JIT's, empty
+    when the driver's compute cache answered, and `cubin` holds the PTX it was given."""
 
     def __init__(self, ptx_module: PtxModule, cubin: bytes, info_log: str, kernels: dict):
         self.ptx_module = ptx_module
@@ -113,11 +115,16 @@ def load(ptx_module: PtxModule, device: int | None = None) -> LoadedModule:
 
 
 _LOG_BYTES = 1 << 16
+# what the driver JIT answers for PTX it will not compile (the input's fault: CompileError with
+# its log); any other failure (out of memory, a dead context) is the device's (DeviceError)
+_REJECTED = ("CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+             "CUDA_ERROR_INVALID_IMAGE", "CUDA_ERROR_NO_BINARY_FOR_GPU")
 
 
 def _jit_load(ptx: bytes, names: list[str]) -> tuple[object, str]:
     """Load PTX through the driver JIT (a whole-program compile): the module and the JIT's
-    verbose info log; CompileError with the JIT's error log when it rejects the PTX."""
+    verbose info log (empty when the driver's compute cache had it); CompileError with the
+    JIT's error log when it rejects the PTX, DeviceError for any other failure."""
     drv = driver()
     opt = drv.CUjit_option
     info, error = bytearray(_LOG_BYTES), bytearray(_LOG_BYTES)
@@ -126,10 +133,12 @@ def _jit_load(ptx: bytes, names: list[str]) -> tuple[object, str]:
                opt.CU_JIT_LOG_VERBOSE]
     err, handle = drv.cuModuleLoadDataEx(ptx, len(options), options,
                                          [info, _LOG_BYTES, error, _LOG_BYTES, 1])
-    if err != 0:
-        which = ", ".join(f"'{n}'" for n in names)
-        raise CompileError(failure_message(err, f"the driver JIT of {which}") + "\n"
-                           + _text(error))
+    which = ", ".join(f"'{n}'" for n in names)
+    if err != 0 and any(err == getattr(drv.CUresult, n, None) for n in _REJECTED):
+        log = _text(error)
+        raise CompileError(failure_message(err, f"the driver JIT of {which}")
+                           + (f"\n{log}" if log else ""))
+    check((err,), f"cuModuleLoadDataEx({which})")
     return handle, _text(info)
 
 

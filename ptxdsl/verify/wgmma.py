@@ -512,24 +512,27 @@ def check_register_arrays(facts: Facts, out: Report) -> None:
     the kernel (maxnreg, else 255)."""
     k = facts.kernel
     base = k.maxnreg or 255
-    _budget(k.body, base, out)
+    _budget(k.body, base, out, ir.fragment_arrays(k.body))
 
 
-def _budget(stmts: tuple[ir.Stmt, ...], budget: int, out: Report) -> int:
+def _budget(stmts: tuple[ir.Stmt, ...], budget: int, out: Report, packed: set[str]) -> int:
     used = 0
     for s in stmts:
         if isinstance(s, ir.SetMaxNReg):
             budget = s.regs
         elif isinstance(s, ir.Let) and isinstance(s.var_type, T.RegArray):
-            # 32-bit registers: 16-bit elements pack two to one, 64-bit ones take two
-            used += -(-s.var_type.n * max(s.var_type.elem.nbytes, 2) // 4)
+            # 32-bit registers: 64-bit elements take two; the 16-bit elements of an array read
+            # as wgmma A fragments are kept packed two to one (codegen), others take one each
+            n, size = s.var_type.n, s.var_type.elem.nbytes
+            used += n * 2 if size == 8 else -(-n * size // 4) if s.name in packed else n
             if used + _RESERVED_REGS > budget:
                 out.error(f"register array '{s.name}' brings this thread's register arrays to "
                           f"{used} registers, more than its budget of {budget} allows (keep "
                           f"{_RESERVED_REGS} for addresses and counters); raise the role's "
                           "regs or shrink the tile", s.loc)
         elif isinstance(s, ir.If):
-            used += max(_budget(s.then, budget, out), _budget(s.orelse, budget, out))
+            used += max(_budget(s.then, budget, out, packed),
+                        _budget(s.orelse, budget, out, packed))
         elif isinstance(s, (ir.For, ir.While)):
-            used += _budget(s.body, budget, out)
+            used += _budget(s.body, budget, out, packed)
     return used
