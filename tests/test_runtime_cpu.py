@@ -7,6 +7,7 @@ import ctypes
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import ml_dtypes
@@ -1276,3 +1277,61 @@ def test_driver_jit_failures_name_the_kernel_and_the_cause(monkeypatch, name, er
     text = str(e.value)
     assert "'attention'" in text and name in text, text
     assert ("line 7 boom" in text) == (error is CompileError), text
+
+
+class _LoadDriver(_JitDriver):
+    """The driver module with module loads faked: the JIT of one image waits for `release`."""
+
+    def __init__(self, slow: bytes):
+        super().__init__(0)
+        self.slow, self.release, self.jits = slow, threading.Event(), []
+
+    def cuModuleLoadDataEx(self, image, n, options, values):
+        self.jits.append(image)
+        if image == self.slow:
+            assert self.release.wait(10), "the slow JIT was never released"
+        return (0, f"module {len(self.jits)}")
+
+    def cuModuleLoadData(self, image):
+        return (0, "module plain")
+
+    def cuModuleGetFunction(self, handle, name):
+        return (0, f"{handle}:{name.decode()}")
+
+
+def test_a_slow_driver_jit_holds_up_no_other_module(monkeypatch, cache_dir):
+    """A module in the driver JIT blocks only the threads that want that module: another
+    module loads meanwhile, and the waiting thread gets the one CUmodule, compiled once."""
+    import types
+
+    from ptxdsl.kernelinfo import PtxModule
+    from ptxdsl.runtime import launch, module
+
+    ws = PtxModule(WS_PTX, (KernelInfo("ws", (), (256, 1, 1), None, 0, "sm_90a"),), "sm_90a")
+    plain = PtxModule(GOOD_PTX, (KernelInfo("iota", (), (128, 1, 1), None, 0, "sm_90a"),),
+                      "sm_90a")
+    fake = _LoadDriver(WS_PTX.encode() + b"\0")
+    monkeypatch.setattr(module, "driver", lambda: fake)
+    monkeypatch.setattr(module, "context", lambda: types.SimpleNamespace(handle=4242))
+    monkeypatch.setattr(launch, "device_info", lambda: types.SimpleNamespace(max_smem_optin=0))
+    monkeypatch.setattr(module, "_modules", {})
+    monkeypatch.setattr(module, "_loaded", {})
+    monkeypatch.setattr(module, "_key_locks", {})
+    got = {}
+
+    def load(name, m):
+        got.setdefault(name, []).append(module.load(m))
+
+    slow = [threading.Thread(target=load, args=("ws", ws)) for _ in range(2)]
+    for t in slow:
+        t.start()
+    fast = threading.Thread(target=load, args=("plain", plain))
+    fast.start()
+    fast.join(5)
+    assert not fast.is_alive() and got["plain"][0]["iota"].function.handle == \
+        "module plain:iota"
+    fake.release.set()
+    for t in slow:
+        t.join(5)
+    a, b = got["ws"]
+    assert a is b and fake.jits == [fake.slow]

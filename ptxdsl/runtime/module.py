@@ -30,6 +30,7 @@ class _CuModule:
 
 _lock = threading.Lock()
 _modules: dict[tuple[int, str], _CuModule] = {}
+_key_locks: dict[tuple[int, str], threading.Lock] = {}  # one per module being loaded
 _loaded: dict[tuple[int, str, tuple], LoadedModule] = {}
 
 
@@ -91,27 +92,47 @@ def load(ptx_module: PtxModule, device: int | None = None) -> LoadedModule:
         cubin, info_log = ptx_to_cubin(ptx_module.ptx, ptx_module.arch, names)
         if jit:
             cubin = ptx_module.ptx.encode() + b"\0"
+    mod = _module(ctx_id, key, cubin, jit, ptx_module, names)
     with _lock:
-        mod = _modules.get((ctx_id, key))
-        if mod is None:
-            jit_log = ""
-            if jit:
-                handle, jit_log = _jit_load(cubin, names)
-            else:
-                handle = check(driver().cuModuleLoadData(cubin), "cuModuleLoadData")
-            mod = _modules[(ctx_id, key)] = _CuModule(handle, {}, jit_log=jit_log)
-            if any(k.watch_sites for k in ptx_module.kernels):
-                from .watchdog import Report
-
-                mod.watchdog = Report(handle)
         kernels = {k.name: Kernel(k, _function(mod, k.name)) for k in ptx_module.kernels}
         for k in kernels.values():
             k.watchdog = mod.watchdog
             k.context = ctx
         if jit:
             info_log = mod.jit_log
-        result = _loaded[loaded_key] = LoadedModule(ptx_module, cubin, info_log, kernels)
+        result = _loaded.setdefault(loaded_key,
+                                    LoadedModule(ptx_module, cubin, info_log, kernels))
     return result
+
+
+def _module(ctx_id: int, key: str, image: bytes, jit: bool, ptx_module: PtxModule,
+            names: list[str]) -> _CuModule:
+    """The CUmodule of `key` in the context, loaded once. The driver JIT may take seconds:
+    it runs under this module's own lock, so other modules load meanwhile, and a second
+    thread asking for the same module waits for the first one's."""
+    with _lock:
+        mod = _modules.get((ctx_id, key))
+        if mod is not None:
+            return mod
+        key_lock = _key_locks.setdefault((ctx_id, key), threading.Lock())
+    with key_lock:
+        with _lock:
+            mod = _modules.get((ctx_id, key))
+        if mod is not None:
+            return mod
+        jit_log = ""
+        if jit:
+            handle, jit_log = _jit_load(image, names)
+        else:
+            handle = check(driver().cuModuleLoadData(image), "cuModuleLoadData")
+        mod = _CuModule(handle, {}, jit_log=jit_log)
+        if any(k.watch_sites for k in ptx_module.kernels):
+            from .watchdog import Report
+
+            mod.watchdog = Report(handle)
+        with _lock:
+            _modules[(ctx_id, key)] = mod
+        return mod
 
 
 _LOG_BYTES = 1 << 16
