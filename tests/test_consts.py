@@ -101,6 +101,15 @@ def test_cli_rejects_bad_defines():
         "vectors for every consumer thread (N % (THREADS * VEC) == 0 is false)" in r.stderr
 
 
+def test_attention_names_its_warpgroup_rule():
+    """Three consumer warpgroups fit the registers only at head dim 64: a located assertion,
+    not a register-budget error."""
+    r = cli("check", str(SAMPLES / "attention.ptxdsl"), "-D", "NWG=3")
+    assert r.returncode == 1 and "attention.ptxdsl:32:5: error: compile-time assertion " \
+        "failed: 2 consumer warpgroups, or 3 at head dim 64" in r.stderr, r.stderr
+    assert "register arrays" not in r.stderr
+
+
 def test_constant_folding_checks_types_and_ranges():
     assert "expected f32, got the u32 constant 8 (convert it with 'as f32')" in errors(
         "const N: u32 = 8; kernel k() threads(32) { let f: f32 = N; }")
