@@ -84,7 +84,8 @@ class FenceProxyAsyncGlobal(Op):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FenceCta(Op):
     """`fence.acq_rel.cta`: a CTA-scope fence. Besides ordering this thread's memory accesses,
-    it pins the schedule: ptxas moves no `wgmma_wait` above it. Written just before a
+    it pins the schedule: ptxas (13.0, as its SASS shows; PTX promises only the ordering)
+    moves no `wgmma_wait` above it. Written just before a
     `wgmma_wait`, it keeps the work between the last issue and the wait overlapping the
     groups in flight; without it ptxas may hoist the wait above that work (to start
     instructions that follow the wait sooner), which then waits for the tensor cores."""

@@ -130,6 +130,11 @@ def _log(nj, handle: int, error: bool) -> str:
         return ""
     buf = bytearray(size)
     (nj.get_error_log if error else nj.get_info_log)(handle, buf)
+    return c_string(buf)
+
+
+def c_string(buf: bytearray) -> str:
+    """A NUL-terminated log buffer (nvJitLink's, the driver JIT's) as text."""
     return bytes(buf).split(b"\0", 1)[0].decode(errors="replace").rstrip()
 
 

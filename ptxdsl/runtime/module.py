@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import CompileError, LaunchError
 from ..kernelinfo import PtxModule
-from .compile import cache_key, ptx_to_cubin, whole_program
+from .compile import c_string, cache_key, ptx_to_cubin, whole_program
 from .driver import check, context, driver, failure_message, use_device
 from .launch import Kernel, LoadedFunction
 
@@ -85,13 +85,14 @@ def load(ptx_module: PtxModule, device: int | None = None) -> LoadedModule:
         hit = _loaded.get(loaded_key)
     if hit is not None:
         return hit
+    # the driver JIT compiles Ampere PTX for this device, and whole programs; nvJitLink still
+    # checks the latter (its cubin is cached but not loaded)
     jit = ptx_module.arch == "sm_80" or whole_program(ptx_module.ptx)
-    if ptx_module.arch == "sm_80":  # the driver JIT-compiles Ampere PTX for this device
-        cubin, info_log = ptx_module.ptx.encode() + b"\0", ""
-    else:
+    info_log = ""
+    if ptx_module.arch != "sm_80":
         cubin, info_log = ptx_to_cubin(ptx_module.ptx, ptx_module.arch, names)
-        if jit:
-            cubin = ptx_module.ptx.encode() + b"\0"
+    if jit:
+        cubin = ptx_module.ptx.encode() + b"\0"
     mod = _module(ctx_id, key, cubin, jit, ptx_module, names)
     with _lock:
         kernels = {k.name: Kernel(k, _function(mod, k.name)) for k in ptx_module.kernels}
@@ -156,15 +157,12 @@ def _jit_load(ptx: bytes, names: list[str]) -> tuple[object, str]:
                                          [info, _LOG_BYTES, error, _LOG_BYTES, 1])
     which = ", ".join(f"'{n}'" for n in names)
     if err != 0 and any(err == getattr(drv.CUresult, n, None) for n in _REJECTED):
-        log = _text(error)
+        log = c_string(error)
         raise CompileError(failure_message(err, f"the driver JIT of {which}")
                            + (f"\n{log}" if log else ""))
     check((err,), f"cuModuleLoadDataEx({which})")
-    return handle, _text(info)
+    return handle, c_string(info)
 
-
-def _text(buf: bytearray) -> str:
-    return bytes(buf).split(b"\0", 1)[0].decode(errors="replace").rstrip()
 
 
 def _function(mod: _CuModule, name: str) -> LoadedFunction:
