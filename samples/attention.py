@@ -95,110 +95,122 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
         nbh = k.let("nbh", batch * heads)
         ntiles = k.let("ntiles", mblocks * nbh)
         group = k.let("group", heads / kv_heads)
+        # a head's query blocks in the order last, first, last - 1, second, ... (odd heads of
+        # an odd count start with the middle one); causal, a CTA takes a long and a short one
+        # at a time, so that every CTA's share of the work comes out even
+        pair = k.let("pair", k.select((cz != 0) & (ntiles >= 2 * k.nctaid.x), 2, 1))
+        nunits = k.let("nunits", (ntiles + pair - 1) / pair)
+
+        def tile(t):
+            """(query block, batch x head) of the walk's t-th tile."""
+            bh = k.let("bh", t / mblocks)
+            odd = (mblocks % 2 == 1) & (bh % 2 == 1)
+            u = k.let("u", (t % mblocks + k.select(odd, mblocks - 1, 0)) % mblocks)
+            return k.let("mb", k.select(u % 2 == 0, mblocks - 1 - u / 2, u / 2)), bh
         with k.role("producer", 0, 4, regs=24):
             with k.if_((k.warp == 0) & k.elect()):
-                with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
-                    mb = k.let("mb", mblocks - 1 - t % mblocks)
-                    bh = k.let("bh", t / mblocks)
-                    qh = k.let("qh", (bh % heads).to(s32))  # coordinates (.., head, batch)
-                    bb = k.let("bb", (bh / heads).to(s32))
-                    kvh = k.let("kvh", (bh % heads / group).to(s32))
-                    nblocks = k.let("nblocks", kv_blocks(mb))
-                    k.acquire(qp)
-                    with k.for_("h", 0, hb, unroll=True) as h:
-                        k.tma_load(qp.q[h], q, [(h * 64).to(s32), (mb * bm).to(s32), qh, bb])
-                    k.commit(qp)
-                    with k.for_("j", 0, nblocks) as j:
-                        for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
-                            k.acquire(pipe)
-                            with k.for_("h", 0, hb, unroll=True) as h:
-                                k.tma_load(getattr(pipe, buf)[h], tm, [(h * 64).to(s32),
-                                           (j * 128).to(s32), kvh, bb])
-                            k.commit(pipe)
+                with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
+                    with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
+                        mb, bh = tile(t)
+                        qh = k.let("qh", (bh % heads).to(s32))  # coordinates (.., head, batch)
+                        bb = k.let("bb", (bh / heads).to(s32))
+                        kvh = k.let("kvh", (bh % heads / group).to(s32))
+                        nblocks = k.let("nblocks", kv_blocks(mb))
+                        k.acquire(qp)
+                        with k.for_("h", 0, hb, unroll=True) as h:
+                            k.tma_load(qp.q[h], q, [(h * 64).to(s32), (mb * bm).to(s32), qh, bb])
+                        k.commit(qp)
+                        with k.for_("j", 0, nblocks) as j:
+                            for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
+                                k.acquire(pipe)
+                                with k.for_("h", 0, hb, unroll=True) as h:
+                                    k.tma_load(getattr(pipe, buf)[h], tm, [(h * 64).to(s32),
+                                               (j * 128).to(s32), kvh, bb])
+                                k.commit(pipe)
         with k.role("consumer", 4, 4 + 4 * nwg, regs=240 if nwg == 2 else 160):
             wg = k.let("wg", k.warp / 4 - 1)
             leader = k.let("leader", k.tid.x % 128 == 0)
             row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
             col = k.let("col", k.laneid % 4 * 2)
-            with k.for_("t", k.ctaid.x, ntiles, k.nctaid.x) as t:
-                mb = k.let("mb", mblocks - 1 - t % mblocks)
-                bh = k.let("bh", t / mblocks)
-                nblocks = k.let("nblocks", kv_blocks(mb))
-                r0 = k.let("r0", mb * bm + wg * 64 + row)
-                s = k.let("s", type=array(f32, 64))
-                p = k.let("p", type=array(bf16, 64))
-                acc = k.let("acc", type=array(f32, d // 2))
-                mx = k.let("mx", type=array(f32, 2))
-                l = k.let("l", type=array(f32, 2))  # noqa: E741
-                fac = k.let("fac", type=array(f32, 2))
+            with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
+                with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
+                    mb, bh = tile(t)
+                    nblocks = k.let("nblocks", kv_blocks(mb))
+                    r0 = k.let("r0", mb * bm + wg * 64 + row)
+                    s = k.let("s", type=array(f32, 64))
+                    p = k.let("p", type=array(bf16, 64))
+                    acc = k.let("acc", type=array(f32, d // 2))
+                    mx = k.let("mx", type=array(f32, 2))
+                    l = k.let("l", type=array(f32, 2))  # noqa: E741
+                    fac = k.let("fac", type=array(f32, 2))
 
-                def qk() -> None:
-                    """S = Q K_j^T, issued as one group."""
-                    k.wgmma_fence()
-                    with k.for_("kk", 0, d // 16, unroll=True) as kk:
-                        k.wgmma(s, qp.q[kk / 4, wg * 64, kk % 4 * 16], kp.k[kk / 4, 0, kk % 4 * 16],
-                                kk > 0)
-                    k.wgmma_commit()
+                    def qk() -> None:
+                        """S = Q K_j^T, issued as one group."""
+                        k.wgmma_fence()
+                        with k.for_("kk", 0, d // 16, unroll=True) as kk:
+                            k.wgmma(s, qp.q[kk / 4, wg * 64, kk % 4 * 16],
+                                    kp.k[kk / 4, 0, kk % 4 * 16], kk > 0)
+                        k.wgmma_commit()
 
-                def pv(accumulate) -> None:
-                    """O += P V_j with P from registers, issued as one group."""
-                    k.wgmma_fence()
-                    with k.for_("kk", 0, 8, unroll=True) as kk:
-                        k.wgmma(acc, k.frag(p, kk), vp.v[0, kk * 16, 0], accumulate | (kk > 0))
-                    k.wgmma_commit()
+                    def pv(accumulate) -> None:
+                        """O += P V_j with P from registers, issued as one group."""
+                        k.wgmma_fence()
+                        with k.for_("kk", 0, 8, unroll=True) as kk:
+                            k.wgmma(acc, k.frag(p, kk), vp.v[0, kk * 16, 0], accumulate | (kk > 0))
+                        k.wgmma_commit()
 
-                k.wait(qp)
-                k.wait(kp)
-                with k.turn(pp):
-                    qk()
-                k.wgmma_wait(0)
-                k.release(kp)
-                softmax(k, s, mx, l, fac, col, 0, mb, r0, kv_seq, off, scale_log2, True)
-                to_bf16(k, s, p)
-                with k.for_("j", 1, nblocks) as j:
+                    k.wait(qp)
                     k.wait(kp)
-                    k.wait(vp)
                     with k.turn(pp):
                         qk()
-                        pv(j > 1)
-                    k.wgmma_wait(1)
+                    k.wgmma_wait(0)
                     k.release(kp)
-                    c0 = k.let("c0", j * 128 + col)
-                    softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2, False)
-                    with k.if_(hd != 0):
-                        k.fence_cta()  # the wait stays after the softmax
+                    softmax(k, s, mx, l, fac, col, 0, mb, r0, kv_seq, off, scale_log2, True)
+                    to_bf16(k, s, p)
+                    with k.for_("j", 1, nblocks) as j:
+                        k.wait(kp)
+                        k.wait(vp)
+                        with k.turn(pp):
+                            qk()
+                            pv(j > 1)
+                        k.wgmma_wait(1)
+                        k.release(kp)
+                        c0 = k.let("c0", j * 128 + col)
+                        softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2, False)
+                        with k.if_(hd != 0):
+                            k.fence_cta()  # the wait stays after the softmax
+                        k.wgmma_wait(0)
+                        k.release(vp)
+                        with k.for_("x", 0, d // 2, unroll=True) as x:
+                            acc[x] = acc[x] * fac[x % 4 / 2]
+                        to_bf16(k, s, p)
+                    k.wait(vp)
+                    with k.turn(pp):
+                        pv(nblocks > 1)
                     k.wgmma_wait(0)
                     k.release(vp)
-                    with k.for_("x", 0, d // 2, unroll=True) as x:
-                        acc[x] = acc[x] * fac[x % 4 / 2]
-                    to_bf16(k, s, p)
-                k.wait(vp)
-                with k.turn(pp):
-                    pv(nblocks > 1)
-                k.wgmma_wait(0)
-                k.release(vp)
-                k.release(qp)
-                with k.for_("i", 0, 2, unroll=True) as i:
-                    l[i] = l[i] + k.shfl_xor(l[i], 1)
-                    l[i] = l[i] + k.shfl_xor(l[i], 2)
-                    fac[i] = k.rcp(l[i])
-                    with k.if_((k.laneid % 4 == 0) & (r0 + i * 8 < seq)):
-                        lse[bh * seq + r0 + i * 8] = (mx[i] * scale_log2 + k.lg2(l[i])) * LN2
-                with k.if_(leader):
-                    k.bulk_wait_read(0)
-                k.bar_sync(8 + wg, 128)
-                with k.for_("jj", 0, d // 8, unroll=True) as jj:
+                    k.release(qp)
                     with k.for_("i", 0, 2, unroll=True) as i:
-                        os_[wg, jj / 8, row + i * 8, jj % 8 * 8 + col] = k.bf16x2(
-                            (acc[4 * jj + 2 * i] * fac[i]).to(bf16),
-                            (acc[4 * jj + 2 * i + 1] * fac[i]).to(bf16))
-                k.fence_proxy_async()
-                k.bar_sync(8 + wg, 128)
-                with k.if_(leader):
-                    with k.for_("h", 0, hb, unroll=True) as h:
-                        k.tma_store(o, [(h * 64).to(s32), (mb * bm + wg * 64).to(s32),
-                                        (bh % heads).to(s32), (bh / heads).to(s32)], os_[wg, h])
-                    k.bulk_commit()
+                        l[i] = l[i] + k.shfl_xor(l[i], 1)
+                        l[i] = l[i] + k.shfl_xor(l[i], 2)
+                        fac[i] = k.rcp(l[i])
+                        with k.if_((k.laneid % 4 == 0) & (r0 + i * 8 < seq)):
+                            lse[bh * seq + r0 + i * 8] = (mx[i] * scale_log2 + k.lg2(l[i])) * LN2
+                    with k.if_(leader):
+                        k.bulk_wait_read(0)
+                    k.bar_sync(8 + wg, 128)
+                    with k.for_("jj", 0, d // 8, unroll=True) as jj:
+                        with k.for_("i", 0, 2, unroll=True) as i:
+                            os_[wg, jj / 8, row + i * 8, jj % 8 * 8 + col] = k.bf16x2(
+                                (acc[4 * jj + 2 * i] * fac[i]).to(bf16),
+                                (acc[4 * jj + 2 * i + 1] * fac[i]).to(bf16))
+                    k.fence_proxy_async()
+                    k.bar_sync(8 + wg, 128)
+                    with k.if_(leader):
+                        with k.for_("h", 0, hb, unroll=True) as h:
+                            k.tma_store(o, [(h * 64).to(s32), (mb * bm + wg * 64).to(s32),
+                                            (bh % heads).to(s32), (bh / heads).to(s32)], os_[wg, h])
+                        k.bulk_commit()
             with k.if_(leader):
                 k.bulk_wait(0)
 

@@ -114,6 +114,23 @@ def test_attention_on_three_warpgroups(seq, kv_seq, causal):
         assert r.ok, f"{param}: {r.detail}"
 
 
+@pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
+@pytest.mark.parametrize("nwg, seq, kv_seq, heads, grid", [(2, 300, 300, 2, 3), (3, 400, 450, 3, 4)])
+def test_attention_causal_walk_in_pairs(nwg, seq, kv_seq, heads, grid):
+    """Causal with at least two tiles a CTA: each CTA takes a long and a short query block at
+    a time; an odd block count (3) makes the odd heads start with their middle block, so a
+    unit spans two heads. Every tile is computed once (a missed one leaves O poisoned)."""
+    twin = sample_module("attention")
+    kd = twin.make_attention(64, causal=True, nwg=nwg)
+    ex = twin.example(np.random.default_rng(seq), batch=1, heads=heads, kv_heads=1, seq=seq,
+                      kv_seq=kv_seq, d=64, causal=True, grid=grid, nwg=nwg)
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=10_000_000)
+    for param, want in ex["expected"].items():
+        elem = ptxdsl.bf16 if param == "o" else ptxdsl.f32
+        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
+        assert r.ok, f"{param}: {r.detail}"
+
+
 @pytest.mark.parametrize("form", ["layernorm", "layernorm_row"])
 def test_layernorm_stays_accurate_for_rows_far_from_zero(form):
     """LayerNorm combines (mean, squared deviations) pairs across lanes and warps, so rows of

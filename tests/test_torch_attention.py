@@ -99,7 +99,8 @@ def test_every_config_assembles(ops):
     for d in (64, 128):
         for causal in (False, True):
             for config in attention_configs(d):
-                kd = attention_kernel(d, causal, config["pingpong"], config["hold"])
+                kd = attention_kernel(d, causal, config["pingpong"], config["hold"],
+                                      config["nwg"])
                 assert ".entry" in kd.ptx()
 
 

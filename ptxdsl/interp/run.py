@@ -145,14 +145,16 @@ def run_clusters(prog: Program, cl: tuple[int, int, int], dims: tuple[int, int, 
 
 
 def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,
-               arch: str | None = None) -> dict[str, np.ndarray]:
+               arch: str | None = None, max_steps: int = DEFAULT_MAX_STEPS
+               ) -> dict[str, np.ndarray]:
     """Run the dict a sample's `example(rng)` returns and return its outputs.
 
     The dict follows `ptxdsl.runner`: "grid", "inputs", "outputs" (templates, poisoned with
     0xFF bytes so unwritten elements show), "tensor_maps" ({param: TensorMapModel options},
     wrapping the array of the same name), and "kernel" to pick one kernel of a module.
     Arrays are copied, so `example` is left as it was. The result holds the outputs and any
-    input that `expected` names (updated in place, as a reduction's target is)."""
+    input that `expected` names (updated in place, as a reduction's target is). `max_steps`:
+    as `run`'s."""
     k = _kernel_of(kernel, example.get("kernel"))
     copies: dict[int, np.ndarray] = {}  # one copy per array: parameters may share one
     arrays = {n: copies.setdefault(id(v), v.copy()) if isinstance(v, np.ndarray) else v
@@ -169,7 +171,7 @@ def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,
         elem = t.elem if isinstance(t, T.TensorMap) else None
         opts = {o: v for o, v in opts.items() if o != "l2_promotion"}  # a cache hint only
         arrays[n] = TensorMapModel(arrays[n], dtype=elem, **opts)
-    run(k, example["grid"], arrays, seed=seed, arch=arch)
+    run(k, example["grid"], arrays, seed=seed, arch=arch, max_steps=max_steps)
     # inputs a kernel updates in place (a reduction's target) are results too
     updated = {n: getattr(arrays[n], "array", arrays[n]) for n in example.get("expected", {})
                if n in arrays and n not in outputs}

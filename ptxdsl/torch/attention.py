@@ -8,8 +8,9 @@ S = 1): the causal mask is then aligned to the end, query row r seeing keys 0 ..
 (FlashAttention's convention; SDPA's `is_causal` aligns to the start, the same when S = S_kv).
 Any strides a tensor map takes (unit stride in D, the others multiples of 16 bytes) are
 read in place: (B, S, H, D) tensors transposed to (B, H, S, D), or the first S_kv rows of a
-longer KV cache. Whether the two consumer warpgroups take turns, and whether the wait for P V
-is held after the softmax, is tuned per shape.
+longer KV cache. Whether the consumer warpgroups take turns, whether the wait for P V is held
+after the softmax, and at head dim 64 whether three consumer warpgroups (192-row tiles) or two
+run, is tuned per shape.
 The backward is torch's: SDPA recomputed on the saved q, k, v and differentiated (correct, at
 torch's speed; ptxdsl has no backward kernel yet)."""
 
@@ -28,23 +29,23 @@ from . import autotune
 from .kernels import ATTENTION_HEAD_DIMS, attention_configs, attention_kernel, attention_recipe
 from .opspec import Args, OpSpec, ScalarParam, TensorParam, register
 
-BLOCK = 128  # query rows of a tile, keys of a block
+BLOCK = 128  # keys of a block; query rows of a tile: 64 per consumer warpgroup
 _S32 = 2**31
 
 
 @cache
 def _tuner(d: int, causal: bool) -> Any:
     def recipe(config: Any) -> Any:
-        return attention_recipe(d, causal, config["pingpong"], config["hold"])
+        return attention_recipe(d, causal, config["pingpong"], config["hold"], config["nwg"])
 
     name = f"ptxdsl::attention_d{d}{'_causal' if causal else ''}"
     return autotune.tuner(name, attention_configs(d), recipe)
 
 
 @cache
-def _loaded(d: int, causal: bool, pingpong: int, hold: int,
+def _loaded(d: int, causal: bool, pingpong: int, hold: int, nwg: int,
             device: int) -> tuple[Kernel, int]:
-    kernel = attention_kernel(d, causal, pingpong, hold).program().kernel(device=device)
+    kernel = attention_kernel(d, causal, pingpong, hold, nwg).program().kernel(device=device)
     return kernel, resident_ctas(kernel, 1, device)
 
 
@@ -108,14 +109,16 @@ def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
         causal = False  # S = 1 or not causal
     b, h, s, _ = q.shape
     device = q.device.index
-    maps = [_map(x, BLOCK) for x in (q, k, v)]
+    kv_maps = [_map(x, BLOCK) for x in (k, v)]
     lse = torch.empty(b * h * s, device=q.device, dtype=torch.float32)
-    tiles = -(-s // BLOCK) * b * h
 
     def run(config: Any, o: torch.Tensor) -> None:
-        kernel, resident = _loaded(d, causal, config["pingpong"], config["hold"], device)
+        nwg = config["nwg"]
+        kernel, resident = _loaded(d, causal, config["pingpong"], config["hold"], nwg, device)
+        tiles = -(-s // (64 * nwg)) * b * h
         kernel[min(tiles, resident), None, stream](
-            *maps, _map(o, 64), lse, s, skv, h, kvh, b, scale * math.log2(math.e))
+            _map(q, 64 * nwg), *kv_maps, _map(o, 64), lse, s, skv, h, kvh, b,
+            scale * math.log2(math.e))
 
     def trial(config: Any) -> torch.Tensor:
         o = torch.empty_like(out)

@@ -88,24 +88,27 @@ def norm_sizes_text(dtype: T.Scalar) -> str:
 
 
 # attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or
-# not, and the wait for P V is held after the softmax (fence_cta) or not; the sample's choice
-# (the hold, no turns: BENCHMARKS.md) first
+# not, the wait for P V is held after the softmax (fence_cta) or not, and at head dim 64 three
+# consumer warpgroups (192-row tiles) or two; the sample's choice (the hold, no turns:
+# BENCHMARKS.md) first
 ATTENTION_HEAD_DIMS = (64, 128)
 
 
 def attention_configs(d: int) -> tuple[dict[str, int], ...]:
-    return ({"pingpong": 0, "hold": 1}, {"pingpong": 0, "hold": 0}, {"pingpong": 1, "hold": 0})
+    two = ({"pingpong": 0, "hold": 1, "nwg": 2}, {"pingpong": 0, "hold": 0, "nwg": 2},
+           {"pingpong": 1, "hold": 0, "nwg": 2})
+    return ({"pingpong": 0, "hold": 1, "nwg": 3}, *two) if d == 64 else two
 
 
-def attention_recipe(d: int, causal: bool, pingpong: int, hold: int) -> Recipe:
+def attention_recipe(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2) -> Recipe:
     """The forward attention of head dim d (samples/attention.py `make_attention`)."""
     return Recipe.of(twin("attention"), "make_attention", d=d, causal=bool(causal),
-                     pingpong=bool(pingpong), hold=bool(hold))
+                     pingpong=bool(pingpong), hold=bool(hold), nwg=nwg)
 
 
 @cache
-def attention_kernel(d: int, causal: bool, pingpong: int, hold: int) -> KernelDef:
-    return attention_recipe(d, causal, pingpong, hold).build()
+def attention_kernel(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2) -> KernelDef:
+    return attention_recipe(d, causal, pingpong, hold, nwg).build()
 
 
 def fp8_recipe(bn: int, stages: int, cluster: int) -> Recipe:
