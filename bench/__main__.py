@@ -50,7 +50,9 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
 }
 INTRO = ("The current results: ptxdsl against the strongest reference measured in the same "
          "process on the same inputs, every result checked before it is timed. `ptxdsl / ref` "
-         "above 1 means ptxdsl is ahead (more GB/s or TFLOP/s, fewer us or ms). Each row names "
+         "above 1 means ptxdsl is ahead (more GB/s or TFLOP/s, fewer us or ms). Contenders timed "
+         "in rounds take turns, in an order rotated each round, after a second of warm-up "
+         "(an idle power-capped GPU boosts its clocks for the first work). Each row names "
          "its date, GPU and the command that reproduces it; `python -m bench all --out "
          "BENCHMARKS.md` regenerates the page (workload options: `python -m bench WORKLOAD "
          "--help`; `--sweep` runs the exhaustive variants). Earlier runs, profiles and what "

@@ -162,15 +162,35 @@ def median_ms(fn: Callable[[], Any], reps: int, warmup: int = 3, batch: int = 1)
     return statistics.median(times)
 
 
+def settle(fns: dict[str, Callable[[], Any]], seconds: float = 1.0) -> None:
+    """Run the functions in turn for `seconds` of wall time: a power-capped GPU left idle
+    (while kernels compile on the CPU) boosts its clocks for the first tens of milliseconds
+    of work, up to ~12% measured on the H200, which would go to whichever runs first."""
+    import time
+
+    import torch
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for fn in fns.values():
+            fn()
+        torch.cuda.synchronize()
+
+
 def interleaved_ms(fns: dict[str, Callable[[], Any]], reps: int, rounds: int = 3,
-                   batch: int = 1, timer: Callable[..., float] = median_ms) -> dict[str, float]:
-    """The best of `rounds` medians of each function (`timer(fn, reps, batch=batch)`), the
-    functions taking turns within each round so that clocks and temperature treat them
-    alike."""
+                   batch: int = 1, timer: Callable[..., float] = median_ms,
+                   warm: Callable[[dict], None] | None = settle) -> dict[str, float]:
+    """The best of `rounds` medians of each function (`timer(fn, reps, batch=batch)`), after
+    `warm(fns)` (`settle`: the GPU at its steady clocks), the functions taking turns within
+    each round, the order rotated by one each round, so that clocks and temperature treat
+    them alike."""
+    if warm is not None:
+        warm(fns)
+    names = list(fns)
     best: dict[str, float] = {}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            ms = timer(fn, reps, batch=batch)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            ms = timer(fns[name], reps, batch=batch)
             best[name] = min(ms, best.get(name, ms))
     return best
 

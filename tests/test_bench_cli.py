@@ -86,18 +86,21 @@ def test_ratio_counts_the_right_way_for_each_unit():
     assert common.ratio(40.0, 30.0, "ms") == pytest.approx(0.75)
 
 
-def test_interleaved_takes_turns_and_keeps_each_best_round():
-    calls = []
+def test_interleaved_warms_up_takes_turns_rotates_and_keeps_each_best_round():
+    calls, warmed = [], []
     times = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 6.0, 4.0])}
 
     def timer(fn, reps, batch=1):
         calls.append((fn(), reps, batch))
         return next(times[calls[-1][0]])
 
-    best = common.interleaved_ms({"a": lambda: "a", "b": lambda: "b"}, 7, rounds=3, batch=20,
-                                 timer=timer)
+    fns = {"a": lambda: "a", "b": lambda: "b"}
+    best = common.interleaved_ms(fns, 7, rounds=3, batch=20, timer=timer,
+                                 warm=lambda f: warmed.append((f, len(calls))))
     assert best == {"a": 1.0, "b": 4.0}
-    assert [c[0] for c in calls] == ["a", "b"] * 3 and {c[1:] for c in calls} == {(7, 20)}
+    assert warmed == [(fns, 0)]  # before anything is timed
+    assert [c[0] for c in calls] == ["a", "b", "b", "a", "a", "b"]
+    assert {c[1:] for c in calls} == {(7, 20)}
 
 
 def row(**kw):
