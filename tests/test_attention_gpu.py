@@ -133,6 +133,15 @@ def test_attention_many_tiles_per_cta(torch):
     assert_close(torch, o, lse, *reference(torch, q, k, v, True))
 
 
+@pytest.mark.parametrize("s, h, nwg", [(4097, 9, 2), (4000, 15, 3)])
+def test_attention_causal_pairs_with_odd_counts(torch, s, h, nwg):
+    """Causal with at least two tiles a CTA, so CTAs take a long and a short query block at a
+    time; an odd block count (33; 21 of 192 rows) and an odd head count make pairs span two
+    heads, the odd heads starting with their middle block."""
+    o, lse, q, k, v = run(torch, 64, s, True, b=1, h=h, kvh=h, nwg=nwg)
+    assert_close(torch, o, lse, *reference(torch, q, k, v, True))
+
+
 def test_attention_large_values_stay_finite(torch):
     """Scores far from zero (Q scaled by 30): the online softmax's rescaling keeps exp in
     range where a naive exp(S) would overflow."""
