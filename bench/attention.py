@@ -38,22 +38,17 @@ LIMITS = ("Nsight Compute (H200, 2026-11-25, the held kernel): at D 128, S 8192 
           "is busy 78% of cycles with issue slots 41% busy, the stalls being the softmax's "
           "dependency chains (wait 33%) and the mbarrier waits (11%, mostly the producer "
           "warp's); at D 64 it is 48% with issue slots 45% (wait 30%): the same softmax "
-          "feeds half the GEMM work per key block. At D 128, S 2048, causal (the one D 128 "
-          "row missed) the tensor pipe is busy 55% and the long-scoreboard waits for K and V "
-          "rise to 15%: a tile has at most 16 key blocks, so each one's fill and epilogue "
-          "weigh more. Three fixes of 2026-11-25 took D 128 from 0.65-0.84x to this: loading "
-          "through the driver JIT (nvJitLink ignored setmaxnreg, so the consumers spilled and "
-          "serialised their wgmmas), the hold (ptxas hoisted the wait for P V above the "
-          "softmax) and ex2.approx.ftz (one instruction instead of four). The issue's cuDNN "
-          "reference at D 128, S 8192 is 676 TFLOP/s; measured here, in one process, cuDNN "
-          "gives 601, so 1.05x of the issue's figure (710) is still missed. At D 64 three "
-          "consumer warpgroups on 192-row tiles (160 registers each) hide more of those "
-          "chains: 1.08-1.12x the two-warpgroup kernel without the causal mask; with it a "
-          "192-row tile's diagonal crosses the 128-key blocks off their edges and more blocks "
-          "are masked (S 2048: 235 against 329 TFLOP/s), so the causal D 64 rows stay at "
-          "0.91-1.03x. Not yet tried: kBlockN 176 as FlashAttention 3 uses at head dim 128 "
-          "(with the O staging folded to 16 KiB), K/V multicast across a 2-CTA cluster, and "
-          "3-warpgroup causal tiles walked in 128-key steps.")
+          "feeds half the GEMM work per key block. Causal tiles are walked in pairs, a long "
+          "and a short query block of one head: the plain persistent walk gave each CTA a "
+          "fixed residue of the query blocks, its busiest CTA 1.18x the mean work at S 2048 "
+          "(1.69x with three warpgroups' 192-row tiles), which had held the causal rows at "
+          "0.91-1.03x. Rows within a few percent of the target fall on either side of it from "
+          "run to run (D 128, S 16384: 1.04-1.06x over the day). The issue's cuDNN reference "
+          "at D 128, S 8192 is 676 TFLOP/s; measured here, in one process, cuDNN gives "
+          "601-606, so 1.05x of the issue's figure (710) is still missed. Tried without a "
+          "change beyond the noise (rotated A/B): tree reductions of the row maxima and sums, "
+          "a second Q stage. Not yet tried: kBlockN 176 as FlashAttention 3 uses at head dim "
+          "128 (with the O staging folded to 16 KiB), K/V multicast across a 2-CTA cluster.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

@@ -42,20 +42,18 @@ ABOUT = ("e4m3 in, f32 accumulate, bf16 out, C = sa sb A @ B^T with per-tensor s
          "promoted every K block) with the per-tensor kernel. Best of 3 interleaved rounds of "
          "medians of 30 CUDA-event-timed runs; every kernel checked first (see the errors "
          "below the table).")
-LIMITS = ("the per-tensor rows swing by up to 10% from run to run on the power-capped H100: "
-          "within minutes the same kernel measured 1260-1487 TFLOP/s at 8192^3 and cuBLASLt "
-          "1240-1377 (loaded from nvJitLink's cubin instead of the driver JIT, within 2% of "
-          "it in the same process); the block-scaled kernel keeps the tensor pipe active 71% "
-          "of cycles at 8192^3 "
-          "(Nsight Compute; the per-tensor kernel 95%), with L2 traffic at 53% of peak (the "
-          "per-tensor kernel's 40%): its 128 x 128 tile reads twice the L2 and shared "
-          "memory per FLOP, and each K block's group is still waited for (wgmma_wait(0)) "
-          "before its 64 promotion FMAs a thread. The consumer warpgroups take turns "
-          "issuing, so one promotes while the tensor cores run the other's group "
-          "(0.58-0.72x without the turns). Not tried: two temporary accumulators with one "
-          "group in flight (192 of 232 registers); 3 consumer warpgroups on 192 x 128 spill "
-          "at 152 registers (530-570 TFLOP/s). Loading B's scale one K block ahead "
-          "changed nothing.")
+LIMITS = ("the per-tensor rows swing by up to 10% from run to run on the power-capped cards: on "
+          "the H100, within minutes the same kernel measured 1260-1487 TFLOP/s at 8192^3 and "
+          "cuBLASLt 1240-1377 (loaded from nvJitLink's cubin instead of the driver JIT, within 2% "
+          "of it in the same process); the block-scaled kernel keeps the tensor pipe active 71% "
+          "of cycles at 8192^3 (Nsight Compute; the per-tensor kernel 95%), with L2 traffic at "
+          "53% of peak (the per-tensor kernel's 40%): its 128 x 128 tile reads twice the L2 and "
+          "shared memory per FLOP, and each K block's group is still waited for (wgmma_wait(0)) "
+          "before its 64 promotion FMAs a thread. The consumer warpgroups take turns issuing, so "
+          "one promotes while the tensor cores run the other's group (0.58-0.72x without the "
+          "turns). Not tried: two temporary accumulators with one group in flight (192 of 232 "
+          "registers); 3 consumer warpgroups on 192 x 128 spill at 152 registers (530-570 "
+          "TFLOP/s). Loading B's scale one K block ahead changed nothing.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

@@ -22,13 +22,12 @@ ABOUT = ("bf16 grouped GEMM C_g = A_g @ B_g^T per expert, f32 accumulation; TFLO
          "reference first; best of 3 interleaved rounds of medians of CUDA-event-timed runs.")
 LIMITS = ("Nsight Compute (`--clock-control none`, H100, 2026-11-25): at 8 x 4096 tokens the "
           "grouped kernel keeps the tensor pipe active 96.5% of cycles at the 1.53 GHz the "
-          "power cap allows, the dense GEMM's ceiling (the row's 1.07x over `torch._grouped_mm` "
-          "is within the power-capped card's run-to-run spread of about 5%); decoding (64 "
-          "experts x 32 tokens) streams every expert's weights at 83% "
-          "of DRAM peak (tensor pipe 39%), so 1.1x there needs ~91% of peak. Tried: 4 stages "
-          "with a register epilogue for decoding (83.9 against 84.8 TFLOP/s; the row names the "
-          "faster). Not tried: 2-CTA clusters "
-          "multicasting B in the dense case, 64-row tiles for decoding.")
+          "power cap allows, the dense GEMM's ceiling: it is 1.04x `torch._grouped_mm` on the "
+          "H200 and 1.07x on the H100, within the power-capped cards' run-to-run spread of "
+          "about 5%, and 1.1x needs a faster dense GEMM. Decoding (64 experts x 32 tokens) "
+          "streams every expert's weights (83% of DRAM peak on the H100, tensor pipe 39%); "
+          "the 4-stage form with a register epilogue is the faster there on the H200. Not "
+          "tried: 2-CTA clusters multicasting B in the dense case, 64-row tiles for decoding.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
