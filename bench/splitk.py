@@ -4,7 +4,7 @@ cuBLAS (torch.matmul) on skinny-output, long-K shapes, side by side in one proce
 same inputs, correctness checked first.
 
     python -m bench splitk [--shape MxNxK,...] [--splits 8,16] [--variant stages,chunks]
-                           [--batch 20] [--quick]
+                           [--cluster 1,2] [--batch 20] [--quick]
 
 C = A @ B^T, bf16 in and out, f32 accumulation. The workspace and semaphores are made once
 and left at zero by every launch, so a run is one launch. Times: the best of three
@@ -52,6 +52,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    "shape (0: as many as fill the GPU once)")
     p.add_argument("--variant", default="", help="stages,chunks of make_splitk (default: the "
                    "sample's kernel)")
+    p.add_argument("--cluster", default="1,2", help="comma-separated cluster sizes: 1, and 2 "
+                   "(2-CTA clusters multicasting B); a row shows the faster")
     p.add_argument("--batch", type=int, default=20, help="launches per timed interval")
     p.add_argument("--quick", action="store_true", help="fewer runs")
 
@@ -63,7 +65,7 @@ class SplitK:
 
     def __init__(self, a: Any, b: Any, c: Any, splits: int | None = None,
                  ordered: bool = False, kdef: Any = None, streamk: bool = False,
-                 slots: bool = False):
+                 slots: bool = False, cluster: int = 1):
         import torch
 
         from ptxdsl.runtime import TensorMap
@@ -72,19 +74,19 @@ class SplitK:
         m, k = a.shape
         n = b.shape[0]
         self.splits = 0 if streamk else splits or t.pick_splits(m, n, k, sms())
-        grid = t.launch_grid(m, n, k, self.splits, streamk, sms())
+        grid = t.launch_grid(m, n, k, self.splits, streamk, sms(), cluster)
         nslots = (t.max_splits(m, n, k, grid) if streamk else
                   min(self.splits, -(-k // t.BK))) if slots else 0
         slots = slots and (streamk or nslots > 1)  # one split: the one-kernel form
         if kdef is None:
-            kdef = t.make_splitk(streamk=streamk, slots=slots) if streamk or slots \
-                else t.gemm_splitk
+            kdef = t.make_splitk(streamk=streamk, slots=slots, cluster=cluster) \
+                if streamk or slots or cluster > 1 else t.gemm_splitk
         self.slots = slots
         self.ws = torch.zeros(*((nslots,) if slots else ()), m, n, device=a.device,
                               dtype=torch.float32)
         self.sem = torch.zeros(2 * t.tiles(m, n), device=a.device, dtype=torch.uint32)
         maps = (TensorMap(a, box=(t.BM, t.BK), swizzle="128B"),
-                TensorMap(b, box=(t.BN, t.BK), swizzle="128B"),
+                TensorMap(b, box=(t.BN // cluster, t.BK), swizzle="128B"),
                 TensorMap(self.ws, box=(1, 64, t.PART) if slots else (64, t.PART),
                           swizzle="128B"))
         launch = kdef[grid]
@@ -120,6 +122,7 @@ def run(a: argparse.Namespace) -> list[Section]:
     split_options = [int(s) or None for s in a.splits.split(",") if s] or [None]
     s = Section("splitk", "Split-K GEMM with TMA reduce-add", ABOUT, limits=LIMITS)
     todo = shapes(a.shape)
+    others: list[str] = []
     for m, n, k in todo:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         y = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
@@ -127,9 +130,13 @@ def run(a: argparse.Namespace) -> list[Section]:
         for splits in split_options if (m, n, k) == todo[0] else [None]:
             fns = {"cuBLAS A @ B.T": lambda x=x, y=y: torch.matmul(x, y.T),
                    "cuBLAS A @ Bt": lambda x=x, yt=yt: torch.matmul(x, yt)}
-            for ordered, slots in ((False, False), (True, False), (True, True)):
+            modes = [(o, sl, cl) for o, sl in ((False, False), (True, False), (True, True))
+                     for cl in map(int, a.cluster.split(","))]
+            for ordered, slots, cluster in modes:
                 c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                mine = SplitK(x, y, c, splits, ordered, None if slots else kdef, slots=slots)
+                mine = SplitK(x, y, c, splits, ordered,
+                              None if slots or cluster > 1 else kdef, slots=slots,
+                              cluster=cluster)
                 mine()
                 torch.cuda.synchronize()
                 err = gemm_error(c, x, y)
@@ -137,17 +144,26 @@ def run(a: argparse.Namespace) -> list[Section]:
                     raise BenchError(f"split-K {m}x{n}x{k}, {mine.splits} splits: error "
                                      f"{err:.2f} x tol, workspace clean: {mine.clean()}")
                 mode = "two kernels" if slots else "deterministic" if ordered else "unordered"
-                fns[f"{mode}, {mine.splits} splits"] = mine
+                fns[f"{mode}, {mine.splits} splits" +
+                    (", 2-CTA clusters" if cluster > 1 else "")] = mine
             ms = interleaved_ms(fns, reps, batch=a.batch)
             flops = 2 * m * n * k
             best_ref = min(ms["cuBLAS A @ B.T"], ms["cuBLAS A @ Bt"])
             cmd = f"python -m bench splitk --shape {m}x{n}x{k}" + \
                 (f" --splits {splits}" if splits else "") + \
                 (f" --batch {a.batch}" if a.batch != 20 else "")
-            for mode in (r for r in ms if not r.startswith("cuBLAS")):
+            forms: dict[str, list[str]] = {}  # a mode's forms (with and without clusters)
+            for name in (r for r in ms if not r.startswith("cuBLAS")):
+                forms.setdefault(name.split(",")[0], []).append(name)
+            for mode, names in forms.items():
                 # the targets: 1.05x cuBLAS for a split-K sum, 0.9x for a deterministic one
-                # (the two-kernel form is deterministic)
-                s.rows.append(Row(f"{m} x {n} x {k}", mode, flops / ms[mode] / 1e9, "cuBLAS",
+                # (the two-kernel form is deterministic); the row shows the faster form
+                best = min(names, key=ms.__getitem__)
+                s.rows.append(Row(f"{m} x {n} x {k}", best, flops / ms[best] / 1e9, "cuBLAS",
                                   flops / best_ref / 1e9, "TFLOP/s", cmd,
-                                  target=1.05 if mode.startswith("unordered") else 0.9))
+                                  target=1.05 if mode == "unordered" else 0.9))
+                others.extend(f"{m} x {n} x {k} {x} {flops / ms[x] / 1e9:.0f}"
+                              for x in names if x != best)
+    if others:
+        s.notes.append("The slower forms (TFLOP/s): " + "; ".join(others) + ".")
     return [s]

@@ -44,39 +44,55 @@ PART = 32  # f32 columns per staging chunk (128 bytes, the swizzle span)
 
 
 def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
-                slots: bool = False) -> ptxdsl.KernelDef:
+                slots: bool = False, cluster: int = 1) -> ptxdsl.KernelDef:
     """The split-K kernel with a `stages`-deep ring and `chunks` 64 x 32 f32 staging chunks
     per consumer warpgroup (8 / chunks reduction passes); `streamk` walks a stream-K schedule
     instead of `splits` ranges per tile (the `splits` argument is then unused). `slots`: the
     two-kernel form, where range s of a tile (whole or not) stores its partial into slot s of
     the workspace (a 3-D tensor map: [column, row, slot]) with no semaphore and no finisher,
     and `splitk_reduce` then sums the slots in order into C (deterministic, and no range
-    waits; slots a tile does not use stay zero)."""
+    waits; slots a tile does not use stay zero). `cluster=2`: the CTAs of a 2-CTA cluster
+    take two vertically adjacent tiles with the same K range, each loading half of the
+    shared B slice and multicasting it to both (split-K only; the grid is whole clusters)."""
+    if cluster not in (1, 2) or cluster == 2 and streamk:
+        raise ValueError(f"make_splitk: cluster is 1, or 2 without streamk; not {cluster}")
+    cm = cluster
     passes = BN // PART // chunks
     name = "gemm_splitk" if (stages, chunks) == (4, 2) else f"gemm_splitk_s{stages}_c{chunks}"
     name = name.replace("splitk", "streamk") if streamk else name
-    name += "_slots" if slots else ""
+    name += ("_slots" if slots else "") + ("_x2" if cm > 1 else "")
 
     def gemm_splitk(k, a: tmap(bf16, 2), b: tmap(bf16, 2), ws: tmap(f32, 3 if slots else 2),
                     wsp: ptr(f32),
                     c: ptr(bf16), sem: ptr(u32), m: u32, n: u32, kdim: u32, splits: u32,
                     ordered: u32):
         ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
-                          b=(bf16, [BN, BK], 1024, 128))
+                          b=(bf16, [cm, BN // cm, BK] if cm > 1 else [BN, BK], 1024, 128))
         if slots:  # splitk_reduce may be scheduled now: it waits for this grid itself
             k.griddep_launch_dependents()
         part = k.shared("part", f32, [2, chunks, 64, PART], align=1024, swizzle=128)
         last = k.shared("last", u32, [2])
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
-        work = k.schedule("work", ((m + (BM - 1)) / BM, (n + (BN - 1)) / BN), group=8,
-                          ksteps=ktiles, splits=None if streamk else splits, streamk=streamk)
+        tm = (m + (BM - 1)) / BM  # tile rows (with a cluster, walked in pairs)
+        if cm > 1:
+            tm = k.let("tm", tm)
+        work = k.schedule("work", ((tm + (cm - 1)) / cm if cm > 1 else tm, (n + (BN - 1)) / BN),
+                          group=8, ksteps=ktiles, splits=None if streamk else splits,
+                          streamk=streamk, clusters=cm > 1)
         with k.role("producer", 0, 4, regs=40):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("w", work) as w:
+                    m0 = k.let("m0", tile_row(k, w) * BM) if cm > 1 else w.m * BM
                     with k.for_("kt", w.k0, w.k1) as kt:
                         k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * BK).to(s32), (w.m * BM).to(s32)])
-                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
+                        k.tma_load(ring.a, a, [(kt * BK).to(s32), m0.to(s32)])
+                        if cm > 1:  # my half of B, to both CTAs of the pair
+                            half = k.cluster_ctarank
+                            k.tma_load_multicast(ring.b[half], b, [(kt * BK).to(s32),
+                                                 (w.n * BN + half * (BN // cm)).to(s32)],
+                                                 k.cluster_mask())
+                        else:
+                            k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
                         k.commit(ring)
         with k.role("consumer", 4, 12, regs=232):
             wg = k.let("wg", k.warp / 4 - 1)
@@ -84,14 +100,19 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
             row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
             col = k.let("col", k.laneid % 4 * 2)
             with k.for_("w", work) as w:
-                consume(k, w, ring, part, last, ws, wsp, c, sem, m, n, ktiles, ordered, wg,
-                        leader, row, col)
+                consume(k, w, ring, part, last, ws, wsp, c, sem, m, n, tm, ktiles, ordered,
+                        wg, leader, row, col)
             if slots:
                 with k.if_(leader):
                     k.bulk_wait(0)
 
-    def consume(k, w, ring, part, last, ws, wsp, c, sem, m, n, ktiles, ordered, wg, leader,
-                row, col):
+    def tile_row(k, w):
+        """The tile-row of work item w's tile; with a cluster pair, w is a pair of vertically
+        adjacent tiles and the CTA of rank r takes its r-th."""
+        return w.m * cm + k.cluster_ctarank if cm > 1 else w.m
+
+    def consume(k, w, ring, part, last, ws, wsp, c, sem, m, n, tm, ktiles, ordered, wg,
+                leader, row, col):
         """One work item of a consumer warpgroup: its K range, then its share of C."""
         acc = k.let("acc", type=ptxdsl.array(f32, BN // 2))
 
@@ -100,7 +121,8 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
             k.wait(ring)
             k.wgmma_fence()
             with k.for_("kk", 0, BK // 16, unroll=True) as kk:
-                k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
+                k.wgmma(acc, ring.a[wg * 64, kk * 16],
+                        ring.b[0, 0, kk * 16] if cm > 1 else ring.b[0, kk * 16],
                         kk > 0 if first else True)
             k.wgmma_commit()
 
@@ -112,14 +134,18 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
             k.release(ring)
         k.wgmma_wait(0)
         k.release(ring)
-        r0 = k.let("r0", w.m * BM + wg * 64)
+        mt = k.let("mt", tile_row(k, w)) if cm > 1 else w.m
+        r0 = k.let("r0", mt * BM + wg * 64)
         n0 = k.let("n0", w.n * BN)
         if slots:  # every item, whole or not: splitk_reduce writes all of C
             store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
             return
         write = k.let("write", w.whole)
-        with k.if_(~w.whole):
-            idx = k.let("idx", w.tile * 2 + wg)
+        # a pair's second tile past the last tile-row (odd tile-rows) loaded B for its
+        # partner and has nothing to add
+        with k.if_(~w.whole & (mt < tm) if cm > 1 else ~w.whole):
+            idx = k.let("idx", (mt * ((n + (BN - 1)) / BN) + w.n) * 2 + wg if cm > 1
+                        else w.tile * 2 + wg)
             first = k.let("first", (ordered != 0) & (w.k0 == 0))
             with k.if_(leader & (ordered != 0)):
                 with k.while_(k.ld_acquire(sem[idx]) != w.k0):
@@ -206,6 +232,8 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
                     issue(p, h)
                 k.bulk_commit()
 
+    if cm > 1:
+        return ptxdsl.kernel(threads=384, name=name, cluster=cm)(gemm_splitk)
     return ptxdsl.kernel(threads=384, name=name)(gemm_splitk)
 
 
@@ -266,21 +294,27 @@ def max_splits(m: int, n: int, k: int, grid: int) -> int:
 
 
 def launch_grid(m: int, n: int, k: int, splits: int, streamk: bool = False,
-                sms: int = SMS) -> int:
+                sms: int = SMS, cluster: int = 1) -> int:
     """CTAs for a launch: one per work item, at most one per SM (the grid is persistent: a
-    CTA walks its items in turn). Stream-K always fills the SMs."""
+    CTA walks its items in turn). Stream-K always fills the SMs. With `cluster=2` an item
+    is a pair of vertically adjacent tiles for a 2-CTA cluster: whole clusters."""
     if splits < 1 and not streamk:
         raise ValueError(f"splits must be at least 1, got {splits}")
-    items = tiles(m, n) * (1 if streamk else min(splits, -(-k // BK)))
-    return sms if streamk else min(items, sms)
+    if streamk:
+        return sms
+    tile_rows = -(-m // BM)
+    pairs = -(-tile_rows // cluster) * -(-n // BN)
+    items = pairs * min(splits, -(-k // BK))
+    return min(items, sms // cluster) * cluster
 
 
 def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
             splits: int | None = None, ordered: int = 0, streamk: bool = False,
-            grid: int | None = None) -> dict:
+            grid: int | None = None, cluster: int = 1) -> dict:
     """Random bf16 A (m x k) and B (n x k); the reference is A @ B^T in f32. The workspace
     (one array behind both `ws` and `wsp`) and the semaphores start at zero and are left at
-    zero. `streamk` is for make_splitk(streamk=True); `grid` overrides the persistent grid."""
+    zero. `streamk` is for make_splitk(streamk=True), `cluster` for make_splitk(cluster=2)
+    (each CTA loads half of a B slice); `grid` overrides the persistent grid."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     splits = splits or pick_splits(m, n, k)
@@ -290,10 +324,11 @@ def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
     box = {"swizzle": "128B"}
     ws = np.zeros((m, n), np.float32)
     nsem = 2 * tiles(m, n)
-    return {"grid": grid or launch_grid(m, n, k, splits, streamk),
+    return {"grid": grid or launch_grid(m, n, k, splits, streamk, cluster=cluster),
             "inputs": {"a": a, "b": b, "ws": ws, "wsp": ws, "sem": np.zeros(nsem, np.uint32),
                        "m": m, "n": n, "kdim": k, "splits": splits, "ordered": ordered},
-            "tensor_maps": {"a": {"box": (BM, BK), **box}, "b": {"box": (BN, BK), **box},
+            "tensor_maps": {"a": {"box": (BM, BK), **box},
+                            "b": {"box": (BN // cluster, BK), **box},
                             "ws": {"box": (64, PART), **box}},
             "outputs": {"c": np.zeros((m, n), np.uint16)},
             "expected": {"c": ref, "wsp": np.zeros((m, n), np.float32),

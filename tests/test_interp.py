@@ -115,7 +115,8 @@ def test_attention_on_three_warpgroups(seq, kv_seq, causal):
 
 
 @pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
-@pytest.mark.parametrize("nwg, seq, kv_seq, heads, grid", [(2, 300, 300, 2, 3), (3, 400, 450, 3, 4)])
+@pytest.mark.parametrize("nwg, seq, kv_seq, heads, grid",
+                         [(2, 300, 300, 2, 3), (3, 400, 450, 3, 4)])
 def test_attention_causal_walk_in_pairs(nwg, seq, kv_seq, heads, grid):
     """Causal with at least two tiles a CTA: each CTA takes a long and a short query block at
     a time; an odd block count (3) makes the odd heads start with their middle block, so a
@@ -127,6 +128,22 @@ def test_attention_causal_walk_in_pairs(nwg, seq, kv_seq, heads, grid):
     out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=10_000_000)
     for param, want in ex["expected"].items():
         elem = ptxdsl.bf16 if param == "o" else ptxdsl.f32
+        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
+        assert r.ok, f"{param}: {r.detail}"
+
+
+@pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
+@pytest.mark.parametrize("m, n, k, ordered", [(256, 256, 256, 0), (384, 300, 320, 1)])
+def test_splitk_on_two_cta_clusters(m, n, k, ordered):
+    """make_splitk(cluster=2): B halves multicast across a pair of vertically adjacent
+    tiles; 3 tile-rows leave the second pair's second CTA with no rows of its own."""
+    twin = sample_module("gemm_splitk")
+    kd = twin.make_splitk(cluster=2)
+    ex = twin.example(np.random.default_rng(m + k), m=m, n=n, k=k, splits=2, ordered=ordered,
+                      cluster=2)
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=20_000_000)
+    for param, want in ex["expected"].items():
+        elem = {"c": ptxdsl.bf16, "wsp": ptxdsl.f32, "sem": ptxdsl.u32}[param]
         r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
         assert r.ok, f"{param}: {r.detail}"
 
