@@ -23,7 +23,8 @@ from .gemm import shapes
 SHAPES = "512x512x65536,1024x1024x32768,256x4096x16384"
 ABOUT = ("bf16, C = A @ B^T; f32 partials TMA-reduce-added into a workspace (two kernels: "
          "stored in a slot per split and summed in order by a second kernel), splits chosen to "
-         "fill the SMs once; cuBLAS is `torch.matmul`, the faster of its two layouts. GPU time "
+         "fill the SMs once; each form also on 2-CTA clusters multicasting B, the row "
+         "showing the faster; cuBLAS is `torch.matmul`, the faster of its two layouts. GPU time "
          "per launch (20 launches back to back per interval), best of 3 interleaved rounds; "
          "every configuration checked against an f32 reference and its workspace checked back "
          "at zero first.")
@@ -42,8 +43,9 @@ LIMITS = ("Nsight Compute at 512 x 512 x 65536 (H100, 2026-11-25, 1.74 GHz), one
           "its CTAs find no room beside the split-K CTAs. The two-kernel form on a "
           "stream-K walk (`SplitK(streamk=True, slots=True)`, all 132 SMs) is slower, 0.57-0.65x: "
           "its runs start mid-tile at different K steps, so concurrent CTAs stop sharing A and "
-          "B slices in L2. Not tried: clusters with "
-          "multicast of A / B.")
+          "B slices in L2. 2-CTA clusters multicasting B (`make_splitk(cluster=2)`, the slower "
+          "forms above) are 2-7% slower than the same form without, in every mode and on every "
+          "shape (not profiled): halving B's L2 reads does not pay here.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
