@@ -104,8 +104,10 @@ def test_cli_rejects_bad_defines():
 def test_attention_names_its_warpgroup_rule():
     """Three consumer warpgroups fit the registers only at head dim 64: a located assertion,
     not a register-budget error."""
+    text = (SAMPLES / "attention.ptxdsl").read_text().splitlines()
+    line = next(i for i, t in enumerate(text, 1) if t.strip().startswith("assert NWG"))
     r = cli("check", str(SAMPLES / "attention.ptxdsl"), "-D", "NWG=3")
-    assert r.returncode == 1 and "attention.ptxdsl:32:5: error: compile-time assertion " \
+    assert r.returncode == 1 and f"attention.ptxdsl:{line}:5: error: compile-time assertion " \
         "failed: 2 consumer warpgroups, or 3 at head dim 64" in r.stderr, r.stderr
     assert "register arrays" not in r.stderr
 
