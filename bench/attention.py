@@ -47,7 +47,8 @@ LIMITS = ("Nsight Compute (H200, 2026-11-25, the held kernel): at D 128, S 8192 
           "at D 128, S 8192 is 676 TFLOP/s; measured here, in one process, cuDNN gives "
           "601-606, so 1.05x of the issue's figure (710) is still missed. Tried without a "
           "change beyond the noise (rotated A/B): tree reductions of the row maxima and sums, "
-          "a second Q stage. Not yet tried: kBlockN 176 as FlashAttention 3 uses at head dim "
+          "a second Q stage, deeper K and V rings (3 or 4 stages: 0.97-1.0x). Not yet tried: "
+          "kBlockN 176 as FlashAttention 3 uses at head dim "
           "128 (with the O staging folded to 16 KiB), K/V multicast across a 2-CTA cluster.")
 
 
