@@ -41,7 +41,7 @@ LIMITS = ("Nsight Compute (H200, 2026-11-25, the held kernel): at D 128, S 8192 
           "feeds half the GEMM work per key block. Causal tiles are walked in pairs, a long "
           "and a short query block of one head: the plain persistent walk gave each CTA a "
           "fixed residue of the query blocks, its busiest CTA 1.18x the mean work at S 2048 "
-          "(1.69x with three warpgroups' 192-row tiles), which had held the causal rows at "
+          "(about 1.7x with three warpgroups' 192-row tiles), which had held the causal rows at "
           "0.91-1.03x. Rows within a few percent of the target fall on either side of it from "
           "run to run (D 128, S 16384: 1.04-1.06x over the day). The issue's cuDNN reference "
           "at D 128, S 8192 is 676 TFLOP/s; measured here, in one process, cuDNN gives "

@@ -136,9 +136,13 @@ def run(a: argparse.Namespace) -> list[Section]:
                      for cl in map(int, a.cluster.split(","))]
             for ordered, slots, cluster in modes:
                 c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                mine = SplitK(x, y, c, splits, ordered,
-                              None if slots or cluster > 1 else kdef, slots=slots,
-                              cluster=cluster)
+                form = kdef
+                if a.variant and (slots or cluster > 1):  # the variant in this form too
+                    form = t.make_splitk(*map(int, a.variant.split(",")), slots=slots,
+                                         cluster=cluster)
+                elif slots or cluster > 1:
+                    form = None  # SplitK builds the form
+                mine = SplitK(x, y, c, splits, ordered, form, slots=slots, cluster=cluster)
                 mine()
                 torch.cuda.synchronize()
                 err = gemm_error(c, x, y)

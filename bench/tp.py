@@ -32,7 +32,7 @@ ABOUT = ("Tensor-parallel linear layers of a Llama-70B-like model over the GPUs 
          "1.2x) and with the best of (b) two-stream chunked overlap and (c) torch's "
          "symmetric-memory fused ops (target 1.05x). NVLink multicast off everywhere.")
 LIMITS = ("(a) runs NCCL then cuBLAS, so its ceiling against a fused kernel is (GEMM + "
-          "communication) / GEMM, 1.12-1.13 here with cuBLAS's GEMM: 1.2x needs a GEMM some 7% "
+          "communication) / GEMM, 1.11-1.12 here with cuBLAS's GEMM: 1.2x needs a GEMM some 7% "
           "faster than cuBLAS, and ptxdsl's dense GEMM is within 5% of it on the H100 and H200 "
           "pairs (notes). Decode all-gather: one tile a CTA in one wave, and half the tiles need "
           "the remote panel, so those CTAs wait for its 2 MiB NVLink pull: the fused kernel "

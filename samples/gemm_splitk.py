@@ -138,7 +138,11 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
         r0 = k.let("r0", mt * BM + wg * 64)
         n0 = k.let("n0", w.n * BN)
         if slots:  # every item, whole or not: splitk_reduce writes all of C
-            store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
+            if cm > 1:  # a pair's rowless second tile has nothing to store
+                with k.if_(mt < tm):
+                    store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
+            else:
+                store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
             return
         write = k.let("write", w.whole)
         # a pair's second tile past the last tile-row (odd tile-rows) loaded B for its

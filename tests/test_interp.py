@@ -133,14 +133,16 @@ def test_attention_causal_walk_in_pairs(nwg, seq, kv_seq, heads, grid):
 
 
 @pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
-@pytest.mark.parametrize("m, n, k, ordered", [(256, 256, 256, 0), (384, 300, 320, 1)])
-def test_splitk_on_two_cta_clusters(m, n, k, ordered):
+@pytest.mark.parametrize("m, n, k, splits, ordered",
+                         [(256, 256, 256, 2, 0), (384, 300, 320, 2, 1), (384, 256, 128, 1, 0)])
+def test_splitk_on_two_cta_clusters(m, n, k, splits, ordered):
     """make_splitk(cluster=2): B halves multicast across a pair of vertically adjacent
-    tiles; 3 tile-rows leave the second pair's second CTA with no rows of its own."""
+    tiles; 3 tile-rows leave the second pair's second CTA with no rows of its own (with one
+    split its tile is whole: nothing may reach C)."""
     twin = sample_module("gemm_splitk")
     kd = twin.make_splitk(cluster=2)
-    ex = twin.example(np.random.default_rng(m + k), m=m, n=n, k=k, splits=2, ordered=ordered,
-                      cluster=2)
+    ex = twin.example(np.random.default_rng(m + k), m=m, n=n, k=k, splits=splits,
+                      ordered=ordered, cluster=2)
     out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=20_000_000)
     for param, want in ex["expected"].items():
         elem = {"c": ptxdsl.bf16, "wsp": ptxdsl.f32, "sem": ptxdsl.u32}[param]

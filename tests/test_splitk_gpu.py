@@ -95,11 +95,12 @@ def test_streamk_matches_torch(bench, m, n, k, ordered):
 
 
 @pytest.mark.parametrize("mode", ["unordered", "deterministic", "two kernels"])
-@pytest.mark.parametrize("m, n, k, splits", SHAPES)
+@pytest.mark.parametrize("m, n, k, splits", SHAPES + [(333, 520, 4104, 1)])
 def test_two_cta_clusters_match_torch(bench, m, n, k, splits, mode):
     """make_splitk(cluster=2): a cluster's CTAs take vertically adjacent tiles and multicast
-    halves of the shared B slice; odd tile-row counts (333, 1000, 130, 64) leave the last
-    pair's second CTA loading B for its partner with no rows of its own."""
+    halves of the shared B slice; odd tile-row counts (333: 3, 128 and 64: 1) leave the last
+    pair's second CTA loading B for its partner with no rows of its own (with one split, too,
+    where the pair's tiles are whole)."""
     import torch
 
     a, b, c = _inputs(m, n, k, seed=m + n + k + 2)

@@ -85,10 +85,10 @@ def _map(x: torch.Tensor, box_rows: int) -> TensorMap:
 def packed(q: torch.Tensor, out: torch.Tensor, kv_heads: int,
            causal: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
     """q and out (B, H, S, D) seen as (B, KVH, H / KVH * S, D): the query heads that share a
-    KV head stacked as rows of one head, so that short queries (decode) fill the 128-row
-    tiles instead of padding them. Only where the mask allows it (not causal, or S = 1, where
-    the causal mask hides nothing), S is below a tile and the strides let the heads and rows
-    merge; else None."""
+    KV head stacked as rows of one head, so that short queries (decode) fill the query tiles
+    (128 or 192 rows) instead of padding them. Only where the mask allows it (not causal, or
+    S = 1, where the causal mask hides nothing), S is below 128 and the strides let the heads
+    and rows merge; else None."""
     b, h, s, d = q.shape
     if h == kv_heads or s >= BLOCK or (causal and s > 1):
         return None

@@ -89,8 +89,9 @@ def norm_sizes_text(dtype: T.Scalar) -> str:
 
 # attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or
 # not, the wait for P V is held after the softmax (fence_cta) or not, and at head dim 64 three
-# consumer warpgroups (192-row tiles) or two; the sample's choice (the hold, no turns:
-# BENCHMARKS.md) first
+# consumer warpgroups (192-row tiles) or two; first (what runs untuned, e.g. while a CUDA
+# graph is captured) the benchmark's fastest: the hold, no turns, and at head dim 64 three
+# warpgroups (BENCHMARKS.md)
 ATTENTION_HEAD_DIMS = (64, 128)
 
 
