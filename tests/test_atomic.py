@@ -146,6 +146,17 @@ def test_interpreter_spin_waits_for_later_ctas(seed):
     assert list(seen) == [4, 3, 2, 1, 0] and list(flag) == [5, 5]
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_interpreter_parks_a_spinning_cluster_for_later_ones(seed):
+    """On 2-CTA clusters (run one cluster after another): the first cluster's CTAs spin on
+    flags only later clusters set, so it is set aside until they write."""
+    text = CHAIN.replace("threads(64)", "threads(64) cluster(2)")
+    k = ptxdsl.parse(text).kernels[0]
+    flag, seen = np.zeros(2, np.uint32), np.zeros(6, np.uint32)
+    run(k, 6, {"flag": flag, "seen": seen}, seed=seed)
+    assert list(seen) == [5, 4, 3, 2, 1, 0] and list(flag) == [6, 6]
+
+
 def test_interpreter_reports_a_spin_nobody_ends():
     text = CHAIN.replace("%nctaid.x - 1 - %ctaid.x", "%nctaid.x + %ctaid.x")
     k = ptxdsl.parse(text, "chain.ptxdsl").kernels[0]

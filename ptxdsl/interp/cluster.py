@@ -118,6 +118,7 @@ class Cluster:
         n = ctas[0].nthreads if ctas else 0
         self.gaps = [2 * n if not seed else self.rng.randrange(4 * n + 1) for _ in ctas]
         self.started: list[CTA] = []
+        self.steps, self.start_at = 0, 0  # scheduling events so far; when the next starts
         self.exits: dict[int, Any] = {}  # rank -> where its last thread exited
 
     def publish_inits(self) -> None:
@@ -161,26 +162,47 @@ class Cluster:
             note(f"the threads of cluster rank {cta.rank} ran to the end of kernel "
                  f"'{self.kernel.name}'", self.kernel)
 
-    def run(self) -> None:
-        ctas, rng = self.ctas, self.rng
-        steps, start_at = 0, 0
+    @property
+    def runnable(self) -> bool:
+        """Whether a thread of a started CTA can run (or a CTA is still to start)."""
+        return bool(self.unstarted) or any(c.runnable for c in self.started)
+
+    @property
+    def inflight(self) -> bool:
+        return any(c.inflight for c in self.started)
+
+    def advance(self) -> bool:
+        """Start and interleave the CTAs until every thread has exited (True) or the live ones
+        all wait with at least one spinning on global memory, which only another cluster can
+        change (False: `run_parked` sets the cluster aside until a write wakes it)."""
         while True:
             busy = [c for c in self.started if c.runnable or c.inflight]
-            if self.unstarted and (steps >= start_at or not busy):
+            if self.unstarted and (self.steps >= self.start_at or not busy):
                 c = self.unstarted.pop(0)
                 self.started.append(c)
-                start_at = steps + self.gaps[len(self.started) - 1]
+                self.start_at = self.steps + self.gaps[len(self.started) - 1]
                 continue
             if not busy:
                 break
-            rng.choice(busy).step()
-            steps += 1
-        if any(c.live for c in ctas):
-            diags: list[Diagnostic] = []
-            for c in ctas:
-                if c.live:
-                    diags.extend(c.deadlock().diagnostics)
-            raise InterpError("deadlock", diags)
+            self.rng.choice(busy).step()
+            self.steps += 1
+        if not any(c.live for c in self.ctas):
+            return True
+        if any(t.wait is not None and t.wait[1] is c.gmem.watch for c in self.ctas
+               for t in c.threads if not t.exited):
+            return False
+        raise self.deadlock()
+
+    def run(self) -> None:
+        if not self.advance():
+            raise self.deadlock()
+
+    def deadlock(self) -> InterpError:
+        diags: list[Diagnostic] = []
+        for c in self.ctas:
+            if c.live:
+                diags.extend(c.deadlock().diagnostics)
+        return InterpError("deadlock", diags)
 
     def exited(self, th: Thread, node: Any) -> None:
         """Thread `th` exited (at `node`, or at the end of the kernel): it no longer holds up

@@ -5,7 +5,7 @@ the kernel, binding arguments, the scheduler that sets spinning CTAs aside)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from math import prod
 from typing import Any
@@ -85,13 +85,14 @@ def launch_order(dims: tuple[int, int, int]) -> list[tuple[int, int, int]]:
     return [(x, y, z) for z in range(dims[2]) for y in range(dims[1]) for x in range(dims[0])]
 
 
-def run_parked(launches: Iterable[tuple[str, CTA]]) -> None:
-    """Run CTAs one after another, in the order `launches` yields them (a generator creates
-    each as it starts). A CTA whose live threads all wait, some of them spinning on global
-    memory (a grid semaphore, a flag), is set aside and resumed once another CTA writes
-    global memory; when only such CTAs are left, they are deadlocked. The string paired with
-    a CTA starts every diagnostic about it ("rank 2: " under `run_ranks`, "" otherwise)."""
-    parked: list[tuple[str, CTA]] = []
+def run_parked(launches: Iterable[tuple[str, CTA | Cluster]]) -> None:
+    """Run CTAs (or clusters) one after another, in the order `launches` yields them (a
+    generator creates each as it starts). A CTA whose live threads all wait, some of them
+    spinning on global memory (a grid semaphore, a flag), is set aside and resumed once
+    another CTA writes global memory; when only such CTAs are left, they are deadlocked.
+    The string paired with a CTA starts every diagnostic about it ("rank 2: " under
+    `run_ranks`, "" otherwise)."""
+    parked: list[tuple[str, CTA | Cluster]] = []
 
     def resume() -> None:
         woken = next((p for p in parked if p[1].runnable or p[1].inflight), None)
@@ -110,7 +111,7 @@ def run_parked(launches: Iterable[tuple[str, CTA]]) -> None:
                                        for d in c.deadlock().diagnostics])
 
 
-def _advance(prefix: str, cta: CTA) -> bool:
+def _advance(prefix: str, cta: CTA | Cluster) -> bool:
     """`cta.advance()`, its errors' diagnostics starting with `prefix`."""
     try:
         return cta.advance()
@@ -129,19 +130,23 @@ def prefixed(prefix: str, d: Diagnostic) -> Diagnostic:
 def run_clusters(prog: Program, cl: tuple[int, int, int], dims: tuple[int, int, int],
                  gmem: GlobalMemory, params: list[Any], seed: int, max_steps: int,
                  warned: set[int]) -> None:
-    """Clusters one after another; the CTAs of a cluster together, started in a seeded order
-    some steps apart and interleaved (`cluster.Cluster`)."""
+    """Clusters one after another, through `run_parked` (a cluster spinning on global memory
+    waits for another); the CTAs of a cluster together, started in a seeded order some steps
+    apart and interleaved (`cluster.Cluster`)."""
     k = prog.kernel
     if any(d % c for d, c in zip(dims, cl, strict=True)):
         raise LaunchError(Diagnostic(f"grid {dims} is not divisible by the cluster shape {cl} "
                                      f"of kernel '{k.name}'", k.loc))
-    for cz in range(0, dims[2], cl[2]):
-        for cy in range(0, dims[1], cl[1]):
-            for cx in range(0, dims[0], cl[0]):
-                ctas = [CTA(prog, (cx + x, cy + y, cz + z), dims, gmem, params, seed, max_steps,
-                            warned, cl)
-                        for z in range(cl[2]) for y in range(cl[1]) for x in range(cl[0])]
-                Cluster(ctas, seed, cx + dims[0] * (cy + dims[1] * cz), k).run()
+    def clusters() -> Iterator[tuple[str, Any]]:
+        for cz in range(0, dims[2], cl[2]):
+            for cy in range(0, dims[1], cl[1]):
+                for cx in range(0, dims[0], cl[0]):
+                    ctas = [CTA(prog, (cx + x, cy + y, cz + z), dims, gmem, params, seed,
+                                max_steps, warned, cl)
+                            for z in range(cl[2]) for y in range(cl[1]) for x in range(cl[0])]
+                    yield "", Cluster(ctas, seed, cx + dims[0] * (cy + dims[1] * cz), k)
+
+    run_parked(clusters())
 
 
 def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,
