@@ -31,6 +31,10 @@ The two-kernel form (`make_splitk(slots=True)`, then `make_splitk_reduce()`): ev
 stores its partial into slot w.split of a slots x M x N workspace (`ws` a 3-D tensor map)
 with no semaphore and no finisher (`wsp`, `c`, `sem` and `ordered` go unused), and the
 second kernel sums the slots in order into C: deterministic, and no range waits for another.
+The striped sum (`make_splitk(slots=True, stripes=True)`) does that sum in the same kernel: a
+half-tile's ranges meet at its semaphore once their slots are stored, then range s sums stripe
+s of the half-tile over all slots, in slot order (deterministic, one launch, every range in
+flight at once).
 `make_splitk(stages, chunks, streamk, slots)` builds the variants; the module-level kernel is
 the one that gemm_splitk.ptxdsl spells out."""
 
@@ -44,7 +48,8 @@ PART = 32  # f32 columns per staging chunk (128 bytes, the swizzle span)
 
 
 def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
-                slots: bool = False, cluster: int = 1) -> ptxdsl.KernelDef:
+                slots: bool = False, cluster: int = 1, stripes: bool = False
+                ) -> ptxdsl.KernelDef:
     """The split-K kernel with a `stages`-deep ring and `chunks` 64 x 32 f32 staging chunks
     per consumer warpgroup (8 / chunks reduction passes); `streamk` walks a stream-K schedule
     instead of `splits` ranges per tile (the `splits` argument is then unused). `slots`: the
@@ -53,14 +58,22 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
     and `splitk_reduce` then sums the slots in order into C (deterministic, and no range
     waits; slots a tile does not use stay zero). `cluster=2`: the CTAs of a 2-CTA cluster
     take two vertically adjacent tiles with the same K range, each loading half of the
-    shared B slice and multicasting it to both (split-K only; the grid is whole clusters)."""
+    shared B slice and multicasting it to both (split-K only; the grid is whole clusters).
+    `stripes` (with `slots`): the slots are summed in this kernel: a half-tile's ranges meet
+    at its semaphore (each adds one once its slot is stored; all wait for `splits`), then
+    range s sums stripe s of the half-tile over every slot, in slot order, into C, and the
+    last to leave resets the semaphore. Deterministic, one launch; every range must be in
+    flight at once: at most one item per CTA, all CTAs resident (`launch_grid`'s grid)."""
     if cluster not in (1, 2) or cluster == 2 and streamk:
         raise ValueError(f"make_splitk: cluster is 1, or 2 without streamk; not {cluster}")
+    if stripes and (not slots or streamk):
+        raise ValueError("make_splitk: stripes sums the slots of a split-K walk: slots=True, "
+                         "streamk=False")
     cm = cluster
     passes = BN // PART // chunks
     name = "gemm_splitk" if (stages, chunks) == (4, 2) else f"gemm_splitk_s{stages}_c{chunks}"
     name = name.replace("splitk", "streamk") if streamk else name
-    name += ("_slots" if slots else "") + ("_x2" if cm > 1 else "")
+    name += ("_stripes" if stripes else "_slots" if slots else "") + ("_x2" if cm > 1 else "")
 
     def gemm_splitk(k, a: tmap(bf16, 2), b: tmap(bf16, 2), ws: tmap(f32, 3 if slots else 2),
                     wsp: ptr(f32),
@@ -68,7 +81,7 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
                     ordered: u32):
         ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
                           b=(bf16, [cm, BN // cm, BK] if cm > 1 else [BN, BK], 1024, 128))
-        if slots:  # splitk_reduce may be scheduled now: it waits for this grid itself
+        if slots and not stripes:  # splitk_reduce may be scheduled now: it waits for this grid
             k.griddep_launch_dependents()
         part = k.shared("part", f32, [2, chunks, 64, PART], align=1024, swizzle=128)
         last = k.shared("last", u32, [2])
@@ -137,7 +150,7 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
         mt = k.let("mt", tile_row(k, w)) if cm > 1 else w.m
         r0 = k.let("r0", mt * BM + wg * 64)
         n0 = k.let("n0", w.n * BN)
-        if slots:  # every item, whole or not: splitk_reduce writes all of C
+        if slots and not stripes:  # every item, whole or not: splitk_reduce writes all of C
             if cm > 1:  # a pair's rowless second tile has nothing to store
                 with k.if_(mt < tm):
                     store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
@@ -147,47 +160,53 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
         write = k.let("write", w.whole)
         # a pair's second tile past the last tile-row (odd tile-rows) loaded B for its
         # partner and has nothing to add
-        with k.if_(~w.whole & (mt < tm) if cm > 1 else ~w.whole):
-            idx = k.let("idx", (mt * ((n + (BN - 1)) / BN) + w.n) * 2 + wg if cm > 1
-                        else w.tile * 2 + wg)
-            first = k.let("first", (ordered != 0) & (w.k0 == 0))
-            with k.if_(leader & (ordered != 0)):
-                with k.while_(k.ld_acquire(sem[idx]) != w.k0):
-                    pass
-                k.fence_proxy_async_global()
-            # the partial tile into the workspace, `chunks` 32-column chunks per pass
-            def add(p, h) -> None:
-                at = [(n0 + (p * chunks + h) * PART).to(s32), r0.to(s32)]
-                with k.if_(first):
-                    k.tma_store(ws, at, part[wg, h])
-                with k.else_():
-                    k.tma_reduce_add(ws, at, part[wg, h])
+        adds = ~w.whole & (mt < tm) if cm > 1 else ~w.whole
+        if stripes:
+            with k.if_(adds):
+                store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col)
+                sum_stripe(k, w, wsp, c, sem, m, n, mt, r0, n0, wg, leader)
+        else:  # the one-kernel sum: reduce-add, count, the last range finishes
+            with k.if_(adds):
+                idx = k.let("idx", (mt * ((n + (BN - 1)) / BN) + w.n) * 2 + wg if cm > 1
+                            else w.tile * 2 + wg)
+                first = k.let("first", (ordered != 0) & (w.k0 == 0))
+                with k.if_(leader & (ordered != 0)):
+                    with k.while_(k.ld_acquire(sem[idx]) != w.k0):
+                        pass
+                    k.fence_proxy_async_global()
+                # the partial tile into the workspace, `chunks` 32-column chunks per pass
+                def add(p, h) -> None:
+                    at = [(n0 + (p * chunks + h) * PART).to(s32), r0.to(s32)]
+                    with k.if_(first):
+                        k.tma_store(ws, at, part[wg, h])
+                    with k.else_():
+                        k.tma_reduce_add(ws, at, part[wg, h])
 
-            staged(k, part, acc, wg, leader, row, col, False, add)
-            with k.if_(leader):
-                k.bulk_wait(0)  # complete, not just read: the semaphore publishes the sums
-                done = k.let("done", w.k1 == ktiles)
-                with k.if_(ordered != 0):
-                    with k.if_(~done):
-                        k.st_release(sem[idx], w.k1)
-                with k.else_():
-                    k.assign(done, k.atomic_add(sem[idx], w.k1 - w.k0, "acq_rel")
-                             + (w.k1 - w.k0) == ktiles)
-                with k.if_(done):
-                    sem[idx] = 0  # ready for the next launch
-                last[wg] = k.select(done, 1, 0)
-            k.bar_sync(8 + wg, 128)
-            k.assign(write, last[wg] != 0)
-            # the last range of this half-tile reads the sum back: every load in flight at
-            # once (out-of-range elements read element 0 and are not stored)
-            with k.if_(write):
-                with k.for_("j2", 0, BN // 8, unroll=True) as j:
-                    with k.for_("i2", 0, 2, unroll=True) as i:
-                        gr, gc = r0 + row + i * 8, n0 + j * 8 + col
-                        at = k.let("at", k.select((gr < m) & (gc < n), gr * n + gc, 0))
-                        v = k.let("v", k.vload(wsp[at], 2))
-                        acc[4 * j + 2 * i] = v[0]
-                        acc[4 * j + 2 * i + 1] = v[1]
+                staged(k, part, acc, wg, leader, row, col, False, add)
+                with k.if_(leader):
+                    k.bulk_wait(0)  # complete, not just read: the semaphore publishes the sums
+                    done = k.let("done", w.k1 == ktiles)
+                    with k.if_(ordered != 0):
+                        with k.if_(~done):
+                            k.st_release(sem[idx], w.k1)
+                    with k.else_():
+                        k.assign(done, k.atomic_add(sem[idx], w.k1 - w.k0, "acq_rel")
+                                 + (w.k1 - w.k0) == ktiles)
+                    with k.if_(done):
+                        sem[idx] = 0  # ready for the next launch
+                    last[wg] = k.select(done, 1, 0)
+                k.bar_sync(8 + wg, 128)
+                k.assign(write, last[wg] != 0)
+                # the last range of this half-tile reads the sum back: every load in flight at
+                # once (out-of-range elements read element 0 and are not stored)
+                with k.if_(write):
+                    with k.for_("j2", 0, BN // 8, unroll=True) as j:
+                        with k.for_("i2", 0, 2, unroll=True) as i:
+                            gr, gc = r0 + row + i * 8, n0 + j * 8 + col
+                            at = k.let("at", k.select((gr < m) & (gc < n), gr * n + gc, 0))
+                            v = k.let("v", k.vload(wsp[at], 2))
+                            acc[4 * j + 2 * i] = v[0]
+                            acc[4 * j + 2 * i + 1] = v[1]
         # bf16 C from the accumulators (leaving zeros behind in the workspace)
         with k.if_(write):
             with k.for_("j3", 0, BN // 8, unroll=True) as j:
@@ -199,6 +218,44 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
                             wsp[at] = k.f32x2(0.0, 0.0)
                         c[at] = k.bf16x2(acc[4 * j + 2 * i].to(bf16),
                                          acc[4 * j + 2 * i + 1].to(bf16))
+
+    def sum_stripe(k, w, wsp, c, sem, m, n, mt, r0, n0, wg, leader, unroll: int = 8) -> None:
+        """`stripes`: once every range of the half-tile has stored its slot, range s sums
+        stripe s of the half-tile (float4 groups, a 64 x 256 half-tile being 4096 of them)
+        over all slots in slot order into bf16 C; the semaphore counts arrivals to `splits`,
+        departures to 2 `splits`, and the last to leave resets it."""
+        idx = k.let("idx", (mt * ((n + (BN - 1)) / BN) + w.n) * 2 + wg if cm > 1
+                    else w.tile * 2 + wg)
+        with k.if_(leader):
+            k.bulk_wait(0)  # this slot's stores complete, not just read
+            k.let("arrived", k.atomic_add(sem[idx], 1, "acq_rel"))
+            with k.while_(k.ld_acquire(sem[idx]) < w.splits):
+                pass
+        k.bar_sync(8 + wg, 128)
+        groups = 64 * BN // 4
+        lo = k.let("lo", w.split * groups / w.splits)
+        hi = k.let("hi", (w.split + 1) * groups / w.splits)
+        plane = k.let("plane", m * n)  # one slot
+        with k.for_("g", lo + k.tid.x % 128, hi, 128) as g:
+            gr = k.let("gr", r0 + g / (BN // 4))
+            gc = k.let("gc", n0 + g % (BN // 4) * 4)
+            with k.if_((gr < m) & (gc < n)):
+                at = k.let("at", gr * n + gc)
+                total = k.let("total", k.vload(wsp[at], 4))
+                with k.for_("s0", 1, w.splits, unroll) as s0:
+                    with k.for_("s", 0, unroll, unroll=True) as sl:
+                        # past the last slot, read slot 0 again and add nothing
+                        here = k.let("here", s0 + sl < w.splits)
+                        v = k.let("v", k.vload(wsp[k.select(here, (s0 + sl) * plane + at, at)],
+                                                4))
+                        for e in range(4):
+                            total[e] = total[e] + k.select(here, v[e], 0.0)
+                c[at] = k.bf16x4(*(total[e].to(bf16) for e in range(4)))
+        k.bar_sync(8 + wg, 128)  # every thread's reads done before the semaphore can reset
+        with k.if_(leader):
+            left = k.let("left", k.atomic_add(sem[idx], 1, "relaxed") + 1)
+            with k.if_(left == 2 * w.splits):
+                sem[idx] = 0  # ready for the next launch
 
     def store_slot(k, w, part, ws, acc, r0, n0, wg, leader, row, col) -> None:
         """The partial tile into slot w.split of the workspace (an item's first pass also
@@ -314,11 +371,12 @@ def launch_grid(m: int, n: int, k: int, splits: int, streamk: bool = False,
 
 def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
             splits: int | None = None, ordered: int = 0, streamk: bool = False,
-            grid: int | None = None, cluster: int = 1) -> dict:
+            grid: int | None = None, cluster: int = 1, stripes: bool = False) -> dict:
     """Random bf16 A (m x k) and B (n x k); the reference is A @ B^T in f32. The workspace
     (one array behind both `ws` and `wsp`) and the semaphores start at zero and are left at
     zero. `streamk` is for make_splitk(streamk=True), `cluster` for make_splitk(cluster=2)
-    (each CTA loads half of a B slice); `grid` overrides the persistent grid."""
+    (each CTA loads half of a B slice), `stripes` for make_splitk(slots=True, stripes=True)
+    (a slot per range, left holding the partials); `grid` overrides the persistent grid."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     splits = splits or pick_splits(m, n, k)
@@ -326,15 +384,16 @@ def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
     b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
     ref = bf16_to_f32(a) @ bf16_to_f32(b).T
     box = {"swizzle": "128B"}
-    ws = np.zeros((m, n), np.float32)
+    nslots = min(splits, -(-k // BK))
+    ws = np.zeros((nslots, m, n) if stripes else (m, n), np.float32)
     nsem = 2 * tiles(m, n)
     return {"grid": grid or launch_grid(m, n, k, splits, streamk, cluster=cluster),
             "inputs": {"a": a, "b": b, "ws": ws, "wsp": ws, "sem": np.zeros(nsem, np.uint32),
                        "m": m, "n": n, "kdim": k, "splits": splits, "ordered": ordered},
             "tensor_maps": {"a": {"box": (BM, BK), **box},
                             "b": {"box": (BN // cluster, BK), **box},
-                            "ws": {"box": (64, PART), **box}},
+                            "ws": {"box": (1, 64, PART) if stripes else (64, PART), **box}},
             "outputs": {"c": np.zeros((m, n), np.uint16)},
-            "expected": {"c": ref, "wsp": np.zeros((m, n), np.float32),
-                         "sem": np.zeros(nsem, np.uint32)},
+            "expected": {"c": ref, "sem": np.zeros(nsem, np.uint32),
+                         **({} if stripes else {"wsp": np.zeros((m, n), np.float32)})},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}

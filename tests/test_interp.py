@@ -150,6 +150,24 @@ def test_splitk_on_two_cta_clusters(m, n, k, splits, ordered):
         assert r.ok, f"{param}: {r.detail}"
 
 
+@pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
+@pytest.mark.parametrize("m, n, k, splits, cluster",
+                         [(128, 256, 256, 2, 1), (200, 264, 640, 3, 1), (384, 256, 256, 2, 2)])
+def test_splitk_striped_sum(m, n, k, splits, cluster):
+    """make_splitk(slots=True, stripes=True): a half-tile's ranges meet at its semaphore
+    (CTAs, or clusters, spin for ones that run later), then each sums a stripe of the slots;
+    the semaphores end at zero."""
+    twin = sample_module("gemm_splitk")
+    kd = twin.make_splitk(slots=True, stripes=True, cluster=cluster)
+    ex = twin.example(np.random.default_rng(m + k), m=m, n=n, k=k, splits=splits,
+                      cluster=cluster, stripes=True)
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=20_000_000)
+    for param, want in ex["expected"].items():
+        elem = {"c": ptxdsl.bf16, "sem": ptxdsl.u32}[param]
+        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
+        assert r.ok, f"{param}: {r.detail}"
+
+
 @pytest.mark.parametrize("form", ["layernorm", "layernorm_row"])
 def test_layernorm_stays_accurate_for_rows_far_from_zero(form):
     """LayerNorm combines (mean, squared deviations) pairs across lanes and warps, so rows of
