@@ -118,8 +118,12 @@ def test_two_cta_clusters_match_torch(bench, m, n, k, splits, mode):
         assert torch.equal(results[0], results[1])
 
 
+# every range in flight at once: 130 x 4104 in 4 splits would be 136 ranges, so 3
+STRIPED = [x if x[:3] != (130, 4104, 2056) else (130, 4104, 2056, 3) for x in SHAPES]
+
+
 @pytest.mark.parametrize("cluster", [1, 2])
-@pytest.mark.parametrize("m, n, k, splits", SHAPES)
+@pytest.mark.parametrize("m, n, k, splits", STRIPED)
 def test_striped_sum_matches_torch_and_repeats_bit_for_bit(bench, m, n, k, splits, cluster):
     """make_splitk(slots=True, stripes=True): every range stores its slot, the ranges of a
     half-tile meet at its semaphore, and each sums a stripe over all slots in slot order into
