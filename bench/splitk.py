@@ -84,11 +84,11 @@ class SplitK:
         m, k = a.shape
         n = b.shape[0]
         self.splits = 0 if streamk else splits or t.pick_splits(m, n, k, sms())
-        grid = t.launch_grid(m, n, k, self.splits, streamk, sms(), cluster)
+        try:
+            grid = t.launch_grid(m, n, k, self.splits, streamk, sms(), cluster, stripes)
+        except ValueError as e:
+            raise BenchError(f"split-K {m}x{n}x{k}, {self.splits} splits: {e}") from None
         slots = slots or stripes
-        if stripes and grid < t.launch_grid(m, n, k, self.splits, False, 1 << 30, cluster):
-            raise BenchError(f"split-K {m}x{n}x{k}, {self.splits} splits: the striped sum "
-                             f"needs every range in flight at once, more than {grid} CTAs")
         nslots = (t.max_splits(m, n, k, grid) if streamk else
                   min(self.splits, -(-k // t.BK))) if slots else 0
         slots = slots and (streamk or nslots > 1)  # one split: the one-kernel form

@@ -355,10 +355,12 @@ def max_splits(m: int, n: int, k: int, grid: int) -> int:
 
 
 def launch_grid(m: int, n: int, k: int, splits: int, streamk: bool = False,
-                sms: int = SMS, cluster: int = 1) -> int:
+                sms: int = SMS, cluster: int = 1, stripes: bool = False) -> int:
     """CTAs for a launch: one per work item, at most one per SM (the grid is persistent: a
     CTA walks its items in turn). Stream-K always fills the SMs. With `cluster=2` an item
-    is a pair of vertically adjacent tiles for a 2-CTA cluster: whole clusters."""
+    is a pair of vertically adjacent tiles for a 2-CTA cluster: whole clusters. `stripes`
+    (the striped sum: every range in flight at once) raises ValueError where the items
+    outnumber the SMs."""
     if splits < 1 and not streamk:
         raise ValueError(f"splits must be at least 1, got {splits}")
     if streamk:
@@ -366,6 +368,9 @@ def launch_grid(m: int, n: int, k: int, splits: int, streamk: bool = False,
     tile_rows = -(-m // BM)
     pairs = -(-tile_rows // cluster) * -(-n // BN)
     items = pairs * min(splits, -(-k // BK))
+    if stripes and items > sms // cluster:
+        raise ValueError(f"the striped sum needs every range in flight at once: "
+                         f"{items * cluster} CTAs, more than {sms // cluster * cluster}")
     return min(items, sms // cluster) * cluster
 
 

@@ -403,3 +403,16 @@ def test_random_schedules_build_print_back_and_cover_every_tile(case):
     want = np.zeros((64, 8), np.uint32)
     want[:ntiles, :kt if ks else 1] = 1
     assert np.array_equal(hits.reshape(64, 8), want), clauses
+
+
+def test_splitk_launch_grid_counts_cluster_pairs_and_guards_the_striped_sum():
+    twin = sample_module("gemm_splitk")
+    assert twin.launch_grid(512, 512, 65536, 16) == 128  # 8 tiles x 16 splits
+    assert twin.launch_grid(333, 520, 4104, 5, cluster=2) == 60  # 2 pairs x 3 x 5, in CTAs
+    assert twin.launch_grid(1024, 1024, 8192, 8) == 132  # 256 items walked by 132 CTAs
+    assert twin.launch_grid(512, 512, 65536, 16, stripes=True) == 128
+    with pytest.raises(ValueError, match="every range in flight at once: 256 CTAs, more "
+                                         "than 132"):
+        twin.launch_grid(1024, 1024, 8192, 8, stripes=True)
+    with pytest.raises(ValueError, match="136 CTAs, more than 132"):
+        twin.launch_grid(130, 4104, 2056, 4, cluster=2, stripes=True)
