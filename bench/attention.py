@@ -20,8 +20,12 @@ from .common import BenchError, Row, Section, interleaved_ms, resident, twin
 TOKENS, HEADS = 32768, 16
 # (name, the warpgroups take turns, the wait for P V held after the softmax, consumer
 # warpgroups); three warpgroups only at head dim 64
-VARIANTS = (("ptxdsl", False, True, 2), ("ptxdsl (turns)", True, False, 2),
-            ("ptxdsl (no hold)", False, False, 2), ("ptxdsl (3 warpgroups)", False, True, 3))
+# name, turns, hold, consumer warpgroups, lazy rescale (None: the kernel's default, on at
+# head dim 128); three warpgroups at head dim 64 only, the eager rescale at 128 only
+VARIANTS = (("ptxdsl", False, True, 2, None), ("ptxdsl (turns)", True, False, 2, None),
+            ("ptxdsl (no hold)", False, False, 2, None),
+            ("ptxdsl (3 warpgroups)", False, True, 3, None),
+            ("ptxdsl (rescale every block)", False, True, 2, False))
 CASES = "64:2048,64:2048:causal,64:8192,64:8192:causal,64:16384,64:16384:causal," \
         "128:2048,128:2048:causal,128:8192,128:8192:causal,128:16384,128:16384:causal"
 ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x sequence = 32768 "
@@ -30,7 +34,9 @@ ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x seque
          "(the strongest) and the flash backend (FlashAttention 2). ptxdsl runs with the wait "
          "for P V held after the softmax (`hold`, a fence_cta()), with its two consumer "
          "warpgroups taking turns (`turn`), with neither, and at head dim 64 also with three "
-         "consumer warpgroups on 192-row tiles (held); the row shows the fastest, the note "
+         "consumer warpgroups on 192-row tiles (held), at head dim 128 rescaling O at every "
+         "block (the kernel's default there moves a row's max only when it grows by more "
+         "than 2^8, so O is rarely rescaled); the row shows the fastest, the note "
          "the others. Every output is checked "
          "against the math backend in f32 first. Best of 3 interleaved rounds of medians of "
          "20 CUDA-event-timed runs.")
@@ -119,8 +125,10 @@ def measure(a: argparse.Namespace, d: int, s: int, causal: bool) -> tuple[list[R
     o = torch.empty_like(q)
     lse = torch.empty(b, HEADS, s, device="cuda", dtype=torch.float32)
     tw = twin("attention")
-    ours = {name: launcher(tw.make_attention(d, causal, pp, hold=hd, nwg=nwg), q, k, v, o, lse)
-            for name, pp, hd, nwg in VARIANTS if nwg == 2 or d == 64}
+    ours = {name: launcher(tw.make_attention(d, causal, pp, hold=hd, nwg=nwg, lazy=lz),
+                           q, k, v, o, lse)
+            for name, pp, hd, nwg, lz in VARIANTS
+            if (nwg == 2 or d == 64) and (lz is None or d == 128)}
 
     def sdpa(backend: Any) -> Any:
         def run() -> Any:

@@ -23,12 +23,14 @@ LN2 = 0.6931471805599453
 
 def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                    stages: tuple[int, int] = (2, 2), hold: bool = True,
-                   nwg: int = 2) -> ptxdsl.KernelDef:
+                   nwg: int = 2, lazy: bool | None = None) -> ptxdsl.KernelDef:
     """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
     `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: no, it
     no longer pays). `stages`: of the K and the V pipeline. `hold`: a fence_cta() keeps the
     wait for P V after the softmax (default: yes). `nwg`: consumer warpgroups (2,
-    or 3 at head dim 64), 64 query rows each: a tile is 64 nwg rows (`block_rows`)."""
+    or 3 at head dim 64), 64 query rows each: a tile is 64 nwg rows (`block_rows`). `lazy`:
+    a row's max moves only when it grows by more than 2^8, so O is rarely rescaled (default:
+    at head dim 128, where it pays)."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
     if nwg not in (2, 3) or nwg == 3 and d != 64:
@@ -39,10 +41,11 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
     hd = int(hold)
     hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
     cz = int(causal)
-    name = "attention" if (d, cz, pp, stages, hd) == (128, 0, False, (2, 2), True) else \
+    lz = int(d == 128 if lazy is None else lazy)
+    name = "attention" if (d, cz, pp, stages, hd, lz) == (128, 0, False, (2, 2), True, 1) else \
         f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}" + \
         ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}") + ("_hold" if hd else "") + \
-        ("" if nwg == 2 else f"_w{nwg}")
+        ("" if nwg == 2 else f"_w{nwg}") + ("" if lz == (d == 128) else f"_lazy{lz}")
 
     def softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2,  # noqa: E741
                 first: bool) -> None:
@@ -61,6 +64,8 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
             k.assign(m, k.max(m, k.shfl_xor(m, 1)))
             k.assign(m, k.max(m, k.shfl_xor(m, 2)))
             if not first:
+                with k.if_(lz != 0):  # the max moves only by more than 2^8
+                    k.assign(m, k.select((m - mx[i]) * scale_log2 > 8.0, m, mx[i]))
                 fac[i] = k.ex2((mx[i] - m) * scale_log2)
             mx[i] = m
             ms = k.let("ms", (m if first else mx[i]) * scale_log2)
@@ -181,8 +186,9 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                             k.fence_cta()  # the wait stays after the softmax
                         k.wgmma_wait(0)
                         k.release(vp)
-                        with k.for_("x", 0, d // 2, unroll=True) as x:
-                            acc[x] = acc[x] * fac[x % 4 / 2]
+                        with k.if_((lz == 0) | (fac[0] != 1.0) | (fac[1] != 1.0)):
+                            with k.for_("x", 0, d // 2, unroll=True) as x:
+                                acc[x] = acc[x] * fac[x % 4 / 2]
                         to_bf16(k, s, p)
                     k.wait(vp)
                     with k.turn(pp):

@@ -168,6 +168,30 @@ def test_splitk_striped_sum(m, n, k, splits, cluster):
         assert r.ok, f"{param}: {r.detail}"
 
 
+@pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
+def test_attention_lazy_max_moves_when_scores_grow():
+    """Head dim 128 keeps a row's max until it grows by more than 2^8: keys scaled up block by
+    block (row maxima about 3, 15 and 67 in log2 units) make it move twice, and O and the
+    log-sum-exp still match."""
+    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+
+    twin = sample_module("attention")
+    kd = twin.make_attention(128)
+    ex = twin.example(np.random.default_rng(3), batch=1, heads=1, kv_heads=1, seq=64,
+                      kv_seq=384, d=128, grid=1)
+    q, k, v = (bf16_to_f32(ex["inputs"][x]) for x in "qkv")
+    k[:, :, 128:256] *= 6.0
+    k[:, :, 256:] *= 14.0
+    ex["inputs"]["k"] = f32_to_bf16(k)
+    o, lse = twin.reference(q, bf16_to_f32(ex["inputs"]["k"]), v, False, 128 ** -0.5)
+    ex["expected"] = {"o": o, "lse": lse.reshape(-1)}
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=10_000_000)
+    for param, want in ex["expected"].items():
+        elem = ptxdsl.bf16 if param == "o" else ptxdsl.f32
+        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
+        assert r.ok, f"{param}: {r.detail}"
+
+
 @pytest.mark.parametrize("form", ["layernorm", "layernorm_row"])
 def test_layernorm_stays_accurate_for_rows_far_from_zero(form):
     """LayerNorm combines (mean, squared deviations) pairs across lanes and warps, so rows of
