@@ -360,7 +360,8 @@ def launch_grid(m: int, n: int, k: int, splits: int, streamk: bool = False,
     CTA walks its items in turn). Stream-K always fills the SMs. With `cluster=2` an item
     is a pair of vertically adjacent tiles for a 2-CTA cluster: whole clusters. `stripes`
     (the striped sum: every range in flight at once) raises ValueError where the items
-    outnumber the SMs."""
+    outnumber the SMs (taking `sms` CTAs, or `sms` / 2 clusters, to be resident together:
+    true of the H100 and H200 at one CTA an SM; occupancy is not asked)."""
     if splits < 1 and not streamk:
         raise ValueError(f"splits must be at least 1, got {splits}")
     if streamk:
@@ -392,7 +393,8 @@ def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
     nslots = min(splits, -(-k // BK))
     ws = np.zeros((nslots, m, n) if stripes else (m, n), np.float32)
     nsem = 2 * tiles(m, n)
-    return {"grid": grid or launch_grid(m, n, k, splits, streamk, cluster=cluster),
+    return {"grid": grid or launch_grid(m, n, k, splits, streamk, cluster=cluster,
+                                        stripes=stripes),
             "inputs": {"a": a, "b": b, "ws": ws, "wsp": ws, "sem": np.zeros(nsem, np.uint32),
                        "m": m, "n": n, "kdim": k, "splits": splits, "ordered": ordered},
             "tensor_maps": {"a": {"box": (BM, BK), **box},
