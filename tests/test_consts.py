@@ -189,3 +189,17 @@ def test_interp_runs_an_instantiated_sample_with_data_sized_alike():
     r = cli("interp", str(NORMS), "-D", "N=2048", "-D", "T=f32", "--kernel", "rmsnorm")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("PASS rmsnorm: y max |err|")
+
+
+@pytest.mark.parametrize("d, causal, nwg, lazy", [(128, 0, 2, 0), (64, 1, 3, 1), (64, 0, 2, None),
+                                                  (128, 1, 2, None)])
+def test_attention_text_and_twin_agree_on_other_parameters(d, causal, nwg, lazy):
+    """The default build is compared in test_twins; these are the -D forms (the lazy rescale
+    forced either way, three warpgroups, causal)."""
+    import dataclasses
+
+    defines = {"D": d, "CAUSAL": causal, "NWG": nwg} | ({} if lazy is None else {"LAZY": lazy})
+    (k,) = ptxdsl.parse_file(SAMPLES / "attention.ptxdsl", defines=defines).kernels
+    kd = sample_module("attention").make_attention(
+        d, bool(causal), nwg=nwg, lazy=None if lazy is None else bool(lazy))
+    assert dataclasses.replace(k, name=kd.ir.name) == kd.ir
