@@ -6,6 +6,9 @@ arrivals of commit and release, the sm_80 pass widens a one-thread copy block to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from .. import ir
 from .. import types as T
@@ -17,50 +20,67 @@ class Unknown(Exception):
 
 @dataclass
 class ThreadModel:
-    """Which threads of a CTA run a statement, from conditions on thread indices."""
+    """Which threads of a CTA run a statement, from conditions on thread indices. `env` (the
+    values of let-bound names) is filled before the first question; answers are kept."""
 
     threads: tuple[int, int, int]
     env: dict[str, ir.Expr] = field(default_factory=dict)
+    _answers: dict[tuple, frozenset[int]] = field(default_factory=dict, repr=False)
 
-    def value(self, e: ir.Expr, tid: int, active: frozenset[int]):
+    def value(self, e: ir.Expr, tid: np.ndarray, active: np.ndarray) -> Any:
+        """`e` for every thread index in `tid` at once (an array, or a scalar where `e` does
+        not depend on the thread), `active` the threads that reach it (sorted)."""
         x, y, _ = self.threads
         if isinstance(e, ir.Const):
             return e.value
         if isinstance(e, ir.SReg):
-            table = {"tid.x": tid % x, "tid.y": tid // x % y, "tid.z": tid // (x * y),
-                     "warp": tid // 32, "laneid": tid % 32, "ntid.x": x, "ntid.y": y,
-                     "ntid.z": self.threads[2]}
+            table = {"tid.x": lambda: tid % x, "tid.y": lambda: tid // x % y,
+                     "tid.z": lambda: tid // (x * y), "warp": lambda: tid // 32,
+                     "laneid": lambda: tid % 32, "ntid.x": lambda: x, "ntid.y": lambda: y,
+                     "ntid.z": lambda: self.threads[2]}
             if e.name in table:
-                return table[e.name]
+                return table[e.name]()
             raise Unknown
         if isinstance(e, ir.Var) and e.name in self.env:
             return self.value(self.env[e.name], tid, active)
-        if isinstance(e, ir.Call) and e.fn == "elect":
-            warp = [t for t in active if t // 32 == tid // 32]
-            return bool(warp) and tid == min(warp)
+        if isinstance(e, ir.Call) and e.fn == "elect":  # the first active thread of a warp
+            warps = int(max(tid.max(initial=0), active.max(initial=0))) // 32 + 1
+            low = np.full(warps, np.iinfo(np.int64).max)  # no active thread: none elected
+            np.minimum.at(low, active // 32, active)
+            return tid == low[tid // 32]
         if isinstance(e, ir.Compare):
             a, b = self.value(e.a, tid, active), self.value(e.b, tid, active)
-            return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b,
-                    "ge": a >= b}[e.op]
+            return {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+                    "gt": np.greater, "ge": np.greater_equal}[e.op](a, b)
         if isinstance(e, ir.Unary) and e.op == "not" and e.type == T.pred:
-            return not self.value(e.x, tid, active)
+            return np.logical_not(self.value(e.x, tid, active))
         if isinstance(e, ir.Binary):
             a, b = self.value(e.a, tid, active), self.value(e.b, tid, active)
             if e.type == T.pred:
-                return (a and b) if e.op == "and" else (a or b) if e.op == "or" else a != b
-            ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-                   "div": lambda: a // b, "rem": lambda: a % b, "and": lambda: a & b,
-                   "or": lambda: a | b, "xor": lambda: a ^ b, "shl": lambda: a << b,
-                   "shr": lambda: a >> b, "min": lambda: min(a, b), "max": lambda: max(a, b)}
-            return ops[e.op]()
+                return {"and": np.logical_and, "or": np.logical_or}.get(
+                    e.op, np.logical_xor)(a, b)
+            if e.op in ("div", "rem") and np.any(np.equal(b, 0)):
+                raise Unknown
+            ops = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+                   "div": np.floor_divide, "rem": np.mod, "and": np.bitwise_and,
+                   "or": np.bitwise_or, "xor": np.bitwise_xor, "shl": np.left_shift,
+                   "shr": np.right_shift, "min": np.minimum, "max": np.maximum}
+            return ops[e.op](a, b)
         if isinstance(e, ir.Cast):
             return self.value(e.x, tid, active)
         raise Unknown
 
     def active(self, path: list[tuple[ir.Expr, bool]]) -> frozenset[int]:
         """The threads that reach the end of a path of (condition, taken-branch) pairs."""
+        key = tuple((id(cond), polarity) for cond, polarity in path)
+        hit = self._answers.get(key)
+        if hit is not None:
+            return hit
         x, y, z = self.threads
-        act = frozenset(range(x * y * z))
+        act = np.arange(x * y * z, dtype=np.int64)
         for cond, polarity in path:
-            act = frozenset(t for t in act if bool(self.value(cond, t, act)) == polarity)
-        return act
+            taken = np.broadcast_to(np.asarray(self.value(cond, act, act), bool), act.shape)
+            act = act[taken == polarity]
+        out = frozenset(act.tolist())
+        self._answers[key] = out
+        return out
