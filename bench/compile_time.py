@@ -17,7 +17,7 @@ FILES = ("gemm.ptxdsl", "gemm_splitk.ptxdsl", "norms.ptxdsl")
 ABOUT = ("`.ptxdsl` -> PTX in one process on the benchmark machine's CPU: parse, lower, "
          "verify, emit; the median of warm calls (the first call also loads the grammar).")
 LIMITS = ("lark's LALR parse with positions (~15 us a token in Python) and the verifier's "
-          "thread-set trace; on the 2-core dev VM gemm.ptxdsl takes 41-46 ms.")
+          "thread-set trace; on the 2-core dev VM gemm.ptxdsl takes about 31 ms.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
