@@ -38,19 +38,28 @@ def _inputs(m, n, k, seed):
     return a, b, c
 
 
-@pytest.mark.parametrize("ordered", [False, True], ids=["unordered", "deterministic"])
-@pytest.mark.parametrize("m, n, k, splits", SHAPES)
-def test_splitk_matches_torch(bench, m, n, k, splits, ordered):
+def _launches(run, a, b, c, times):
+    """C (as raw bits) after each of `times` launches of `run` on fresh NaNs, each checked
+    against torch and with its workspace and semaphores back at zero (a later launch relies
+    on the earlier leaving zeros behind)."""
     import torch
 
-    a, b, c = _inputs(m, n, k, seed=m + n + k)
-    run = bench.SplitK(a, b, c, splits, ordered)
-    for _ in range(2):  # the second launch relies on the first leaving zeros behind
+    results = []
+    for _ in range(times):
         c.fill_(float("nan"))
         run()
         torch.cuda.synchronize()
         assert gemm_error(c, a, b) <= 1.0
         assert run.clean(), "workspace or semaphores not reset"
+        results.append(c.view(torch.int16).clone())
+    return results
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["unordered", "deterministic"])
+@pytest.mark.parametrize("m, n, k, splits", SHAPES)
+def test_splitk_matches_torch(bench, m, n, k, splits, ordered):
+    a, b, c = _inputs(m, n, k, seed=m + n + k)
+    _launches(bench.SplitK(a, b, c, splits, ordered), a, b, c, 2)
 
 
 STREAMK = [(2432, 1792, 1024), (640, 768, 4160), (128, 256, 8192), (1000, 1000, 520),
@@ -67,13 +76,7 @@ def test_two_kernel_form_matches_torch_and_repeats_bit_for_bit(bench, m, n, k, s
 
     a, b, c = _inputs(m, n, k, seed=m + n + k + 1)
     run = bench.SplitK(a, b, c, splits, ordered=True, streamk=streamk, slots=True)
-    results = []
-    for _ in range(3):
-        c.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        assert gemm_error(c, a, b) <= 1.0
-        results.append(c.view(torch.int16).clone())
+    results = _launches(run, a, b, c, 3)
     assert all(torch.equal(r, results[0]) for r in results[1:])
 
 
@@ -82,16 +85,8 @@ def test_two_kernel_form_matches_torch_and_repeats_bit_for_bit(bench, m, n, k, s
 def test_streamk_matches_torch(bench, m, n, k, ordered):
     """Stream-K over every SM: one tile more than a wave, fewer tiles than SMs (a tile split
     over many CTAs), ragged edges, and 3 x 132 + 1 tiles."""
-    import torch
-
     a, b, c = _inputs(m, n, k, seed=m + n + k)
-    run = bench.SplitK(a, b, c, ordered=ordered, streamk=True)
-    for _ in range(2):
-        c.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        assert gemm_error(c, a, b) <= 1.0
-        assert run.clean(), "workspace or semaphores not reset"
+    _launches(bench.SplitK(a, b, c, ordered=ordered, streamk=True), a, b, c, 2)
 
 
 @pytest.mark.parametrize("mode", ["unordered", "deterministic", "two kernels"])
@@ -106,14 +101,7 @@ def test_two_cta_clusters_match_torch(bench, m, n, k, splits, mode):
     a, b, c = _inputs(m, n, k, seed=m + n + k + 2)
     run = bench.SplitK(a, b, c, splits, ordered=mode != "unordered",
                        slots=mode == "two kernels", cluster=2)
-    results = []
-    for _ in range(2):
-        c.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        assert gemm_error(c, a, b) <= 1.0
-        assert run.clean(), "workspace or semaphores not reset"
-        results.append(c.view(torch.int16).clone())
+    results = _launches(run, a, b, c, 2)
     if mode != "unordered":
         assert torch.equal(results[0], results[1])
 
@@ -132,14 +120,7 @@ def test_striped_sum_matches_torch_and_repeats_bit_for_bit(bench, m, n, k, split
 
     a, b, c = _inputs(m, n, k, seed=m + n + k + 3)
     run = bench.SplitK(a, b, c, splits, ordered=True, stripes=True, cluster=cluster)
-    results = []
-    for _ in range(3):
-        c.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        assert gemm_error(c, a, b) <= 1.0
-        assert run.clean(), "semaphores not reset"
-        results.append(c.view(torch.int16).clone())
+    results = _launches(run, a, b, c, 3)
     assert all(torch.equal(r, results[0]) for r in results[1:])
 
 
