@@ -26,12 +26,13 @@ ABOUT_CLUSTER = ("`make_gemm(cluster=(2, 1, 1))`: each CTA of a pair loads its o
                  "`cuOccupancyMaxActiveClusters` allows. Otherwise as the GEMM section.")
 LIMITS = ("at 8192^3 on the H100 (Nsight Compute, `--clock-control none`) ptxdsl's kernel and "
           "cuBLAS's (nvjet 320 x 128 tiles, 2-CTA clusters) both keep the tensor pipe active "
-          "97-98% of cycles and run 1.38 / 1.40 ms under the profiler; ptxdsl's 128 x 256 tiles"
-          " draw more DRAM traffic (35% of peak against 29%); timed back to back under the "
-          "power cap it is behind (0.94x at 8192^3, 0.99x at 16384 x 16384 x 4096), most likely"
-          " by clocks (not measured). At K = 512 each tile's fill and epilogue weigh more. Not "
-          "tried: larger tiles (256 x 128 per consumer pair) or clusters for the square shapes,"
-          " stmatrix in the epilogue.")
+          "97-98% of cycles; ptxdsl's 128 x 256 tiles draw more DRAM traffic (35% of peak "
+          "against 29%). Timed on the power-capped H200 the rows move by 3-4% from run to run. "
+          "At K = 512 each tile's fill and epilogue weigh more. Within that noise on the H200 "
+          "(2026-11-26): groups of 4 or 16, registers 24/240, 256 x 128 tiles; slower: a "
+          "stream-K walk of the same tiles (0.6-1.0x the data-parallel one). Not tried: "
+          "stmatrix in the epilogue, consumer warpgroups on alternate tiles (the epilogue "
+          "under the next tile's main loop).")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
