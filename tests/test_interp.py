@@ -46,6 +46,17 @@ def interp_error(text: str, grid, args, kind: str, seed: int = 0, **kw) -> str:
     return str(info.value)
 
 
+def assert_outputs(kd, ex: dict, max_steps: int | None = None) -> None:
+    """Run the twin's kernel `kd` on the example `ex` and compare every expected output,
+    each with the element type its parameter declares."""
+    kw = {} if max_steps is None else {"max_steps": max_steps}
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, **kw)
+    types = {p.name: getattr(p.type, "elem", None) for p in kd.ir.params}
+    for param, want in ex["expected"].items():
+        r = compare(param, out[param], want, types[param], ex["rtol"], ex["atol"])
+        assert r.ok, f"{param}: {r.detail}"
+
+
 # ----------------------------------------------------------------------------- samples
 
 
@@ -91,11 +102,7 @@ def test_attention_against_a_longer_kv_cache(seq, kv_seq):
     kd = twin.make_attention(64, causal=True, pingpong=True)
     ex = twin.example(np.random.default_rng(seq), batch=2, seq=seq, kv_seq=kv_seq, d=64,
                       causal=True, grid=3)
-    out = run_sample(kd.ir, {"kernel": kd.name, **ex})
-    for param, want in ex["expected"].items():
-        elem = ptxdsl.bf16 if param == "o" else ptxdsl.f32
-        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
-        assert r.ok, f"{param}: {r.detail}"
+    assert_outputs(kd, ex)
 
 
 @pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
@@ -107,11 +114,7 @@ def test_attention_on_three_warpgroups(seq, kv_seq, causal):
     kd = twin.make_attention(64, causal=causal, nwg=3)
     ex = twin.example(np.random.default_rng(seq), batch=1, seq=seq, kv_seq=kv_seq, d=64,
                       causal=causal, grid=2, nwg=3)
-    out = run_sample(kd.ir, {"kernel": kd.name, **ex})
-    for param, want in ex["expected"].items():
-        elem = ptxdsl.bf16 if param == "o" else ptxdsl.f32
-        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
-        assert r.ok, f"{param}: {r.detail}"
+    assert_outputs(kd, ex)
 
 
 @pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
@@ -125,11 +128,7 @@ def test_attention_causal_walk_in_pairs(nwg, seq, kv_seq, heads, grid):
     kd = twin.make_attention(64, causal=True, nwg=nwg)
     ex = twin.example(np.random.default_rng(seq), batch=1, heads=heads, kv_heads=1, seq=seq,
                       kv_seq=kv_seq, d=64, causal=True, grid=grid, nwg=nwg)
-    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=10_000_000)
-    for param, want in ex["expected"].items():
-        elem = ptxdsl.bf16 if param == "o" else ptxdsl.f32
-        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
-        assert r.ok, f"{param}: {r.detail}"
+    assert_outputs(kd, ex, max_steps=10_000_000)
 
 
 @pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
@@ -143,11 +142,7 @@ def test_splitk_on_two_cta_clusters(m, n, k, splits, ordered):
     kd = twin.make_splitk(cluster=2)
     ex = twin.example(np.random.default_rng(m + k), m=m, n=n, k=k, splits=splits,
                       ordered=ordered, cluster=2)
-    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=20_000_000)
-    for param, want in ex["expected"].items():
-        elem = {"c": ptxdsl.bf16, "wsp": ptxdsl.f32, "sem": ptxdsl.u32}[param]
-        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
-        assert r.ok, f"{param}: {r.detail}"
+    assert_outputs(kd, ex, max_steps=20_000_000)
 
 
 @pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
@@ -161,11 +156,7 @@ def test_splitk_striped_sum(m, n, k, splits, cluster):
     kd = twin.make_splitk(slots=True, stripes=True, cluster=cluster)
     ex = twin.example(np.random.default_rng(m + k), m=m, n=n, k=k, splits=splits,
                       cluster=cluster, stripes=True)
-    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=20_000_000)
-    for param, want in ex["expected"].items():
-        elem = {"c": ptxdsl.bf16, "sem": ptxdsl.u32}[param]
-        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
-        assert r.ok, f"{param}: {r.detail}"
+    assert_outputs(kd, ex, max_steps=20_000_000)
 
 
 @pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
@@ -185,11 +176,7 @@ def test_attention_lazy_max_moves_when_scores_grow():
     ex["inputs"]["k"] = f32_to_bf16(k)
     o, lse = twin.reference(q, bf16_to_f32(ex["inputs"]["k"]), v, False, 128 ** -0.5)
     ex["expected"] = {"o": o, "lse": lse.reshape(-1)}
-    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, max_steps=10_000_000)
-    for param, want in ex["expected"].items():
-        elem = ptxdsl.bf16 if param == "o" else ptxdsl.f32
-        r = compare(param, out[param], want, elem, ex["rtol"], ex["atol"])
-        assert r.ok, f"{param}: {r.detail}"
+    assert_outputs(kd, ex, max_steps=10_000_000)
 
 
 @pytest.mark.parametrize("form", ["layernorm", "layernorm_row"])

@@ -416,3 +416,15 @@ def test_splitk_launch_grid_counts_cluster_pairs_and_guards_the_striped_sum():
         twin.launch_grid(1024, 1024, 8192, 8, stripes=True)
     with pytest.raises(ValueError, match="136 CTAs, more than 132"):
         twin.launch_grid(130, 4104, 2056, 4, cluster=2, stripes=True)
+
+
+def test_make_splitk_refuses_forms_it_does_not_have():
+    twin = sample_module("gemm_splitk")
+    with pytest.raises(ValueError, match="cluster is 1, or 2 without streamk; not 4"):
+        twin.make_splitk(cluster=4)
+    with pytest.raises(ValueError, match="not 2"):
+        twin.make_splitk(cluster=2, streamk=True)
+    with pytest.raises(ValueError, match="stripes sums the slots of a split-K walk"):
+        twin.make_splitk(stripes=True)
+    with pytest.raises(ValueError, match="stripes sums the slots of a split-K walk"):
+        twin.make_splitk(slots=True, streamk=True, stripes=True)
