@@ -6,8 +6,11 @@ first.
 
 - data-parallel: samples/gemm.ptxdsl, one 128 x 256 tile at a time per CTA;
 - split-K: samples/gemm_splitk.ptxdsl with `--splits` K ranges per tile;
-- stream-K: make_splitk(streamk=True), the partial wave plus one full wave shared K step by
-  K step among all SMs, the other tiles whole.
+- stream-K: make_gemm(streamk=True), the partial wave plus one full wave shared K step by
+  K step among all SMs, the other tiles whole and stored as the data-parallel walk stores
+  them; a shared tile's parts meet in f32 workspace slots;
+- stream-K, reduce-add: make_splitk(streamk=True), the same walk on the split-K kernel
+  (shared tiles TMA-reduce-added into an M x N f32 workspace, bf16 stored from registers).
 The default shapes have 133 (one wave and one tile), 397 (3 x 132 + 1) and 330 (2.5 waves)
 tiles of 128 x 256 on 132 SMs."""
 
@@ -21,8 +24,9 @@ from .splitk import SplitK
 
 SHAPES = "2432x1792x8192,50816x256x8192,2816x3840x4096"
 ABOUT = ("bf16, C = A @ B^T, 128 x 256 tiles; the tile count leaves the last wave of a "
-         "data-parallel walk partial. Every ptxdsl walk (data-parallel = gemm.ptxdsl, split-K "
-         "and stream-K = gemm_splitk.ptxdsl's schedule) is checked against an f32 reference "
+         "data-parallel walk partial. Every ptxdsl walk (data-parallel = gemm.ptxdsl, stream-K = "
+         "`make_gemm(streamk=True)`, split-K and stream-K with reduce-add = "
+         "gemm_splitk.ptxdsl's schedule) is checked against an f32 reference "
          "first; cuBLAS is `torch.matmul`, the faster of its two layouts. Best of 3 "
          "interleaved rounds of medians of CUDA-event-timed runs.")
 
@@ -48,8 +52,11 @@ def run(a: argparse.Namespace) -> list[Section]:
         walks: dict = {}
         cd = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         walks["data-parallel"] = (gemm_launcher(twin("gemm").gemm, x, y, cd), cd)
+        cs = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        walks["stream-K"] = (gemm_launcher(twin("gemm").make_gemm(streamk=True), x, y, cs,
+                                           streamk=True), cs)
         for label, kw in ((f"split-K, {a.splits} splits", {"splits": a.splits}),
-                          ("stream-K", {"streamk": True})):
+                          ("stream-K, reduce-add", {"streamk": True})):
             c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             walks[label] = (SplitK(x, y, c, **kw), c)
         for label, (fn, c) in walks.items():

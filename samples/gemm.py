@@ -3,19 +3,30 @@
 C = A @ B^T: A is M x K and B is N x K, both row-major (what torch.nn.functional.linear
 computes), f32 accumulation, C (M x N, row-major) in the input type. `make_gemm(...)` builds
 it for any tile shape, stage count and input type; the module-level kernel is the one that
-gemm.ptxdsl spells out (128 x 256 x 64 tiles, 3 stages, bf16)."""
+gemm.ptxdsl spells out (128 x 256 x 64 tiles, 3 stages, bf16).
+
+`make_gemm(streamk=True)` walks a stream-K schedule: the tiles that would leave the last wave
+partial, plus one full wave, are shared K step by K step among all CTAs, the rest are whole
+tiles stored as above. A warpgroup holding part of a shared tile stores its f32 partial in
+the part's slot of a workspace (`ws`: shared tiles x `slots` parts x bm x bn f32, the most
+parts any tile is cut into), then counts it on a semaphore per half-tile (`sem`, zero
+between launches); the part that completes the count adds the other parts' slots to its
+own accumulators (leaving the semaphore zero) and stores the tile as a whole one does.
+Each part stores with all its stores in flight and never waits for another part."""
 
 import numpy as np
 
 import ptxdsl
-from ptxdsl import array, bf16, f16, f32, s32, tmap, u32
+from ptxdsl import array, bf16, f16, f32, ptr, s32, tmap, u32
+from ptxdsl.tiles import streamk_parts, streamk_shared
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a tile (64 bf16)
 
 
 def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: int = 8,
               consumers: int = 2, cluster: tuple[int, int, int] = (1, 1, 1),
-              producer_regs: int = 40, consumer_regs: int = 232) -> ptxdsl.KernelDef:
+              producer_regs: int = 40, consumer_regs: int = 232, streamk: bool = False
+              ) -> ptxdsl.KernelDef:
     """A GEMM kernel with bm x bn x 64 tiles, `consumers` warpgroups of bm / consumers rows
     each (64 or 128), `stages` pipeline stages and tiles walked in groups of `group`
     tile-rows. Each consumer keeps one k-block's wgmma group in flight while it issues the
@@ -23,7 +34,8 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
     `stages` >= 2. `cluster=(2, 1, 1)` pairs the CTAs of a cluster on two vertically adjacent
     tiles of one tile-column: each loads its own A tile and half of the shared B tile,
     multicast to both, so every B tile crosses L2 once per pair (the pipeline derives the
-    bytes each full barrier expects and the remote releases of the empty barriers)."""
+    bytes each full barrier expects and the remote releases of the empty barriers).
+    `streamk`: the stream-K walk of the module docstring (64 rows a consumer, no cluster)."""
     cm = cluster[0]
     if tuple(cluster) not in ((1, 1, 1), (2, 1, 1)):
         raise ValueError(f"make_gemm: cluster is (1, 1, 1) or (2, 1, 1), not {cluster}")
@@ -32,6 +44,8 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
     wm = bm // consumers  # rows per consumer warpgroup
     assert wm in (64, 128) and wm * consumers == bm, "each consumer owns 64 or 128 rows"
     assert bn % 64 == 0 and 64 <= bn <= 256, "bn is 64, 128, 192 or 256"
+    if streamk and (cm > 1 or wm != 64):
+        raise ValueError("make_gemm: streamk takes 64 rows a consumer and no cluster")
     mw = wm // 64  # m64 wgmmas per k-step
     nacc = bn // 2  # f32 accumulators per thread per m64 block
     chunks = bn // 64  # 128-byte-wide column chunks of the C tile (one TMA store each)
@@ -40,30 +54,35 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
         (128, 256, 3, bf16, 8, 2, 40, 232, 1)
     name = "gemm" if default else (f"gemm_{dtype}_{bm}x{bn}x{bk}_s{stages}_c{consumers}_g{group}"
                                    f"_r{producer_regs}_{consumer_regs}{'_x2' if cm == 2 else ''}")
+    if streamk:
+        name = name.replace("gemm", "gemm_streamk", 1)
 
     def row0(k, w):
         """The first row of work item w's tile; with a cluster pair, w is a pair of
         vertically adjacent tiles and the CTA of rank r takes its r-th."""
         return (w.m * cm + k.cluster_ctarank) * bm if cm > 1 else w.m * bm
 
-    def body(k, a, b, c, m, n, kk_):
+    def body(k, a, b, c, m, n, kk_, ws=None, sem=None, slots=None):
         ring = k.pipeline("ring", stages, a=(dtype, [bm, bk], 1024, SWIZZLE),
                           b=(dtype, [cm, bn // cm, bk] if cm > 1 else [bn, bk], 1024, SWIZZLE))
         cs = k.shared("cs", dtype, [consumers, mw * chunks, 64, 64], align=1024,
                       swizzle=SWIZZLE)
+        if streamk:
+            last = k.shared("last", u32, [consumers])  # a warpgroup's 'my part completed it'
         # work items: tiles, or with a cluster pair, pairs of vertically adjacent tiles
         tiles_m = k.let("tiles_m", (m + (bm * cm - 1)) / (bm * cm))
         tiles_n = k.let("tiles_n", (n + (bn - 1)) / bn)
         # >= 1 (a tensor map has no empty dimension): the first k-block is issued before the loop
         ktiles = k.let("ktiles", (kk_ + (bk - 1)) / bk)
         # each CTA (cluster) walks the output tiles persistently, in bands of `group`
-        work = k.schedule("work", (tiles_m, tiles_n), group=group, clusters=cm > 1)
+        work = k.schedule("work", (tiles_m, tiles_n), group=group, clusters=cm > 1,
+                          **({"ksteps": ktiles, "streamk": True} if streamk else {}))
         with k.role("producer", 0, 4, regs=producer_regs):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("w", work) as w:
                     m0 = k.let("m0", row0(k, w))
                     n0 = k.let("n0", w.n * bn)
-                    with k.for_("kt", 0, ktiles) as kt:
+                    with k.for_("kt", *((w.k0, w.k1) if streamk else (0, ktiles))) as kt:
                         k.acquire(ring)
                         k.tma_load(ring.a, a, [(kt * bk).to(s32), m0.to(s32)])
                         if cm > 1:  # my half of B, to both CTAs of the pair
@@ -100,33 +119,84 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
                 # one wgmma group stays in flight: wgmma_wait(1) retires the previous k-block's
                 # group, and release hands back the oldest stage held, the one that group read
                 kblock(True)
-                with k.for_("kt", 1, ktiles):
+                with k.for_("kt", *((w.k0 + 1, w.k1) if streamk else (1, ktiles))):
                     kblock(False)
                     k.wgmma_wait(1)
                     k.release(ring)
                 k.wgmma_wait(0)
                 k.release(ring)
-                with k.if_(leader):
-                    k.bulk_wait_read(0)
-                k.bar_sync(8 + wg, 128)
-                for r, acc in enumerate(accs):
-                    with k.for_(f"j{r}" if r else "j", 0, nacc // 4, unroll=True) as j:
-                        with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
-                            cs[wg, r * chunks + j / 8 if r else j / 8, row + i * 8,
-                               j % 8 * 8 + col] = getattr(
-                                k, f"{dtype}x2")(acc[4 * j + 2 * i].to(dtype),
-                                                 acc[4 * j + 2 * i + 1].to(dtype))
-                k.fence_proxy_async()
-                k.bar_sync(8 + wg, 128)
-                with k.if_(leader):
-                    for r in range(mw):
-                        with k.for_(f"h{r}" if r else "h", 0, chunks, unroll=True) as h:
-                            m1 = m0 + wg * wm + r * 64 if r else m0 + wg * wm
-                            k.tma_store(c, [(n0 + h * 64).to(s32), m1.to(s32)],
-                                        cs[wg, r * chunks + h if r else h])
-                    k.bulk_commit()
+                if streamk:  # a part of a shared tile: the sum, if this part completes it
+                    write = k.let("write", w.whole)
+                    with k.if_(~w.whole):
+                        k.assign(write, fixup(k, w, accs[0], last, ws, sem, slots, wg, leader,
+                                              row, col))
+                    with k.if_(write):
+                        epilogue(k, accs, cs, c, m0, n0, wg, leader, row, col)
+                else:
+                    epilogue(k, accs, cs, c, m0, n0, wg, leader, row, col)
             with k.if_(leader):
                 k.bulk_wait(0)
+
+    def epilogue(k, accs, cs, c, m0, n0, wg, leader, row, col) -> None:
+        """The tile's rows of this warpgroup, as the input type, through the swizzled shared
+        tile and TMA stores (left in flight: the next tile's main loop runs under them)."""
+        with k.if_(leader):
+            k.bulk_wait_read(0)
+        k.bar_sync(8 + wg, 128)
+        for r, acc in enumerate(accs):
+            with k.for_(f"j{r}" if r else "j", 0, nacc // 4, unroll=True) as j:
+                with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
+                    cs[wg, r * chunks + j / 8 if r else j / 8, row + i * 8,
+                       j % 8 * 8 + col] = getattr(
+                        k, f"{dtype}x2")(acc[4 * j + 2 * i].to(dtype),
+                                         acc[4 * j + 2 * i + 1].to(dtype))
+        k.fence_proxy_async()
+        k.bar_sync(8 + wg, 128)
+        with k.if_(leader):
+            for r in range(mw):
+                with k.for_(f"h{r}" if r else "h", 0, chunks, unroll=True) as h:
+                    m1 = m0 + wg * wm + r * 64 if r else m0 + wg * wm
+                    k.tma_store(c, [(n0 + h * 64).to(s32), m1.to(s32)],
+                                cs[wg, r * chunks + h if r else h])
+            k.bulk_commit()
+
+    def fixup(k, w, acc, last, ws, sem, slots, wg, leader, row, col):
+        """Store this part's f32 partial in its slot of the workspace (slot w.split of tile
+        w.tile; plain stores, all in flight), count it on the half-tile's semaphore, and in
+        the part that completes the count add the other parts' slots into `acc` (leaving the
+        semaphore zero). Returns the predicate 'this part completed the tile'."""
+        half = bm * bn // consumers  # f32 elements of a half-tile
+        idx = k.let("idx", w.tile * consumers + wg)
+        at = k.let("at", (row * bn + col) + wg * half)  # this thread's first element
+        mine = k.let("mine", (w.tile * slots + w.split) * (bm * bn) + at)
+        with k.for_("jw", 0, bn // 8, unroll=True) as j:
+            with k.for_("iw", 0, 2, unroll=True) as i:
+                ws[mine + i * 8 * bn + j * 8] = k.f32x2(acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1])
+        k.bar_sync(8 + wg, 128)  # every thread's partial is stored before the count
+        with k.if_(leader):
+            # the release below publishes only the workspace, but the verifier asks that a
+            # previous tile's C stores be complete (long done: issued a main loop ago)
+            k.bulk_wait(0)
+            done = k.let("done", k.atomic_add(sem[idx], 1, "acq_rel") + 1 == w.splits)
+            with k.if_(done):
+                sem[idx] = 0  # ready for the next launch
+            last[wg] = k.select(done, 1, 0)
+        k.bar_sync(8 + wg, 128)
+        write = k.let("sum", last[wg] != 0)
+        with k.if_(write):  # the other parts, a slot at a time, its loads all in flight
+            with k.for_("s", 0, w.splits) as sl:
+                with k.if_(sl != w.split):
+                    base = k.let("base", (w.tile * slots + sl) * (bm * bn) + at)
+                    with k.for_("jr", 0, bn // 8, unroll=True) as j:
+                        with k.for_("ir", 0, 2, unroll=True) as i:
+                            v = k.let("v", k.vload(ws[base + i * 8 * bn + j * 8], 2))
+                            acc[4 * j + 2 * i] = acc[4 * j + 2 * i] + v[0]
+                            acc[4 * j + 2 * i + 1] = acc[4 * j + 2 * i + 1] + v[1]
+        return write
+
+    def gemm_streamk(k, a: tmap(dtype, 2), b: tmap(dtype, 2), c: tmap(dtype, 2), m: u32,
+                     n: u32, kdim: u32, ws: ptr(f32), sem: ptr(u32), slots: u32):
+        body(k, a, b, c, m, n, kdim, ws, sem, slots)
 
     def gemm(k, a: tmap(dtype, 2), b: tmap(dtype, 2), c: tmap(dtype, 2), m: u32, n: u32,
              kdim: u32):
@@ -134,7 +204,7 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
 
     if cm > 1:
         return ptxdsl.kernel(threads=threads, name=name, cluster=cm)(gemm)
-    return ptxdsl.kernel(threads=threads, name=name)(gemm)
+    return ptxdsl.kernel(threads=threads, name=name)(gemm_streamk if streamk else gemm)
 
 
 gemm = make_gemm()
@@ -147,11 +217,23 @@ def tiles(m: int, n: int, bm: int = 128, bn: int = 256) -> int:
     return -(-m // bm) * -(-n // bn)
 
 
+def streamk_workspace(m: int, n: int, k: int, grid: int, bm: int = 128, bn: int = 256
+                      ) -> tuple[int, int, int]:
+    """(f32 elements of the workspace `ws`, u32 semaphores `sem`, `slots`) of
+    make_gemm(streamk=True) over `grid` CTAs; the semaphores are zero before the first launch
+    and each launch leaves them zero (the workspace needs no clearing)."""
+    t, kt = tiles(m, n, bm, bn), -(-k // (SWIZZLE // 2))
+    sk, slots = streamk_shared(t, grid), streamk_parts(t, kt, grid)
+    return max(sk * slots, 1) * bm * bn, max(sk, 1) * (bm // 64), slots
+
+
 def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 1000,
-            grid: int | None = None, bm: int = 128, bn: int = 256, cluster: int = 1) -> dict:
+            grid: int | None = None, bm: int = 128, bn: int = 256, cluster: int = 1,
+            streamk: bool = False) -> dict:
     """Random bf16 A (m x k) and B (n x k); the reference is A @ B^T in f32 (m, n, k need
     not be tile multiples; k and n are multiples of 8, as TMA wants 16-byte row pitches).
-    With `cluster=2` (make_gemm(cluster=(2, 1, 1))) each CTA loads half of a B tile."""
+    With `cluster=2` (make_gemm(cluster=(2, 1, 1))) each CTA loads half of a B tile;
+    `streamk` is for make_gemm(streamk=True) (its semaphores start and end at zero)."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
@@ -160,10 +242,16 @@ def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 100
     box = {"swizzle": "128B"}
     # with a cluster pair, whole clusters, each on two vertically adjacent tiles
     items = -(-m // (bm * cluster)) * -(-n // bn)
-    default_grid = min(SMS // cluster, items) * cluster
-    return {"grid": grid or default_grid,
-            "inputs": {"a": a, "b": b, "m": m, "n": n, "kdim": k},
-            "tensor_maps": {"a": {"box": (bm, 64), **box}, "b": {"box": (bn // cluster, 64), **box},
-                            "c": {"box": (64, 64), **box}},
-            "outputs": {"c": np.zeros((m, n), np.uint16)}, "expected": {"c": ref},
-            "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+    grid = grid or (SMS if streamk else min(SMS // cluster, items) * cluster)
+    ex = {"grid": grid,
+          "inputs": {"a": a, "b": b, "m": m, "n": n, "kdim": k},
+          "tensor_maps": {"a": {"box": (bm, 64), **box}, "b": {"box": (bn // cluster, 64), **box},
+                          "c": {"box": (64, 64), **box}},
+          "outputs": {"c": np.zeros((m, n), np.uint16)}, "expected": {"c": ref},
+          "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+    if streamk:
+        size, nsem, slots = streamk_workspace(m, n, k, grid, bm, bn)
+        ex["inputs"].update(ws=np.zeros(size, np.float32), sem=np.zeros(nsem, np.uint32),
+                            slots=slots)
+        ex["expected"]["sem"] = np.zeros(nsem, np.uint32)
+    return ex

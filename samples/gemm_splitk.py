@@ -42,6 +42,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.tiles import streamk_parts
 
 BM, BN, BK = 128, 256, 64  # tile rows, columns, and K step (64 bf16 = one 128-byte row)
 PART = 32  # f32 columns per staging chunk (128 bytes, the swizzle span)
@@ -343,15 +344,7 @@ def pick_splits(m: int, n: int, k: int, sms: int = SMS) -> int:
 def max_splits(m: int, n: int, k: int, grid: int) -> int:
     """The most ranges a stream-K walk over `grid` CTAs cuts any tile into (the slots its
     two-kernel form needs), by the schedule's own arithmetic."""
-    kt, t = -(-k // BK), tiles(m, n)
-    sk = 0 if t % grid == 0 else t if t < grid else t % grid + grid
-    iters = sk * kt
-    v = max(min(grid, iters), 1)
-
-    def worker(i: int) -> int:
-        return ((i + 1) * v - 1) // max(iters, 1)
-
-    return max([worker((u + 1) * kt - 1) - worker(u * kt) + 1 for u in range(sk)] or [1])
+    return streamk_parts(tiles(m, n), -(-k // BK), grid)
 
 
 def launch_grid(m: int, n: int, k: int, splits: int, streamk: bool = False,

@@ -150,17 +150,26 @@ def test_clusters_walk_by_cluster():
     assert "for w in %clusterid.x .. work_tiles step %nclusterid.x" in text
 
 
-def test_stream_k_slots_match_the_schedule():
-    """gemm_splitk.max_splits (the slots a two-kernel stream-K walk needs) is the schedule's
-    largest w.splits, run in the interpreter."""
+def test_stream_k_host_arithmetic_matches_the_schedule():
+    """ptxdsl.tiles (what a launch sizes its stream-K workspace by: the shared tiles and the
+    most parts a tile is cut into) agrees with the schedule's walk run in the interpreter,
+    and gemm_splitk.max_splits is that count."""
+    from ptxdsl.tiles import streamk_parts, streamk_shared
+
     mod = sample_module("gemm_splitk")
     k = ptxdsl.parse(COVER.format(clauses="ksteps(kt) streamk"), "cover.ptxdsl").kernel()
-    for tm, tn, kt, grid in [(1, 2, 3, 5), (3, 1, 16, 7), (13, 1, 2, 6)]:
-        info = np.zeros(tm * tn * 64, np.uint32)
-        run(k, grid, {"hits": np.zeros(tm * tn * kt, np.uint32), "info": info,
-                      "order": np.zeros(tm * tn, np.uint32), "tm": tm, "tn": tn, "kt": kt,
-                      "s": 1})
-        assert int(info.max() // 2) == mod.max_splits(tm * 128, tn * 256, kt * 64, grid)
+    for tm, tn, kt, grid in [(1, 2, 3, 5), (3, 1, 16, 7), (13, 1, 2, 6), (4, 2, 5, 3)]:
+        tiles = tm * tn
+        info = np.zeros(tiles * 64, np.uint32)
+        order = np.zeros(tiles, np.uint32)
+        run(k, grid, {"hits": np.zeros(tiles * kt, np.uint32), "info": info, "order": order,
+                      "tm": tm, "tn": tn, "kt": kt, "s": 1})
+        assert int(info.max() // 2) == streamk_parts(tiles, kt, grid)
+        assert streamk_parts(tiles, kt, grid) == mod.max_splits(tm * 128, tn * 256, kt * 64,
+                                                                 grid)
+        cut = [t for t in range(tiles) if info[t * 64] % 2 == 0]  # not whole
+        assert all(order[t] - 1 < streamk_shared(tiles, grid) for t in cut), (cut, order)
+        assert (tiles % grid == 0) == (streamk_shared(tiles, grid) == 0)
 
 
 def test_only_the_fields_read_are_computed():

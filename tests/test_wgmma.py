@@ -4,6 +4,8 @@ interpreter (against numpy) with the bugs it reports."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from conftest import assemble
@@ -254,3 +256,45 @@ def test_gemm_cluster_pair_in_the_interpreter():
     c = bf16_to_f32(run_sample(kdef.ir, ex, seed=3)["c"])
     ref = ex["expected"]["c"]
     assert (np.abs(c - ref) <= ex["rtol"] * np.abs(ref) + ex["atol"]).all()
+
+
+DEEP = bool(os.environ.get("PTXDSL_DEEP"))
+SLOW = pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
+STREAMK_CASES = [
+    # (m, n, k, grid): 3 tiles on 2 CTAs, all shared, the middle one cut across both
+    (384, 256, 128, 2),
+    # 5 tiles on 2 CTAs: 3 shared as above, 2 whole after them
+    pytest.param(640, 256, 128, 2, marks=SLOW),
+    # fewer tiles than CTAs, a partial tile-row, 3 K steps on 3 CTAs (one a part)
+    pytest.param(200, 256, 192, 3, marks=SLOW),
+    # 7 tiles on 3 CTAs: 4 shared, 3 whole
+    pytest.param(896, 256, 320, 3, marks=SLOW),
+]
+
+
+@pytest.mark.parametrize("m, n, k, grid", STREAMK_CASES)
+def test_gemm_stream_k_in_the_interpreter(m, n, k, grid):
+    """make_gemm(streamk=True) on fresh data: shared tiles' parts meet in workspace slots and
+    the last part stores the sum as a whole tile is stored; the semaphores come back zero."""
+    from conftest import sample_module
+
+    from ptxdsl.interp import run_sample
+    from ptxdsl.runner import bf16_to_f32
+
+    twin = sample_module("gemm")
+    kdef = twin.make_gemm(streamk=True)
+    ex = twin.example(np.random.default_rng(), m=m, n=n, k=k, grid=grid, streamk=True)
+    assert ex["inputs"]["slots"] >= 2  # some tile is cut
+    out = run_sample(kdef.ir, ex, seed=m)
+    c, ref = bf16_to_f32(out["c"]), ex["expected"]["c"]
+    assert (np.abs(c - ref) <= ex["rtol"] * np.abs(ref) + ex["atol"]).all()
+    assert not out["sem"].any()
+
+
+def test_gemm_stream_k_refuses_what_it_does_not_build():
+    from conftest import sample_module
+
+    twin = sample_module("gemm")
+    for kw in ({"cluster": (2, 1, 1)}, {"bm": 256, "bn": 128}):
+        with pytest.raises(ValueError, match="streamk takes 64 rows a consumer"):
+            twin.make_gemm(streamk=True, **kw)
