@@ -43,11 +43,9 @@ BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 
 
 @cache
-def program(name: str, device: int, watchdog_ms: int = 0, bn: int = BN) -> Any:
-    """ag_gemm or gemm_rs compiled for GPU `device` (ag_gemm with `bn`-column tiles)."""
-    defines = {"BN": bn} if bn != BN else None
-    return ptxdsl.compile(HERE / f"{name}.ptxdsl", device=device, watchdog_ms=watchdog_ms,
-                          defines=defines)
+def program(name: str, device: int, watchdog_ms: int = 0) -> Any:
+    """ag_gemm or gemm_rs compiled for GPU `device`."""
+    return ptxdsl.compile(HERE / f"{name}.ptxdsl", device=device, watchdog_ms=watchdog_ms)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -58,13 +56,6 @@ def ag_chunk(world: int, m_local: int, k: int, grid: int) -> int:
     """k-blocks per gather unit: 4, or 1 when units of 4 would leave most CTAs with nothing
     to pull (few remote panels, as when decoding): more pulls then run at once."""
     return 4 if (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), 4) >= grid else 1
-
-
-def ag_tile_n(world: int, m_local: int, n: int, grid: int) -> int:
-    """ag_gemm's tile width: 256, or 128 where every 256-wide tile would start in the first
-    wave (decoding): the remote panels' tiles would then wait for their pull at the start;
-    with twice the tiles the local ones fill the first wave and the pull lands under it."""
-    return 128 if world > 1 and world * cdiv(m_local, BM) * cdiv(n, BN) <= grid else BN
 
 
 def rs_counters(m_local: int, n: int) -> int:
@@ -88,7 +79,7 @@ class _Plan:
 
     kernel_name = ""
 
-    def __init__(self, device: Any, group: Any, watchdog_ms: int, bn: int = BN):
+    def __init__(self, device: Any, group: Any, watchdog_ms: int):
         from ptxdsl.runtime.distributed import _dist, local_device
 
         self.dist, self.group = _dist(), group
@@ -97,7 +88,7 @@ class _Plan:
         self.epoch = 0
         self._launchers: dict = {}
         self._maps: dict = {}
-        self.prog = program(self.kernel_name, self.device, watchdog_ms, bn)
+        self.prog = program(self.kernel_name, self.device, watchdog_ms)
         self.sms = rt.device_info(self.device).sm_count
 
     def _symmetric(self, nbytes: int, dtype: str, zero: bool = False) -> Any:
@@ -168,19 +159,15 @@ class AllGatherGemm(_Plan):
                  watchdog_ms: int = 0):
         from ptxdsl.runtime.distributed import _dist
 
-        from ptxdsl.runtime.distributed import local_device
-
         _agree(_dist(), group, "all-gather GEMM shapes (m_local, k)", (m_local, k))
         if k % 8:
             raise LaunchError(f"k must be a multiple of 8 (16-byte rows for TMA), got {k}")
-        sms = rt.device_info(local_device() if device is None else device).sm_count
-        self.bn = ag_tile_n(_dist().get_world_size(group), m_local, n, sms)
-        _Plan.__init__(self, device, group, watchdog_ms, self.bn)
+        _Plan.__init__(self, device, group, watchdog_ms)
         self.m_local, self.k, self.n = m_local, k, n
         w = self.world
         self._signals(w + 1)
         self.buf = self._symmetric(w * m_local * k * 2, "u16")
-        self.grid = min(sms, w * cdiv(m_local, BM) * cdiv(n, self.bn))
+        self.grid = min(self.sms, w * cdiv(m_local, BM) * cdiv(n, BN))
         self.ck = ag_chunk(w, m_local, k, self.grid)
         # one count a remote row panel
         self.flags = rt.zeros(max((w - 1) * cdiv(m_local, BM), 1), "u32", device=self.device)
@@ -210,7 +197,7 @@ class AllGatherGemm(_Plan):
     def __call__(self, b: Any, c: Any, stream: Any = None) -> None:
         """C (M x n, bf16, row-major) = all_gather(A) @ B^T, with B (n x k, bf16)."""
         w, ml, n = self.world, self.m_local, self.n
-        tb = self._map(b, (n, self.k), "b", (self.bn, BK))
+        tb = self._map(b, (n, self.k), "b", (BN, BK))
         tc = self._map(c, (w * ml, n), "c", (1, 64, 64), (w, ml, n))
         launch = self._launcher(self.grid, stream)
         self.epoch += 1
@@ -281,13 +268,12 @@ class GemmReduceScatter(_Plan):
 
 
 def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
-              seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1,
-              bn: int = BN) -> dict[str, Any]:
+              seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1) -> dict[str, Any]:
     """All-gather + GEMM for `world` ranks at once in the CPU interpreter, launched `epochs`
     times on fresh data (the other slots poisoned again in between; flags and signal words
     carry over): returns each rank's C and gathered A (f32) of the last launch with numpy's
     answers, and the flags and signal words. Ranks may cut gather units differently: `ck`
-    is one value for all, or a list of one a rank; `bn` the kernel's tile width."""
+    is one value for all, or a list of one a rank."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
@@ -298,7 +284,7 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
     panels = max((world - 1) * cdiv(m_local, BM), 1)
     flags = [np.zeros(panels, np.uint32) for _ in range(world)]
     pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
-    kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl", {"BN": bn})
+    kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl")
     for epoch in range(1, epochs + 1):
         a = f32_to_bf16(rng.standard_normal((world, m_local, k)))
         bs = [f32_to_bf16(rng.standard_normal((n, k))) for _ in range(world)]
@@ -309,7 +295,7 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
         args = [dict(a=TensorMapModel(buf[r], (1, BM, BK), swizzle="128B", dtype="bf16"),
                      a_pull=pull,
                      a_st=TensorMapModel(buf[r], (1, 64, BK), swizzle="128B", dtype="bf16"),
-                     b=TensorMapModel(bs[r], (bn, BK), swizzle="128B", dtype="bf16"),
+                     b=TensorMapModel(bs[r], (BN, BK), swizzle="128B", dtype="bf16"),
                      c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
                      flags=flags[r], sig=sig.reshape(-1), sig_stride=world + 1, rank=r,
                      world=world, m_local=m_local, n=n, kdim=k, epoch=epoch, ck=cks[r])
