@@ -140,8 +140,10 @@ def test_every_gemm_config_compiles(ops):
     from ptxdsl.torch.kernels import GEMM_CONFIGS, gemm_kernel
 
     assert GEMM_CONFIGS[0] == {"bn": 256, "stages": 3, "cluster": 1}  # the benchmarked one
+    assert GEMM_CONFIGS[-1] == {"bn": 256, "stages": 3, "cluster": 1, "streamk": 1}
     for c in GEMM_CONFIGS:
-        info = gemm_kernel(c["bn"], c["stages"], c["cluster"]).program().kernels[0]
+        info = gemm_kernel(c["bn"], c["stages"], c["cluster"],
+                           c.get("streamk", 0)).program().kernels[0]
         assert info.smem_bytes <= 232448
         assert (info.cluster or (1, 1, 1))[0] == c["cluster"]
 
@@ -362,6 +364,25 @@ def test_gemm_matches_torch(ops, torch, gpu_cache, m, n, k):
     c = torch.ops.ptxdsl.gemm(a, b)
     torch.cuda.synchronize()
     check_gemm(torch, c, a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(2432, 1792, 1024), (300, 520, 136)])
+def test_gemm_stream_k_config_matches_torch(ops, torch, gpu_cache, m, n, k):
+    """The tuner's stream-K config run directly, on the current stream and on a side
+    stream (its workspace and semaphores allocated for the stream it runs on)."""
+    from ptxdsl.torch.gemm import GEMM_CONFIGS, _run
+
+    config = GEMM_CONFIGS[-1]
+    assert config.get("streamk")
+    a, b = rand(torch, m, k, seed=m), rand(torch, n, k, seed=k)
+    for side in (False, True):
+        s = torch.cuda.Stream() if side else torch.cuda.current_stream()
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        s.wait_stream(torch.cuda.current_stream())
+        _run(config, a, b, c, s.cuda_stream)  # a side stream: not the current one
+        s.synchronize()
+        check_gemm(torch, c, a, b)
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
 """`torch.ops.ptxdsl.gemm(a, b)`: C = A @ B^T in bf16 (A is M x K, B is N x K, both with
 unit inner stride; f32 accumulation), the samples' warp-specialised wgmma GEMM, its tile
-width, stage count and cluster pairing tuned per shape."""
+width, stage count, cluster pairing and walk (data-parallel or stream-K) tuned per shape."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ..compiler import KernelDef
 from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas, tile_grid
 from ..runtime.tensormap import TensorMap
+from ..tiles import streamk_parts, streamk_shared
 from . import autotune
 from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel, gemm_recipe
 from .opspec import Args, OpSpec, TensorParam, register
@@ -22,11 +23,13 @@ _U32 = 2**32
 
 
 def _kernel(config: Any) -> KernelDef:
-    return gemm_kernel(config["bn"], config["stages"], config["cluster"])
+    return gemm_kernel(config["bn"], config["stages"], config["cluster"],
+                       config.get("streamk", 0))
 
 
 def _recipe(config: Any) -> Any:
-    return gemm_recipe(config["bn"], config["stages"], config["cluster"])
+    return gemm_recipe(config["bn"], config["stages"], config["cluster"],
+                       config.get("streamk", 0))
 
 
 TUNER = autotune.tuner("ptxdsl::gemm", GEMM_CONFIGS, _recipe)
@@ -79,7 +82,24 @@ def _run(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, stream:
     ta = TensorMap(a, box=(GEMM_BM, 64), swizzle="128B")
     tb = TensorMap(b, box=(bn // cluster, 64), swizzle="128B")
     tc = TensorMap(c, box=(64, 64), swizzle="128B")
-    kernel[persistent_grid(resident, m, n, bn, cluster), None, stream](ta, tb, tc, m, n, k)
+    if not config.get("streamk"):
+        kernel[persistent_grid(resident, m, n, bn, cluster), None, stream](ta, tb, tc, m, n, k)
+        return
+    # stream-K over every resident CTA: f32 slots for the parts of shared tiles and a
+    # semaphore per half-tile, zero before the launch; both fresh each call (stream-ordered
+    # by torch's allocator), so launches on several streams never share them
+    tiles = -(-m // GEMM_BM) * -(-n // bn)
+    shared = streamk_shared(tiles, resident)
+    slots = streamk_parts(tiles, -(-k // 64), resident)
+    size, nsem = max(shared * slots, 1) * GEMM_BM * bn, max(shared, 1) * 2
+    if torch.cuda.current_stream(a.device).cuda_stream == stream:
+        ws = torch.empty(size, device=a.device, dtype=torch.float32)
+        sem = torch.zeros(nsem, device=a.device, dtype=torch.uint32)
+    else:
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=a.device)):
+            ws = torch.empty(size, device=a.device, dtype=torch.float32)
+            sem = torch.zeros(nsem, device=a.device, dtype=torch.uint32)
+    kernel[resident, None, stream](ta, tb, tc, m, n, k, ws, sem, slots)
 
 
 def _launch(args: Args, out: torch.Tensor, stream: int) -> None:

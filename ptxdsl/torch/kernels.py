@@ -20,12 +20,13 @@ SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 # gemm: (bn, stages) pairs whose shared memory fits a CTA (bm = 128: bn 256 holds 3 stages,
 # bn 128 up to 6), each with and without a 2 x 1 cluster; the default (first) is the
-# benchmarked 128 x 256 x 64, 3-stage kernel.
+# benchmarked 128 x 256 x 64, 3-stage kernel; last, that kernel on a stream-K walk (the
+# tiles of a partial last wave shared K step by K step over every SM).
 GEMM_CONFIGS: tuple[dict[str, int], ...] = tuple(
     {"bn": bn, "stages": stages, "cluster": cluster}
     for bn, stages in ((256, 3), (128, 3), (128, 4), (128, 6))
     for cluster in (1, 2)
-)
+) + ({"bn": 256, "stages": 3, "cluster": 1, "streamk": 1},)
 GEMM_BM = 128
 
 # scaled_mm_fp8 (per-tensor scales, K = 128 per stage): the benchmarked 128 x 256, 3-stage
@@ -55,10 +56,11 @@ def twin(name: str) -> Path:
     return path
 
 
-def gemm_recipe(bn: int, stages: int, cluster: int) -> Recipe:
-    """The bf16 GEMM C = A @ B^T with 128 x bn x 64 tiles."""
+def gemm_recipe(bn: int, stages: int, cluster: int, streamk: int = 0) -> Recipe:
+    """The bf16 GEMM C = A @ B^T with 128 x bn x 64 tiles (`streamk`: on a stream-K walk)."""
+    more = {"streamk": True} if streamk else {}
     return Recipe.of(twin("gemm"), "make_gemm", bm=GEMM_BM, bn=bn, stages=stages,
-                     cluster=(cluster, 1, 1))
+                     cluster=(cluster, 1, 1), **more)
 
 
 # The *_kernel functions are memoised although Recipe.build keeps one KernelDef per recipe:
@@ -66,8 +68,8 @@ def gemm_recipe(bn: int, stages: int, cluster: int) -> Recipe:
 
 
 @cache
-def gemm_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
-    return gemm_recipe(bn, stages, cluster).build()
+def gemm_kernel(bn: int, stages: int, cluster: int, streamk: int = 0) -> KernelDef:
+    return gemm_recipe(bn, stages, cluster, streamk).build()
 
 
 def norm_configs(n: int, dtype: T.Scalar) -> tuple[dict[str, int], ...]:
