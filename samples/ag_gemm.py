@@ -30,6 +30,8 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
     ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
     nck = k.let("nck", (ktiles + ck - 1) / ck)  # units per panel: ck k-blocks each
     units = k.let("units", (world - 1) * ppr * nck)
+    nw = k.let("nw", (nck + 31) / 32)  # flag words a remote panel
+    par = k.let("par", epoch % 2)  # a landed unit's bit this launch
     work = k.schedule("work", (tiles_m, (n + (BN - 1)) / BN), group=8)
     with k.role("producer", 0, 4, regs=40):
         with k.if_((k.warp == 0) & k.elect()):
@@ -37,12 +39,19 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                 q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
                 src = k.let("src", q / ppr)
                 r0 = k.let("r0", (q % ppr * BM).to(s32))
-                with k.if_(src != rank):
-                    # every unit of this panel has landed: its count has grown by nck
-                    with k.while_((k.ld_acquire(flags[w.m - ppr]) - epoch * nck).to(s32) < 0):
-                        pass
-                    k.fence_proxy_async_global()
+                remote = k.let("remote", src != rank)
+                fw = k.let("fw", (w.m - ppr) * nw)  # the panel's flag words (remote panels)
+                word = k.let("word", 0, type=u32)  # a copy of flag word `held`
+                held = k.let("held", nw)  # (none yet)
                 with k.for_("kt", 0, ktiles) as kt:
+                    u = k.let("u", kt / ck)
+                    with k.if_(remote & ((held != u / 32) | ((word >> (u % 32)) % 2 != par))):
+                        # this k-block's unit has landed: its bit reads par
+                        k.assign(held, u / 32)
+                        with k.while_((k.ld_acquire(flags[fw + held]) >> (u % 32)) % 2 != par):
+                            pass
+                        k.assign(word, k.ld_acquire(flags[fw + held]))  # and what landed since
+                        k.fence_proxy_async_global()
                     k.acquire(ring)
                     k.tma_load(ring.a, a, [(kt * BK).to(s32), r0, src.to(s32)])
                     k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
@@ -88,7 +97,9 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                                              k.min(kb0 + ck, ktiles) - kb0, "relaxed", "sys"))
                 k.bulk_wait(0)  # complete: the count publishes the unit
                 k.fence_proxy_async_global()
-                k.let("landed", k.atomic_add(flags[u / nck], 1, "release"))
+                pu = k.let("pu", u % nck)  # the unit within its panel
+                k.let("landed", k.atomic_xor(flags[u / nck * nw + pu / 32], 1 << (pu % 32),
+                                             "release"))
             with k.if_(k.ctaid.x == 0):  # every peer has pulled what it needs from this rank
                 want = k.let("want", (world - 1) * ppr * ktiles)
                 with k.while_(k.ld_acquire(sig[rank * sig_stride + world], "sys") != want):

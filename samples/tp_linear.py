@@ -58,6 +58,11 @@ def ag_chunk(world: int, m_local: int, k: int, grid: int) -> int:
     return 4 if (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), 4) >= grid else 1
 
 
+def ag_flag_words(world: int, m_local: int, k: int, ck: int) -> int:
+    """ag_gemm's `flags` words: a bit per gather unit (ck k-blocks), whole words a panel."""
+    return (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(cdiv(k, BK), ck), 32)
+
+
 def rs_counters(m_local: int, n: int) -> int:
     """Counter words of one rank's C shard: one per 64-row half of each tile."""
     return cdiv(m_local, BM) * cdiv(n, BN) * 2
@@ -169,8 +174,9 @@ class AllGatherGemm(_Plan):
         self.buf = self._symmetric(w * m_local * k * 2, "u16")
         self.grid = min(self.sms, w * cdiv(m_local, BM) * cdiv(n, BN))
         self.ck = ag_chunk(w, m_local, k, self.grid)
-        # one count a remote row panel
-        self.flags = rt.zeros(max((w - 1) * cdiv(m_local, BM), 1), "u32", device=self.device)
+        # a bit a gather unit, (units + 31) / 32 words a remote row panel
+        self.flags = rt.zeros(max(ag_flag_words(w, m_local, k, self.ck), 1), "u32",
+                              device=self.device)
         local = rt.DevicePointer(self.buf.local.ptr)
         shape = (w, m_local, k)
         self.t_a = rt.TensorMap(local, (1, BM, BK), dtype="bf16", shape=shape,
@@ -281,8 +287,7 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
     buf = np.empty((world, world, m_local, k), np.uint16)  # rank r's buffer: buf[r]
     sig = np.zeros((world, world + 1), np.uint32)
     cs = [np.empty((world, m_local, n), np.uint16) for _ in range(world)]
-    panels = max((world - 1) * cdiv(m_local, BM), 1)
-    flags = [np.zeros(panels, np.uint32) for _ in range(world)]
+    flags = [np.zeros(max(ag_flag_words(world, m_local, k, c), 1), np.uint32) for c in cks]
     pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
     kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl")
     for epoch in range(1, epochs + 1):
