@@ -21,7 +21,7 @@ BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 @ptxdsl.kernel(threads=384)
 def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: tmap(bf16, 2),
             c: tmap(bf16, 3), flags: ptr(u32), sig: ptr(u32), sig_stride: u32, rank: u32,
-            world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32):
+            world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32, pace: u32):
     ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
     gring = k.pipeline("gring", 2, t=(bf16, [64, BK], 1024, 128))
     cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
@@ -40,12 +40,15 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                 src = k.let("src", q / ppr)
                 r0 = k.let("r0", (q % ppr * BM).to(s32))
                 remote = k.let("remote", src != rank)
-                fw = k.let("fw", (w.m - ppr) * nw)  # the panel's flag words (remote panels)
+                # the flag words of this tile's panel, or with `pace` a local tile's partner
+                # (the same panel of the next rank): it waits with it
+                waits = k.let("waits", remote | (pace != 0))
+                fw = k.let("fw", k.select(remote, w.m - ppr, w.m) * nw)
                 word = k.let("word", 0, type=u32)  # a copy of flag word `held`
                 held = k.let("held", nw)  # (none yet)
                 with k.for_("kt", 0, ktiles) as kt:
                     u = k.let("u", kt / ck)
-                    with k.if_(remote & ((held != u / 32) | ((word >> (u % 32)) % 2 != par))):
+                    with k.if_(waits & ((held != u / 32) | ((word >> (u % 32)) % 2 != par))):
                         # this k-block's unit has landed: its bit reads par
                         k.assign(held, u / 32)
                         with k.while_((k.ld_acquire(flags[fw + held]) >> (u % 32)) % 2 != par):
@@ -173,7 +176,7 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
                        "flags": np.zeros(1, np.uint32),
                        "sig": np.zeros(world + 1, np.uint32), "sig_stride": world + 1,
                        "rank": 0, "world": world, "m_local": m_local, "n": n, "kdim": k,
-                       "epoch": 1, "ck": 4},
+                       "epoch": 1, "ck": 4, "pace": 0},  # pace: no peer to keep pace with
             "tensor_maps": {"a": {"box": (1, BM, BK), **box},
                             "a_pull": {"box": (1, 1, 64, BK), **box},
                             "a_st": {"box": (1, 64, BK), **box}, "b": {"box": (BN, BK), **box},

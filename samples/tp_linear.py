@@ -174,6 +174,8 @@ class AllGatherGemm(_Plan):
         self.buf = self._symmetric(w * m_local * k * 2, "u16")
         self.grid = min(self.sms, w * cdiv(m_local, BM) * cdiv(n, BN))
         self.ck = ag_chunk(w, m_local, k, self.grid)
+        # every tile in the first wave (decoding): local tiles keep pace with remote ones
+        self.pace = int(w > 1 and w * cdiv(m_local, BM) * cdiv(n, BN) <= self.grid)
         # a bit a gather unit, (units + 31) / 32 words a remote row panel
         self.flags = rt.zeros(max(ag_flag_words(w, m_local, k, self.ck), 1), "u32",
                               device=self.device)
@@ -208,7 +210,7 @@ class AllGatherGemm(_Plan):
         launch = self._launcher(self.grid, stream)
         self.epoch += 1
         launch(self.t_a, self.t_pull, self.t_st, tb, tc, self.flags, self.sig_all,
-               self.sig_stride, self.rank, w, ml, n, self.k, self.epoch, self.ck)
+               self.sig_stride, self.rank, w, ml, n, self.k, self.epoch, self.ck, self.pace)
 
     def free(self) -> None:
         self.buf.free()
@@ -274,12 +276,14 @@ class GemmReduceScatter(_Plan):
 
 
 def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
-              seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1) -> dict[str, Any]:
+              seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1,
+              pace: int = 0) -> dict[str, Any]:
     """All-gather + GEMM for `world` ranks at once in the CPU interpreter, launched `epochs`
     times on fresh data (the other slots poisoned again in between; flags and signal words
     carry over): returns each rank's C and gathered A (f32) of the last launch with numpy's
     answers, and the flags and signal words. Ranks may cut gather units differently: `ck`
-    is one value for all, or a list of one a rank."""
+    is one value for all, or a list of one a rank; `pace` makes local tiles wait with their
+    remote partners."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
@@ -303,7 +307,8 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
                      b=TensorMapModel(bs[r], (BN, BK), swizzle="128B", dtype="bf16"),
                      c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
                      flags=flags[r], sig=sig.reshape(-1), sig_stride=world + 1, rank=r,
-                     world=world, m_local=m_local, n=n, kdim=k, epoch=epoch, ck=cks[r])
+                     world=world, m_local=m_local, n=n, kdim=k, epoch=epoch, ck=cks[r],
+                     pace=pace)
                 for r in range(world)]
         run_ranks(kern, grid, args, seed=seed + epoch - 1)
     full = bf16_to_f32(a).reshape(world * m_local, k)
