@@ -34,14 +34,17 @@ ABOUT = ("Tensor-parallel linear layers of a Llama-70B-like model over the GPUs 
 LIMITS = ("(a) runs NCCL then cuBLAS, so its ceiling against a fused kernel is (GEMM + "
           "communication) / GEMM, 1.11-1.12 here with cuBLAS's GEMM: 1.2x needs a GEMM some 7% "
           "faster than cuBLAS, and ptxdsl's dense GEMM is within 5% of it on the H100 and H200 "
-          "pairs (notes). Decode all-gather: one tile a CTA in one wave, and half the tiles need "
-          "the remote panel, so those CTAs wait for its 2 MiB NVLink pull: the fused kernel "
-          "costs ptxdsl's GEMM alone plus that latency (smaller tiles, two waves with the local "
-          "ones first, would hide it). The ordered reduce-scatter adds a tile's partials one "
-          "rank after another. Runs vary by about 3%: at 8192 tokens the fused all-gather took "
-          "2.66-2.85 ms and the reduce-scatter 2.75-2.88 ms over the day's runs (the "
-          "references 2.81-2.99), so the rows against the best reference fall on either side "
-          "of 1.05.")
+          "pairs (notes; on the H200 both run at the 700 W power cap). Decode all-gather: every "
+          "tile runs in the first wave, half of them on the remote panel; they start on the "
+          "first gather units to land and the local tiles keep pace with them (`pace`), so B "
+          "streams from DRAM once (a 2 x H200 probe, 2026-11-26: without it the remote tiles "
+          "started 13-17 us late, B was read twice and the call took 0.142-0.146 ms; with it "
+          "0.121). What is left is the start (the peer's start signal seen 1-5 us in, the first "
+          "units 5-10 us) on top of ptxdsl's GEMM alone, 8% slower than cuBLAS's at this "
+          "shape. The ordered reduce-scatter adds a tile's partials one rank after another. "
+          "Runs vary by about 3%: at 8192 tokens the fused all-gather took 2.66-2.85 ms and the "
+          "reduce-scatter 2.75-2.88 ms over the day's runs (the references 2.81-2.99), so the "
+          "rows against the best reference fall on either side of 1.05.")
 NAMES = {"a": "NCCL + cuBLAS", "b": "2-stream overlap", "c": "torch symm-mem fused"}
 
 
