@@ -25,18 +25,19 @@ ABOUT_CLUSTER = ("`make_gemm(cluster=(2, 1, 1))`: each CTA of a pair loads its o
                  "half of the shared B tile, multicast to both; grid: the clusters "
                  "`cuOccupancyMaxActiveClusters` allows. Otherwise as the GEMM section.")
 LIMITS = ("power, not issue: on the H200 a sustained GEMM holds the board at its 700 W "
-          "software cap (throttle reason 0x4, ~690 W) and the SM clock falls to ~1.44-1.52 GHz "
-          "for ptxdsl and cuBLAS alike (`python -m bench.power M N K`, 3 s runs, 2026-11-26). "
-          "Work per clock: 8192^3 ptxdsl 463-467 TFLOP/s per GHz against cuBLAS's 451; 4096^3 "
-          "445-447 against 435-437; 2048 x 2048 x 32768 467-469 against 464-467; so at the cap "
-          "a kernel is faster only by drawing less power per flop. Filling idle SMs does not "
-          "pay there: a stream-K tail (`make_gemm(streamk=True)`) does more work per clock "
-          "at 8192^3 (468) but runs 40 MHz slower and is 1-2% slower sustained, 10% slower at "
-          "4096^3; the 2 x 1 cluster's B multicast is 0-1% slower. On the H100 (Nsight Compute, "
-          "`--clock-control none`) ptxdsl's kernel and cuBLAS's (nvjet, 2-CTA clusters) both "
-          "keep the tensor pipe active 97-98% of cycles. Timed rows move by 3-4% from run to "
-          "run. Also within noise or slower: groups of 4 or 16, registers 24/240, 256 x 128 "
-          "tiles, 128 x 128 tiles.")
+          "software cap (throttle reason 0x4, 686-693 W) and the SM clock falls to ~1.43-1.53 "
+          "GHz for ptxdsl and cuBLAS alike (`python -m bench.power M N K`: 3 s runs after a "
+          "settling second, 2026-11-26). Work per clock, TFLOP/s per GHz: 8192^3 ptxdsl 463-464 "
+          "against cuBLAS's 449-450 (1.035x sustained); 4096^3 438-439 against 431-438; 2048 x "
+          "2048 x 32768 459-461 against 462-464, at clocks within 1% of each other; so at the "
+          "cap a kernel gains only by drawing less power per flop. A stream-K tail "
+          "(`make_gemm(streamk=True)`) does 2% more work per clock at 8192^3 (471-473) but runs "
+          "55 MHz slower for it (2% slower sustained); at 4096^3 and 2048 x 2048 x 32768 its "
+          "fix-up costs more than the partial wave it fills (5-10% slower). The 2 x 1 "
+          "cluster's B multicast is 0-1% slower. On the H100 (Nsight Compute, `--clock-control "
+          "none`) ptxdsl's kernel and cuBLAS's (nvjet, 2-CTA clusters) both keep the tensor pipe "
+          "active 97-98% of cycles. Timed rows move by 3-4% from run to run. Also within noise "
+          "or slower: groups of 4 or 16, registers 24/240, 256 x 128 tiles, 128 x 128 tiles.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -66,6 +67,7 @@ def gemm_launcher(kdef: Any, a: Any, b: Any, c: Any, bm: int = 128, bn: int = 25
 
     from ptxdsl.runtime import TensorMap
     from ptxdsl.runtime.occupancy import resident_ctas
+    from ptxdsl.tiles import streamk_workspace
 
     m, k = a.shape
     n = b.shape[0]
@@ -76,7 +78,7 @@ def gemm_launcher(kdef: Any, a: Any, b: Any, c: Any, bm: int = 128, bn: int = 25
         launch = kdef[tile_grid(kdef, m, n, bm, bn, cluster)]
         return lambda: launch(ta, tb, tc, m, n, k)
     grid = resident_ctas(kdef.program().kernel(), 1)
-    size, nsem, slots = twin("gemm").streamk_workspace(m, n, k, grid, bm, bn)
+    size, nsem, slots = streamk_workspace(m, n, k, grid, bm, bn)
     ws = torch.empty(size, device=a.device, dtype=torch.float32)
     sem = torch.zeros(nsem, device=a.device, dtype=torch.uint32)
     launch = kdef[grid]

@@ -1,21 +1,24 @@
-"""What the GEMMs run at under the power cap: each contender runs alone for a few seconds, in
-turns, while nvidia-smi samples the SM clock, the board power and the active clock-throttle
-reasons; the table gives TFLOP/s, the mean clock and TFLOP/s per GHz (work per clock).
+"""What the GEMMs run at under the power cap: each contender (checked against an f32
+reference first) runs alone for a few seconds, in turns, while nvidia-smi samples this GPU's
+SM clock, board power and active clock-throttle reasons; the table gives TFLOP/s, the mean
+clock and TFLOP/s per GHz (work per clock), both over the same window: a run's first second
+(the clocks settling) is left out of each.
 
     python -m bench.power [M N K] [--seconds 3] [--rounds 2]
 
 On the H200 (700 W) a sustained bf16 GEMM holds the board at the software power cap
-(throttle reason 0x4): the clock, not the kernel's issue rate, sets the time, so a kernel is
-faster by drawing less power per flop, not by keeping more SMs busy."""
+(throttle reason 0x4): the clock, not the kernel's issue rate, sets the time, so a kernel
+gains by drawing less power per flop."""
 
 from __future__ import annotations
 
 import argparse
 import subprocess
+import threading
 import time
 from datetime import datetime
 
-from .common import twin
+from .common import BenchError, gemm_error, twin
 from .gemm import gemm_launcher
 
 QUERY = "timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active"
@@ -28,30 +31,42 @@ def contenders(m: int, n: int, k: int) -> dict:
     y = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     t = twin("gemm")
-    return {"cuBLAS": lambda: torch.matmul(x, y.T),
-            "ptxdsl": gemm_launcher(t.gemm, x, y, c),
-            "ptxdsl stream-K tail": gemm_launcher(t.make_gemm(streamk=True), x, y, c,
-                                                  streamk=True),
-            "ptxdsl 2x1 cluster": gemm_launcher(t.make_gemm(cluster=(2, 1, 1)), x, y, c,
-                                                cluster=2)}
+    fns = {"cuBLAS": lambda: torch.matmul(x, y.T),
+           "ptxdsl": gemm_launcher(t.gemm, x, y, c),
+           "ptxdsl stream-K tail": gemm_launcher(t.make_gemm(streamk=True), x, y, c,
+                                                 streamk=True),
+           "ptxdsl 2x1 cluster": gemm_launcher(t.make_gemm(cluster=(2, 1, 1)), x, y, c,
+                                               cluster=2)}
+    for name, fn in fns.items():
+        if name != "cuBLAS":
+            c.fill_(float("nan"))
+            fn()
+            torch.cuda.synchronize()
+            err = gemm_error(c, x, y)
+            if not err <= 1.0:
+                raise BenchError(f"{name} at {m}x{n}x{k}: error {err:.2f} x the tolerance")
+    return fns
 
 
-def sustained_ms(fn, seconds: float) -> tuple[float, float, float]:
-    """(ms a call, start, end) of `fn` called back to back for `seconds`."""
+def sustained_ms(fn, seconds: float, settle: float = 1.0) -> tuple[float, float, float]:
+    """(ms a call, start, end) of `fn` called back to back for `settle` + `seconds`, timed
+    (and its start and end given, host clock) over the last `seconds` only."""
     import torch
 
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
+    def run_until(deadline: float) -> int:
+        calls = 0
+        while time.time() < deadline:
+            for _ in range(10):
+                fn()
+            calls += 10
+            torch.cuda.synchronize()
+        return calls
+
+    run_until(time.time() + settle)
     start = time.time()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
-    calls = 0
-    while time.time() - start < seconds:
-        for _ in range(10):
-            fn()
-        calls += 10
-        torch.cuda.synchronize()
+    calls = run_until(start + seconds)
     e.record()
     torch.cuda.synchronize()
     return s.elapsed_time(e) / calls, start, time.time()
@@ -67,21 +82,29 @@ def main(argv: list[str] | None = None) -> None:
     if len(a.mnk) != 3:
         ap.error("give M N K")
     m, n, k = a.mnk
+    import torch
+
     fns = contenders(m, n, k)
-    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader",
-                            "-lms", "200"], stdout=subprocess.PIPE, text=True)
+    gpu = f"GPU-{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
+    smi = subprocess.Popen(["nvidia-smi", "-i", gpu, f"--query-gpu={QUERY}",
+                            "--format=csv,noheader", "-lms", "200"], stdout=subprocess.PIPE,
+                           text=True)
+    lines: list[str] = []  # drained as they come, so the pipe never fills
+    reader = threading.Thread(target=lambda: lines.extend(smi.stdout or ()), daemon=True)
+    reader.start()
     spans = []
     try:
         time.sleep(1.0)
         for _ in range(a.rounds):
             for name, fn in fns.items():
                 ms, t0, t1 = sustained_ms(fn, a.seconds)
-                spans.append((name, ms, t0 + 1.0, t1))  # the first second settles
+                spans.append((name, ms, t0, t1))
                 time.sleep(0.5)
     finally:
         smi.terminate()
+        reader.join(timeout=5)
     samples = []
-    for line in smi.stdout.read().splitlines() if smi.stdout else []:
+    for line in lines:
         f = [x.strip() for x in line.split(",")]
         when = datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
         samples.append((when, float(f[1].split()[0]), float(f[2].split()[0]), f[3]))

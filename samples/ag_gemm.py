@@ -4,11 +4,13 @@ ag_gemm.ptxdsl).
 C = all_gather(A) @ B^T on each of `world` ranks: every rank holds m_local rows of A (bf16) in
 its slot of a symmetric buffer and its own N-shard B (n x K). Warps 1 and 2 of every CTA pull
 the other ranks' row panels over NVLink into the local buffer (TMA loads from the stacked
-view, TMA stores into the local copy), a unit of 128 rows x ck k-blocks at a time, and count
-each landed unit in its panel's word of `flags`; the GEMM roles (gemm.py's main loop and
-epilogue) walk the tiles with this rank's own panels first and wait for a remote panel's
-count. The host side and multi-rank interpreter runs are in
-tp_linear.py; `example` is the one-rank launch (no remote rows: a plain GEMM)."""
+view, TMA stores into the local copy), a unit of 128 rows x ck k-blocks at a time, and flip
+each landed unit's bit in `flags` (once a launch: a landed bit reads the epoch's parity);
+the GEMM roles (gemm.py's main loop and epilogue) walk the tiles with this rank's own panels
+first, a remote panel's producer checking each unit's bit before the unit's first k-block
+(and with `pace`, a local tile its remote partner's). The host side and multi-rank
+interpreter runs are in tp_linear.py; `example` is the one-rank launch (no remote rows: a
+plain GEMM)."""
 
 import numpy as np
 
@@ -42,7 +44,7 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                 remote = k.let("remote", src != rank)
                 # the flag words of this tile's panel, or with `pace` a local tile's partner
                 # (the same panel of the next rank): it waits with it
-                waits = k.let("waits", remote | (pace != 0))
+                waits = k.let("waits", remote | (pace != 0) & (world > 1))
                 fw = k.let("fw", k.select(remote, w.m - ppr, w.m) * nw)
                 word = k.let("word", 0, type=u32)  # a copy of flag word `held`
                 held = k.let("held", nw)  # (none yet)
@@ -98,7 +100,7 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                 # every box of this unit has been read from its owner: count its k-blocks
                 k.let("pulled", k.atomic_add(sig[src * sig_stride + world],
                                              k.min(kb0 + ck, ktiles) - kb0, "relaxed", "sys"))
-                k.bulk_wait(0)  # complete: the count publishes the unit
+                k.bulk_wait(0)  # complete: the bit's flip publishes the unit
                 k.fence_proxy_async_global()
                 pu = k.let("pu", u % nck)  # the unit within its panel
                 k.let("landed", k.atomic_xor(flags[u / nck * nw + pu / 32], 1 << (pu % 32),

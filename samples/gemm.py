@@ -18,7 +18,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f16, f32, ptr, s32, tmap, u32
-from ptxdsl.tiles import streamk_parts, streamk_shared
+from ptxdsl.tiles import streamk_workspace
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a tile (64 bf16)
 
@@ -217,16 +217,6 @@ def tiles(m: int, n: int, bm: int = 128, bn: int = 256) -> int:
     return -(-m // bm) * -(-n // bn)
 
 
-def streamk_workspace(m: int, n: int, k: int, grid: int, bm: int = 128, bn: int = 256
-                      ) -> tuple[int, int, int]:
-    """(f32 elements of the workspace `ws`, u32 semaphores `sem`, `slots`) of
-    make_gemm(streamk=True) over `grid` CTAs; the semaphores are zero before the first launch
-    and each launch leaves them zero (the workspace needs no clearing)."""
-    t, kt = tiles(m, n, bm, bn), -(-k // (SWIZZLE // 2))
-    sk, slots = streamk_shared(t, grid), streamk_parts(t, kt, grid)
-    return max(sk * slots, 1) * bm * bn, max(sk, 1) * (bm // 64), slots
-
-
 def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 1000,
             grid: int | None = None, bm: int = 128, bn: int = 256, cluster: int = 1,
             streamk: bool = False) -> dict:
@@ -250,7 +240,7 @@ def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 100
           "outputs": {"c": np.zeros((m, n), np.uint16)}, "expected": {"c": ref},
           "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
     if streamk:
-        size, nsem, slots = streamk_workspace(m, n, k, grid, bm, bn)
+        size, nsem, slots = streamk_workspace(m, n, k, grid, bm, bn, consumers=2)
         ex["inputs"].update(ws=np.zeros(size, np.float32), sem=np.zeros(nsem, np.uint32),
                             slots=slots)
         ex["expected"]["sem"] = np.zeros(nsem, np.uint32)

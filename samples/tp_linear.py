@@ -173,10 +173,11 @@ class AllGatherGemm(_Plan):
         self._signals(w + 1)
         self.buf = self._symmetric(w * m_local * k * 2, "u16")
         self.grid = min(self.sms, w * cdiv(m_local, BM) * cdiv(n, BN))
+        # fixed for the plan's life: the flag words' bit layout follows ck
         self.ck = ag_chunk(w, m_local, k, self.grid)
         # every tile in the first wave (decoding): local tiles keep pace with remote ones
         self.pace = int(w > 1 and w * cdiv(m_local, BM) * cdiv(n, BN) <= self.grid)
-        # a bit a gather unit, (units + 31) / 32 words a remote row panel
+        # a bit a gather unit, (units a panel + 31) / 32 words a remote row panel
         self.flags = rt.zeros(max(ag_flag_words(w, m_local, k, self.ck), 1), "u32",
                               device=self.device)
         local = rt.DevicePointer(self.buf.local.ptr)
@@ -208,9 +209,12 @@ class AllGatherGemm(_Plan):
         tb = self._map(b, (n, self.k), "b", (BN, BK))
         tc = self._map(c, (w * ml, n), "c", (1, 64, 64), (w, ml, n))
         launch = self._launcher(self.grid, stream)
-        self.epoch += 1
+        # the epoch counts launches enqueued: a launch refused before it runs must not count
+        # (a landed unit's bit is the epoch's parity, so a skipped epoch would read every
+        # stale bit as landed)
         launch(self.t_a, self.t_pull, self.t_st, tb, tc, self.flags, self.sig_all,
-               self.sig_stride, self.rank, w, ml, n, self.k, self.epoch, self.ck, self.pace)
+               self.sig_stride, self.rank, w, ml, n, self.k, self.epoch + 1, self.ck, self.pace)
+        self.epoch += 1
 
     def free(self) -> None:
         self.buf.free()
@@ -263,9 +267,9 @@ class GemmReduceScatter(_Plan):
         tb = self._map(b, (n, self.k_local), "b", (BN, BK))
         items = w * cdiv(ml, BM) * cdiv(n, BN) * self.splits
         launch = self._launcher(min(self.sms, items), stream)
-        self.epoch += 1
         launch(ta, tb, self.t_c, self.sig_all, self.sig_stride, self.rank, w, ml, n,
-               self.k_local, self.epoch, int(self.ordered), self.splits)
+               self.k_local, self.epoch + 1, int(self.ordered), self.splits)
+        self.epoch += 1  # launches enqueued (a refused one does not count)
 
     def free(self) -> None:
         self.out.free()

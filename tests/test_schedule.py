@@ -158,7 +158,8 @@ def test_stream_k_host_arithmetic_matches_the_schedule():
 
     mod = sample_module("gemm_splitk")
     k = ptxdsl.parse(COVER.format(clauses="ksteps(kt) streamk"), "cover.ptxdsl").kernel()
-    for tm, tn, kt, grid in [(1, 2, 3, 5), (3, 1, 16, 7), (13, 1, 2, 6), (4, 2, 5, 3)]:
+    for tm, tn, kt, grid in [(1, 2, 3, 5), (3, 1, 16, 7), (13, 1, 2, 6), (4, 2, 5, 3),
+                             (2, 3, 4, 3)]:  # the last: even waves, nothing shared
         tiles = tm * tn
         info = np.zeros(tiles * 64, np.uint32)
         order = np.zeros(tiles, np.uint32)

@@ -28,11 +28,14 @@ def assert_product(got: np.ndarray, want: np.ndarray, k: int, scale: np.ndarray 
     assert np.all(np.abs(got - want) <= tol), float(np.max(np.abs(got - want) - tol))
 
 
-@pytest.mark.parametrize("world, seed, ck, epochs, pace", [(2, 0, 4, 1, 0)] + (
-    [(2, 2, [1, 4], 2, 1), (4, 1, 4, 2, 0), (8, 0, 1, 1, 1), (3, 3, 1, 2, 1)] if DEEP else []))
-def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace):
-    """`pace`: local tiles wait for their remote partners' units as they go."""
-    k = 320  # 5 k-blocks: two gather units of 4 per panel, the second ragged
+@pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks", [(2, 0, 4, 1, 0, 5)] + (
+    [(2, 2, [1, 4], 3, 1, 5), (4, 1, 4, 2, 0, 5), (8, 0, 1, 1, 1, 5), (3, 3, 1, 2, 1, 5),
+     (2, 4, 1, 1, 1, 33)] if DEEP else []))
+def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks):
+    """`pace`: local tiles wait for their remote partners' units as they go. 5 k-blocks:
+    two gather units of 4 per panel, the second ragged; 33 in units of 1: two flag words a
+    panel."""
+    k = 64 * kblocks
     r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, pace=pace, **SMALL)
     for rank in range(world):
         np.testing.assert_array_equal(r["gathered"][rank], r["want_gathered"])
@@ -41,11 +44,13 @@ def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace):
     ready = r["sig"][:, :world]
     assert np.all(ready + epochs * np.eye(world, dtype=np.uint32) == epochs)
     assert np.all(r["sig"][:, world] == 0)
-    # every unit (ceil(5 / ck) a remote panel, a word each) flipped its bit once a launch
+    # every unit (ceil(kblocks / ck) a remote panel) flipped its bit once a launch
     for rank, flags in enumerate(r["flags"]):
-        units = -(-5 // (ck[rank] if isinstance(ck, list) else ck))
-        assert flags.size == world - 1
-        assert np.all(flags == ((1 << units) - 1) * (epochs % 2)), flags
+        units = -(-kblocks // (ck[rank] if isinstance(ck, list) else ck))
+        words = -(-units // 32)
+        bits = [min(max(units - 32 * i, 0), 32) for i in range(words)]
+        want = np.array([(1 << b) - 1 for b in bits] * (world - 1), np.uint32) * (epochs % 2)
+        np.testing.assert_array_equal(flags, want)
 
 
 @pytest.mark.parametrize("world, ordered, splits, seed, epochs", [(2, False, 2, 0, 1)] + (

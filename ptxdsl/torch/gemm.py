@@ -14,7 +14,7 @@ from ..compiler import KernelDef
 from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas, tile_grid
 from ..runtime.tensormap import TensorMap
-from ..tiles import streamk_parts, streamk_shared
+from ..tiles import streamk_workspace
 from . import autotune
 from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel, gemm_recipe
 from .opspec import Args, OpSpec, TensorParam, register
@@ -86,20 +86,25 @@ def _run(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, stream:
         kernel[persistent_grid(resident, m, n, bn, cluster), None, stream](ta, tb, tc, m, n, k)
         return
     # stream-K over every resident CTA: f32 slots for the parts of shared tiles and a
-    # semaphore per half-tile, zero before the launch; both fresh each call (stream-ordered
-    # by torch's allocator), so launches on several streams never share them
-    tiles = -(-m // GEMM_BM) * -(-n // bn)
-    shared = streamk_shared(tiles, resident)
-    slots = streamk_parts(tiles, -(-k // 64), resident)
-    size, nsem = max(shared * slots, 1) * GEMM_BM * bn, max(shared, 1) * 2
-    if torch.cuda.current_stream(a.device).cuda_stream == stream:
+    # semaphore per warpgroup and shared tile, zero before the launch; both fresh each call
+    # and allocated on the launch's stream (torch's allocator orders their reuse after it)
+    size, nsem, slots = streamk_workspace(m, n, k, resident, GEMM_BM, bn)
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=a.device)):
         ws = torch.empty(size, device=a.device, dtype=torch.float32)
         sem = torch.zeros(nsem, device=a.device, dtype=torch.uint32)
-    else:
-        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=a.device)):
-            ws = torch.empty(size, device=a.device, dtype=torch.float32)
-            sem = torch.zeros(nsem, device=a.device, dtype=torch.uint32)
     kernel[resident, None, stream](ta, tb, tc, m, n, k, ws, sem, slots)
+
+
+@cache
+def _sms(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def wave_fill(m: int, n: int, device: int) -> int:
+    """How full the last wave of 128 x 256 tiles is, in eighths (0: the waves come out
+    even): what decides whether a stream-K walk pays."""
+    tiles, sms = -(-m // GEMM_BM) * -(-n // 256), _sms(device)
+    return 0 if tiles % sms == 0 else 1 + (tiles % sms) * 8 // sms
 
 
 def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
@@ -112,8 +117,9 @@ def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
         _run(config, a, b, c, stream)
         return c
 
-    # M is rounded up to a power of two: batch sizes vary, the best tiling barely does
-    shape = (1 << (m - 1).bit_length(), n, k)
+    # M is rounded up to a power of two: batch sizes vary, the best tiling barely does; the
+    # stream-K config's worth does, with the last wave's fill, so that goes in the key too
+    shape = (1 << (m - 1).bit_length(), n, k, wave_fill(m, n, a.device.index))
     config = TUNER.choose(shape, trial, autotune.close(2**-6), device=a.device.index,
                           tune=autotune.tuning_allowed())
     _run(config, a, b, out, stream)
