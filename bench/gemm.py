@@ -66,8 +66,7 @@ def gemm_launcher(kdef: Any, a: Any, b: Any, c: Any, bm: int = 128, bn: int = 25
     import torch
 
     from ptxdsl.runtime import TensorMap
-    from ptxdsl.runtime.occupancy import resident_ctas
-    from ptxdsl.tiles import streamk_workspace
+    from ptxdsl.runtime.occupancy import resident_ctas, streamk_workspace
 
     m, k = a.shape
     n = b.shape[0]

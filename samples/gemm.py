@@ -18,7 +18,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f16, f32, ptr, s32, tmap, u32
-from ptxdsl.tiles import streamk_workspace
+from ptxdsl.runtime.occupancy import streamk_workspace
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a tile (64 bf16)
 

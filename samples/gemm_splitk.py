@@ -42,7 +42,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import bf16, f32, ptr, s32, tmap, u32
-from ptxdsl.tiles import streamk_parts
+from ptxdsl.runtime.occupancy import streamk_parts
 
 BM, BN, BK = 128, 256, 64  # tile rows, columns, and K step (64 bf16 = one 128-byte row)
 PART = 32  # f32 columns per staging chunk (128 bytes, the swizzle span)

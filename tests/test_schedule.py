@@ -151,10 +151,10 @@ def test_clusters_walk_by_cluster():
 
 
 def test_stream_k_host_arithmetic_matches_the_schedule():
-    """ptxdsl.tiles (what a launch sizes its stream-K workspace by: the shared tiles and the
-    most parts a tile is cut into) agrees with the schedule's walk run in the interpreter,
-    and gemm_splitk.max_splits is that count."""
-    from ptxdsl.tiles import streamk_parts, streamk_shared
+    """The stream-K arithmetic of ptxdsl.runtime.occupancy (what a launch sizes its workspace
+    by: the shared tiles and the most parts a tile is cut into) agrees with the schedule's
+    walk run in the interpreter, and gemm_splitk.max_splits is that count."""
+    from ptxdsl.runtime.occupancy import streamk_parts, streamk_shared
 
     mod = sample_module("gemm_splitk")
     k = ptxdsl.parse(COVER.format(clauses="ksteps(kt) streamk"), "cover.ptxdsl").kernel()

@@ -12,9 +12,8 @@ import torch
 
 from ..compiler import KernelDef
 from ..runtime.launch import Kernel
-from ..runtime.occupancy import resident_ctas, tile_grid
+from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
 from ..runtime.tensormap import TensorMap
-from ..tiles import streamk_workspace
 from . import autotune
 from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel, gemm_recipe
 from .opspec import Args, OpSpec, TensorParam, register
