@@ -104,6 +104,21 @@ def check(kdef: Any, m: int, n: int, k: int, bm: int = 128, bn: int = 256, seed:
     return gemm_error(c, a, b)
 
 
+def checked(label: str, run: Any, c: Any, a: Any, b: Any) -> Any:
+    """`run` (a launcher writing c = a @ b^T), once run on a NaN-filled c and checked against
+    an f32 reference; BenchError if it is wrong."""
+    import torch
+
+    c.fill_(float("nan"))
+    run()
+    torch.cuda.synchronize()
+    err = gemm_error(c, a, b)
+    if not err <= 1.0:
+        (m, k), n = a.shape, b.shape[0]
+        raise BenchError(f"{label} at {m}x{n}x{k}: error {err:.2f} x the tolerance")
+    return run
+
+
 def configs(a: argparse.Namespace, cluster: bool
             ) -> list[tuple[str, Any, int, int, int, bool]]:
     """(label, kernel, bm, bn, cluster size, stream-K) of the kernels to time."""
@@ -137,14 +152,7 @@ def measure(a: argparse.Namespace, cluster: bool) -> list[Row]:
         fns = {"cuBLAS A @ B.T": lambda x=x, y=y: torch.matmul(x, y.T),
                "cuBLAS A @ Bt": lambda x=x, yt=yt: torch.matmul(x, yt)}
         for label, kdef, bm, bn, cl, sk in configs(a, cluster):
-            mine = gemm_launcher(kdef, x, y, c, bm, bn, cl, sk)
-            c.fill_(float("nan"))
-            mine()
-            torch.cuda.synchronize()
-            err = gemm_error(c, x, y)
-            if not err <= 1.0:
-                raise BenchError(f"{label} at {m}x{n}x{k}: error {err:.2f} x the tolerance")
-            fns[label] = mine
+            fns[label] = checked(label, gemm_launcher(kdef, x, y, c, bm, bn, cl, sk), c, x, y)
         ms = interleaved_ms(fns, reps)
         flops = 2 * m * n * k
         best_ref = min((r for r in ms if r.startswith("cuBLAS")), key=ms.__getitem__)

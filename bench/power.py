@@ -18,8 +18,8 @@ import threading
 import time
 from datetime import datetime
 
-from .common import BenchError, gemm_error, twin
-from .gemm import gemm_launcher
+from .common import twin
+from .gemm import checked, gemm_launcher
 
 QUERY = "timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active"
 
@@ -39,12 +39,7 @@ def contenders(m: int, n: int, k: int) -> dict:
                                                cluster=2)}
     for name, fn in fns.items():
         if name != "cuBLAS":
-            c.fill_(float("nan"))
-            fn()
-            torch.cuda.synchronize()
-            err = gemm_error(c, x, y)
-            if not err <= 1.0:
-                raise BenchError(f"{name} at {m}x{n}x{k}: error {err:.2f} x the tolerance")
+            checked(name, fn, c, x, y)
     return fns
 
 
