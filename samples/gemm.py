@@ -9,10 +9,11 @@ gemm.ptxdsl spells out (128 x 256 x 64 tiles, 3 stages, bf16).
 partial, plus one full wave, are shared K step by K step among all CTAs, the rest are whole
 tiles stored as above. A warpgroup holding part of a shared tile stores its f32 partial in
 the part's slot of a workspace (`ws`: shared tiles x `slots` parts x bm x bn f32, the most
-parts any tile is cut into), then counts it on a semaphore per half-tile (`sem`, zero
-between launches); the part that completes the count adds the other parts' slots to its
-own accumulators (leaving the semaphore zero) and stores the tile as a whole one does.
-Each part stores with all its stores in flight and never waits for another part."""
+parts any tile is cut into), then counts it on a semaphore per warpgroup and shared tile
+(`sem`: the warpgroup's 64 rows; zero between launches); the part that completes the count
+adds the other parts' slots to its own accumulators (leaving the semaphore zero) and stores
+the tile as a whole one does. Each part stores with all its stores in flight and never
+waits for another part."""
 
 import numpy as np
 
@@ -162,10 +163,11 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
 
     def fixup(k, w, acc, last, ws, sem, slots, wg, leader, row, col):
         """Store this part's f32 partial in its slot of the workspace (slot w.split of tile
-        w.tile; plain stores, all in flight), count it on the half-tile's semaphore, and in
-        the part that completes the count add the other parts' slots into `acc` (leaving the
-        semaphore zero). Returns the predicate 'this part completed the tile'."""
-        half = bm * bn // consumers  # f32 elements of a half-tile
+        w.tile; plain stores, all in flight), count it on the semaphore of this warpgroup's
+        rows of the tile, and in the part that completes the count add the other parts'
+        slots into `acc` (leaving the semaphore zero). Returns the predicate 'this part
+        completed the tile'."""
+        half = bm * bn // consumers  # f32 elements of a warpgroup's rows of the tile
         idx = k.let("idx", w.tile * consumers + wg)
         at = k.let("at", (row * bn + col) + wg * half)  # this thread's first element
         mine = k.let("mine", (w.tile * slots + w.split) * (bm * bn) + at)
