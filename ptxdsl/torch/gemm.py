@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..compiler import KernelDef
+from ..runtime.driver import device_info
 from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
 from ..runtime.tensormap import TensorMap
@@ -94,15 +95,11 @@ def _run(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, stream:
     kernel[resident, None, stream](ta, tb, tc, m, n, k, ws, sem, slots)
 
 
-@cache
-def _sms(device: int) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def wave_fill(m: int, n: int, device: int) -> int:
     """How full the last wave of 128 x 256 tiles is, in eighths (0: the waves come out
     even): what decides whether a stream-K walk pays."""
-    tiles, sms = -(-m // GEMM_BM) * -(-n // 256), _sms(device)
+    sms = device_info(device).sm_count
+    tiles = -(-m // GEMM_BM) * -(-n // 256)
     return 0 if tiles % sms == 0 else 1 + (tiles % sms) * 8 // sms
 
 
