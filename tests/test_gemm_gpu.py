@@ -69,6 +69,15 @@ def test_gemm_cluster_pair_multicasts_b(bench, m, n, k):
                                      (333, 520, 72), (130, 4104, 136), (8, 8, 8),
                                      (2816, 3840, 4096), (50816, 256, 512)])
 def test_gemm_stream_k_matches_torch_and_repeats(bench, m, n, k):
+    _stream_k_repeats(bench, m, n, k)
+
+
+@pytest.mark.parametrize("m, n, k", [(256, 14336, 1024), (333, 520, 200)])
+def test_gemm_stream_k_with_128_rows_a_consumer(bench, m, n, k):
+    _stream_k_repeats(bench, m, n, k, bm=256, bn=128)
+
+
+def _stream_k_repeats(bench, m, n, k, bm=128, bn=256):
     """make_gemm(streamk=True) over every SM: shared tiles cut into parts that meet in
     workspace slots; three launches on fresh outputs, each right and each leaving the
     semaphores zero for the next."""
@@ -76,12 +85,12 @@ def test_gemm_stream_k_matches_torch_and_repeats(bench, m, n, k):
 
     from bench.common import gemm_error
 
-    kdef = sample_twin("gemm").make_gemm(streamk=True)
+    kdef = sample_twin("gemm").make_gemm(bm=bm, bn=bn, streamk=True)
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    run = bench.gemm_launcher(kdef, a, b, c, streamk=True)
+    run = bench.gemm_launcher(kdef, a, b, c, bm, bn, streamk=True)
     for _ in range(3):
         c.fill_(float("nan"))
         run()

@@ -295,6 +295,24 @@ def test_gemm_stream_k_refuses_what_it_does_not_build():
     from conftest import sample_module
 
     twin = sample_module("gemm")
-    for kw in ({"cluster": (2, 1, 1)}, {"bm": 256, "bn": 128}):
-        with pytest.raises(ValueError, match="streamk takes 64 rows a consumer"):
-            twin.make_gemm(streamk=True, **kw)
+    with pytest.raises(ValueError, match="streamk takes no cluster"):
+        twin.make_gemm(streamk=True, cluster=(2, 1, 1))
+
+
+def test_gemm_stream_k_with_128_rows_a_consumer_in_the_interpreter():
+    """256 x 128 tiles (two m64 blocks a warpgroup, the decode shape's tile): one tile's 3 K
+    steps over 2 CTAs, each block's partial in its own rows of the slot."""
+    from conftest import sample_module
+
+    from ptxdsl.interp import run_sample
+    from ptxdsl.runner import bf16_to_f32
+
+    twin = sample_module("gemm")
+    kdef = twin.make_gemm(bm=256, bn=128, streamk=True)
+    ex = twin.example(np.random.default_rng(), m=256, n=128, k=192, grid=2, bm=256, bn=128,
+                      streamk=True)
+    assert ex["inputs"]["slots"] == 2
+    out = run_sample(kdef.ir, ex, seed=5)
+    c, ref = bf16_to_f32(out["c"]), ex["expected"]["c"]
+    assert (np.abs(c - ref) <= ex["rtol"] * np.abs(ref) + ex["atol"]).all()
+    assert not out["sem"].any()
