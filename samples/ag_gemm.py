@@ -2,9 +2,10 @@
 ag_gemm.ptxdsl).
 
 C = all_gather(A) @ B^T on each of `world` ranks: every rank holds m_local rows of A (bf16) in
-its slot of a symmetric buffer and its own N-shard B (n x K). Warps 1 and 2 of every CTA pull
-the other ranks' row panels over NVLink into the local buffer (TMA loads from the stacked
-view, TMA stores into the local copy), a unit of 128 rows x ck k-blocks at a time, and flip
+its slot of a symmetric buffer and its own N-shard B (n x K). Warps 1 and 2 of the first
+`pullers` CTAs pull the other ranks' row panels over NVLink into the local buffer (TMA loads
+from the stacked view, TMA stores into the local copy), a unit of 128 rows x ck k-blocks at a
+time (panel by panel, or with `pace` k-block by k-block across the panels), and flip
 each landed unit's bit in `flags` (once a launch: a landed bit reads the epoch's parity);
 the GEMM roles (gemm.py's main loop and epilogue) walk the tiles with this rank's own panels
 first, a remote panel's producer checking each unit's bit before the unit's first k-block
@@ -20,10 +21,18 @@ from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 
 
+def unit(k, u, pace, rpan, nck):
+    """Gather unit u as (remote panel, unit within it): panel by panel, or with `pace`
+    k-block by k-block across the panels."""
+    return (k.let("pan", k.select(pace != 0, u % rpan, u / nck)),
+            k.let("pu", k.select(pace != 0, u / rpan, u % nck)))
+
+
 @ptxdsl.kernel(threads=384)
 def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: tmap(bf16, 2),
             c: tmap(bf16, 3), flags: ptr(u32), sig: ptr(u32), sig_stride: u32, rank: u32,
-            world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32, pace: u32):
+            world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32, pace: u32,
+            pullers: u32):
     ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
     gring = k.pipeline("gring", 2, t=(bf16, [64, BK], 1024, 128))
     cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
@@ -31,7 +40,9 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
     tiles_m = k.let("tiles_m", world * ppr)
     ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
     nck = k.let("nck", (ktiles + ck - 1) / ck)  # units per panel: ck k-blocks each
-    units = k.let("units", (world - 1) * ppr * nck)
+    rpan = k.let("rpan", (world - 1) * ppr)  # remote panels
+    units = k.let("units", rpan * nck)
+    mine = k.let("mine", k.select(k.ctaid.x < pullers, units, 0))  # the units it may pull
     nw = k.let("nw", (nck + 31) / 32)  # flag words a remote panel
     par = k.let("par", epoch % 2)  # a landed unit's bit this launch
     work = k.schedule("work", (tiles_m, (n + (BN - 1)) / BN), group=8)
@@ -67,8 +78,9 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                     with k.if_(p != rank):
                         k.st_release(sig[p * sig_stride + rank], epoch, "sys")
             seen = k.let("seen", world)  # the owner whose start was last seen (none yet)
-            with k.for_("u", k.ctaid.x, units, k.nctaid.x) as u:
-                q = k.let("q", ((rank + 1) * ppr + u / nck) % tiles_m)
+            with k.for_("u", k.ctaid.x, mine, pullers) as u:
+                pan, pu = unit(k, u, pace, rpan, nck)
+                q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
                 src = k.let("src", q / ppr)
                 with k.if_(src != seen):
                     with k.while_((k.ld_acquire(sig[rank * sig_stride + src], "sys") - epoch)
@@ -76,7 +88,7 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                         pass
                     k.fence_proxy_async_global()
                     k.assign(seen, src)
-                kb0 = k.let("kb0", u % nck * ck)
+                kb0 = k.let("kb0", pu * ck)
                 with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
                     with k.for_("h", 0, 2) as h:
                         k.acquire(gring)
@@ -85,10 +97,11 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                                                      src.to(s32), src.to(s32)])
                         k.commit(gring)
         with k.if_((k.warp == 2) & k.elect()):
-            with k.for_("u", k.ctaid.x, units, k.nctaid.x) as u:
-                q = k.let("q", ((rank + 1) * ppr + u / nck) % tiles_m)
+            with k.for_("u", k.ctaid.x, mine, pullers) as u:
+                pan, pu = unit(k, u, pace, rpan, nck)
+                q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
                 src = k.let("src", q / ppr)
-                kb0 = k.let("kb0", u % nck * ck)
+                kb0 = k.let("kb0", pu * ck)
                 with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
                     with k.for_("h", 0, 2) as h:
                         k.wait(gring)
@@ -102,8 +115,7 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                                              k.min(kb0 + ck, ktiles) - kb0, "relaxed", "sys"))
                 k.bulk_wait(0)  # complete: the bit's flip publishes the unit
                 k.fence_proxy_async_global()
-                pu = k.let("pu", u % nck)  # the unit within its panel
-                k.let("landed", k.atomic_xor(flags[u / nck * nw + pu / 32], 1 << (pu % 32),
+                k.let("landed", k.atomic_xor(flags[pan * nw + pu / 32], 1 << (pu % 32),
                                              "release"))
             with k.if_(k.ctaid.x == 0):  # every peer has pulled what it needs from this rank
                 want = k.let("want", (world - 1) * ppr * ktiles)
@@ -178,7 +190,8 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
                        "flags": np.zeros(1, np.uint32),
                        "sig": np.zeros(world + 1, np.uint32), "sig_stride": world + 1,
                        "rank": 0, "world": world, "m_local": m_local, "n": n, "kdim": k,
-                       "epoch": 1, "ck": 4, "pace": 0},  # pace: no peer to keep pace with
+                       "epoch": 1, "ck": 4, "pace": 0,  # pace: no peer to keep pace with
+                       "pullers": 1},
             "tensor_maps": {"a": {"box": (1, BM, BK), **box},
                             "a_pull": {"box": (1, 1, 64, BK), **box},
                             "a_st": {"box": (1, 64, BK), **box}, "b": {"box": (BN, BK), **box},

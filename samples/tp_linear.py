@@ -58,6 +58,14 @@ def ag_chunk(world: int, m_local: int, k: int, grid: int) -> int:
     return 4 if (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), 4) >= grid else 1
 
 
+def ag_pullers(world: int, grid: int, pace: int) -> int:
+    """CTAs that pull gather units: every CTA, or when every tile runs in the first wave
+    (`pace`, decoding) 16 per remote rank: the units then go k-block by k-block, and a
+    few at a time put the first-needed units first on the link (all 112 CTAs pulling a
+    unit each at once landed the first 6-10 us in, 16 at 4-5 us; 2 x H200)."""
+    return min(grid, 16 * (world - 1)) if pace else grid
+
+
 def ag_flag_words(world: int, m_local: int, k: int, ck: int) -> int:
     """ag_gemm's `flags` words: a bit per gather unit (ck k-blocks), whole words a panel."""
     return (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(cdiv(k, BK), ck), 32)
@@ -177,6 +185,7 @@ class AllGatherGemm(_Plan):
         self.ck = ag_chunk(w, m_local, k, self.grid)
         # every tile in the first wave (decoding): local tiles keep pace with remote ones
         self.pace = int(w > 1 and w * cdiv(m_local, BM) * cdiv(n, BN) <= self.grid)
+        self.pullers = ag_pullers(w, self.grid, self.pace)
         # a bit a gather unit, (units a panel + 31) / 32 words a remote row panel
         self.flags = rt.zeros(max(ag_flag_words(w, m_local, k, self.ck), 1), "u32",
                               device=self.device)
@@ -213,7 +222,8 @@ class AllGatherGemm(_Plan):
         # (a landed unit's bit is the epoch's parity, so a skipped epoch would read every
         # stale bit as landed)
         launch(self.t_a, self.t_pull, self.t_st, tb, tc, self.flags, self.sig_all,
-               self.sig_stride, self.rank, w, ml, n, self.k, self.epoch + 1, self.ck, self.pace)
+               self.sig_stride, self.rank, w, ml, n, self.k, self.epoch + 1, self.ck, self.pace,
+               self.pullers)
         self.epoch += 1
 
     def free(self) -> None:
@@ -281,13 +291,13 @@ class GemmReduceScatter(_Plan):
 
 def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
               seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1,
-              pace: int = 0) -> dict[str, Any]:
+              pace: int = 0, pullers: int = 0) -> dict[str, Any]:
     """All-gather + GEMM for `world` ranks at once in the CPU interpreter, launched `epochs`
     times on fresh data (the other slots poisoned again in between; flags and signal words
     carry over): returns each rank's C and gathered A (f32) of the last launch with numpy's
     answers, and the flags and signal words. Ranks may cut gather units differently: `ck`
     is one value for all, or a list of one a rank; `pace` makes local tiles wait with their
-    remote partners."""
+    remote partners (and the units go k-block by k-block); `pullers` CTAs pull (0: all)."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
@@ -312,7 +322,7 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
                      c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
                      flags=flags[r], sig=sig.reshape(-1), sig_stride=world + 1, rank=r,
                      world=world, m_local=m_local, n=n, kdim=k, epoch=epoch, ck=cks[r],
-                     pace=pace)
+                     pace=pace, pullers=pullers or grid)
                 for r in range(world)]
         run_ranks(kern, grid, args, seed=seed + epoch - 1)
     full = bf16_to_f32(a).reshape(world * m_local, k)

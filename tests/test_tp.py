@@ -28,15 +28,18 @@ def assert_product(got: np.ndarray, want: np.ndarray, k: int, scale: np.ndarray 
     assert np.all(np.abs(got - want) <= tol), float(np.max(np.abs(got - want) - tol))
 
 
-@pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks", [(2, 0, 4, 1, 0, 5)] + (
-    [(2, 2, [1, 4], 3, 1, 5), (4, 1, 4, 2, 0, 5), (8, 0, 1, 1, 1, 5), (3, 3, 1, 2, 1, 5),
-     (2, 4, 1, 1, 1, 33)] if DEEP else []))
-def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks):
-    """`pace`: local tiles wait for their remote partners' units as they go. 5 k-blocks:
-    two gather units of 4 per panel, the second ragged; 33 in units of 1: two flag words a
-    panel."""
+@pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks, pullers", [
+    (2, 0, 4, 1, 0, 5, 1)] + (
+    [(3, 3, 1, 2, 1, 5, 1), (2, 2, [1, 4], 3, 1, 5, 0), (4, 1, 4, 2, 0, 5, 1), (8, 0, 1, 1, 1, 5, 0),
+     (8, 1, 1, 1, 1, 5, 1), (2, 4, 1, 1, 1, 33, 1)] if DEEP else []))
+def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers):
+    """`pace`: local tiles wait for their remote partners' units as they go, and the units
+    go k-block by k-block across the remote panels. 5 k-blocks: two gather units of 4 per
+    panel, the second ragged; 33 in units of 1: two flag words a panel. `pullers` 1: one of
+    the two CTAs pulls every unit (0: both)."""
     k = 64 * kblocks
-    r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, pace=pace, **SMALL)
+    r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, pace=pace, pullers=pullers,
+                     **SMALL)
     for rank in range(world):
         np.testing.assert_array_equal(r["gathered"][rank], r["want_gathered"])
         assert_product(r["c"][rank], r["want_c"][rank], k)
@@ -89,7 +92,8 @@ def test_a_rank_that_never_launches_is_a_located_deadlock():
                  c=TensorMapModel(np.zeros((world, m_local, n), np.uint16), (1, 64, 64),
                                   swizzle="128B", dtype="bf16"),
                  flags=np.zeros(panels, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
-                 rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1, ck=4, pace=1)
+                 rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1, ck=4, pace=1,
+                 pullers=1)
             for r in range(world - 1)]  # rank 2 never launches
     with pytest.raises(InterpError) as e:
         run_ranks(ptxdsl.parse_file(SAMPLES / "ag_gemm.ptxdsl"), 1, args)
