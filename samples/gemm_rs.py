@@ -6,8 +6,10 @@ rows rank * m_local .. (rank + 1) * m_local of C = the sum over ranks of A @ B^T
 walk visits row panels owner by owner, this rank's own first: a partial tile is stored into its
 own shard, or reduce-added into the owner's over NVLink once the owner's store is in (with
 `ordered`, once every earlier step's is), and each contribution then bumps its half-tile's
-counter in the owner's `sig`. The main loop and epilogue staging are gemm.py's. The host side
-and multi-rank interpreter runs are in tp_linear.py; `example` is the one-rank launch."""
+counter in the owner's `sig`. With `zeroed` (every item in the first wave) warp 1 zeroes
+the owner's tiles as the launch starts and every contribution adds as soon as it is done.
+The main loop and epilogue staging are gemm.py's. The host side and multi-rank interpreter
+runs are in tp_linear.py; `example` is the one-rank launch."""
 
 import numpy as np
 
@@ -18,12 +20,34 @@ BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 NONE = 0xFFFFFFFF  # no contribution waits to be published
 
 
+def zeros(k, work, zs, c, sig, sig_stride, rank, ppr, tiles_n) -> None:
+    """`zeroed`: zeros over this rank's own tiles (what their first contributions cover), each
+    half-tile counted in once they are complete."""
+    with k.for_("i", 0, 64) as i:
+        with k.for_("j", 0, 32) as j:
+            zs[i, j * 2] = k.bf16x2(0.0, 0.0)
+    k.fence_proxy_async()
+    with k.for_("w", work) as w:
+        with k.if_((w.m < ppr) & (w.split == 0)):  # this rank's own tile, its first range
+            with k.for_("hr", 0, 2) as hr:
+                with k.for_("h", 0, 4) as h:
+                    k.tma_store(c, [(w.n * BN + h * 64).to(s32), (w.m * BM + hr * 64).to(s32),
+                                    rank.to(s32)], zs)
+            k.bulk_commit()
+            k.bulk_wait(0)
+            k.fence_proxy_async_global()
+            with k.for_("hr", 0, 2) as hr:
+                k.let("z", k.atomic_add(sig[rank * sig_stride + (w.m * tiles_n + w.n) * 2 + hr],
+                                        1, "release", "sys"))
+
+
 @ptxdsl.kernel(threads=384)
 def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u32),
             sig_stride: u32, rank: u32, world: u32, m_local: u32, n: u32, kdim: u32,
-            epoch: u32, ordered: u32, splits: u32):
+            epoch: u32, ordered: u32, splits: u32, zeroed: u32):
     ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
     cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
+    zs = k.shared("zs", bf16, [64, 64], align=1024, swizzle=128)  # zeros, with `zeroed`
     ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per owner
     tiles_m = k.let("tiles_m", world * ppr)
     tiles_n = k.let("tiles_n", (n + (BN - 1)) / BN)
@@ -39,6 +63,8 @@ def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u3
                     k.tma_load(ring.a, a, [(kt * BK).to(s32), r0])
                     k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
                     k.commit(ring)
+        with k.if_((k.warp == 1) & k.elect() & (zeroed != 0)):
+            zeros(k, work, zs, c, sig, sig_stride, rank, ppr, tiles_n)
     with k.role("consumer", 4, 12, regs=232):
         wg = k.let("wg", k.warp / 4 - 1)
         leader = k.let("leader", k.tid.x % 128 == 0)
@@ -89,14 +115,14 @@ def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u3
             with k.if_(leader):
                 cnt = k.let("cnt", owner * sig_stride + ((q % ppr * tiles_n + w.n) * 2 + wg))
                 r1 = k.let("r1", (q % ppr * BM + wg * 64).to(s32))
-                with k.if_(idx == 0):
+                with k.if_((idx == 0) & (zeroed == 0)):
                     with k.for_("h", 0, BN // 64, unroll=True) as h:
                         k.tma_store(c, [(w.n * BN + h * 64).to(s32), r1, owner.to(s32)],
                                     cs[wg, h])
                 with k.else_():
-                    # every counter held this at the launch's start
-                    base = k.let("base", (epoch - 1) * world * w.splits)
-                    want = k.let("want", base + k.select(ordered != 0, idx, 1))
+                    # every counter held this at the launch's start; then come the zeros
+                    base = k.let("base", (epoch - 1) * (world * w.splits + zeroed))
+                    want = k.let("want", base + zeroed + k.select(ordered != 0, idx, 1 - zeroed))
                     with k.while_((k.ld_acquire(sig[cnt], "sys") - want).to(s32) < 0):
                         pass
                     k.fence_proxy_async_global()
@@ -114,7 +140,8 @@ def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u3
         with k.for_("w2", work) as w2:
             with k.if_(leader & (w2.m < ppr) & (w2.split == 0)):
                 mine = k.let("mine", rank * sig_stride + ((w2.m * tiles_n + w2.n) * 2 + wg))
-                with k.while_(k.ld_acquire(sig[mine], "sys") != epoch * world * w2.splits):
+                with k.while_(k.ld_acquire(sig[mine], "sys") !=
+                              epoch * (world * w2.splits + zeroed)):
                     pass
 
 
@@ -139,7 +166,8 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
     return {"grid": grid or min(world * counters // 2, 132),
             "inputs": {"a": a, "b": b, "sig": np.zeros(counters, np.uint32),
                        "sig_stride": counters, "rank": 0, "world": world, "m_local": m_local,
-                       "n": n, "kdim": k, "epoch": 1, "ordered": ordered, "splits": splits},
+                       "n": n, "kdim": k, "epoch": 1, "ordered": ordered, "splits": splits,
+                       "zeroed": 0},
             "tensor_maps": {"a": {"box": (BM, BK), **box}, "b": {"box": (BN, BK), **box},
                             "c": {"box": (1, 64, 64), **box}},
             "outputs": {"c": np.zeros((world, m_local, n), np.uint16)},

@@ -238,7 +238,9 @@ class GemmReduceScatter(_Plan):
     scattered, m_local to a rank (`shard()`). `ordered=True` adds the ranks' partial tiles
     in one fixed order (bit-reproducible run to run). `splits` cuts each tile's K steps into
     that many ranges when the tiles alone would leave SMs idle (default: as many as fill the
-    GPU, at most 4; each range's partial is rounded to bf16 before it is added)."""
+    GPU, at most 4; each range's partial is rounded to bf16 before it is added). When every
+    work item runs in the first wave (decoding, unordered) the owners zero their tiles as
+    the launch starts, so no contribution waits for the owner's first."""
 
     kernel_name = "gemm_rs"
 
@@ -252,8 +254,11 @@ class GemmReduceScatter(_Plan):
         # the kernel clamps them: at most one a K step); every rank must count the same
         want = splits if splits else min(self.sms // tiles, 4)
         self.splits = max(1, min(want, cdiv(k_local, BK)))
+        # every work item in the first wave (decoding): the owners zero their tiles first and
+        # every contribution adds as soon as it is done (unordered)
+        self.zeroed = int(not ordered and tiles * self.splits <= self.sms)
         _agree(self.dist, group, "GEMM + reduce-scatter plans (m_local, n, ordered, K ranges "
-               "a tile)", (m_local, n, bool(ordered), self.splits))
+               "a tile, zeroed)", (m_local, n, bool(ordered), self.splits, self.zeroed))
         if n % 8 or k_local % 8:
             raise LaunchError(f"n and k_local must be multiples of 8 (16-byte rows for TMA), "
                               f"got {n} and {k_local}")
@@ -278,7 +283,7 @@ class GemmReduceScatter(_Plan):
         items = w * cdiv(ml, BM) * cdiv(n, BN) * self.splits
         launch = self._launcher(min(self.sms, items), stream)
         launch(ta, tb, self.t_c, self.sig_all, self.sig_stride, self.rank, w, ml, n,
-               self.k_local, self.epoch + 1, int(self.ordered), self.splits)
+               self.k_local, self.epoch + 1, int(self.ordered), self.splits, self.zeroed)
         self.epoch += 1  # launches enqueued (a refused one does not count)
 
     def free(self) -> None:
@@ -334,11 +339,12 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
 
 def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
               grid: int = 2, ordered: bool = False, epochs: int = 2, seed: int = 0,
-              rng: Any = None, splits: int = 1) -> dict[str, Any]:
+              rng: Any = None, splits: int = 1, zeroed: int = 0) -> dict[str, Any]:
     """GEMM + reduce-scatter for `world` ranks at once in the CPU interpreter, launched
     `epochs` times on fresh data (the counters carry over): returns the last launch's C
     shards (f32) with numpy's answer, a bound on the partials' magnitudes (each partial is
-    rounded to bf16 before it is added) and the counters."""
+    rounded to bf16 before it is added) and the counters. `zeroed`: the owners zero their
+    tiles first and every contribution adds."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
@@ -354,7 +360,7 @@ def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
                      b=TensorMapModel(b[r], (BN, BK), swizzle="128B", dtype="bf16"),
                      c=tc, sig=sig.reshape(-1), sig_stride=sig.shape[1], rank=r,
                      world=world, m_local=m_local, n=n, kdim=k_local, epoch=epoch,
-                     ordered=int(ordered), splits=splits)
+                     ordered=int(ordered), splits=splits, zeroed=zeroed)
                 for r in range(world)]
         run_ranks(kern, grid, args, seed=seed + epoch - 1)
     fa, fb = [bf16_to_f32(x) for x in a], [bf16_to_f32(x) for x in b]

@@ -9,7 +9,8 @@ NCCL + torch on fresh random data, one process per GPU:
   modes; the ordered mode twice on the same data must give the same bits.
 Each plan is launched three times (new data each time) to exercise the launch count. Ragged
 shapes (rows, columns and K that are not multiples of the tile) and a decode-sized case.
-`--quick`: one ragged shape, one launch each (for compute-sanitizer).
+`--quick`: the ragged shape and the last decode-sized one, one launch each (for
+compute-sanitizer).
 `--hang ag|rs`: rank 1 builds the plan but never launches; the other ranks, built with the
 watchdog, must end in a named error instead of hanging. Prints one line per check; exits 1
 on a mismatch.
@@ -32,8 +33,11 @@ import tp_linear as tp  # noqa: E402
 
 from ptxdsl.errors import DeviceError, LaunchError  # noqa: E402
 
-# (m_local, k, n): ragged, decode-sized, and one of several waves of tiles
-SHAPES = [(256, 512, 512), (200, 1000, 520), (64, 2048, 1024), (2112, 1000, 2600)]
+# (m_local, k, n): ragged, decode-sized, one of several waves of tiles, and a decode-sized
+# one with more tiles than the all-gather's pulling CTAs (and every reduce-scatter item in one
+# wave: the owners zero their tiles first)
+SHAPES = [(256, 512, 512), (200, 1000, 520), (64, 2048, 1024), (2112, 1000, 2600),
+          (128, 1024, 5120)]
 
 
 def bf16(x: object) -> torch.Tensor:
@@ -131,7 +135,7 @@ def hang(kind: str, rank: int) -> int:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--hang", choices=("ag", "rs"))
-    p.add_argument("--quick", action="store_true", help="one ragged shape, one call each "
+    p.add_argument("--quick", action="store_true", help="two shapes, one call each "
                    "(for compute-sanitizer)")
     args = p.parse_args()
     dev = int(os.environ.get("LOCAL_RANK", "0"))
@@ -142,7 +146,7 @@ def main() -> int:
         code = hang(args.hang, rank)
         os._exit(code)  # the trapped context and the waiting peer: no orderly teardown
     gen = torch.Generator(device="cuda").manual_seed(1234 + rank)
-    shapes, calls = (SHAPES[1:2], 1) if args.quick else (SHAPES, 3)
+    shapes, calls = ([SHAPES[1], SHAPES[-1]], 1) if args.quick else (SHAPES, 3)
     fails = check_ag(rank, world, gen, shapes, calls) + check_rs(rank, world, gen, shapes, calls)
     totals = [None] * world
     dist.all_gather_object(totals, fails)

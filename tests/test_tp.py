@@ -56,16 +56,20 @@ def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers):
         np.testing.assert_array_equal(flags, want)
 
 
-@pytest.mark.parametrize("world, ordered, splits, seed, epochs", [(2, False, 2, 0, 1)] + (
-    [(2, True, 1, 3, 2), (4, False, 1, 1, 2), (4, True, 2, 0, 2), (8, True, 1, 2, 1)]
-    if DEEP else []))
-def test_gemm_reduce_scatter_ranks(world, ordered, splits, seed, epochs):
+@pytest.mark.parametrize("world, ordered, splits, seed, epochs, zeroed", [
+    (2, False, 2, 0, 1, 1)] + (
+    [(2, False, 2, 0, 1, 0), (2, True, 1, 3, 2, 0), (4, False, 1, 1, 2, 0), (4, True, 2, 0, 2, 0),
+     (8, True, 1, 2, 1, 0), (4, False, 2, 3, 2, 1), (8, False, 1, 4, 1, 1)] if DEEP else []))
+def test_gemm_reduce_scatter_ranks(world, ordered, splits, seed, epochs, zeroed):
+    """`zeroed`: the owners zero their tiles as the launch starts and every contribution adds
+    (with two launches, the second's counts continue from the first's)."""
     k = 128
     r = tp.interp_rs(world, k_local=k, ordered=ordered, epochs=epochs, seed=seed,
-                     splits=splits, **SMALL)
-    assert_product(r["c"], r["want"], k * world, r["scale"], 2 * world * splits)
-    # every half-tile counter holds world x splits contributions a launch, never reset
-    assert np.all(r["sig"] == epochs * world * splits)
+                     splits=splits, zeroed=zeroed, **SMALL)
+    assert_product(r["c"], r["want"], k * world, r["scale"], 2 * world * splits + zeroed)
+    # every half-tile counter holds world x splits contributions (and the zeros) a launch,
+    # never reset
+    assert np.all(r["sig"] == epochs * (world * splits + zeroed))
 
 
 @pytest.mark.skipif(not DEEP, reason="three multi-rank runs: PTXDSL_DEEP=1")
