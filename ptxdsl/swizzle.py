@@ -41,6 +41,16 @@ def tma_name(swizzle: int) -> str:
     return "none" if swizzle in (0, 16) else f"{swizzle}B"
 
 
+def chunk_columns(cols: int, elem_bytes: int) -> int:
+    """The widest chunk (in elements) of a `cols`-wide tile that one swizzled TMA box holds
+    whole: rows of 128 bytes, or of 64 or 32 where those do not divide the tile (a 224-wide
+    bf16 tile goes out in 32-column chunks). Its swizzle is the chunk's row in bytes."""
+    for row in (128, 64, 32):
+        if row % elem_bytes == 0 and cols % (row // elem_bytes) == 0:
+            return row // elem_bytes
+    raise ValueError(f"no swizzled chunk divides a tile of {cols} x {elem_bytes}-byte columns")
+
+
 def swizzle_align(swizzle: int) -> int:
     """The alignment (bytes) a TMA tile needs with a swizzle of `swizzle` bytes (0 or 16:
     none): 8 rows of the pattern, so it starts in phase; 128 without swizzle."""

@@ -20,6 +20,7 @@ import numpy as np
 import ptxdsl
 from ptxdsl import array, bf16, f16, f32, ptr, s32, tmap, u32
 from ptxdsl.runtime.occupancy import streamk_workspace
+from ptxdsl.swizzle import chunk_columns
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a tile (64 bf16)
 
@@ -44,12 +45,15 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
     bk = SWIZZLE // dtype.nbytes
     wm = bm // consumers  # rows per consumer warpgroup
     assert wm in (64, 128) and wm * consumers == bm, "each consumer owns 64 or 128 rows"
-    assert bn % 64 == 0 and 64 <= bn <= 256, "bn is 64, 128, 192 or 256"
+    assert bn % 32 == 0 and 64 <= bn <= 256, "bn is a multiple of 32 from 64 to 256"
     if streamk and cm > 1:
         raise ValueError("make_gemm: streamk takes no cluster")
     mw = wm // 64  # m64 wgmmas per k-step
     nacc = bn // 2  # f32 accumulators per thread per m64 block
-    chunks = bn // 64  # 128-byte-wide column chunks of the C tile (one TMA store each)
+    # columns of a C chunk (one TMA store each): 128 bytes, or 64 where that does not divide
+    # bn (224-wide tiles: 2 x 64 of them fill 128 SMs where 256-wide ones leave 20 idle)
+    cw = chunk_columns(bn, dtype.nbytes)
+    chunks = bn // cw
     threads = 128 * (1 + consumers)
     default = (bm, bn, stages, dtype, group, consumers, producer_regs, consumer_regs, cm) == \
         (128, 256, 3, bf16, 8, 2, 40, 232, 1)
@@ -66,8 +70,8 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
     def body(k, a, b, c, m, n, kk_, ws=None, sem=None, slots=None):
         ring = k.pipeline("ring", stages, a=(dtype, [bm, bk], 1024, SWIZZLE),
                           b=(dtype, [cm, bn // cm, bk] if cm > 1 else [bn, bk], 1024, SWIZZLE))
-        cs = k.shared("cs", dtype, [consumers, mw * chunks, 64, 64], align=1024,
-                      swizzle=SWIZZLE)
+        cs = k.shared("cs", dtype, [consumers, mw * chunks, 64, cw], align=1024,
+                      swizzle=cw * dtype.nbytes)
         if streamk:
             last = k.shared("last", u32, [consumers])  # a warpgroup's 'my part completed it'
         # work items: tiles, or with a cluster pair, pairs of vertically adjacent tiles
@@ -147,8 +151,9 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
         for r, acc in enumerate(accs):
             with k.for_(f"j{r}" if r else "j", 0, nacc // 4, unroll=True) as j:
                 with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
-                    cs[wg, r * chunks + j / 8 if r else j / 8, row + i * 8,
-                       j % 8 * 8 + col] = getattr(
+                    per = cw // 8  # 8-column groups a chunk
+                    cs[wg, r * chunks + j / per if r else j / per, row + i * 8,
+                       j % per * 8 + col] = getattr(
                         k, f"{dtype}x2")(acc[4 * j + 2 * i].to(dtype),
                                          acc[4 * j + 2 * i + 1].to(dtype))
         k.fence_proxy_async()
@@ -157,7 +162,7 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
             for r in range(mw):
                 with k.for_(f"h{r}" if r else "h", 0, chunks, unroll=True) as h:
                     m1 = m0 + wg * wm + r * 64 if r else m0 + wg * wm
-                    k.tma_store(c, [(n0 + h * 64).to(s32), m1.to(s32)],
+                    k.tma_store(c, [(n0 + h * cw).to(s32), m1.to(s32)],
                                 cs[wg, r * chunks + h if r else h])
             k.bulk_commit()
 
@@ -242,7 +247,8 @@ def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 100
     ex = {"grid": grid,
           "inputs": {"a": a, "b": b, "m": m, "n": n, "kdim": k},
           "tensor_maps": {"a": {"box": (bm, 64), **box}, "b": {"box": (bn // cluster, 64), **box},
-                          "c": {"box": (64, 64), **box}},
+                          "c": {"box": (64, chunk_columns(bn, 2)),
+                                "swizzle": f"{2 * chunk_columns(bn, 2)}B"}},
           "outputs": {"c": np.zeros((m, n), np.uint16)}, "expected": {"c": ref},
           "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
     if streamk:

@@ -34,7 +34,8 @@ def test_gemm_matches_torch(bench, m, n, k):
 
 
 @pytest.mark.parametrize("cfg", [dict(bn=128, stages=6), dict(group=1), dict(dtype="f16"),
-                                 dict(bm=256, bn=128), dict(stages=2), dict(bn=128, stages=4)])
+                                 dict(bm=256, bn=128), dict(stages=2), dict(bn=128, stages=4),
+                                 dict(bn=224)])
 def test_gemm_variants(bench, cfg):
     import torch
 
@@ -75,6 +76,16 @@ def test_gemm_stream_k_matches_torch_and_repeats(bench, m, n, k):
 @pytest.mark.parametrize("m, n, k", [(256, 14336, 1024), (333, 520, 200)])
 def test_gemm_stream_k_with_128_rows_a_consumer(bench, m, n, k):
     _stream_k_repeats(bench, m, n, k, bm=256, bn=128)
+
+
+@pytest.mark.parametrize("m, n, k", [(256, 14336, 1024), (1000, 1528, 1000)])
+def test_gemm_with_224_wide_tiles(bench, m, n, k):
+    """32-column C chunks; dense and on a 2 x 1 cluster (112 rows of B each), and stream-K."""
+    twin = sample_twin("gemm")
+    assert bench.check(twin.make_gemm(bn=224), m, n, k, bn=224) <= 1.0
+    assert bench.check(twin.make_gemm(bn=224, cluster=(2, 1, 1)), m, n, k, bn=224,
+                       cluster=2) <= 1.0
+    _stream_k_repeats(bench, m, n, k, bn=224)
 
 
 def _stream_k_repeats(bench, m, n, k, bm=128, bn=256):
