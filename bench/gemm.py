@@ -18,9 +18,10 @@ from .common import BenchError, Row, Section, gemm_error, interleaved_ms, tile_g
 
 SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (8192, 8192, 1024), (2048, 2048, 32768),
           (4096, 4096, 512), (16384, 16384, 4096))
-ABOUT = ("bf16 in, f32 accumulate, bf16 out, C = A @ B^T; ptxdsl is the faster of its two "
-         "dense tile widths (128 x 256, and 128 x 224 with C stored in 32-column chunks: the "
-         "widths the `ptxdsl.gemm` op tunes between), cuBLAS `torch.matmul`, the faster "
+ABOUT = ("bf16 in, f32 accumulate, bf16 out, C = A @ B^T; ptxdsl is the faster of two "
+         "of the tilings the `ptxdsl.gemm` op tunes between (128 x 256, and 128 x 224 with C "
+         "stored in 32-column chunks; with --variants, the fastest of those and more), cuBLAS "
+         "`torch.matmul`, the faster "
          "of its two operand layouts; best of 3 interleaved rounds of medians of 30 "
          "CUDA-event-timed runs; every kernel checked against an f32 reference first.")
 ABOUT_CLUSTER = ("`make_gemm(cluster=(2, 1, 1))`: each CTA of a pair loads its own A tile and "

@@ -43,8 +43,9 @@ def tma_name(swizzle: int) -> str:
 
 def chunk_columns(cols: int, elem_bytes: int) -> int:
     """The widest chunk (in elements) of a `cols`-wide tile that one swizzled TMA box holds
-    whole: rows of 128 bytes, or of 64 or 32 where those do not divide the tile (a 224-wide
-    bf16 tile goes out in 32-column chunks). Its swizzle is the chunk's row in bytes."""
+    whole: rows of 128 bytes; of 64 where 128 bytes do not divide the tile; of 32 where 64 do
+    not either (a 224-wide bf16 tile goes out in 32-column chunks). Its swizzle is the
+    chunk's row in bytes."""
     for row in (128, 64, 32):
         if row % elem_bytes == 0 and cols % (row // elem_bytes) == 0:
             return row // elem_bytes

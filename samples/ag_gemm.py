@@ -42,7 +42,8 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
     nck = k.let("nck", (ktiles + ck - 1) / ck)  # units per panel: ck k-blocks each
     rpan = k.let("rpan", (world - 1) * ppr)  # remote panels
     units = k.let("units", rpan * nck)
-    mine = k.let("mine", k.select(k.ctaid.x < pullers, units, 0))  # the units it may pull
+    np_ = k.let("np", k.max(k.min(pullers, k.nctaid.x), 1))  # pulling CTAs: 1 .. the grid
+    mine = k.let("mine", k.select(k.ctaid.x < np_, units, 0))  # the units it may pull
     nw = k.let("nw", (nck + 31) / 32)  # flag words a remote panel
     par = k.let("par", epoch % 2)  # a landed unit's bit this launch
     work = k.schedule("work", (tiles_m, (n + (BN - 1)) / BN), group=8)
@@ -78,7 +79,7 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                     with k.if_(p != rank):
                         k.st_release(sig[p * sig_stride + rank], epoch, "sys")
             seen = k.let("seen", world)  # the owner whose start was last seen (none yet)
-            with k.for_("u", k.ctaid.x, mine, pullers) as u:
+            with k.for_("u", k.ctaid.x, mine, np_) as u:
                 pan, pu = unit(k, u, pace, rpan, nck)
                 q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
                 src = k.let("src", q / ppr)
@@ -97,7 +98,7 @@ def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: 
                                                      src.to(s32), src.to(s32)])
                         k.commit(gring)
         with k.if_((k.warp == 2) & k.elect()):
-            with k.for_("u", k.ctaid.x, mine, pullers) as u:
+            with k.for_("u", k.ctaid.x, mine, np_) as u:
                 pan, pu = unit(k, u, pace, rpan, nck)
                 q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
                 src = k.let("src", q / ppr)

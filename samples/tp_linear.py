@@ -58,12 +58,13 @@ def ag_chunk(world: int, m_local: int, k: int, grid: int) -> int:
     return 4 if (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), 4) >= grid else 1
 
 
-def ag_pullers(world: int, grid: int, pace: int) -> int:
+def ag_pullers(world: int, m_local: int, grid: int, pace: int) -> int:
     """CTAs that pull gather units: every CTA, or when every tile runs in the first wave
-    (`pace`, decoding) 16 per remote rank: the units then go k-block by k-block, and a
+    (`pace`, decoding) 16 per remote row panel: the units then go k-block by k-block, and a
     few at a time put the first-needed units first on the link (all 112 CTAs pulling a
-    unit each at once landed the first 6-10 us in, 16 at 4-5 us; 2 x H200)."""
-    return min(grid, 16 * (world - 1)) if pace else grid
+    unit each at once landed the first 6-10 us in, 16 at 4-5 us; 2 x H200). Every remote
+    panel's tiles consume its units at once, so the pullers grow with the panels."""
+    return min(grid, 16 * (world - 1) * cdiv(m_local, BM)) if pace else grid
 
 
 def ag_flag_words(world: int, m_local: int, k: int, ck: int) -> int:
@@ -185,7 +186,7 @@ class AllGatherGemm(_Plan):
         self.ck = ag_chunk(w, m_local, k, self.grid)
         # every tile in the first wave (decoding): local tiles keep pace with remote ones
         self.pace = int(w > 1 and w * cdiv(m_local, BM) * cdiv(n, BN) <= self.grid)
-        self.pullers = ag_pullers(w, self.grid, self.pace)
+        self.pullers = ag_pullers(w, m_local, self.grid, self.pace)
         # a bit a gather unit, (units a panel + 31) / 32 words a remote row panel
         self.flags = rt.zeros(max(ag_flag_words(w, m_local, k, self.ck), 1), "u32",
                               device=self.device)
@@ -256,7 +257,7 @@ class GemmReduceScatter(_Plan):
         self.splits = max(1, min(want, cdiv(k_local, BK)))
         # every work item in the first wave (decoding): the owners zero their tiles first and
         # every contribution adds as soon as it is done (unordered)
-        self.zeroed = int(not ordered and tiles * self.splits <= self.sms)
+        self.zeroed = int(w > 1 and not ordered and tiles * self.splits <= self.sms)
         _agree(self.dist, group, "GEMM + reduce-scatter plans (m_local, n, ordered, K ranges "
                "a tile, zeroed)", (m_local, n, bool(ordered), self.splits, self.zeroed))
         if n % 8 or k_local % 8:

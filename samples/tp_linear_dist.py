@@ -34,10 +34,10 @@ import tp_linear as tp  # noqa: E402
 from ptxdsl.errors import DeviceError, LaunchError  # noqa: E402
 
 # (m_local, k, n): ragged, decode-sized, one of several waves of tiles, and a decode-sized
-# one with more tiles than the all-gather's pulling CTAs (and every reduce-scatter item in one
-# wave: the owners zero their tiles first)
+# one with more gather units (32) than the all-gather's pulling CTAs (16) (and every
+# reduce-scatter item in one wave: the owners zero their tiles first)
 SHAPES = [(256, 512, 512), (200, 1000, 520), (64, 2048, 1024), (2112, 1000, 2600),
-          (128, 1024, 5120)]
+          (128, 2048, 5120)]
 
 
 def bf16(x: object) -> torch.Tensor:

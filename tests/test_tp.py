@@ -31,12 +31,13 @@ def assert_product(got: np.ndarray, want: np.ndarray, k: int, scale: np.ndarray 
 @pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks, pullers", [
     (2, 0, 4, 1, 0, 5, 1)] + (
     [(3, 3, 1, 2, 1, 5, 1), (2, 2, [1, 4], 3, 1, 5, 0), (4, 1, 4, 2, 0, 5, 1),
-     (8, 0, 1, 1, 1, 5, 0), (8, 1, 1, 1, 1, 5, 1), (2, 4, 1, 1, 1, 33, 1)] if DEEP else []))
+     (8, 0, 1, 1, 1, 5, 0), (8, 1, 1, 1, 1, 5, 1), (2, 4, 1, 1, 1, 33, 1),
+     (2, 5, 4, 1, 0, 5, 7)] if DEEP else []))
 def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers):
     """`pace`: local tiles wait for their remote partners' units as they go, and the units
     go k-block by k-block across the remote panels. 5 k-blocks: two gather units of 4 per
     panel, the second ragged; 33 in units of 1: two flag words a panel. `pullers` 1: one of
-    the two CTAs pulls every unit (0: both)."""
+    the two CTAs pulls every unit (0: both; 7, more than the grid: both)."""
     k = 64 * kblocks
     r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, pace=pace, pullers=pullers,
                      **SMALL)
