@@ -92,6 +92,12 @@ class _Lowerer:
             elif isinstance(s, ir.Role):
                 cond = self.role_cond(s)
                 self.analyse(s.body, path + [(cond, True)], True)
+            elif isinstance(s, ir.If) and self.either_way(s, path):
+                # one thread runs this branch on data, and both arms issue the same pipeline
+                # operations: whichever arm it takes, that thread acquires, commits or
+                # releases the same stages (a copy's source chosen per stage)
+                self.analyse(s.then, path, in_role, tail_path)
+                self.analyse(s.orelse, path, in_role, tail_path)
             elif isinstance(s, ir.If):
                 self.analyse(s.then, path + [(s.cond, True)], in_role, tail_path)
                 self.analyse(s.orelse, path + [(s.cond, False)], in_role, tail_path)
@@ -162,6 +168,23 @@ class _Lowerer:
         self.diags.error("a copy whose barrier is derived (into a pipeline stage, or in an "
                          "async block) needs a constant byte count", s.loc)
         return 0
+
+    def either_way(self, s: ir.If, path: list) -> bool:
+        """Whether `s` branches on data (not on thread indices) where at most one thread runs,
+        with arms that issue the same pipeline operations, none of them in a nested block:
+        the arrivals then do not depend on the arm taken."""
+        try:
+            if len(self.model.active(path)) > 1:
+                return False
+        except Unknown:
+            return False
+        try:
+            self.model.active(path + [(s.cond, True)])
+            return False  # a condition the thread model follows: the ordinary case
+        except Unknown:
+            pass
+        arms = [_pipeline_ops(s.then), _pipeline_ops(s.orelse)]
+        return arms[0] is not None and arms[0] == arms[1] and bool(arms[0])
 
     def same_threads(self, a: list, b: list) -> bool:
         """Whether paths `a` and `b` are run by the same threads (False when unknown)."""
@@ -481,6 +504,18 @@ def _ranges(ws: list[int]) -> str:
             if b is not None:
                 start = b
     return ", ".join(out)
+
+
+_PIPELINE_OPS = (ir.Acquire, ir.Commit, ir.Wait, ir.Release)
+
+
+def _pipeline_ops(stmts: tuple[ir.Stmt, ...]) -> tuple[tuple[str, str], ...] | None:
+    """The pipeline operations of a block in order, as (operation, pipeline); None when one
+    sits in a nested block (a loop or a branch: how often it runs is not the block's)."""
+    top = [s for s in stmts if isinstance(s, _PIPELINE_OPS)]
+    if len(top) != sum(isinstance(s, _PIPELINE_OPS) for s in ir.walk(stmts)):
+        return None
+    return tuple((type(s).__name__, s.pipe.name) for s in top)  # type: ignore[attr-defined]
 
 
 def _committed(stmts: tuple[ir.Stmt, ...]) -> list[str]:
