@@ -27,8 +27,8 @@ ABOUT = ("Tensor-parallel linear layers of a Llama-70B-like model over the GPUs 
          "(N, or K, split across ranks), bf16, ms per layer call on the GPU (the slower rank's "
          "median of CUDA-event-timed intervals of four calls queued behind a sleep kernel and "
          "a one-word all-reduce that starts the ranks together). "
-         "ptxdsl: one kernel per rank (`AllGatherGemm` takes the input shard where it is and "
-         "pushes it to the peers itself). Rows compare with (a) NCCL then cuBLAS (target "
+         "ptxdsl: one kernel per rank (`AllGatherGemm` copies the input shard into symmetric "
+         "memory first, inside the timing). Rows compare with (a) NCCL then cuBLAS (target "
          "1.2x) and with the best of (b) two-stream chunked overlap and (c) torch's "
          "symmetric-memory fused ops (target 1.05x). NVLink multicast off everywhere.")
 LIMITS = ("(a) runs NCCL then cuBLAS, so its ceiling against a fused kernel is (GEMM + "

@@ -1,18 +1,17 @@
 """All-gather + GEMM (a column-parallel linear layer) with the Python API (twin of
 ag_gemm.ptxdsl).
 
-C = all_gather(A) @ B^T on each of `world` ranks: every rank holds m_local rows of A (bf16, the
-layer's input) and its own N-shard B (n x K). Warps 1 and 2 of the first `pushers` CTAs push
-this rank's rows over NVLink into every peer's slot of a symmetric buffer (TMA loads from the
-input, TMA stores through the stacked view), a unit of 128 rows x ck k-blocks at a time
-(panel by panel, or with `pace` k-block by k-block across the peers' panels), and flip each
-landed unit's bit in the peer's `flags` (once a launch: a landed bit reads the epoch's
-parity); then they copy the rows into this rank's own slot (the gathered output). The GEMM
-roles (gemm.py's main loop and epilogue) walk the tiles with this rank's own panels first,
-read straight from the input; a remote panel's producer checks each unit's bit before the
-unit's first k-block (and with `pace`, a local tile its remote partner's). The host side
-and multi-rank interpreter runs are in tp_linear.py; `example` is the one-rank launch (no
-remote rows: a plain GEMM)."""
+C = all_gather(A) @ B^T on each of `world` ranks: every rank holds m_local rows of A (bf16) in
+its slot of a symmetric buffer and its own N-shard B (n x K). Warps 1 and 2 of the first
+`pullers` CTAs pull the other ranks' row panels over NVLink into the local buffer (TMA loads
+from the stacked view, TMA stores into the local copy), a unit of 128 rows x ck k-blocks at a
+time (panel by panel, or with `pace` k-block by k-block across the panels), and flip
+each landed unit's bit in `flags` (once a launch: a landed bit reads the epoch's parity);
+the GEMM roles (gemm.py's main loop and epilogue) walk the tiles with this rank's own panels
+first, a remote panel's producer checking each unit's bit before the unit's first k-block
+(and with `pace`, a local tile its remote partner's). The host side and multi-rank
+interpreter runs are in tp_linear.py; `example` is the one-rank launch (no remote rows: a
+plain GEMM)."""
 
 import numpy as np
 
@@ -22,24 +21,18 @@ from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 
 
-def unit(k, u, ur, pace, rpan, nck, rank, ppr, world):
-    """Gather unit u as (own, pair, unit within its panel, destination): the units for the
-    peers first, panel by panel or with `pace` k-block by k-block across them, then the own
-    slot's; `pair % ppr` is the panel of this rank's rows."""
-    own = k.let("own", u >= ur)
-    v = k.let("v", k.select(own, u - ur, u))
-    by_panel = own | (pace == 0)
-    pair = k.let("pair", k.select(by_panel, v / nck, v % rpan))
-    pu = k.let("pu", k.select(by_panel, v % nck, v / rpan))
-    dst = k.let("dst", k.select(own, rank, (rank + 1 + pair / ppr) % world))
-    return own, pair, pu, dst
+def unit(k, u, pace, rpan, nck):
+    """Gather unit u as (remote panel, unit within it): panel by panel, or with `pace`
+    k-block by k-block across the panels."""
+    return (k.let("pan", k.select(pace != 0, u % rpan, u / nck)),
+            k.let("pu", k.select(pace != 0, u / rpan, u % nck)))
 
 
 @ptxdsl.kernel(threads=384)
-def ag_gemm(k, a_in: tmap(bf16, 2), a_src: tmap(bf16, 2), a: tmap(bf16, 3),
-            a_push: tmap(bf16, 4), b: tmap(bf16, 2), c: tmap(bf16, 3), flags: ptr(u32),
-            flag_stride: u32, sig: ptr(u32), sig_stride: u32, rank: u32, world: u32,
-            m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32, pace: u32, pushers: u32):
+def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: tmap(bf16, 2),
+            c: tmap(bf16, 3), flags: ptr(u32), sig: ptr(u32), sig_stride: u32, rank: u32,
+            world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32, pace: u32,
+            pullers: u32):
     ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
     gring = k.pipeline("gring", 2, t=(bf16, [64, BK], 1024, 128))
     cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
@@ -47,11 +40,11 @@ def ag_gemm(k, a_in: tmap(bf16, 2), a_src: tmap(bf16, 2), a: tmap(bf16, 3),
     tiles_m = k.let("tiles_m", world * ppr)
     ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
     nck = k.let("nck", (ktiles + ck - 1) / ck)  # units per panel: ck k-blocks each
-    rpan = k.let("rpan", k.max((world - 1) * ppr, 1))  # (peer, panel) pairs
-    ur = k.let("ur", (world - 1) * ppr * nck)  # units for the peers; then the own slot's
-    np_ = k.let("np", k.max(k.min(pushers, k.nctaid.x), 1))  # pushing CTAs: 1 .. the grid
-    mine = k.let("mine", k.select(k.ctaid.x < np_, ur + ppr * nck, 0))  # the units it moves
-    nw = k.let("nw", (nck + 31) / 32)  # flag words a panel
+    rpan = k.let("rpan", (world - 1) * ppr)  # remote panels
+    units = k.let("units", rpan * nck)
+    np_ = k.let("np", k.max(k.min(pullers, k.nctaid.x), 1))  # pulling CTAs: 1 .. the grid
+    mine = k.let("mine", k.select(k.ctaid.x < np_, units, 0))  # the units it may pull
+    nw = k.let("nw", (nck + 31) / 32)  # flag words a remote panel
     par = k.let("par", epoch % 2)  # a landed unit's bit this launch
     work = k.schedule("work", (tiles_m, (n + (BN - 1)) / BN), group=8)
     with k.role("producer", 0, 4, regs=40):
@@ -64,9 +57,7 @@ def ag_gemm(k, a_in: tmap(bf16, 2), a_src: tmap(bf16, 2), a: tmap(bf16, 3),
                 # the flag words of this tile's panel, or with `pace` a local tile's partner
                 # (the same panel of the next rank): it waits with it
                 waits = k.let("waits", remote | (pace != 0) & (world > 1))
-                partner = k.let("partner",
-                                k.select(remote, q, (rank + 1) % world * ppr + q % ppr))
-                fw = k.let("fw", rank * flag_stride + partner * nw)
+                fw = k.let("fw", k.select(remote, w.m - ppr, w.m) * nw)
                 word = k.let("word", 0, type=u32)  # a copy of flag word `held`
                 held = k.let("held", nw)  # (none yet)
                 with k.for_("kt", 0, ktiles) as kt:
@@ -74,60 +65,64 @@ def ag_gemm(k, a_in: tmap(bf16, 2), a_src: tmap(bf16, 2), a: tmap(bf16, 3),
                     with k.if_(waits & ((held != u / 32) | ((word >> (u % 32)) % 2 != par))):
                         # this k-block's unit has landed: its bit reads par
                         k.assign(held, u / 32)
-                        with k.while_((k.ld_acquire(flags[fw + held], "sys") >> (u % 32)) % 2
-                                      != par):
+                        with k.while_((k.ld_acquire(flags[fw + held]) >> (u % 32)) % 2 != par):
                             pass
-                        k.assign(word, k.ld_acquire(flags[fw + held], "sys"))  # and since
+                        k.assign(word, k.ld_acquire(flags[fw + held]))  # and what landed since
                         k.fence_proxy_async_global()
-                    with k.if_(remote):  # the rows pushed into this rank's buffer
-                        k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * BK).to(s32), r0, src.to(s32)])
-                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
-                        k.commit(ring)
-                    with k.else_():  # this rank's own, from the layer's input
-                        k.acquire(ring)
-                        k.tma_load(ring.a, a_in, [(kt * BK).to(s32), r0])
-                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
-                        k.commit(ring)
+                    k.acquire(ring)
+                    k.tma_load(ring.a, a, [(kt * BK).to(s32), r0, src.to(s32)])
+                    k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
+                    k.commit(ring)
         with k.if_((k.warp == 1) & k.elect()):
-            with k.if_(k.ctaid.x == 0):  # this rank has started: it may be pushed into
+            with k.if_(k.ctaid.x == 0):  # this rank's shard is final: tell every peer
                 with k.for_("p", 0, world) as p:
                     with k.if_(p != rank):
                         k.st_release(sig[p * sig_stride + rank], epoch, "sys")
-            seen = k.let("seen", rank)  # the destination whose start was last seen (none yet)
+            seen = k.let("seen", world)  # the owner whose start was last seen (none yet)
             with k.for_("u", k.ctaid.x, mine, np_) as u:
-                own, pair, pu, dst = unit(k, u, ur, pace, rpan, nck, rank, ppr, world)
-                with k.if_((dst != seen) & ~own):  # a peer that has started (not its own slot)
-                    with k.while_((k.ld_acquire(sig[rank * sig_stride + dst], "sys") - epoch)
+                pan, pu = unit(k, u, pace, rpan, nck)
+                q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
+                src = k.let("src", q / ppr)
+                with k.if_(src != seen):
+                    with k.while_((k.ld_acquire(sig[rank * sig_stride + src], "sys") - epoch)
                                   .to(s32) < 0):
                         pass
-                    k.assign(seen, dst)
+                    k.fence_proxy_async_global()
+                    k.assign(seen, src)
                 kb0 = k.let("kb0", pu * ck)
                 with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
                     with k.for_("h", 0, 2) as h:
                         k.acquire(gring)
-                        k.tma_load(gring.t, a_src, [(kb * BK).to(s32),
-                                                    (pair % ppr * BM + h * 64).to(s32)])
+                        k.tma_load(gring.t, a_pull, [(kb * BK).to(s32),
+                                                     (q % ppr * BM + h * 64).to(s32),
+                                                     src.to(s32), src.to(s32)])
                         k.commit(gring)
         with k.if_((k.warp == 2) & k.elect()):
             with k.for_("u", k.ctaid.x, mine, np_) as u:
-                own, pair, pu, dst = unit(k, u, ur, pace, rpan, nck, rank, ppr, world)
+                pan, pu = unit(k, u, pace, rpan, nck)
+                q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
+                src = k.let("src", q / ppr)
                 kb0 = k.let("kb0", pu * ck)
                 with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
                     with k.for_("h", 0, 2) as h:
                         k.wait(gring)
-                        k.tma_store(a_push, [(kb * BK).to(s32), (pair % ppr * BM + h * 64).to(s32),
-                                             rank.to(s32), dst.to(s32)], gring.t)
+                        k.tma_store(a_st, [(kb * BK).to(s32), (q % ppr * BM + h * 64).to(s32),
+                                           src.to(s32)], gring.t)
                         k.bulk_commit()
                         k.bulk_wait_read(0)
                         k.release(gring)
-                with k.if_(~own):
-                    k.bulk_wait(0)  # complete in the peer's memory: the bit's flip publishes it
-                    k.fence_proxy_async_global()
-                    k.let("landed", k.atomic_xor(
-                        flags[dst * flag_stride + (rank * ppr + pair % ppr) * nw + pu / 32],
-                        1 << (pu % 32), "release", "sys"))
-            k.bulk_wait(0)  # the own slot's copies too: the gathered output is whole
+                # every box of this unit has been read from its owner: count its k-blocks
+                k.let("pulled", k.atomic_add(sig[src * sig_stride + world],
+                                             k.min(kb0 + ck, ktiles) - kb0, "relaxed", "sys"))
+                k.bulk_wait(0)  # complete: the bit's flip publishes the unit
+                k.fence_proxy_async_global()
+                k.let("landed", k.atomic_xor(flags[pan * nw + pu / 32], 1 << (pu % 32),
+                                             "release"))
+            with k.if_(k.ctaid.x == 0):  # every peer has pulled what it needs from this rank
+                want = k.let("want", (world - 1) * ppr * ktiles)
+                with k.while_(k.ld_acquire(sig[rank * sig_stride + world], "sys") != want):
+                    pass
+                sig[rank * sig_stride + world] = 0
     with k.role("consumer", 4, 12, regs=232):
         wg = k.let("wg", k.warp / 4 - 1)
         leader = k.let("leader", k.tid.x % 128 == 0)
@@ -177,34 +172,31 @@ SMALL = {"m_local": 200, "n": 136, "k": 200}
 
 def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int = 1000,
             grid: int | None = None) -> dict:
-    """One rank (world = 1): random bf16 A (m_local x k, the layer's input) and B (n x k); the
-    reference is A @ B^T in f32, and the gathered buffer ends holding A. With no peer there is
-    nothing to push (`flags` is one unused word) and the signal word stays zero. The maps `a`
-    and `a_push` wrap views of one buffer, as tp_linear.AllGatherGemm's do (m_local, n, k
-    need not be tile multiples; k and n are multiples of 8, as TMA wants 16-byte row
-    pitches)."""
+    """One rank (world = 1): random bf16 A (m_local x k) in the rank's slot of the gathered
+    buffer and B (n x k); the reference is A @ B^T in f32. With no peer there is nothing to
+    gather (no remote panels: `flags` is one unused word) and the signal words stay zero. The maps
+    `a`, `a_pull` and `a_st` wrap views of one buffer, as tp_linear.AllGatherGemm's do
+    (m_local, n, k need not be tile multiples; k and n are multiples of 8, as TMA wants
+    16-byte row pitches)."""
     from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
     world = 1
-    x = f32_to_bf16(rng.standard_normal((m_local, k), np.float32))
+    a = f32_to_bf16(rng.standard_normal((world, m_local, k), np.float32))
     b = f32_to_bf16(rng.standard_normal((n, k), np.float32))
-    ref = bf16_to_f32(x) @ bf16_to_f32(b).T
-    gathered = np.full((world, m_local, k), 0xFFFF, np.uint16)
+    ref = bf16_to_f32(a) @ bf16_to_f32(b).T
     box = {"swizzle": "128B"}
     tiles = world * -(-m_local // BM) * -(-n // BN)
-    grid = grid or min(tiles, 132)
-    return {"grid": grid,
-            "inputs": {"a_in": x, "a_src": x, "a": gathered,
-                       "a_push": gathered.reshape(1, world, m_local, k), "b": b,
-                       "flags": np.zeros(1, np.uint32), "flag_stride": 1,
-                       "sig": np.zeros(world, np.uint32), "sig_stride": world,
+    return {"grid": grid or min(tiles, 132),
+            "inputs": {"a": a, "a_pull": a.reshape(1, world, m_local, k), "a_st": a, "b": b,
+                       "flags": np.zeros(1, np.uint32),
+                       "sig": np.zeros(world + 1, np.uint32), "sig_stride": world + 1,
                        "rank": 0, "world": world, "m_local": m_local, "n": n, "kdim": k,
                        "epoch": 1, "ck": 4, "pace": 0,  # pace: no peer to keep pace with
-                       "pushers": grid},
-            "tensor_maps": {"a_in": {"box": (BM, BK), **box}, "a_src": {"box": (64, BK), **box},
-                            "a": {"box": (1, BM, BK), **box},
-                            "a_push": {"box": (1, 1, 64, BK), **box},
-                            "b": {"box": (BN, BK), **box}, "c": {"box": (1, 64, 64), **box}},
+                       "pullers": 1},
+            "tensor_maps": {"a": {"box": (1, BM, BK), **box},
+                            "a_pull": {"box": (1, 1, 64, BK), **box},
+                            "a_st": {"box": (1, 64, BK), **box}, "b": {"box": (BN, BK), **box},
+                            "c": {"box": (1, 64, 64), **box}},
             "outputs": {"c": np.zeros((world, m_local, n), np.uint16)},
-            "expected": {"c": ref, "sig": np.zeros(world, np.uint32)},
+            "expected": {"c": ref, "sig": np.zeros(world + 1, np.uint32)},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}

@@ -2,8 +2,8 @@
 GPU under torchrun: the host side of ag_gemm.ptxdsl and gemm_rs.ptxdsl.
 
     ag = AllGatherGemm(m_local, k, n)        # a collective: every rank builds one
-    ag(a, b, c)                              # C (M x n) = all_gather(A) @ B^T, A's rows here:
-                                             # a (m_local x k); ag.gathered(): all of A
+    ag.shard().copy_from_host(my_rows)       # this rank's M / world rows of A (or write them)
+    ag(b, c)                                 # C (M x n) = all_gather(A) @ B^T; ag.gathered()
     rs = GemmReduceScatter(m_local, n, k_local)
     rs(a, b)                                 # rs.shard(): rows rank * m_local .. of sum(A @ B^T)
 
@@ -52,27 +52,24 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def ag_chunk(world: int, m_local: int, k: int, sms: int) -> int:
-    """k-blocks per gather unit: 4, or 1 when there are fewer units of 4 than SMs (few remote
-    panels, as when decoding): smaller units, more of them in flight. From what every rank
-    shares (not N, which is each rank's own), as the units' bits are flipped by the peers."""
-    return 4 if (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), 4) >= sms else 1
+def ag_chunk(world: int, m_local: int, k: int, grid: int) -> int:
+    """k-blocks per gather unit: 4, or 1 when units of 4 would leave most CTAs with nothing
+    to pull (few remote panels, as when decoding): more pulls then run at once."""
+    return 4 if (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(k, BK), 4) >= grid else 1
 
 
-def ag_pushers(world: int, m_local: int, grid: int, pace: int) -> int:
-    """CTAs that move gather units: every CTA, or when every tile runs in the first wave
+def ag_pullers(world: int, m_local: int, grid: int, pace: int) -> int:
+    """CTAs that pull gather units: every CTA, or when every tile runs in the first wave
     (`pace`, decoding) 16 per remote row panel: the units then go k-block by k-block, and a
     few at a time put the first-needed units first on the link (all 112 CTAs pulling a
-    unit each at once landed the first 6-10 us in, 16 at 4-5 us; 2 x H200, when the
-    kernel pulled). Every remote
-    panel's tiles consume its units at once, so the pushers grow with the panels."""
+    unit each at once landed the first 6-10 us in, 16 at 4-5 us; 2 x H200). Every remote
+    panel's tiles consume its units at once, so the pullers grow with the panels."""
     return min(grid, 16 * (world - 1) * cdiv(m_local, BM)) if pace else grid
 
 
 def ag_flag_words(world: int, m_local: int, k: int, ck: int) -> int:
-    """ag_gemm's `flags` words a rank: a bit per gather unit (ck k-blocks), whole words a
-    row panel, for every panel (the own ones unused: a panel's words sit at its index)."""
-    return world * cdiv(m_local, BM) * cdiv(cdiv(cdiv(k, BK), ck), 32)
+    """ag_gemm's `flags` words: a bit per gather unit (ck k-blocks), whole words a panel."""
+    return (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(cdiv(k, BK), ck), 32)
 
 
 def rs_counters(m_local: int, n: int) -> int:
@@ -141,8 +138,7 @@ class _Plan:
         from ptxdsl.runtime.interop import contiguous_strides, describe, layout_key
 
         layout = layout_key(x)
-        # b and c may share a layout, at different times: not a map; a is mapped twice
-        key = (layout, what, box)
+        key = (layout, what)  # b and c may share a layout, at different times: not a map
         m = self._maps.get(key) if layout is not None else None
         if m is None:
             d = describe(x, what)
@@ -167,10 +163,9 @@ class _Plan:
 
 
 class AllGatherGemm(_Plan):
-    """C = all_gather(A) @ B^T for this rank's N-shard B (n x k): every rank passes its
-    m_local rows of A; the kernel pushes them over NVLink into every peer's slot of the
-    gathered buffer (and its own) while it multiplies them, and multiplies the peers' rows
-    as they land."""
+    """C = all_gather(A) @ B^T for this rank's N-shard B (n x k): every rank holds m_local
+    rows of A in its slot of the gathered buffer (`shard()`); the kernel pulls the others'
+    rows over NVLink while it multiplies the rows already here."""
 
     kernel_name = "ag_gemm"
 
@@ -184,51 +179,52 @@ class AllGatherGemm(_Plan):
         _Plan.__init__(self, device, group, watchdog_ms)
         self.m_local, self.k, self.n = m_local, k, n
         w = self.world
-        # a peer flips this rank's bits for the units it cuts: every rank cuts them alike
-        self.ck = ag_chunk(w, m_local, k, self.sms)
-        _agree(self.dist, group, "all-gather GEMM gather units (k-blocks a unit, from the SM "
-               "count)", (self.ck,))
-        self._signals(w)
+        self._signals(w + 1)
         self.buf = self._symmetric(w * m_local * k * 2, "u16")
         self.grid = min(self.sms, w * cdiv(m_local, BM) * cdiv(n, BN))
+        # fixed for the plan's life: the flag words' bit layout follows ck
+        self.ck = ag_chunk(w, m_local, k, self.grid)
         # every tile in the first wave (decoding): local tiles keep pace with remote ones
         self.pace = int(w > 1 and w * cdiv(m_local, BM) * cdiv(n, BN) <= self.grid)
-        self.pushers = ag_pushers(w, m_local, self.grid, self.pace)
-        # a bit a gather unit, (units a panel + 31) / 32 words a row panel, in symmetric
-        # memory: the peers flip them
-        self.flags = self._symmetric(max(ag_flag_words(w, m_local, k, self.ck), 1) * 4, "u32",
-                                     zero=True)
-        self.flags_all = self.flags.stacked().array(dtype="u32")
-        self.flag_stride = self.flags.stride // 4
+        self.pullers = ag_pullers(w, m_local, self.grid, self.pace)
+        # a bit a gather unit, (units a panel + 31) / 32 words a remote row panel
+        self.flags = rt.zeros(max(ag_flag_words(w, m_local, k, self.ck), 1), "u32",
+                              device=self.device)
         local = rt.DevicePointer(self.buf.local.ptr)
-        self.t_a = rt.TensorMap(local, (1, BM, BK), dtype="bf16", shape=(w, m_local, k),
+        shape = (w, m_local, k)
+        self.t_a = rt.TensorMap(local, (1, BM, BK), dtype="bf16", shape=shape,
                                 swizzle="128B", device=self.device)
+        self.t_st = rt.TensorMap(local, (1, 64, BK), dtype="bf16", shape=shape,
+                                 swizzle="128B", device=self.device)
         stacked = self.buf.stacked()
-        self.t_push = rt.TensorMap(
+        self.t_pull = rt.TensorMap(
             rt.DevicePointer(stacked.ptr), (1, 1, 64, BK), dtype="bf16",
             shape=(w, w, m_local, k), strides=(self.buf.stride, m_local * k * 2, k * 2, 2),
             swizzle="128B", device=self.device)
+
+    def shard(self) -> Any:
+        """This rank's m_local x k rows of A (bf16 bits as u16), in place in the buffer."""
+        return self.buf.allocations[self.rank].array(
+            (self.m_local, self.k), "u16", device=self.device,
+            offset=self.rank * self.m_local * self.k * 2)
 
     def gathered(self) -> Any:
         """All M x k rows of A after a call (bf16 bits as u16)."""
         return self.buf.allocations[self.rank].array((self.world * self.m_local, self.k),
                                                      "u16", device=self.device)
 
-    def __call__(self, a: Any, b: Any, c: Any, stream: Any = None) -> None:
-        """C (M x n, bf16, row-major) = all_gather(A) @ B^T, with this rank's rows of A
-        (m_local x k, bf16, row-major) and B (n x k, bf16)."""
+    def __call__(self, b: Any, c: Any, stream: Any = None) -> None:
+        """C (M x n, bf16, row-major) = all_gather(A) @ B^T, with B (n x k, bf16)."""
         w, ml, n = self.world, self.m_local, self.n
-        t_in = self._map(a, (ml, self.k), "a", (BM, BK))
-        t_src = self._map(a, (ml, self.k), "a", (64, BK))
         tb = self._map(b, (n, self.k), "b", (BN, BK))
         tc = self._map(c, (w * ml, n), "c", (1, 64, 64), (w, ml, n))
         launch = self._launcher(self.grid, stream)
         # the epoch counts launches enqueued: a launch refused before it runs must not count
         # (a landed unit's bit is the epoch's parity, so a skipped epoch would read every
         # stale bit as landed)
-        launch(t_in, t_src, self.t_a, self.t_push, tb, tc, self.flags_all, self.flag_stride,
-               self.sig_all, self.sig_stride, self.rank, w, ml, n, self.k, self.epoch + 1,
-               self.ck, self.pace, self.pushers)
+        launch(self.t_a, self.t_pull, self.t_st, tb, tc, self.flags, self.sig_all,
+               self.sig_stride, self.rank, w, ml, n, self.k, self.epoch + 1, self.ck, self.pace,
+               self.pullers)
         self.epoch += 1
 
     def free(self) -> None:
@@ -301,37 +297,38 @@ class GemmReduceScatter(_Plan):
 
 def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
               seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1,
-              pace: int = 0, pushers: int = 0) -> dict[str, Any]:
+              pace: int = 0, pullers: int = 0) -> dict[str, Any]:
     """All-gather + GEMM for `world` ranks at once in the CPU interpreter, launched `epochs`
-    times on fresh data (every gathered buffer poisoned again in between; flags and signal
-    words carry over): returns each rank's C and gathered A (f32) of the last launch with
-    numpy's answers, and the flags (world x words) and signal words. `pace` makes local
-    tiles wait with their remote partners (and the units go k-block by k-block); `pushers`
-    CTAs move units (0: all)."""
+    times on fresh data (the other slots poisoned again in between; flags and signal words
+    carry over): returns each rank's C and gathered A (f32) of the last launch with numpy's
+    answers, and the flags and signal words. Ranks may cut gather units differently: `ck`
+    is one value for all, or a list of one a rank; `pace` makes local tiles wait with their
+    remote partners (and the units go k-block by k-block); `pullers` CTAs pull (0: all)."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
+    cks = list(ck) if isinstance(ck, (list, tuple)) else [ck] * world
     buf = np.empty((world, world, m_local, k), np.uint16)  # rank r's buffer: buf[r]
-    sig = np.zeros((world, world), np.uint32)
+    sig = np.zeros((world, world + 1), np.uint32)
     cs = [np.empty((world, m_local, n), np.uint16) for _ in range(world)]
-    flags = np.zeros((world, max(ag_flag_words(world, m_local, k, ck), 1)), np.uint32)
-    push = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
+    flags = [np.zeros(max(ag_flag_words(world, m_local, k, c), 1), np.uint32) for c in cks]
+    pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
     kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl")
     for epoch in range(1, epochs + 1):
         a = f32_to_bf16(rng.standard_normal((world, m_local, k)))
         bs = [f32_to_bf16(rng.standard_normal((n, k))) for _ in range(world)]
         buf.fill(0xFFFF)
         for r in range(world):
+            buf[r, r] = a[r]
             cs[r].fill(0xFFFF)
-        args = [dict(a_in=TensorMapModel(a[r], (BM, BK), swizzle="128B", dtype="bf16"),
-                     a_src=TensorMapModel(a[r], (64, BK), swizzle="128B", dtype="bf16"),
-                     a=TensorMapModel(buf[r], (1, BM, BK), swizzle="128B", dtype="bf16"),
-                     a_push=push,
+        args = [dict(a=TensorMapModel(buf[r], (1, BM, BK), swizzle="128B", dtype="bf16"),
+                     a_pull=pull,
+                     a_st=TensorMapModel(buf[r], (1, 64, BK), swizzle="128B", dtype="bf16"),
                      b=TensorMapModel(bs[r], (BN, BK), swizzle="128B", dtype="bf16"),
                      c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
-                     flags=flags.reshape(-1), flag_stride=flags.shape[1], sig=sig.reshape(-1),
-                     sig_stride=world, rank=r, world=world, m_local=m_local, n=n, kdim=k,
-                     epoch=epoch, ck=ck, pace=pace, pushers=pushers or grid)
+                     flags=flags[r], sig=sig.reshape(-1), sig_stride=world + 1, rank=r,
+                     world=world, m_local=m_local, n=n, kdim=k, epoch=epoch, ck=cks[r],
+                     pace=pace, pullers=pullers or grid)
                 for r in range(world)]
         run_ranks(kern, grid, args, seed=seed + epoch - 1)
     full = bf16_to_f32(a).reshape(world * m_local, k)

@@ -306,7 +306,7 @@ def _torchrun(*args: str, timeout: int = 600) -> str:
 def test_fused_tp_layers_match_nccl_and_torch():
     """All-gather + GEMM and GEMM + reduce-scatter (both modes) on two GPUs against NCCL +
     torch on fresh random data, three launches each, five shapes (ragged, decode, several
-    waves, and decode-sized with more gather units than pushing CTAs and the reduce-scatter's
+    waves, and decode-sized with more gather units than pulling CTAs and the reduce-scatter's
     zeroing)."""
     pytest.importorskip("torch")
     out = _torchrun()

@@ -28,33 +28,32 @@ def assert_product(got: np.ndarray, want: np.ndarray, k: int, scale: np.ndarray 
     assert np.all(np.abs(got - want) <= tol), float(np.max(np.abs(got - want) - tol))
 
 
-@pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks, pushers", [
+@pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks, pullers", [
     (2, 0, 4, 1, 0, 5, 1)] + (
-    [(3, 3, 1, 2, 1, 5, 1), (2, 2, 1, 3, 1, 5, 0), (4, 1, 4, 2, 0, 5, 1),
+    [(3, 3, 1, 2, 1, 5, 1), (2, 2, [1, 4], 3, 1, 5, 0), (4, 1, 4, 2, 0, 5, 1),
      (8, 0, 1, 1, 1, 5, 0), (8, 1, 1, 1, 1, 5, 1), (2, 4, 1, 1, 1, 33, 1),
      (2, 5, 4, 1, 0, 5, 7)] if DEEP else []))
-def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pushers):
-    """Each rank pushes its rows into every peer's buffer and its own. `pace`: local tiles
-    wait for their remote partners' units as they go, and the units go k-block by k-block
-    across the peers' panels. 5 k-blocks: two gather units of 4 per panel, the second ragged;
-    33 in units of 1: two flag words a panel. `pushers` 1: one of the two CTAs moves every
-    unit (0: both; 7, more than the grid: both)."""
+def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers):
+    """`pace`: local tiles wait for their remote partners' units as they go, and the units
+    go k-block by k-block across the remote panels. 5 k-blocks: two gather units of 4 per
+    panel, the second ragged; 33 in units of 1: two flag words a panel. `pullers` 1: one of
+    the two CTAs pulls every unit (0: both; 7, more than the grid: both)."""
     k = 64 * kblocks
-    r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, pace=pace, pushers=pushers,
+    r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, pace=pace, pullers=pullers,
                      **SMALL)
     for rank in range(world):
         np.testing.assert_array_equal(r["gathered"][rank], r["want_gathered"])
         assert_product(r["c"][rank], r["want_c"][rank], k)
-    # every rank saw every peer start this launch
-    assert np.all(r["sig"] + epochs * np.eye(world, dtype=np.uint32) == epochs)
-    # every unit (ceil(kblocks / ck) a panel) of every peer's panel flipped its bit once a
-    # launch in this rank's flags; the words of its own panel stay zero
-    units = -(-kblocks // ck)
-    words = -(-units // 32)
-    bits = np.array([(1 << min(max(units - 32 * i, 0), 32)) - 1 for i in range(words)],
-                    np.uint32) * (epochs % 2)
+    # every rank saw every peer start this launch, and reset its pulled count
+    ready = r["sig"][:, :world]
+    assert np.all(ready + epochs * np.eye(world, dtype=np.uint32) == epochs)
+    assert np.all(r["sig"][:, world] == 0)
+    # every unit (ceil(kblocks / ck) a remote panel) flipped its bit once a launch
     for rank, flags in enumerate(r["flags"]):
-        want = np.concatenate([bits * (q != rank) for q in range(world)])  # SMALL: ppr 1
+        units = -(-kblocks // (ck[rank] if isinstance(ck, list) else ck))
+        words = -(-units // 32)
+        bits = [min(max(units - 32 * i, 0), 32) for i in range(words)]
+        want = np.array([(1 << b) - 1 for b in bits] * (world - 1), np.uint32) * (epochs % 2)
         np.testing.assert_array_equal(flags, want)
 
 
@@ -86,22 +85,20 @@ def test_ordered_reduce_scatter_is_the_same_whatever_the_interleaving():
 def test_a_rank_that_never_launches_is_a_located_deadlock():
     world, m_local, k, n = 3, 64, 128, 64
     rng = np.random.default_rng(0)
-    buf = np.zeros((world, world, m_local, k), dtype=np.uint16)
-    rows = rng.integers(0, 1 << 14, size=(world, m_local, k), dtype=np.uint16)
-    sig = np.zeros((world, world), np.uint32)
-    push = TensorMapModel(buf, (1, 1, 64, 64), swizzle="128B", dtype="bf16")
-    flags = np.zeros((world, world * (-(-m_local // 128))), np.uint32)
-    args = [dict(a_in=TensorMapModel(rows[r], (128, 64), swizzle="128B", dtype="bf16"),
-                 a_src=TensorMapModel(rows[r], (64, 64), swizzle="128B", dtype="bf16"),
-                 a=TensorMapModel(buf[r], (1, 128, 64), swizzle="128B", dtype="bf16"),
-                 a_push=push,
+    buf = rng.integers(0, 1 << 14, size=(world, world, m_local, k), dtype=np.uint16)
+    sig = np.zeros((world, world + 1), np.uint32)
+    pull = TensorMapModel(buf, (1, 1, 64, 64), swizzle="128B", dtype="bf16")
+    panels = (world - 1) * (-(-m_local // 128))
+    args = [dict(a=TensorMapModel(buf[r], (1, 128, 64), swizzle="128B", dtype="bf16"),
+                 a_pull=pull,
+                 a_st=TensorMapModel(buf[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
                  b=TensorMapModel(np.zeros((n, k), np.uint16), (256, 64), swizzle="128B",
                                   dtype="bf16"),
                  c=TensorMapModel(np.zeros((world, m_local, n), np.uint16), (1, 64, 64),
                                   swizzle="128B", dtype="bf16"),
-                 flags=flags.reshape(-1), flag_stride=flags.shape[1], sig=sig.reshape(-1),
-                 sig_stride=world, rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1,
-                 ck=4, pace=1, pushers=1)
+                 flags=np.zeros(panels, np.uint32), sig=sig.reshape(-1), sig_stride=world + 1,
+                 rank=r, world=world, m_local=m_local, n=n, kdim=k, epoch=1, ck=4, pace=1,
+                 pullers=1)
             for r in range(world - 1)]  # rank 2 never launches
     with pytest.raises(InterpError) as e:
         run_ranks(ptxdsl.parse_file(SAMPLES / "ag_gemm.ptxdsl"), 1, args)
