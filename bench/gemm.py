@@ -70,14 +70,14 @@ def gemm_launcher(kdef: Any, a: Any, b: Any, c: Any, bm: int = 128, bn: int = 25
 
     from ptxdsl.runtime import TensorMap
     from ptxdsl.runtime.occupancy import resident_ctas, streamk_workspace
-    from ptxdsl.swizzle import chunk_columns
+    from ptxdsl.swizzle import chunk_box
 
     m, k = a.shape
     n = b.shape[0]
     ta = TensorMap(a, box=(bm, 64), swizzle="128B")
     tb = TensorMap(b, box=(bn // cluster, 64), swizzle="128B")
-    cw = chunk_columns(bn, 2)  # the kernel's C chunks (make_gemm)
-    tc = TensorMap(c, box=(64, cw), swizzle=f"{2 * cw}B")
+    cbox, cswizzle = chunk_box(64, bn, 2)  # the kernel's C chunks (make_gemm)
+    tc = TensorMap(c, box=cbox, swizzle=cswizzle)
     if not streamk:
         launch = kdef[tile_grid(kdef, m, n, bm, bn, cluster)]
         return lambda: launch(ta, tb, tc, m, n, k)

@@ -52,6 +52,13 @@ def chunk_columns(cols: int, elem_bytes: int) -> int:
     raise ValueError(f"no swizzled chunk divides a tile of {cols} x {elem_bytes}-byte columns")
 
 
+def chunk_box(rows: int, cols: int, elem_bytes: int) -> tuple[tuple[int, int], str]:
+    """The TMA box and tensor-map swizzle that store a `cols`-wide tile `rows` rows at a time
+    in `chunk_columns` chunks (what make_gemm's C stores expect)."""
+    cw = chunk_columns(cols, elem_bytes)
+    return (rows, cw), tma_name(cw * elem_bytes)
+
+
 def swizzle_align(swizzle: int) -> int:
     """The alignment (bytes) a TMA tile needs with a swizzle of `swizzle` bytes (0 or 16:
     none): 8 rows of the pattern, so it starts in phase; 128 without swizzle."""

@@ -20,7 +20,7 @@ import numpy as np
 import ptxdsl
 from ptxdsl import array, bf16, f16, f32, ptr, s32, tmap, u32
 from ptxdsl.runtime.occupancy import streamk_workspace
-from ptxdsl.swizzle import chunk_columns
+from ptxdsl.swizzle import chunk_box, chunk_columns
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a tile (64 bf16)
 
@@ -247,8 +247,8 @@ def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 100
     ex = {"grid": grid,
           "inputs": {"a": a, "b": b, "m": m, "n": n, "kdim": k},
           "tensor_maps": {"a": {"box": (bm, 64), **box}, "b": {"box": (bn // cluster, 64), **box},
-                          "c": {"box": (64, chunk_columns(bn, 2)),
-                                "swizzle": f"{2 * chunk_columns(bn, 2)}B"}},
+                          "c": dict(zip(("box", "swizzle"), chunk_box(64, bn, 2),
+                                        strict=True))},
           "outputs": {"c": np.zeros((m, n), np.uint16)}, "expected": {"c": ref},
           "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
     if streamk:

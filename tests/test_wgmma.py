@@ -319,10 +319,12 @@ def test_gemm_stream_k_with_128_rows_a_consumer_in_the_interpreter():
 
 
 def test_chunk_columns_is_the_widest_swizzled_chunk_that_divides_the_tile():
-    from ptxdsl.swizzle import chunk_columns
+    from ptxdsl.swizzle import chunk_box, chunk_columns
 
     assert [chunk_columns(bn, 2) for bn in (64, 96, 192, 224, 256)] == [64, 32, 64, 32, 64]
     assert chunk_columns(224, 1) == 32 and chunk_columns(256, 1) == 128
+    assert chunk_box(64, 224, 2) == ((64, 32), "64B")
+    assert chunk_box(64, 256, 2) == ((64, 64), "128B")
     with pytest.raises(ValueError, match="no swizzled chunk"):
         chunk_columns(200, 2)
 

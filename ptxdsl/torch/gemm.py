@@ -15,7 +15,7 @@ from ..runtime.driver import device_info
 from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
 from ..runtime.tensormap import TensorMap
-from ..swizzle import chunk_columns
+from ..swizzle import chunk_box
 from . import autotune
 from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel, gemm_recipe
 from .opspec import Args, OpSpec, TensorParam, register
@@ -82,8 +82,8 @@ def _run(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, stream:
     n = b.shape[0]
     ta = TensorMap(a, box=(GEMM_BM, 64), swizzle="128B")
     tb = TensorMap(b, box=(bn // cluster, 64), swizzle="128B")
-    cw = chunk_columns(bn, 2)  # the kernel's C chunks (make_gemm)
-    tc = TensorMap(c, box=(64, cw), swizzle=f"{2 * cw}B")
+    cbox, cswizzle = chunk_box(64, bn, 2)  # the kernel's C chunks (make_gemm)
+    tc = TensorMap(c, box=cbox, swizzle=cswizzle)
     if not config.get("streamk"):
         kernel[persistent_grid(resident, m, n, bn, cluster), None, stream](ta, tb, tc, m, n, k)
         return
