@@ -6,8 +6,8 @@ rows rank * m_local .. (rank + 1) * m_local of C = the sum over ranks of A @ B^T
 walk visits row panels owner by owner, this rank's own first: a partial tile is stored into its
 own shard, or reduce-added into the owner's over NVLink once the owner's store is in (with
 `ordered`, once every earlier step's is), and each contribution then bumps its half-tile's
-counter in the owner's `sig`. With `zeroed` (every item in the first wave) warp 1 zeroes
-the owner's tiles as the launch starts and every contribution adds as soon as it is done.
+counter in the owner's `sig`. With `zeroed` (every item in the first wave) the consumers
+zero the owner's tiles as the launch starts and every contribution adds as soon as it is done.
 The main loop and epilogue staging are gemm.py's. The host side and multi-rank interpreter
 runs are in tp_linear.py; `example` is the one-rank launch."""
 
@@ -20,129 +20,139 @@ BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 NONE = 0xFFFFFFFF  # no contribution waits to be published
 
 
-def zeros(k, work, zs, c, sig, sig_stride, rank, ppr, tiles_n) -> None:
-    """`zeroed`: zeros over this rank's own tiles (what their first contributions cover), each
-    half-tile counted in once they are complete."""
-    with k.for_("i", 0, 64) as i:
-        with k.for_("j", 0, 32) as j:
-            zs[i, j * 2] = k.bf16x2(0.0, 0.0)
+def zeros(k, work, cs, c, sig, sig_stride, rank, ppr, tiles_n, wg, leader, bn: int) -> None:
+    """`zeroed`: zeros over this rank's own tiles (what their first contributions cover), from
+    the staging tile before any epilogue needs it; each half-tile counted in once they are
+    complete (a consumer warpgroup zeroes its 64-row half)."""
+    with k.for_("j", 0, 16, unroll=True) as j:
+        cs[wg, 0, j * 4 + k.tid.x % 128 / 32, k.laneid * 2] = k.bf16x2(0.0, 0.0)
     k.fence_proxy_async()
+    k.bar_sync(8 + wg, 128)
     with k.for_("w", work) as w:
-        with k.if_((w.m < ppr) & (w.split == 0)):  # this rank's own tile, its first range
-            with k.for_("hr", 0, 2) as hr:
-                with k.for_("h", 0, 4) as h:
-                    k.tma_store(c, [(w.n * BN + h * 64).to(s32), (w.m * BM + hr * 64).to(s32),
-                                    rank.to(s32)], zs)
+        with k.if_(leader & (w.m < ppr) & (w.split == 0)):  # own tile, its first range
+            with k.for_("h", 0, bn // 64) as h:
+                k.tma_store(c, [(w.n * bn + h * 64).to(s32), (w.m * BM + wg * 64).to(s32),
+                                rank.to(s32)], cs[wg, 0])
             k.bulk_commit()
             k.bulk_wait(0)
             k.fence_proxy_async_global()
-            with k.for_("hr", 0, 2) as hr:
-                k.let("z", k.atomic_add(sig[rank * sig_stride + (w.m * tiles_n + w.n) * 2 + hr],
-                                        1, "release", "sys"))
+            k.let("z", k.atomic_add(sig[rank * sig_stride + (w.m * tiles_n + w.n) * 2 + wg], 1,
+                                    "release", "sys"))
 
 
-@ptxdsl.kernel(threads=384)
-def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u32),
-            sig_stride: u32, rank: u32, world: u32, m_local: u32, n: u32, kdim: u32,
-            epoch: u32, ordered: u32, splits: u32, zeroed: u32):
-    ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
-    cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
-    zs = k.shared("zs", bf16, [64, 64], align=1024, swizzle=128)  # zeros, with `zeroed`
-    ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per owner
-    tiles_m = k.let("tiles_m", world * ppr)
-    tiles_n = k.let("tiles_n", (n + (BN - 1)) / BN)
-    ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
-    work = k.schedule("work", (tiles_m, tiles_n), group=8, ksteps=ktiles, splits=splits)
-    with k.role("producer", 0, 4, regs=40):
-        with k.if_((k.warp == 0) & k.elect()):
+def make_gemm_rs(bn: int = BN, stages: int = 3) -> ptxdsl.KernelDef:
+    """The kernel with bn-wide tiles (64, 128, 192 or 256) and `stages` pipeline stages (the
+    text's BN and STAGES)."""
+    if bn % 64 or not 64 <= bn <= 256:
+        raise ValueError(f"make_gemm_rs: tiles are 64, 128, 192 or 256 columns wide, not {bn}")
+
+    def gemm_rs(k, a: tmap(bf16, 2), b: tmap(bf16, 2), c: tmap(bf16, 3), sig: ptr(u32),
+                sig_stride: u32, rank: u32, world: u32, m_local: u32, n: u32, kdim: u32,
+                epoch: u32, ordered: u32, splits: u32, zeroed: u32):
+        ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
+                          b=(bf16, [bn, BK], 1024, 128))
+        cs = k.shared("cs", bf16, [2, bn // 64, 64, 64], align=1024, swizzle=128)
+        ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per owner
+        tiles_m = k.let("tiles_m", world * ppr)
+        tiles_n = k.let("tiles_n", (n + (bn - 1)) / bn)
+        ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
+        work = k.schedule("work", (tiles_m, tiles_n), group=8, ksteps=ktiles, splits=splits)
+        with k.role("producer", 0, 4, regs=40):
+            with k.if_((k.warp == 0) & k.elect()):
+                with k.for_("w", work) as w:
+                    q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
+                    r0 = k.let("r0", (q / ppr * m_local + q % ppr * BM).to(s32))
+                    with k.for_("kt", w.k0, w.k1) as kt:
+                        k.acquire(ring)
+                        k.tma_load(ring.a, a, [(kt * BK).to(s32), r0])
+                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * bn).to(s32)])
+                        k.commit(ring)
+        with k.role("consumer", 4, 12, regs=232):
+            wg = k.let("wg", k.warp / 4 - 1)
+            leader = k.let("leader", k.tid.x % 128 == 0)
+            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
+            col = k.let("col", k.laneid % 4 * 2)
+            pending = k.let("pending", NONE, type=u32)  # the counter the last contribution bumps
+            with k.if_(zeroed != 0):
+                zeros(k, work, cs, c, sig, sig_stride, rank, ppr, tiles_n, wg, leader, bn)
             with k.for_("w", work) as w:
-                q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
-                r0 = k.let("r0", (q / ppr * m_local + q % ppr * BM).to(s32))
-                with k.for_("kt", w.k0, w.k1) as kt:
-                    k.acquire(ring)
-                    k.tma_load(ring.a, a, [(kt * BK).to(s32), r0])
-                    k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
-                    k.commit(ring)
-        with k.if_((k.warp == 1) & k.elect() & (zeroed != 0)):
-            zeros(k, work, zs, c, sig, sig_stride, rank, ppr, tiles_n)
-    with k.role("consumer", 4, 12, regs=232):
-        wg = k.let("wg", k.warp / 4 - 1)
-        leader = k.let("leader", k.tid.x % 128 == 0)
-        row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
-        col = k.let("col", k.laneid % 4 * 2)
-        pending = k.let("pending", NONE, type=u32)  # the counter the last contribution bumps
-        with k.for_("w", work) as w:
-            q = k.let("q", (w.m + rank * ppr) % tiles_m)
-            owner = k.let("owner", q / ppr)
-            # its place in the fixed order of the tile's contributions: by K range, then step
-            # (the walk's order: ranges are split-major, so what an item waits for comes
-            # earlier in some rank's walk, and the ordered chain cannot deadlock)
-            idx = k.let("idx", w.split * world + w.m / ppr)
-            acc = k.let("acc", type=array(f32, BN // 2))
+                q = k.let("q", (w.m + rank * ppr) % tiles_m)
+                owner = k.let("owner", q / ppr)
+                # its place in the fixed order of the tile's contributions: by K range, then step
+                # (the walk's order: ranges are split-major, so what an item waits for comes
+                # earlier in some rank's walk, and the ordered chain cannot deadlock)
+                idx = k.let("idx", w.split * world + w.m / ppr)
+                acc = k.let("acc", type=array(f32, bn // 2))
 
-            def kblock(first: bool) -> None:
-                """Wait for the next stage and issue its wgmmas as one group."""
-                k.wait(ring)
-                k.wgmma_fence()
-                with k.for_("kk", 0, BK // 16, unroll=True) as kk:
-                    k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
-                            kk > 0 if first else True)
-                k.wgmma_commit()
+                def kblock(first: bool) -> None:
+                    """Wait for the next stage and issue its wgmmas as one group."""
+                    k.wait(ring)
+                    k.wgmma_fence()
+                    with k.for_("kk", 0, BK // 16, unroll=True) as kk:
+                        k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
+                                kk > 0 if first else True)
+                    k.wgmma_commit()
 
-            # one wgmma group in flight, as in gemm.py
-            kblock(True)
-            with k.for_("kt", w.k0 + 1, w.k1):
-                kblock(False)
-                k.wgmma_wait(1)
+                # one wgmma group in flight, as in gemm.py
+                kblock(True)
+                with k.for_("kt", w.k0 + 1, w.k1):
+                    kblock(False)
+                    k.wgmma_wait(1)
+                    k.release(ring)
+                k.wgmma_wait(0)
                 k.release(ring)
-            k.wgmma_wait(0)
-            k.release(ring)
+                with k.if_(leader):
+                    # the previous tile's contribution has long landed: publish it now
+                    with k.if_(pending != NONE):
+                        k.bulk_wait(0)
+                        k.fence_proxy_async_global()
+                        k.let("seen", k.atomic_add(sig[pending], 1, "release", "sys"))
+                        k.assign(pending, NONE)
+                    k.bulk_wait_read(0)
+                k.bar_sync(8 + wg, 128)
+                with k.for_("j", 0, bn // 8, unroll=True) as j:
+                    with k.for_("i", 0, 2, unroll=True) as i:
+                        cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
+                            acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+                k.fence_proxy_async()
+                k.bar_sync(8 + wg, 128)
+                with k.if_(leader):
+                    cnt = k.let("cnt", owner * sig_stride + ((q % ppr * tiles_n + w.n) * 2 + wg))
+                    r1 = k.let("r1", (q % ppr * BM + wg * 64).to(s32))
+                    with k.if_((idx == 0) & (zeroed == 0)):
+                        with k.for_("h", 0, bn // 64, unroll=True) as h:
+                            k.tma_store(c, [(w.n * bn + h * 64).to(s32), r1, owner.to(s32)],
+                                        cs[wg, h])
+                    with k.else_():
+                        # every counter held this at the launch's start; then come the zeros
+                        base = k.let("base", (epoch - 1) * (world * w.splits + zeroed))
+                        want = k.let("want", base + zeroed +
+                                     k.select(ordered != 0, idx, 1 - zeroed))
+                        with k.while_((k.ld_acquire(sig[cnt], "sys") - want).to(s32) < 0):
+                            pass
+                        k.fence_proxy_async_global()
+                        with k.for_("h", 0, bn // 64, unroll=True) as h:
+                            k.tma_reduce_add(c, [(w.n * bn + h * 64).to(s32), r1, owner.to(s32)],
+                                             cs[wg, h])
+                    k.bulk_commit()
+                    k.assign(pending, cnt)
             with k.if_(leader):
-                # the previous tile's contribution has long landed: publish it now
                 with k.if_(pending != NONE):
                     k.bulk_wait(0)
                     k.fence_proxy_async_global()
-                    k.let("seen", k.atomic_add(sig[pending], 1, "release", "sys"))
-                    k.assign(pending, NONE)
-                k.bulk_wait_read(0)
-            k.bar_sync(8 + wg, 128)
-            with k.for_("j", 0, BN // 8, unroll=True) as j:
-                with k.for_("i", 0, 2, unroll=True) as i:
-                    cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
-                        acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
-            k.fence_proxy_async()
-            k.bar_sync(8 + wg, 128)
-            with k.if_(leader):
-                cnt = k.let("cnt", owner * sig_stride + ((q % ppr * tiles_n + w.n) * 2 + wg))
-                r1 = k.let("r1", (q % ppr * BM + wg * 64).to(s32))
-                with k.if_((idx == 0) & (zeroed == 0)):
-                    with k.for_("h", 0, BN // 64, unroll=True) as h:
-                        k.tma_store(c, [(w.n * BN + h * 64).to(s32), r1, owner.to(s32)],
-                                    cs[wg, h])
-                with k.else_():
-                    # every counter held this at the launch's start; then come the zeros
-                    base = k.let("base", (epoch - 1) * (world * w.splits + zeroed))
-                    want = k.let("want", base + zeroed + k.select(ordered != 0, idx, 1 - zeroed))
-                    with k.while_((k.ld_acquire(sig[cnt], "sys") - want).to(s32) < 0):
+                    k.let("last", k.atomic_add(sig[pending], 1, "release", "sys"))
+            # this rank's shard is whole once every rank has added into the tiles stored here
+            with k.for_("w2", work) as w2:
+                with k.if_(leader & (w2.m < ppr) & (w2.split == 0)):
+                    mine = k.let("mine", rank * sig_stride + ((w2.m * tiles_n + w2.n) * 2 + wg))
+                    with k.while_(k.ld_acquire(sig[mine], "sys") !=
+                                  epoch * (world * w2.splits + zeroed)):
                         pass
-                    k.fence_proxy_async_global()
-                    with k.for_("h", 0, BN // 64, unroll=True) as h:
-                        k.tma_reduce_add(c, [(w.n * BN + h * 64).to(s32), r1, owner.to(s32)],
-                                         cs[wg, h])
-                k.bulk_commit()
-                k.assign(pending, cnt)
-        with k.if_(leader):
-            with k.if_(pending != NONE):
-                k.bulk_wait(0)
-                k.fence_proxy_async_global()
-                k.let("last", k.atomic_add(sig[pending], 1, "release", "sys"))
-        # this rank's shard is whole once every rank has added into the tiles stored here
-        with k.for_("w2", work) as w2:
-            with k.if_(leader & (w2.m < ppr) & (w2.split == 0)):
-                mine = k.let("mine", rank * sig_stride + ((w2.m * tiles_n + w2.n) * 2 + wg))
-                with k.while_(k.ld_acquire(sig[mine], "sys") !=
-                              epoch * (world * w2.splits + zeroed)):
-                    pass
+
+    return ptxdsl.kernel(threads=384)(gemm_rs)
+
+
+gemm_rs = make_gemm_rs()
 
 
 SMALL = {"m_local": 200, "n": 136, "k": 200, "splits": 2}

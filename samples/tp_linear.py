@@ -43,9 +43,11 @@ BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 
 
 @cache
-def program(name: str, device: int, watchdog_ms: int = 0) -> Any:
-    """ag_gemm or gemm_rs compiled for GPU `device`."""
-    return ptxdsl.compile(HERE / f"{name}.ptxdsl", device=device, watchdog_ms=watchdog_ms)
+def program(name: str, device: int, watchdog_ms: int = 0, defines: tuple = ()) -> Any:
+    """ag_gemm or gemm_rs compiled for GPU `device` (`defines`: (name, value) pairs of its
+    compile-time parameters)."""
+    return ptxdsl.compile(HERE / f"{name}.ptxdsl", device=device, watchdog_ms=watchdog_ms,
+                          defines=dict(defines))
 
 
 def cdiv(a: int, b: int) -> int:
@@ -72,9 +74,28 @@ def ag_flag_words(world: int, m_local: int, k: int, ck: int) -> int:
     return (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(cdiv(k, BK), ck), 32)
 
 
-def rs_counters(m_local: int, n: int) -> int:
+def rs_counters(m_local: int, n: int, bn: int = BN) -> int:
     """Counter words of one rank's C shard: one per 64-row half of each tile."""
-    return cdiv(m_local, BM) * cdiv(n, BN) * 2
+    return cdiv(m_local, BM) * cdiv(n, bn) * 2
+
+
+def rs_tiling(world: int, m_local: int, n: int, k_local: int, sms: int, splits: int = 0,
+              bn: int = 0) -> tuple[int, int, int]:
+    """gemm_rs's (tile width, pipeline stages, K ranges a tile) for a shape.
+
+    256-wide tiles, 3 stages, and as many K ranges a tile as fill the GPU (at most 4) when
+    the tiles alone leave SMs idle. Where 256-wide tiles would need K ranges and 128-wide
+    ones fill a wave alone (decoding), 128-wide tiles with 6 stages and one range: a tile's
+    partial then crosses the link once (half the bytes added into the peers after the main
+    loop) and the smaller stages leave room for more of them (decode reduce-scatter on
+    2 x H200: 256-wide in 2 ranges 103.2 us; 128-wide with 3, 4, 5 stages 134.2, 107.2,
+    98.0)."""
+    tiles = world * cdiv(m_local, BM)
+    if not bn:
+        bn = 128 if not splits and tiles * cdiv(n, 256) * 2 <= sms and \
+            tiles * cdiv(n, 128) <= sms else BN
+    want = splits if splits else min(sms // (tiles * cdiv(n, bn)), 4)
+    return bn, (3 if bn == BN else 6), max(1, min(want, cdiv(k_local, BK)))
 
 
 def _agree(dist: Any, group: Any, what: str, values: tuple) -> None:
@@ -102,8 +123,13 @@ class _Plan:
         self.epoch = 0
         self._launchers: dict = {}
         self._maps: dict = {}
-        self.prog = program(self.kernel_name, self.device, watchdog_ms)
+        self.watchdog_ms = watchdog_ms
         self.sms = rt.device_info(self.device).sm_count
+        self.prog = program(self.kernel_name, self.device, watchdog_ms, self.defines())
+
+    def defines(self) -> tuple:
+        """The kernel's compile-time parameters for this plan ((name, value) pairs)."""
+        return ()
 
     def _symmetric(self, nbytes: int, dtype: str, zero: bool = False) -> Any:
         from ptxdsl.runtime.distributed import SymmetricBuffer
@@ -247,29 +273,33 @@ class GemmReduceScatter(_Plan):
 
     def __init__(self, m_local: int, n: int, k_local: int, *, device: Any = None,
                  group: Any = None, watchdog_ms: int = 0, ordered: bool = False,
-                 splits: int = 0):
+                 splits: int = 0, bn: int = 0):
+        self.m_local, self.n, self.k_local, self.ordered = m_local, n, k_local, bool(ordered)
+        self._want = (splits, bn)
         _Plan.__init__(self, device, group, watchdog_ms)
         w = self.world
-        tiles = w * cdiv(m_local, BM) * cdiv(n, BN)
-        # K ranges a tile: enough work items to fill the GPU when the tiles alone do not (as
-        # the kernel clamps them: at most one a K step); every rank must count the same
-        want = splits if splits else min(self.sms // tiles, 4)
-        self.splits = max(1, min(want, cdiv(k_local, BK)))
+        tiles = w * cdiv(m_local, BM) * cdiv(n, self.bn)
         # every work item in the first wave (decoding): the owners zero their tiles first and
         # every contribution adds as soon as it is done (unordered)
         self.zeroed = int(w > 1 and not ordered and tiles * self.splits <= self.sms)
-        _agree(self.dist, group, "GEMM + reduce-scatter plans (m_local, n, ordered, K ranges "
-               "a tile, zeroed)", (m_local, n, bool(ordered), self.splits, self.zeroed))
+        _agree(self.dist, group, "GEMM + reduce-scatter plans (m_local, n, ordered, tile "
+               "width, K ranges a tile, zeroed)",
+               (m_local, n, bool(ordered), self.bn, self.splits, self.zeroed))
         if n % 8 or k_local % 8:
             raise LaunchError(f"n and k_local must be multiples of 8 (16-byte rows for TMA), "
                               f"got {n} and {k_local}")
-        self.m_local, self.n, self.k_local, self.ordered = m_local, n, k_local, bool(ordered)
-        self._signals(rs_counters(m_local, n))
+        self._signals(rs_counters(m_local, n, self.bn))
         self.out = self._symmetric(m_local * n * 2, "u16")
         stacked = self.out.stacked()
         self.t_c = rt.TensorMap(rt.DevicePointer(stacked.ptr), (1, 64, 64), dtype="bf16",
                                 shape=(w, m_local, n), strides=(self.out.stride, n * 2, 2),
                                 swizzle="128B", device=self.device)
+
+    def defines(self) -> tuple:
+        # the tiling (every rank must count the same: agreed below)
+        self.bn, self.stages, self.splits = rs_tiling(
+            self.world, self.m_local, self.n, self.k_local, self.sms, *self._want)
+        return (("BN", self.bn), ("STAGES", self.stages))
 
     def shard(self) -> Any:
         """This rank's m_local x n rows of C after a call (bf16 bits as u16)."""
@@ -280,8 +310,8 @@ class GemmReduceScatter(_Plan):
         """Reduce-scatter A @ B^T (A: M x k_local, B: n x k_local, bf16) into `shard()`."""
         w, ml, n = self.world, self.m_local, self.n
         ta = self._map(a, (w * ml, self.k_local), "a", (BM, BK))
-        tb = self._map(b, (n, self.k_local), "b", (BN, BK))
-        items = w * cdiv(ml, BM) * cdiv(n, BN) * self.splits
+        tb = self._map(b, (n, self.k_local), "b", (self.bn, BK))
+        items = w * cdiv(ml, BM) * cdiv(n, self.bn) * self.splits
         launch = self._launcher(min(self.sms, items), stream)
         launch(ta, tb, self.t_c, self.sig_all, self.sig_stride, self.rank, w, ml, n,
                self.k_local, self.epoch + 1, int(self.ordered), self.splits, self.zeroed)
@@ -340,25 +370,26 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
 
 def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
               grid: int = 2, ordered: bool = False, epochs: int = 2, seed: int = 0,
-              rng: Any = None, splits: int = 1, zeroed: int = 0) -> dict[str, Any]:
+              rng: Any = None, splits: int = 1, zeroed: int = 0, bn: int = BN
+              ) -> dict[str, Any]:
     """GEMM + reduce-scatter for `world` ranks at once in the CPU interpreter, launched
     `epochs` times on fresh data (the counters carry over): returns the last launch's C
     shards (f32) with numpy's answer, a bound on the partials' magnitudes (each partial is
     rounded to bf16 before it is added) and the counters. `zeroed`: the owners zero their
-    tiles first and every contribution adds."""
+    tiles first and every contribution adds; `bn`: the tile width."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
     m = world * m_local
     out = np.full((world, m_local, n), 0xFFFF, np.uint16)  # rank r's C shard: out[r]
-    sig = np.zeros((world, rs_counters(m_local, n)), np.uint32)
+    sig = np.zeros((world, rs_counters(m_local, n, bn)), np.uint32)
     tc = TensorMapModel(out, (1, 64, 64), swizzle="128B", dtype="bf16")
-    kern = ptxdsl.parse_file(HERE / "gemm_rs.ptxdsl")
+    kern = ptxdsl.parse_file(HERE / "gemm_rs.ptxdsl", defines={"BN": bn})
     for epoch in range(1, epochs + 1):
         a = [f32_to_bf16(rng.standard_normal((m, k_local))) for _ in range(world)]
         b = [f32_to_bf16(rng.standard_normal((n, k_local))) for _ in range(world)]
         args = [dict(a=TensorMapModel(a[r], (BM, BK), swizzle="128B", dtype="bf16"),
-                     b=TensorMapModel(b[r], (BN, BK), swizzle="128B", dtype="bf16"),
+                     b=TensorMapModel(b[r], (bn, BK), swizzle="128B", dtype="bf16"),
                      c=tc, sig=sig.reshape(-1), sig_stride=sig.shape[1], rank=r,
                      world=world, m_local=m_local, n=n, kdim=k_local, epoch=epoch,
                      ordered=int(ordered), splits=splits, zeroed=zeroed)

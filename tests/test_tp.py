@@ -57,16 +57,19 @@ def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers):
         np.testing.assert_array_equal(flags, want)
 
 
-@pytest.mark.parametrize("world, ordered, splits, seed, epochs, zeroed", [
-    (2, False, 2, 0, 1, 1)] + (
-    [(2, False, 2, 0, 1, 0), (2, True, 1, 3, 2, 0), (4, False, 1, 1, 2, 0), (4, True, 2, 0, 2, 0),
-     (8, True, 1, 2, 1, 0), (4, False, 2, 3, 2, 1), (8, False, 1, 4, 1, 1)] if DEEP else []))
-def test_gemm_reduce_scatter_ranks(world, ordered, splits, seed, epochs, zeroed):
+@pytest.mark.parametrize("world, ordered, splits, seed, epochs, zeroed, bn", [
+    (2, False, 2, 0, 1, 1, 256)] + (
+    [(2, False, 2, 0, 1, 0, 256), (2, True, 1, 3, 2, 0, 256), (4, False, 1, 1, 2, 0, 256),
+     (4, True, 2, 0, 2, 0, 256), (8, True, 1, 2, 1, 0, 256), (4, False, 2, 3, 2, 1, 256),
+     (8, False, 1, 4, 1, 1, 256), (2, False, 1, 5, 2, 1, 128), (4, True, 1, 6, 1, 0, 128),
+     (8, False, 1, 7, 1, 1, 128)] if DEEP else []))
+def test_gemm_reduce_scatter_ranks(world, ordered, splits, seed, epochs, zeroed, bn):
     """`zeroed`: the owners zero their tiles as the launch starts and every contribution adds
-    (with two launches, the second's counts continue from the first's)."""
+    (with two launches, the second's counts continue from the first's). `bn` 128: the
+    decoding tiling (136 columns: a full tile and a ragged one)."""
     k = 128
     r = tp.interp_rs(world, k_local=k, ordered=ordered, epochs=epochs, seed=seed,
-                     splits=splits, zeroed=zeroed, **SMALL)
+                     splits=splits, zeroed=zeroed, bn=bn, **SMALL)
     assert_product(r["c"], r["want"], k * world, r["scale"], 2 * world * splits + zeroed)
     # every half-tile counter holds world x splits contributions (and the zeros) a launch,
     # never reset
@@ -130,3 +133,22 @@ def test_plans_agree_on_their_shapes_or_fail_on_every_rank():
                   "all-gather GEMM shapes (m_local, k)", (256, 8192))
     assert ("all-gather GEMM shapes (m_local, k) differ across ranks (rank 0: (256, 8192), "
             "rank 1: (256, 8192), rank 2: (128, 8192), rank 3: (256, 8192))") in str(e.value)
+
+
+@pytest.mark.parametrize("bn, stages", [(128, 6), (192, 3)])
+def test_gemm_rs_text_and_twin_agree_at_other_widths(bn, stages):
+    """The default build is compared in test_twins; these are the -D BN / STAGES forms."""
+    (k,) = ptxdsl.parse_file(SAMPLES / "gemm_rs.ptxdsl",
+                             defines={"BN": bn, "STAGES": stages}).kernels
+    assert k == sample_module("gemm_rs").make_gemm_rs(bn, stages).ir
+
+
+@pytest.mark.parametrize("world, m_local, n, k_local, sms, want", [
+    (2, 128, 8192, 14336, 132, (128, 6, 1)),  # decode: 128-wide tiles fill a wave alone
+    (2, 4096, 8192, 14336, 132, (256, 3, 1)),  # 8192 tokens: many waves
+    (2, 128, 4096, 14336, 132, (128, 6, 2)),  # 64 narrow tiles: K ranges still fill the GPU
+    (8, 128, 8192, 1792, 132, (256, 3, 1)),  # 256 wide tiles already fill 2 waves
+    (2, 128, 16384, 14336, 132, (256, 3, 1)),  # 128 wide tiles would need two waves
+])
+def test_rs_tiling(world, m_local, n, k_local, sms, want):
+    assert tp.rs_tiling(world, m_local, n, k_local, sms) == want
