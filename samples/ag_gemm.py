@@ -28,143 +28,158 @@ def unit(k, u, pace, rpan, nck):
             k.let("pu", k.select(pace != 0, u / rpan, u % nck)))
 
 
-@ptxdsl.kernel(threads=384)
-def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: tmap(bf16, 2),
-            c: tmap(bf16, 3), flags: ptr(u32), sig: ptr(u32), sig_stride: u32, rank: u32,
-            world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32, pace: u32,
-            pullers: u32):
-    ring = k.pipeline("ring", 3, a=(bf16, [BM, BK], 1024, 128), b=(bf16, [BN, BK], 1024, 128))
-    gring = k.pipeline("gring", 2, t=(bf16, [64, BK], 1024, 128))
-    cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128)
-    ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per rank
-    tiles_m = k.let("tiles_m", world * ppr)
-    ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
-    nck = k.let("nck", (ktiles + ck - 1) / ck)  # units per panel: ck k-blocks each
-    rpan = k.let("rpan", (world - 1) * ppr)  # remote panels
-    units = k.let("units", rpan * nck)
-    np_ = k.let("np", k.max(k.min(pullers, k.nctaid.x), 1))  # pulling CTAs: 1 .. the grid
-    mine = k.let("mine", k.select(k.ctaid.x < np_, units, 0))  # the units it may pull
-    nw = k.let("nw", (nck + 31) / 32)  # flag words a remote panel
-    par = k.let("par", epoch % 2)  # a landed unit's bit this launch
-    work = k.schedule("work", (tiles_m, (n + (BN - 1)) / BN), group=8)
-    with k.role("producer", 0, 4, regs=40):
-        with k.if_((k.warp == 0) & k.elect()):
-            with k.for_("w", work) as w:
-                q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
-                src = k.let("src", q / ppr)
-                r0 = k.let("r0", (q % ppr * BM).to(s32))
-                remote = k.let("remote", src != rank)
-                # the flag words of this tile's panel, or with `pace` a local tile's partner
-                # (the same panel of the next rank): it waits with it
-                waits = k.let("waits", remote | (pace != 0) & (world > 1))
-                fw = k.let("fw", k.select(remote, w.m - ppr, w.m) * nw)
-                word = k.let("word", 0, type=u32)  # a copy of flag word `held`
-                held = k.let("held", nw)  # (none yet)
-                with k.for_("kt", 0, ktiles) as kt:
-                    u = k.let("u", kt / ck)
-                    with k.if_(waits & ((held != u / 32) | ((word >> (u % 32)) % 2 != par))):
-                        # this k-block's unit has landed: its bit reads par
-                        k.assign(held, u / 32)
-                        with k.while_((k.ld_acquire(flags[fw + held]) >> (u % 32)) % 2 != par):
+def make_ag_gemm(stages: int = 3, cch: int = 4) -> ptxdsl.KernelDef:
+    """The kernel with `stages` pipeline stages, C staged `cch` 64-column chunks at a time
+    (1, 2 or 4: the text's STAGES and CCH)."""
+    if cch not in (1, 2, 4):
+        raise ValueError(f"make_ag_gemm: C is staged 1, 2 or 4 chunks at a time, not {cch}")
+
+    def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: tmap(bf16, 2),
+                c: tmap(bf16, 3), flags: ptr(u32), sig: ptr(u32), sig_stride: u32, rank: u32,
+                world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32, pace: u32,
+                pullers: u32):
+        ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
+                              b=(bf16, [BN, BK], 1024, 128))
+        gring = k.pipeline("gring", 2, t=(bf16, [64, BK], 1024, 128))
+        cs = k.shared("cs", bf16, [2, cch, 64, 64], align=1024, swizzle=128)
+        ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per rank
+        tiles_m = k.let("tiles_m", world * ppr)
+        ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
+        nck = k.let("nck", (ktiles + ck - 1) / ck)  # units per panel: ck k-blocks each
+        rpan = k.let("rpan", (world - 1) * ppr)  # remote panels
+        units = k.let("units", rpan * nck)
+        np_ = k.let("np", k.max(k.min(pullers, k.nctaid.x), 1))  # pulling CTAs: 1 .. the grid
+        mine = k.let("mine", k.select(k.ctaid.x < np_, units, 0))  # the units it may pull
+        nw = k.let("nw", (nck + 31) / 32)  # flag words a remote panel
+        par = k.let("par", epoch % 2)  # a landed unit's bit this launch
+        work = k.schedule("work", (tiles_m, (n + (BN - 1)) / BN), group=8)
+        with k.role("producer", 0, 4, regs=40):
+            with k.if_((k.warp == 0) & k.elect()):
+                with k.for_("w", work) as w:
+                    q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
+                    src = k.let("src", q / ppr)
+                    r0 = k.let("r0", (q % ppr * BM).to(s32))
+                    remote = k.let("remote", src != rank)
+                    # the flag words of this tile's panel, or with `pace` a local tile's partner
+                    # (the same panel of the next rank): it waits with it
+                    waits = k.let("waits", remote | (pace != 0) & (world > 1))
+                    fw = k.let("fw", k.select(remote, w.m - ppr, w.m) * nw)
+                    word = k.let("word", 0, type=u32)  # a copy of flag word `held`
+                    held = k.let("held", nw)  # (none yet)
+                    with k.for_("kt", 0, ktiles) as kt:
+                        u = k.let("u", kt / ck)
+                        with k.if_(waits & ((held != u / 32) | ((word >> (u % 32)) % 2 != par))):
+                            # this k-block's unit has landed: its bit reads par
+                            k.assign(held, u / 32)
+                            with k.while_((k.ld_acquire(flags[fw + held]) >> (u % 32)) % 2 != par):
+                                pass
+                            k.assign(word, k.ld_acquire(flags[fw + held]))  # and what landed since
+                            k.fence_proxy_async_global()
+                        k.acquire(ring)
+                        k.tma_load(ring.a, a, [(kt * BK).to(s32), r0, src.to(s32)])
+                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
+                        k.commit(ring)
+            with k.if_((k.warp == 1) & k.elect()):
+                with k.if_(k.ctaid.x == 0):  # this rank's shard is final: tell every peer
+                    with k.for_("p", 0, world) as p:
+                        with k.if_(p != rank):
+                            k.st_release(sig[p * sig_stride + rank], epoch, "sys")
+                seen = k.let("seen", world)  # the owner whose start was last seen (none yet)
+                with k.for_("u", k.ctaid.x, mine, np_) as u:
+                    pan, pu = unit(k, u, pace, rpan, nck)
+                    q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
+                    src = k.let("src", q / ppr)
+                    with k.if_(src != seen):
+                        with k.while_((k.ld_acquire(sig[rank * sig_stride + src], "sys") - epoch)
+                                      .to(s32) < 0):
                             pass
-                        k.assign(word, k.ld_acquire(flags[fw + held]))  # and what landed since
                         k.fence_proxy_async_global()
-                    k.acquire(ring)
-                    k.tma_load(ring.a, a, [(kt * BK).to(s32), r0, src.to(s32)])
-                    k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
-                    k.commit(ring)
-        with k.if_((k.warp == 1) & k.elect()):
-            with k.if_(k.ctaid.x == 0):  # this rank's shard is final: tell every peer
-                with k.for_("p", 0, world) as p:
-                    with k.if_(p != rank):
-                        k.st_release(sig[p * sig_stride + rank], epoch, "sys")
-            seen = k.let("seen", world)  # the owner whose start was last seen (none yet)
-            with k.for_("u", k.ctaid.x, mine, np_) as u:
-                pan, pu = unit(k, u, pace, rpan, nck)
-                q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
-                src = k.let("src", q / ppr)
-                with k.if_(src != seen):
-                    with k.while_((k.ld_acquire(sig[rank * sig_stride + src], "sys") - epoch)
-                                  .to(s32) < 0):
-                        pass
+                        k.assign(seen, src)
+                    kb0 = k.let("kb0", pu * ck)
+                    with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
+                        with k.for_("h", 0, 2) as h:
+                            k.acquire(gring)
+                            k.tma_load(gring.t, a_pull, [(kb * BK).to(s32),
+                                                         (q % ppr * BM + h * 64).to(s32),
+                                                         src.to(s32), src.to(s32)])
+                            k.commit(gring)
+            with k.if_((k.warp == 2) & k.elect()):
+                with k.for_("u", k.ctaid.x, mine, np_) as u:
+                    pan, pu = unit(k, u, pace, rpan, nck)
+                    q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
+                    src = k.let("src", q / ppr)
+                    kb0 = k.let("kb0", pu * ck)
+                    with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
+                        with k.for_("h", 0, 2) as h:
+                            k.wait(gring)
+                            k.tma_store(a_st, [(kb * BK).to(s32), (q % ppr * BM + h * 64).to(s32),
+                                               src.to(s32)], gring.t)
+                            k.bulk_commit()
+                            k.bulk_wait_read(0)
+                            k.release(gring)
+                    # every box of this unit has been read from its owner: count its k-blocks
+                    k.let("pulled", k.atomic_add(sig[src * sig_stride + world],
+                                                 k.min(kb0 + ck, ktiles) - kb0, "relaxed", "sys"))
+                    k.bulk_wait(0)  # complete: the bit's flip publishes the unit
                     k.fence_proxy_async_global()
-                    k.assign(seen, src)
-                kb0 = k.let("kb0", pu * ck)
-                with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
-                    with k.for_("h", 0, 2) as h:
-                        k.acquire(gring)
-                        k.tma_load(gring.t, a_pull, [(kb * BK).to(s32),
-                                                     (q % ppr * BM + h * 64).to(s32),
-                                                     src.to(s32), src.to(s32)])
-                        k.commit(gring)
-        with k.if_((k.warp == 2) & k.elect()):
-            with k.for_("u", k.ctaid.x, mine, np_) as u:
-                pan, pu = unit(k, u, pace, rpan, nck)
-                q = k.let("q", ((rank + 1) * ppr + pan) % tiles_m)
-                src = k.let("src", q / ppr)
-                kb0 = k.let("kb0", pu * ck)
-                with k.for_("kb", kb0, k.min(kb0 + ck, ktiles)) as kb:
-                    with k.for_("h", 0, 2) as h:
-                        k.wait(gring)
-                        k.tma_store(a_st, [(kb * BK).to(s32), (q % ppr * BM + h * 64).to(s32),
-                                           src.to(s32)], gring.t)
-                        k.bulk_commit()
-                        k.bulk_wait_read(0)
-                        k.release(gring)
-                # every box of this unit has been read from its owner: count its k-blocks
-                k.let("pulled", k.atomic_add(sig[src * sig_stride + world],
-                                             k.min(kb0 + ck, ktiles) - kb0, "relaxed", "sys"))
-                k.bulk_wait(0)  # complete: the bit's flip publishes the unit
-                k.fence_proxy_async_global()
-                k.let("landed", k.atomic_xor(flags[pan * nw + pu / 32], 1 << (pu % 32),
-                                             "release"))
-            with k.if_(k.ctaid.x == 0):  # every peer has pulled what it needs from this rank
-                want = k.let("want", (world - 1) * ppr * ktiles)
-                with k.while_(k.ld_acquire(sig[rank * sig_stride + world], "sys") != want):
-                    pass
-                sig[rank * sig_stride + world] = 0
-    with k.role("consumer", 4, 12, regs=232):
-        wg = k.let("wg", k.warp / 4 - 1)
-        leader = k.let("leader", k.tid.x % 128 == 0)
-        row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
-        col = k.let("col", k.laneid % 4 * 2)
-        with k.for_("w", work) as w:
-            q = k.let("q", (w.m + rank * ppr) % tiles_m)
-            acc = k.let("acc", type=array(f32, BN // 2))
+                    k.let("landed", k.atomic_xor(flags[pan * nw + pu / 32], 1 << (pu % 32),
+                                                 "release"))
+                with k.if_(k.ctaid.x == 0):  # every peer has pulled what it needs from this rank
+                    want = k.let("want", (world - 1) * ppr * ktiles)
+                    with k.while_(k.ld_acquire(sig[rank * sig_stride + world], "sys") != want):
+                        pass
+                    sig[rank * sig_stride + world] = 0
+        with k.role("consumer", 4, 12, regs=232):
+            wg = k.let("wg", k.warp / 4 - 1)
+            leader = k.let("leader", k.tid.x % 128 == 0)
+            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
+            col = k.let("col", k.laneid % 4 * 2)
+            with k.for_("w", work) as w:
+                q = k.let("q", (w.m + rank * ppr) % tiles_m)
+                acc = k.let("acc", type=array(f32, BN // 2))
 
-            def kblock(first: bool) -> None:
-                """Wait for the next stage and issue its wgmmas as one group."""
-                k.wait(ring)
-                k.wgmma_fence()
-                with k.for_("kk", 0, BK // 16, unroll=True) as kk:
-                    k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
-                            kk > 0 if first else True)
-                k.wgmma_commit()
+                def kblock(first: bool) -> None:
+                    """Wait for the next stage and issue its wgmmas as one group."""
+                    k.wait(ring)
+                    k.wgmma_fence()
+                    with k.for_("kk", 0, BK // 16, unroll=True) as kk:
+                        k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
+                                kk > 0 if first else True)
+                    k.wgmma_commit()
 
-            # one wgmma group in flight, as in gemm.py
-            kblock(True)
-            with k.for_("kt", 1, ktiles):
-                kblock(False)
-                k.wgmma_wait(1)
+                # one wgmma group in flight, as in gemm.py
+                kblock(True)
+                with k.for_("kt", 1, ktiles):
+                    kblock(False)
+                    k.wgmma_wait(1)
+                    k.release(ring)
+                k.wgmma_wait(0)
                 k.release(ring)
-            k.wgmma_wait(0)
-            k.release(ring)
+                # C out through the staging tile, cch 64-column chunks at a time
+                with k.for_("h0", 0, BN // 64, cch, unroll=True) as h0:
+                    with k.if_(leader):
+                        k.bulk_wait_read(0)
+                    k.bar_sync(8 + wg, 128)
+                    with k.for_("jj", 0, cch * 8, unroll=True) as jj:
+                        with k.for_("i", 0, 2, unroll=True) as i:
+                            j = h0 * 8 + jj
+                            cs[wg, jj / 8, row + i * 8, jj % 8 * 8 + col] = k.bf16x2(
+                                acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+                    k.fence_proxy_async()
+                    k.bar_sync(8 + wg, 128)
+                    with k.if_(leader):
+                        with k.for_("h", 0, cch, unroll=True) as h:
+                            k.tma_store(c, [(w.n * BN + (h0 + h) * 64).to(s32),
+                                            (q % ppr * BM + wg * 64).to(s32), (q / ppr).to(s32)],
+                                        cs[wg, h])
+                        k.bulk_commit()
             with k.if_(leader):
-                k.bulk_wait_read(0)
-            k.bar_sync(8 + wg, 128)
-            with k.for_("j", 0, BN // 8, unroll=True) as j:
-                with k.for_("i", 0, 2, unroll=True) as i:
-                    cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
-                        acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
-            k.fence_proxy_async()
-            k.bar_sync(8 + wg, 128)
-            with k.if_(leader):
-                with k.for_("h", 0, BN // 64, unroll=True) as h:
-                    k.tma_store(c, [(w.n * BN + h * 64).to(s32), (q % ppr * BM + wg * 64).to(s32),
-                                    (q / ppr).to(s32)], cs[wg, h])
-                k.bulk_commit()
-        with k.if_(leader):
-            k.bulk_wait(0)
+                k.bulk_wait(0)
+
+    return ptxdsl.kernel(threads=384)(ag_gemm)
+
+
+ag_gemm = make_ag_gemm()
 
 
 SMALL = {"m_local": 200, "n": 136, "k": 200}

@@ -69,6 +69,14 @@ def ag_pullers(world: int, m_local: int, grid: int, pace: int) -> int:
     return min(grid, 16 * (world - 1) * cdiv(m_local, BM)) if pace else grid
 
 
+def ag_staging(pace: int) -> tuple[int, int]:
+    """ag_gemm's (pipeline stages, C chunks staged at once): with `pace` (one tile a CTA,
+    decoding) 4 stages, C going out one 64-column chunk at a time through a quarter of the
+    staging tile; otherwise 3 stages and all 4 chunks at once (2 x H200, one process: decode
+    111.3 -> 107.3 us a call; at 8192 tokens, 28 tiles a CTA, the chunked epilogue costs 3%)."""
+    return (4, 1) if pace else (3, 4)
+
+
 def ag_flag_words(world: int, m_local: int, k: int, ck: int) -> int:
     """ag_gemm's `flags` words: a bit per gather unit (ck k-blocks), whole words a panel."""
     return (world - 1) * cdiv(m_local, BM) * cdiv(cdiv(cdiv(k, BK), ck), 32)
@@ -202,16 +210,13 @@ class AllGatherGemm(_Plan):
         _agree(_dist(), group, "all-gather GEMM shapes (m_local, k)", (m_local, k))
         if k % 8:
             raise LaunchError(f"k must be a multiple of 8 (16-byte rows for TMA), got {k}")
-        _Plan.__init__(self, device, group, watchdog_ms)
         self.m_local, self.k, self.n = m_local, k, n
+        _Plan.__init__(self, device, group, watchdog_ms)
         w = self.world
         self._signals(w + 1)
         self.buf = self._symmetric(w * m_local * k * 2, "u16")
-        self.grid = min(self.sms, w * cdiv(m_local, BM) * cdiv(n, BN))
         # fixed for the plan's life: the flag words' bit layout follows ck
         self.ck = ag_chunk(w, m_local, k, self.grid)
-        # every tile in the first wave (decoding): local tiles keep pace with remote ones
-        self.pace = int(w > 1 and w * cdiv(m_local, BM) * cdiv(n, BN) <= self.grid)
         self.pullers = ag_pullers(w, m_local, self.grid, self.pace)
         # a bit a gather unit, (units a panel + 31) / 32 words a remote row panel
         self.flags = rt.zeros(max(ag_flag_words(w, m_local, k, self.ck), 1), "u32",
@@ -227,6 +232,14 @@ class AllGatherGemm(_Plan):
             rt.DevicePointer(stacked.ptr), (1, 1, 64, BK), dtype="bf16",
             shape=(w, w, m_local, k), strides=(self.buf.stride, m_local * k * 2, k * 2, 2),
             swizzle="128B", device=self.device)
+
+    def defines(self) -> tuple:
+        w, tiles = self.world, self.world * cdiv(self.m_local, BM) * cdiv(self.n, BN)
+        self.grid = min(self.sms, tiles)
+        # every tile in the first wave (decoding): local tiles keep pace with remote ones
+        self.pace = int(w > 1 and tiles <= self.grid)
+        self.stages, self.cch = ag_staging(self.pace)
+        return (("STAGES", self.stages), ("CCH", self.cch))
 
     def shard(self) -> Any:
         """This rank's m_local x k rows of A (bf16 bits as u16), in place in the buffer."""
@@ -327,13 +340,15 @@ class GemmReduceScatter(_Plan):
 
 def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
               seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1,
-              pace: int = 0, pullers: int = 0) -> dict[str, Any]:
+              pace: int = 0, pullers: int = 0, staging: tuple[int, int] = (3, 4)
+              ) -> dict[str, Any]:
     """All-gather + GEMM for `world` ranks at once in the CPU interpreter, launched `epochs`
     times on fresh data (the other slots poisoned again in between; flags and signal words
     carry over): returns each rank's C and gathered A (f32) of the last launch with numpy's
     answers, and the flags and signal words. Ranks may cut gather units differently: `ck`
     is one value for all, or a list of one a rank; `pace` makes local tiles wait with their
-    remote partners (and the units go k-block by k-block); `pullers` CTAs pull (0: all)."""
+    remote partners (and the units go k-block by k-block); `pullers` CTAs pull (0: all);
+    `staging`: (pipeline stages, C chunks staged at once)."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
@@ -343,7 +358,8 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
     cs = [np.empty((world, m_local, n), np.uint16) for _ in range(world)]
     flags = [np.zeros(max(ag_flag_words(world, m_local, k, c), 1), np.uint32) for c in cks]
     pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
-    kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl")
+    kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl",
+                             defines={"STAGES": staging[0], "CCH": staging[1]})
     for epoch in range(1, epochs + 1):
         a = f32_to_bf16(rng.standard_normal((world, m_local, k)))
         bs = [f32_to_bf16(rng.standard_normal((n, k))) for _ in range(world)]

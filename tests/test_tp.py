@@ -28,19 +28,20 @@ def assert_product(got: np.ndarray, want: np.ndarray, k: int, scale: np.ndarray 
     assert np.all(np.abs(got - want) <= tol), float(np.max(np.abs(got - want) - tol))
 
 
-@pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks, pullers", [
-    (2, 0, 4, 1, 0, 5, 1)] + (
-    [(3, 3, 1, 2, 1, 5, 1), (2, 2, [1, 4], 3, 1, 5, 0), (4, 1, 4, 2, 0, 5, 1),
-     (8, 0, 1, 1, 1, 5, 0), (8, 1, 1, 1, 1, 5, 1), (2, 4, 1, 1, 1, 33, 1),
-     (2, 5, 4, 1, 0, 5, 7)] if DEEP else []))
-def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers):
+@pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks, pullers, staging", [
+    (2, 0, 4, 1, 0, 5, 1, (3, 4))] + (
+    [(3, 3, 1, 2, 1, 5, 1, (4, 1)), (2, 2, [1, 4], 3, 1, 5, 0, (3, 4)),
+     (4, 1, 4, 2, 0, 5, 1, (3, 4)), (8, 0, 1, 1, 1, 5, 0, (4, 1)), (8, 1, 1, 1, 1, 5, 1, (3, 4)),
+     (2, 4, 1, 1, 1, 33, 1, (4, 1)), (2, 5, 4, 1, 0, 5, 7, (3, 2))] if DEEP else []))
+def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers, staging):
     """`pace`: local tiles wait for their remote partners' units as they go, and the units
     go k-block by k-block across the remote panels. 5 k-blocks: two gather units of 4 per
     panel, the second ragged; 33 in units of 1: two flag words a panel. `pullers` 1: one of
-    the two CTAs pulls every unit (0: both; 7, more than the grid: both)."""
+    the two CTAs pulls every unit (0: both; 7, more than the grid: both). `staging` (4, 1):
+    the decoding build (4 stages, C out a chunk at a time)."""
     k = 64 * kblocks
     r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, pace=pace, pullers=pullers,
-                     **SMALL)
+                     staging=staging, **SMALL)
     for rank in range(world):
         np.testing.assert_array_equal(r["gathered"][rank], r["want_gathered"])
         assert_product(r["c"][rank], r["want_c"][rank], k)
@@ -141,6 +142,17 @@ def test_gemm_rs_text_and_twin_agree_at_other_widths(bn, stages):
     (k,) = ptxdsl.parse_file(SAMPLES / "gemm_rs.ptxdsl",
                              defines={"BN": bn, "STAGES": stages}).kernels
     assert k == sample_module("gemm_rs").make_gemm_rs(bn, stages).ir
+
+
+@pytest.mark.parametrize("stages, cch", [(4, 1), (3, 2)])
+def test_ag_gemm_text_and_twin_agree_on_other_staging(stages, cch):
+    (k,) = ptxdsl.parse_file(SAMPLES / "ag_gemm.ptxdsl",
+                             defines={"STAGES": stages, "CCH": cch}).kernels
+    assert k == sample_module("ag_gemm").make_ag_gemm(stages, cch).ir
+
+
+def test_ag_staging():
+    assert tp.ag_staging(1) == (4, 1) and tp.ag_staging(0) == (3, 4)
 
 
 @pytest.mark.parametrize("world, m_local, n, k_local, sms, want", [
