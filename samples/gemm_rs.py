@@ -6,8 +6,9 @@ rows rank * m_local .. (rank + 1) * m_local of C = the sum over ranks of A @ B^T
 walk visits row panels owner by owner, this rank's own first: a partial tile is stored into its
 own shard, or reduce-added into the owner's over NVLink once the owner's store is in (with
 `ordered`, once every earlier step's is), and each contribution then bumps its half-tile's
-counter in the owner's `sig`. With `zeroed` (every item in the first wave) the consumers
-zero the owner's tiles as the launch starts and every contribution adds as soon as it is done.
+counter in the owner's `sig`. With `zeroed` (every item in the first wave) warp 1 zeroes
+the owner's tiles as the launch starts (and sees the owners' zeros in while the main loop
+runs) and every contribution adds as soon as it is done.
 The main loop and epilogue staging are gemm.py's. The host side and multi-rank interpreter
 runs are in tp_linear.py; `example` is the one-rank launch."""
 
@@ -20,24 +21,36 @@ BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 NONE = 0xFFFFFFFF  # no contribution waits to be published
 
 
-def zeros(k, work, cs, c, sig, sig_stride, rank, ppr, tiles_n, wg, leader, bn: int) -> None:
-    """`zeroed`: zeros over this rank's own tiles (what their first contributions cover), from
-    the staging tile before any epilogue needs it; each half-tile counted in once they are
-    complete (a consumer warpgroup zeroes its 64-row half)."""
-    with k.for_("j", 0, 16, unroll=True) as j:
-        cs[wg, 0, j * 4 + k.tid.x % 128 / 32, k.laneid * 2] = k.bf16x2(0.0, 0.0)
+def zeros(k, work, cs, c, sig, sig_stride, rank, world, epoch, ppr, tiles_m, tiles_n, zeroed,
+          zready, bn: int) -> None:
+    """`zeroed` (warp 1): zeros over this rank's own tiles (what their first contributions
+    cover), from the staging tile (the consumers write it only once `zready` completes), each
+    half-tile counted in once they are complete; then, while the main loop runs, the owners
+    of this CTA's items seen to have theirs in (a remote counter's read costs ~1.5 us)."""
+    with k.for_("i", 0, 64) as i:
+        with k.for_("j", 0, 32) as j:
+            cs[0, 0, i, j * 2] = k.bf16x2(0.0, 0.0)
     k.fence_proxy_async()
-    k.bar_sync(8 + wg, 128)
     with k.for_("w", work) as w:
-        with k.if_(leader & (w.m < ppr) & (w.split == 0)):  # own tile, its first range
-            with k.for_("h", 0, bn // 64) as h:
-                k.tma_store(c, [(w.n * bn + h * 64).to(s32), (w.m * BM + wg * 64).to(s32),
-                                rank.to(s32)], cs[wg, 0])
+        with k.if_((w.m < ppr) & (w.split == 0)):  # this rank's own tile, its first range
+            with k.for_("hr", 0, 2) as hr:
+                with k.for_("h", 0, bn // 64) as h:
+                    k.tma_store(c, [(w.n * bn + h * 64).to(s32), (w.m * BM + hr * 64).to(s32),
+                                    rank.to(s32)], cs[0, 0])
             k.bulk_commit()
             k.bulk_wait(0)
             k.fence_proxy_async_global()
-            k.let("z", k.atomic_add(sig[rank * sig_stride + (w.m * tiles_n + w.n) * 2 + wg], 1,
-                                    "release", "sys"))
+            with k.for_("hr", 0, 2) as hr:
+                k.let("z", k.atomic_add(sig[rank * sig_stride + (w.m * tiles_n + w.n) * 2 + hr],
+                                        1, "release", "sys"))
+    with k.for_("w", work) as w:
+        q = k.let("q", (w.m + rank * ppr) % tiles_m)
+        with k.for_("hr", 0, 2) as hr:
+            cnt = k.let("cnt", q / ppr * sig_stride + ((q % ppr * tiles_n + w.n) * 2 + hr))
+            want = k.let("want", (epoch - 1) * (world * w.splits + zeroed) + zeroed)
+            with k.while_((k.ld_acquire(sig[cnt], "sys") - want).to(s32) < 0):
+                pass
+    k.mbarrier_arrive(zready)
 
 
 def make_gemm_rs(bn: int = BN, stages: int = 3) -> ptxdsl.KernelDef:
@@ -52,11 +65,17 @@ def make_gemm_rs(bn: int = BN, stages: int = 3) -> ptxdsl.KernelDef:
         ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
                           b=(bf16, [bn, BK], 1024, 128))
         cs = k.shared("cs", bf16, [2, bn // 64, 64, 64], align=1024, swizzle=128)
+        # `zeroed`: the zeros are in, here and at this CTA's owners
+        zready = k.mbarrier("zready", count=1)
         ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per owner
         tiles_m = k.let("tiles_m", world * ppr)
         tiles_n = k.let("tiles_n", (n + (bn - 1)) / bn)
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
         work = k.schedule("work", (tiles_m, tiles_n), group=8, ksteps=ktiles, splits=splits)
+        with k.if_(k.tid.x == 0):
+            k.mbarrier_init(zready)
+            k.fence_mbarrier_init()
+        k.bar_sync(0)
         with k.role("producer", 0, 4, regs=40):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("w", work) as w:
@@ -67,14 +86,16 @@ def make_gemm_rs(bn: int = BN, stages: int = 3) -> ptxdsl.KernelDef:
                         k.tma_load(ring.a, a, [(kt * BK).to(s32), r0])
                         k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * bn).to(s32)])
                         k.commit(ring)
+            with k.if_((k.warp == 1) & k.elect() & (zeroed != 0)):
+                zeros(k, work, cs, c, sig, sig_stride, rank, world, epoch, ppr, tiles_m, tiles_n,
+                      zeroed, zready, bn)
         with k.role("consumer", 4, 12, regs=232):
             wg = k.let("wg", k.warp / 4 - 1)
             leader = k.let("leader", k.tid.x % 128 == 0)
             row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
             col = k.let("col", k.laneid % 4 * 2)
             pending = k.let("pending", NONE, type=u32)  # the counter the last contribution bumps
-            with k.if_(zeroed != 0):
-                zeros(k, work, cs, c, sig, sig_stride, rank, ppr, tiles_n, wg, leader, bn)
+            zwait = k.let("zwait", zeroed)  # the zeros are in and `cs` is free: yet to be seen
             with k.for_("w", work) as w:
                 q = k.let("q", (w.m + rank * ppr) % tiles_m)
                 owner = k.let("owner", q / ppr)
@@ -109,6 +130,9 @@ def make_gemm_rs(bn: int = BN, stages: int = 3) -> ptxdsl.KernelDef:
                         k.let("seen", k.atomic_add(sig[pending], 1, "release", "sys"))
                         k.assign(pending, NONE)
                     k.bulk_wait_read(0)
+                    with k.if_(zwait != 0):  # the zeros are in (and out of `cs`)
+                        k.mbarrier_wait(zready, 0)
+                        k.assign(zwait, 0)
                 k.bar_sync(8 + wg, 128)
                 with k.for_("j", 0, bn // 8, unroll=True) as j:
                     with k.for_("i", 0, 2, unroll=True) as i:
@@ -128,8 +152,9 @@ def make_gemm_rs(bn: int = BN, stages: int = 3) -> ptxdsl.KernelDef:
                         base = k.let("base", (epoch - 1) * (world * w.splits + zeroed))
                         want = k.let("want", base + zeroed +
                                      k.select(ordered != 0, idx, 1 - zeroed))
-                        with k.while_((k.ld_acquire(sig[cnt], "sys") - want).to(s32) < 0):
-                            pass
+                        with k.if_((zeroed == 0) | (ordered != 0)):  # else warp 1 saw them
+                            with k.while_((k.ld_acquire(sig[cnt], "sys") - want).to(s32) < 0):
+                                pass
                         k.fence_proxy_async_global()
                         with k.for_("h", 0, bn // 64, unroll=True) as h:
                             k.tma_reduce_add(c, [(w.n * bn + h * 64).to(s32), r1, owner.to(s32)],
