@@ -131,12 +131,14 @@ class _Plan:
         self.epoch = 0
         self._launchers: dict = {}
         self._maps: dict = {}
-        self.watchdog_ms = watchdog_ms
         self.sms = rt.device_info(self.device).sm_count
-        self.prog = program(self.kernel_name, self.device, watchdog_ms, self.defines())
+        # the kernel's compile-time parameters: (name, value) pairs
+        self.defines = self._tile()
+        self.prog = program(self.kernel_name, self.device, watchdog_ms, self.defines)
 
-    def defines(self) -> tuple:
-        """The kernel's compile-time parameters for this plan ((name, value) pairs)."""
+    def _tile(self) -> tuple:
+        """Chooses the plan's tiling for its shape and GPU (sets its attributes) and returns
+        the kernel's compile-time parameters."""
         return ()
 
     def _symmetric(self, nbytes: int, dtype: str, zero: bool = False) -> Any:
@@ -233,7 +235,7 @@ class AllGatherGemm(_Plan):
             shape=(w, w, m_local, k), strides=(self.buf.stride, m_local * k * 2, k * 2, 2),
             swizzle="128B", device=self.device)
 
-    def defines(self) -> tuple:
+    def _tile(self) -> tuple:
         w, tiles = self.world, self.world * cdiv(self.m_local, BM) * cdiv(self.n, BN)
         self.grid = min(self.sms, tiles)
         # every tile in the first wave (decoding): local tiles keep pace with remote ones
@@ -280,7 +282,8 @@ class GemmReduceScatter(_Plan):
     that many ranges when the tiles alone would leave SMs idle (default: as many as fill the
     GPU, at most 4; each range's partial is rounded to bf16 before it is added). When every
     work item runs in the first wave (decoding, unordered) the owners zero their tiles as
-    the launch starts, so no contribution waits for the owner's first."""
+    the launch starts, so no contribution waits for the owner's first. `bn`: the tile width
+    (64, 128, 192 or 256; default: `rs_tiling`'s choice)."""
 
     kernel_name = "gemm_rs"
 
@@ -308,8 +311,8 @@ class GemmReduceScatter(_Plan):
                                 shape=(w, m_local, n), strides=(self.out.stride, n * 2, 2),
                                 swizzle="128B", device=self.device)
 
-    def defines(self) -> tuple:
-        # the tiling (every rank must count the same: agreed below)
+    def _tile(self) -> tuple:
+        # every rank must count the same: agreed in __init__
         self.bn, self.stages, self.splits = rs_tiling(
             self.world, self.m_local, self.n, self.k_local, self.sms, *self._want)
         return (("BN", self.bn), ("STAGES", self.stages))
