@@ -17,7 +17,7 @@ import numpy as np
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
 
-BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
+BM, BN, BK = 128, 256, 64  # tile rows, tile columns (the default width), k-block
 NONE = 0xFFFFFFFF  # no contribution waits to be published
 
 
@@ -27,9 +27,12 @@ def zeros(k, work, cs, c, sig, sig_stride, rank, world, epoch, ppr, tiles_m, til
     cover), from the staging tile (the consumers write it only once `zready` completes), each
     half-tile counted in once they are complete; then, while the main loop runs, the owners
     of this CTA's items seen to have theirs in (a remote counter's read costs ~1.5 us)."""
+    z8 = k.let("z8", type=ptxdsl.types.vector_type(bf16, 8))  # 16 bytes of zeros
+    with k.for_("e", 0, 8, unroll=True) as e:
+        z8[e] = 0.0
     with k.for_("i", 0, 64) as i:
-        with k.for_("j", 0, 32) as j:
-            cs[0, 0, i, j * 2] = k.bf16x2(0.0, 0.0)
+        with k.for_("j", 0, 8, unroll=True) as j:
+            cs[0, 0, i, j * 8] = z8
     k.fence_proxy_async()
     with k.for_("w", work) as w:
         with k.if_((w.m < ppr) & (w.split == 0)):  # this rank's own tile, its first range

@@ -39,7 +39,7 @@ from ptxdsl.errors import LaunchError
 from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 
 HERE = Path(__file__).resolve().parent
-BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
+BM, BN, BK = 128, 256, 64  # tile rows, tile columns (the widest), k-block
 
 
 @cache
@@ -87,23 +87,39 @@ def rs_counters(m_local: int, n: int, bn: int = BN) -> int:
     return cdiv(m_local, BM) * cdiv(n, bn) * 2
 
 
+RS_SMEM = 232448 - 1024  # a CTA's shared memory, less room for the barriers
+RS_WIDTHS = (64, 128, 192, 256)
+
+
+def rs_stages(bn: int) -> int:
+    """gemm_rs's pipeline stages at tile width bn: as many as fit beside the staging tile
+    (2 x bn x 64 bf16), at most 6 (256: 3, 192: 4, 128 and 64: 6)."""
+    stage = (BM + bn) * BK * 2
+    return min(6, (RS_SMEM - 2 * bn * 64 * 2) // stage)
+
+
 def rs_tiling(world: int, m_local: int, n: int, k_local: int, sms: int, splits: int = 0,
               bn: int = 0) -> tuple[int, int, int]:
-    """gemm_rs's (tile width, pipeline stages, K ranges a tile) for a shape.
+    """gemm_rs's (tile width, pipeline stages, K ranges a tile) for a shape; `splits` and
+    `bn` as the caller asked (0: chosen).
 
-    256-wide tiles, 3 stages, and as many K ranges a tile as fill the GPU (at most 4) when
-    the tiles alone leave SMs idle. Where 256-wide tiles would need K ranges and 128-wide
-    ones fill a wave alone (decoding), 128-wide tiles with 6 stages and one range: a tile's
-    partial then crosses the link once (half the bytes added into the peers after the main
-    loop) and the smaller stages leave room for more of them (decode reduce-scatter on
-    2 x H200: 256-wide in 2 ranges 103.2 us; 128-wide with 3, 4, 5 stages 134.2, 107.2,
-    98.0)."""
+    256-wide tiles, and as many K ranges a tile as fill the GPU (at most 4) when the tiles
+    alone leave SMs idle. Where 256-wide tiles would leave half the SMs idle or more and
+    128-wide ones fit in a wave (decoding), 128-wide tiles, with K ranges only where those
+    still leave SMs idle: a tile's partial crosses the link half as often (at 256 tokens,
+    once instead of twice: half the bytes added into the peers after the main loop), and
+    the smaller stages leave room for more of them (decode reduce-scatter on 2 x H200:
+    256-wide in 2 ranges 103.2 us; 128-wide with 3, 4, 5, 6 stages 134.2, 107.2, 97.2,
+    97.1)."""
     tiles = world * cdiv(m_local, BM)
+    if bn not in (0, *RS_WIDTHS):
+        raise LaunchError(f"gemm_rs tiles are {', '.join(map(str, RS_WIDTHS))} columns wide, "
+                          f"not {bn}")
     if not bn:
-        bn = 128 if not splits and tiles * cdiv(n, 256) * 2 <= sms and \
+        bn = 128 if splits <= 1 and tiles * cdiv(n, 256) * 2 <= sms and \
             tiles * cdiv(n, 128) <= sms else BN
     want = splits if splits else min(sms // (tiles * cdiv(n, bn)), 4)
-    return bn, (3 if bn == BN else 6), max(1, min(want, cdiv(k_local, BK)))
+    return bn, rs_stages(bn), max(1, min(want, cdiv(k_local, BK)))
 
 
 def _agree(dist: Any, group: Any, what: str, values: tuple) -> None:
@@ -290,6 +306,9 @@ class GemmReduceScatter(_Plan):
     def __init__(self, m_local: int, n: int, k_local: int, *, device: Any = None,
                  group: Any = None, watchdog_ms: int = 0, ordered: bool = False,
                  splits: int = 0, bn: int = 0):
+        if n % 8 or k_local % 8:
+            raise LaunchError(f"n and k_local must be multiples of 8 (16-byte rows for TMA), "
+                              f"got {n} and {k_local}")
         self.m_local, self.n, self.k_local, self.ordered = m_local, n, k_local, bool(ordered)
         self._want = (splits, bn)
         _Plan.__init__(self, device, group, watchdog_ms)
@@ -301,9 +320,6 @@ class GemmReduceScatter(_Plan):
         _agree(self.dist, group, "GEMM + reduce-scatter plans (m_local, n, ordered, tile "
                "width, K ranges a tile, zeroed)",
                (m_local, n, bool(ordered), self.bn, self.splits, self.zeroed))
-        if n % 8 or k_local % 8:
-            raise LaunchError(f"n and k_local must be multiples of 8 (16-byte rows for TMA), "
-                              f"got {n} and {k_local}")
         self._signals(rs_counters(m_local, n, self.bn))
         self.out = self._symmetric(m_local * n * 2, "u16")
         stacked = self.out.stacked()
@@ -389,13 +405,13 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
 
 def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
               grid: int = 2, ordered: bool = False, epochs: int = 2, seed: int = 0,
-              rng: Any = None, splits: int = 1, zeroed: int = 0, bn: int = BN
-              ) -> dict[str, Any]:
+              rng: Any = None, splits: int = 1, zeroed: int = 0, bn: int = BN,
+              stages: int = 3) -> dict[str, Any]:
     """GEMM + reduce-scatter for `world` ranks at once in the CPU interpreter, launched
     `epochs` times on fresh data (the counters carry over): returns the last launch's C
     shards (f32) with numpy's answer, a bound on the partials' magnitudes (each partial is
     rounded to bf16 before it is added) and the counters. `zeroed`: the owners zero their
-    tiles first and every contribution adds; `bn`: the tile width."""
+    tiles first and every contribution adds; `bn`, `stages`: the build."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
@@ -403,7 +419,7 @@ def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
     out = np.full((world, m_local, n), 0xFFFF, np.uint16)  # rank r's C shard: out[r]
     sig = np.zeros((world, rs_counters(m_local, n, bn)), np.uint32)
     tc = TensorMapModel(out, (1, 64, 64), swizzle="128B", dtype="bf16")
-    kern = ptxdsl.parse_file(HERE / "gemm_rs.ptxdsl", defines={"BN": bn})
+    kern = ptxdsl.parse_file(HERE / "gemm_rs.ptxdsl", defines={"BN": bn, "STAGES": stages})
     for epoch in range(1, epochs + 1):
         a = [f32_to_bf16(rng.standard_normal((m, k_local))) for _ in range(world)]
         b = [f32_to_bf16(rng.standard_normal((n, k_local))) for _ in range(world)]

@@ -58,19 +58,24 @@ def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers, 
         np.testing.assert_array_equal(flags, want)
 
 
-@pytest.mark.parametrize("world, ordered, splits, seed, epochs, zeroed, bn", [
-    (2, False, 2, 0, 1, 1, 256)] + (
-    [(2, False, 2, 0, 1, 0, 256), (2, True, 1, 3, 2, 0, 256), (4, False, 1, 1, 2, 0, 256),
-     (4, True, 2, 0, 2, 0, 256), (8, True, 1, 2, 1, 0, 256), (4, False, 2, 3, 2, 1, 256),
-     (8, False, 1, 4, 1, 1, 256), (2, False, 1, 5, 2, 1, 128), (4, True, 1, 6, 1, 0, 128),
-     (8, False, 1, 7, 1, 1, 128)] if DEEP else []))
-def test_gemm_reduce_scatter_ranks(world, ordered, splits, seed, epochs, zeroed, bn):
+@pytest.mark.parametrize("world, ordered, splits, seed, epochs, zeroed, bn, kb, grid", [
+    (2, False, 2, 0, 1, 1, 128, 2, 2)] + (
+    [(2, False, 2, 0, 1, 0, 256, 2, 2), (2, True, 1, 3, 2, 0, 256, 2, 2),
+     (4, False, 1, 1, 2, 0, 256, 2, 2), (4, True, 2, 0, 2, 0, 256, 2, 2),
+     (8, True, 1, 2, 1, 0, 256, 2, 2), (4, False, 2, 3, 2, 1, 256, 2, 2),
+     (8, False, 1, 4, 1, 1, 256, 2, 2), (2, False, 1, 5, 2, 1, 128, 7, 4),
+     (4, True, 1, 6, 1, 0, 128, 2, 2), (8, False, 1, 7, 1, 1, 128, 2, 2),
+     (3, True, 2, 8, 2, 1, 64, 2, 2), (2, False, 1, 9, 1, 0, 192, 5, 2)] if DEEP else []))
+def test_gemm_reduce_scatter_ranks(world, ordered, splits, seed, epochs, zeroed, bn, kb, grid):
     """`zeroed`: the owners zero their tiles as the launch starts and every contribution adds
-    (with two launches, the second's counts continue from the first's). `bn` 128: the
-    decoding tiling (136 columns: a full tile and a ragged one)."""
-    k = 128
+    (with two launches, the second's counts continue from the first's); with `ordered` too,
+    after the zeros in order. `bn` 128: the decoding tiling (136 columns: a full tile and a
+    ragged one), built as the host builds it (`rs_stages`); 7 k-blocks wrap its 6-stage
+    ring, and a grid of 4 gives each CTA one item as when decoding."""
+    k = 64 * kb
     r = tp.interp_rs(world, k_local=k, ordered=ordered, epochs=epochs, seed=seed,
-                     splits=splits, zeroed=zeroed, bn=bn, **SMALL)
+                     splits=splits, zeroed=zeroed, bn=bn, stages=tp.rs_stages(bn), grid=grid,
+                     **SMALL)
     assert_product(r["c"], r["want"], k * world, r["scale"], 2 * world * splits + zeroed)
     # every half-tile counter holds world x splits contributions (and the zeros) a launch,
     # never reset
@@ -136,7 +141,7 @@ def test_plans_agree_on_their_shapes_or_fail_on_every_rank():
             "rank 1: (256, 8192), rank 2: (128, 8192), rank 3: (256, 8192))") in str(e.value)
 
 
-@pytest.mark.parametrize("bn, stages", [(128, 6), (192, 3)])
+@pytest.mark.parametrize("bn, stages", [(128, 6), (192, 4)])
 def test_gemm_rs_text_and_twin_agree_at_other_widths(bn, stages):
     """The default build is compared in test_twins; these are the -D BN / STAGES forms."""
     (k,) = ptxdsl.parse_file(SAMPLES / "gemm_rs.ptxdsl",
@@ -155,6 +160,17 @@ def test_ag_staging():
     assert tp.ag_staging(1) == (4, 1) and tp.ag_staging(0) == (3, 4)
 
 
+@pytest.mark.parametrize("bn", [64, 128, 192, 256])
+def test_every_rs_width_builds_with_its_stages(bn):
+    """What the host builds fits a CTA's shared memory, and where the stage count is not
+    capped one more stage would not."""
+    stages = tp.rs_stages(bn)
+    ptxdsl.compile(SAMPLES / "gemm_rs.ptxdsl", defines={"BN": bn, "STAGES": stages})
+    if stages < 6:
+        with pytest.raises(ptxdsl.CompileError, match="shared memory"):
+            ptxdsl.compile(SAMPLES / "gemm_rs.ptxdsl", defines={"BN": bn, "STAGES": stages + 1})
+
+
 @pytest.mark.parametrize("world, m_local, n, k_local, sms, want", [
     (2, 128, 8192, 14336, 132, (128, 6, 1)),  # decode: 128-wide tiles fill a wave alone
     (2, 4096, 8192, 14336, 132, (256, 3, 1)),  # 8192 tokens: many waves
@@ -164,3 +180,11 @@ def test_ag_staging():
 ])
 def test_rs_tiling(world, m_local, n, k_local, sms, want):
     assert tp.rs_tiling(world, m_local, n, k_local, sms) == want
+
+
+def test_rs_tiling_takes_what_the_caller_asks():
+    assert tp.rs_tiling(2, 128, 8192, 14336, 132, splits=1) == (128, 6, 1)  # one range: narrow
+    assert tp.rs_tiling(2, 128, 8192, 14336, 132, splits=2) == (256, 3, 2)
+    assert tp.rs_tiling(2, 4096, 8192, 14336, 132, bn=192) == (192, 4, 1)
+    with pytest.raises(ptxdsl.LaunchError, match="not 96"):
+        tp.rs_tiling(2, 128, 8192, 14336, 132, bn=96)
