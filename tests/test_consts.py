@@ -39,6 +39,24 @@ def test_constants_build_the_ir_of_the_numbers_they_stand_for():
     assert with_consts == numbers
 
 
+def test_a_swizzle_is_a_constant_expression():
+    """A chunk's swizzle follows its width: `swizzle CW * 2` is the number it stands for, and
+    a swizzle computed when the kernel runs is a located error."""
+    text = """
+        kernel k<CW: u32 = 64>(x: ptr<u32>) threads(32) {
+            shared s: bf16[64][CW] align 1024 swizzle CW * 2;
+            x[0] = 1;
+        }"""
+    assert ptxdsl.parse(text, defines={"CW": 32}) == ptxdsl.parse("""
+        kernel k(x: ptr<u32>) threads(32) {
+            shared s: bf16[64][32] align 1024 swizzle 64;
+            x[0] = 1;
+        }""")
+    assert "a swizzle must be known at compile time" in errors(
+        "kernel k(x: ptr<u32>, n: u32) threads(32) { shared s: bf16[64][64] align 1024 "
+        "swizzle n; x[0] = 1; }")
+
+
 def test_defines_instantiate_compile_time_parameters():
     text = "kernel k<N: u32 = 8, F: f32 = 0.5, P: pred = true>(x: ptr<f32>) threads(32) " \
            "{ if P { x[N] = F; } }"

@@ -285,7 +285,7 @@ class _Walker(CompileTimeWalker):
         a = self.const_int(align, "an alignment") if align is not None else None
         if any(d is None for d in shape) or (align is not None and a is None):
             return None
-        swz = self.number(swizzle.children[0]) if swizzle is not None else 0
+        swz = self.const_int(swizzle.children[0], "a swizzle") if swizzle is not None else 0
         if swz is None:
             return None
         major = "mn" if swizzle is not None and swizzle.children[1] is not None else "k"
