@@ -17,6 +17,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.swizzle import chunk_columns
 
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 
@@ -28,20 +29,24 @@ def unit(k, u, pace, rpan, nck):
             k.let("pu", k.select(pace != 0, u / rpan, u % nck)))
 
 
-def make_ag_gemm(stages: int = 3, cch: int = 4) -> ptxdsl.KernelDef:
-    """The kernel with `stages` pipeline stages, C staged `cch` 64-column chunks at a time
+def make_ag_gemm(stages: int = 3, cch: int = 4, bn: int = BN) -> ptxdsl.KernelDef:
+    """The kernel with bn-wide tiles (64 to 256, in 32s), `stages` pipeline stages, C going out
+    in `chunk_columns` chunks (64 columns, or 32 where 64 do not divide bn), `cch` staged at
+    a time
     (1, 2 or 4: the text's STAGES and CCH)."""
-    if cch not in (1, 2, 4):
-        raise ValueError(f"make_ag_gemm: C is staged 1, 2 or 4 chunks at a time, not {cch}")
+    cw = chunk_columns(bn, 2)
+    if bn % 32 or not 64 <= bn <= 256 or (bn // cw) % cch:
+        raise ValueError(f"make_ag_gemm: tiles are 64 to 256 columns wide in 32s, and the "
+                         f"chunks staged at a time divide a tile's; not {bn} and {cch}")
 
     def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: tmap(bf16, 2),
                 c: tmap(bf16, 3), flags: ptr(u32), sig: ptr(u32), sig_stride: u32, rank: u32,
                 world: u32, m_local: u32, n: u32, kdim: u32, epoch: u32, ck: u32, pace: u32,
                 pullers: u32):
         ring = k.pipeline("ring", stages, a=(bf16, [BM, BK], 1024, 128),
-                              b=(bf16, [BN, BK], 1024, 128))
+                              b=(bf16, [bn, BK], 1024, 128))
         gring = k.pipeline("gring", 2, t=(bf16, [64, BK], 1024, 128))
-        cs = k.shared("cs", bf16, [2, cch, 64, 64], align=1024, swizzle=128)
+        cs = k.shared("cs", bf16, [2, cch, 64, cw], align=1024, swizzle=cw * 2)
         ppr = k.let("ppr", (m_local + (BM - 1)) / BM)  # row panels per rank
         tiles_m = k.let("tiles_m", world * ppr)
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
@@ -52,7 +57,7 @@ def make_ag_gemm(stages: int = 3, cch: int = 4) -> ptxdsl.KernelDef:
         mine = k.let("mine", k.select(k.ctaid.x < np_, units, 0))  # the units it may pull
         nw = k.let("nw", (nck + 31) / 32)  # flag words a remote panel
         par = k.let("par", epoch % 2)  # a landed unit's bit this launch
-        work = k.schedule("work", (tiles_m, (n + (BN - 1)) / BN), group=8)
+        work = k.schedule("work", (tiles_m, (n + (bn - 1)) / bn), group=8)
         with k.role("producer", 0, 4, regs=40):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("w", work) as w:
@@ -77,7 +82,7 @@ def make_ag_gemm(stages: int = 3, cch: int = 4) -> ptxdsl.KernelDef:
                             k.fence_proxy_async_global()
                         k.acquire(ring)
                         k.tma_load(ring.a, a, [(kt * BK).to(s32), r0, src.to(s32)])
-                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
+                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * bn).to(s32)])
                         k.commit(ring)
             with k.if_((k.warp == 1) & k.elect()):
                 with k.if_(k.ctaid.x == 0):  # this rank's shard is final: tell every peer
@@ -136,7 +141,7 @@ def make_ag_gemm(stages: int = 3, cch: int = 4) -> ptxdsl.KernelDef:
             col = k.let("col", k.laneid % 4 * 2)
             with k.for_("w", work) as w:
                 q = k.let("q", (w.m + rank * ppr) % tiles_m)
-                acc = k.let("acc", type=array(f32, BN // 2))
+                acc = k.let("acc", type=array(f32, bn // 2))
 
                 def kblock(first: bool) -> None:
                     """Wait for the next stage and issue its wgmmas as one group."""
@@ -155,21 +160,22 @@ def make_ag_gemm(stages: int = 3, cch: int = 4) -> ptxdsl.KernelDef:
                     k.release(ring)
                 k.wgmma_wait(0)
                 k.release(ring)
-                # C out through the staging tile, cch 64-column chunks at a time
-                with k.for_("h0", 0, BN // 64, cch, unroll=True) as h0:
+                # C out through the staging tile, cch chunks at a time
+                with k.for_("h0", 0, bn // cw, cch, unroll=True) as h0:
                     with k.if_(leader):
                         k.bulk_wait_read(0)
                     k.bar_sync(8 + wg, 128)
-                    with k.for_("jj", 0, cch * 8, unroll=True) as jj:
+                    with k.for_("jj", 0, cch * (cw // 8), unroll=True) as jj:
                         with k.for_("i", 0, 2, unroll=True) as i:
-                            j = h0 * 8 + jj
-                            cs[wg, jj / 8, row + i * 8, jj % 8 * 8 + col] = k.bf16x2(
+                            per = cw // 8  # 8-column groups a chunk
+                            j = h0 * per + jj
+                            cs[wg, jj / per, row + i * 8, jj % per * 8 + col] = k.bf16x2(
                                 acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
                     k.fence_proxy_async()
                     k.bar_sync(8 + wg, 128)
                     with k.if_(leader):
                         with k.for_("h", 0, cch, unroll=True) as h:
-                            k.tma_store(c, [(w.n * BN + (h0 + h) * 64).to(s32),
+                            k.tma_store(c, [(w.n * bn + (h0 + h) * cw).to(s32),
                                             (q % ppr * BM + wg * 64).to(s32), (q / ppr).to(s32)],
                                         cs[wg, h])
                         k.bulk_commit()

@@ -37,6 +37,7 @@ import ptxdsl
 from ptxdsl import runtime as rt
 from ptxdsl.errors import LaunchError
 from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+from ptxdsl.swizzle import chunk_box
 
 HERE = Path(__file__).resolve().parent
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns (the widest), k-block
@@ -67,6 +68,15 @@ def ag_pullers(world: int, m_local: int, grid: int, pace: int) -> int:
     unit each at once landed the first 6-10 us in, 16 at 4-5 us; 2 x H200). Every remote
     panel's tiles consume its units at once, so the pullers grow with the panels."""
     return min(grid, 16 * (world - 1) * cdiv(m_local, BM)) if pace else grid
+
+
+def ag_width(world: int, m_local: int, n: int, sms: int) -> int:
+    """ag_gemm's tile width: 256, or 224 where 224-wide tiles still fit in one wave and there
+    are more of them (decoding: 2 x 64 fill 128 SMs at N 14336 where 256-wide ones fill
+    112)."""
+    panels = world * cdiv(m_local, BM)
+    wide = panels * cdiv(n, BN)
+    return 224 if wide < panels * cdiv(n, 224) <= sms else BN
 
 
 def ag_staging(pace: int) -> tuple[int, int]:
@@ -183,7 +193,8 @@ class _Plan:
             launch = self._launchers[stream] = self.prog[grid, None, stream]
         return launch
 
-    def _map(self, x: Any, shape: tuple, what: str, box: tuple, view: tuple = ()) -> Any:
+    def _map(self, x: Any, shape: tuple, what: str, box: tuple, view: tuple = (),
+             swizzle: str = "128B") -> Any:
         """The tensor map of operand `x`, a bf16 array of `shape` (contiguous when `view`
         reshapes it), kept per layout (address, shape, strides, dtype): a layer called on the
         same tensors again builds and checks nothing."""
@@ -201,8 +212,8 @@ class _Plan:
                 raise LaunchError(f"{what} must be contiguous (row-major), got strides "
                                   f"{d.strides} (bytes)")
             m = (rt.TensorMap(rt.DevicePointer(d.ptr), box, dtype="bf16", shape=view,
-                              swizzle="128B", device=self.device) if view else
-                 rt.TensorMap(x, box, dtype="bf16", swizzle="128B", device=self.device))
+                              swizzle=swizzle, device=self.device) if view else
+                 rt.TensorMap(x, box, dtype="bf16", swizzle=swizzle, device=self.device))
             if layout is not None:
                 if len(self._maps) > 64:
                     self._maps.clear()
@@ -252,12 +263,14 @@ class AllGatherGemm(_Plan):
             swizzle="128B", device=self.device)
 
     def _tile(self) -> tuple:
-        w, tiles = self.world, self.world * cdiv(self.m_local, BM) * cdiv(self.n, BN)
+        w = self.world
+        self.bn = ag_width(w, self.m_local, self.n, self.sms)
+        tiles = w * cdiv(self.m_local, BM) * cdiv(self.n, self.bn)
         self.grid = min(self.sms, tiles)
         # every tile in the first wave (decoding): local tiles keep pace with remote ones
         self.pace = int(w > 1 and tiles <= self.grid)
         self.stages, self.cch = ag_staging(self.pace)
-        return (("STAGES", self.stages), ("CCH", self.cch))
+        return (("STAGES", self.stages), ("CCH", self.cch), ("BN", self.bn))
 
     def shard(self) -> Any:
         """This rank's m_local x k rows of A (bf16 bits as u16), in place in the buffer."""
@@ -273,8 +286,9 @@ class AllGatherGemm(_Plan):
     def __call__(self, b: Any, c: Any, stream: Any = None) -> None:
         """C (M x n, bf16, row-major) = all_gather(A) @ B^T, with B (n x k, bf16)."""
         w, ml, n = self.world, self.m_local, self.n
-        tb = self._map(b, (n, self.k), "b", (BN, BK))
-        tc = self._map(c, (w * ml, n), "c", (1, 64, 64), (w, ml, n))
+        tb = self._map(b, (n, self.k), "b", (self.bn, BK))
+        (rows, cw), swz = chunk_box(64, self.bn, 2)
+        tc = self._map(c, (w * ml, n), "c", (1, rows, cw), (w, ml, n), swz)
         launch = self._launcher(self.grid, stream)
         # the epoch counts launches enqueued: a launch refused before it runs must not count
         # (a landed unit's bit is the epoch's parity, so a skipped epoch would read every
@@ -359,15 +373,15 @@ class GemmReduceScatter(_Plan):
 
 def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: int = 2,
               seed: int = 0, rng: Any = None, ck: int = 4, epochs: int = 1,
-              pace: int = 0, pullers: int = 0, staging: tuple[int, int] = (3, 4)
-              ) -> dict[str, Any]:
+              pace: int = 0, pullers: int = 0, staging: tuple[int, int] = (3, 4),
+              bn: int = BN) -> dict[str, Any]:
     """All-gather + GEMM for `world` ranks at once in the CPU interpreter, launched `epochs`
     times on fresh data (the other slots poisoned again in between; flags and signal words
     carry over): returns each rank's C and gathered A (f32) of the last launch with numpy's
     answers, and the flags and signal words. Ranks may cut gather units differently: `ck`
     is one value for all, or a list of one a rank; `pace` makes local tiles wait with their
     remote partners (and the units go k-block by k-block); `pullers` CTAs pull (0: all);
-    `staging`: (pipeline stages, C chunks staged at once)."""
+    `staging`: (pipeline stages, C chunks staged at once); `bn`: the tile width."""
     from ptxdsl.interp import TensorMapModel, run_ranks
 
     rng = rng if rng is not None else np.random.default_rng(seed)
@@ -378,7 +392,8 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
     flags = [np.zeros(max(ag_flag_words(world, m_local, k, c), 1), np.uint32) for c in cks]
     pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
     kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl",
-                             defines={"STAGES": staging[0], "CCH": staging[1]})
+                             defines={"STAGES": staging[0], "CCH": staging[1], "BN": bn})
+    (rows, cw), swz = chunk_box(64, bn, 2)
     for epoch in range(1, epochs + 1):
         a = f32_to_bf16(rng.standard_normal((world, m_local, k)))
         bs = [f32_to_bf16(rng.standard_normal((n, k))) for _ in range(world)]
@@ -389,8 +404,8 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
         args = [dict(a=TensorMapModel(buf[r], (1, BM, BK), swizzle="128B", dtype="bf16"),
                      a_pull=pull,
                      a_st=TensorMapModel(buf[r], (1, 64, BK), swizzle="128B", dtype="bf16"),
-                     b=TensorMapModel(bs[r], (BN, BK), swizzle="128B", dtype="bf16"),
-                     c=TensorMapModel(cs[r], (1, 64, 64), swizzle="128B", dtype="bf16"),
+                     b=TensorMapModel(bs[r], (bn, BK), swizzle="128B", dtype="bf16"),
+                     c=TensorMapModel(cs[r], (1, rows, cw), swizzle=swz, dtype="bf16"),
                      flags=flags[r], sig=sig.reshape(-1), sig_stride=world + 1, rank=r,
                      world=world, m_local=m_local, n=n, kdim=k, epoch=epoch, ck=cks[r],
                      pace=pace, pullers=pullers or grid)

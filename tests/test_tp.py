@@ -28,20 +28,23 @@ def assert_product(got: np.ndarray, want: np.ndarray, k: int, scale: np.ndarray 
     assert np.all(np.abs(got - want) <= tol), float(np.max(np.abs(got - want) - tol))
 
 
-@pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks, pullers, staging", [
-    (2, 0, 4, 1, 0, 5, 1, (3, 4))] + (
-    [(3, 3, 1, 2, 1, 5, 1, (4, 1)), (2, 2, [1, 4], 3, 1, 5, 0, (3, 4)),
-     (4, 1, 4, 2, 0, 5, 1, (3, 4)), (8, 0, 1, 1, 1, 5, 0, (4, 1)), (8, 1, 1, 1, 1, 5, 1, (3, 4)),
-     (2, 4, 1, 1, 1, 33, 1, (4, 1)), (2, 5, 4, 1, 0, 5, 7, (3, 2))] if DEEP else []))
-def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers, staging):
+@pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks, pullers, staging, bn", [
+    (2, 0, 4, 1, 0, 5, 1, (3, 4), 256)] + (
+    [(3, 3, 1, 2, 1, 5, 1, (4, 1), 256), (2, 2, [1, 4], 3, 1, 5, 0, (3, 4), 256),
+     (4, 1, 4, 2, 0, 5, 1, (3, 4), 256), (8, 0, 1, 1, 1, 5, 0, (4, 1), 256),
+     (8, 1, 1, 1, 1, 5, 1, (3, 4), 256), (2, 4, 1, 1, 1, 33, 1, (4, 1), 256),
+     (2, 5, 4, 1, 0, 5, 7, (3, 2), 256), (2, 6, 1, 2, 1, 5, 1, (4, 1), 224),
+     (4, 7, 4, 1, 0, 5, 0, (3, 7), 224)] if DEEP else []))
+def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers, staging, bn):
     """`pace`: local tiles wait for their remote partners' units as they go, and the units
     go k-block by k-block across the remote panels. 5 k-blocks: two gather units of 4 per
     panel, the second ragged; 33 in units of 1: two flag words a panel. `pullers` 1: one of
     the two CTAs pulls every unit (0: both; 7, more than the grid: both). `staging` (4, 1):
-    the decoding build (4 stages, C out a chunk at a time)."""
+    the decoding build (4 stages, C out a chunk at a time); `bn` 224: C in 32-column chunks
+    (264 columns: a full tile and a ragged one)."""
     k = 64 * kblocks
     r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, pace=pace, pullers=pullers,
-                     staging=staging, **SMALL)
+                     staging=staging, bn=bn, **(SMALL | ({"n": 264} if bn == 224 else {})))
     for rank in range(world):
         np.testing.assert_array_equal(r["gathered"][rank], r["want_gathered"])
         assert_product(r["c"][rank], r["want_c"][rank], k)
@@ -149,15 +152,25 @@ def test_gemm_rs_text_and_twin_agree_at_other_widths(bn, stages):
     assert k == sample_module("gemm_rs").make_gemm_rs(bn, stages).ir
 
 
-@pytest.mark.parametrize("stages, cch", [(4, 1), (3, 2)])
-def test_ag_gemm_text_and_twin_agree_on_other_staging(stages, cch):
+@pytest.mark.parametrize("stages, cch, bn", [(4, 1, 256), (3, 2, 256), (4, 1, 224),
+                                             (3, 7, 224)])
+def test_ag_gemm_text_and_twin_agree_on_other_builds(stages, cch, bn):
     (k,) = ptxdsl.parse_file(SAMPLES / "ag_gemm.ptxdsl",
-                             defines={"STAGES": stages, "CCH": cch}).kernels
-    assert k == sample_module("ag_gemm").make_ag_gemm(stages, cch).ir
+                             defines={"STAGES": stages, "CCH": cch, "BN": bn}).kernels
+    assert k == sample_module("ag_gemm").make_ag_gemm(stages, cch, bn).ir
 
 
-def test_ag_staging():
+@pytest.mark.parametrize("bn", [256, 224])
+def test_the_decoding_all_gather_builds_fit(bn):
+    ptxdsl.compile(SAMPLES / "ag_gemm.ptxdsl",
+                   defines={"STAGES": 4, "CCH": 1, "BN": bn})
+
+
+def test_ag_staging_and_width():
     assert tp.ag_staging(1) == (4, 1) and tp.ag_staging(0) == (3, 4)
+    assert tp.ag_width(2, 128, 14336, 132) == 224  # 2 x 64 tiles fill 128 SMs, not 112
+    assert tp.ag_width(2, 4096, 14336, 132) == 256  # many waves
+    assert tp.ag_width(2, 200, 520, 132) == 256  # 224-wide adds no tiles
 
 
 @pytest.mark.parametrize("bn", [64, 128, 192, 256])
