@@ -31,13 +31,12 @@ def unit(k, u, pace, rpan, nck):
 
 def make_ag_gemm(stages: int = 3, cch: int = 4, bn: int = BN) -> ptxdsl.KernelDef:
     """The kernel with bn-wide tiles (64 to 256, in 32s), `stages` pipeline stages, C going out
-    in `chunk_columns` chunks (64 columns, or 32 where 64 do not divide bn), `cch` staged at
-    a time
-    (1, 2 or 4: the text's STAGES and CCH)."""
-    cw = chunk_columns(bn, 2)
-    if bn % 32 or not 64 <= bn <= 256 or (bn // cw) % cch:
+    in `chunk_columns` chunks (64 columns, or 32 where 64 do not divide bn), `cch` of them
+    staged at a time, a divisor of a tile's chunks (the text's STAGES, CCH and BN)."""
+    if bn % 32 or not 64 <= bn <= 256 or cch < 1 or (bn // chunk_columns(bn, 2)) % cch:
         raise ValueError(f"make_ag_gemm: tiles are 64 to 256 columns wide in 32s, and the "
                          f"chunks staged at a time divide a tile's; not {bn} and {cch}")
+    cw = chunk_columns(bn, 2)
 
     def ag_gemm(k, a: tmap(bf16, 3), a_pull: tmap(bf16, 4), a_st: tmap(bf16, 3), b: tmap(bf16, 2),
                 c: tmap(bf16, 3), flags: ptr(u32), sig: ptr(u32), sig_stride: u32, rank: u32,

@@ -37,7 +37,7 @@ import ptxdsl
 from ptxdsl import runtime as rt
 from ptxdsl.errors import LaunchError
 from ptxdsl.runner import bf16_to_f32, f32_to_bf16
-from ptxdsl.swizzle import chunk_box
+from ptxdsl.swizzle import chunk_box, chunk_columns
 
 HERE = Path(__file__).resolve().parent
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns (the widest), k-block
@@ -79,12 +79,13 @@ def ag_width(world: int, m_local: int, n: int, sms: int) -> int:
     return 224 if wide < panels * cdiv(n, 224) <= sms else BN
 
 
-def ag_staging(pace: int) -> tuple[int, int]:
-    """ag_gemm's (pipeline stages, C chunks staged at once): with `pace` (one tile a CTA,
-    decoding) 4 stages, C going out one 64-column chunk at a time through a quarter of the
-    staging tile; otherwise 3 stages and all 4 chunks at once (2 x H200, one process: decode
-    111.3 -> 107.3 us a call; at 8192 tokens, 28 tiles a CTA, the chunked epilogue costs 3%)."""
-    return (4, 1) if pace else (3, 4)
+def ag_staging(pace: int, bn: int = BN) -> tuple[int, int]:
+    """ag_gemm's (pipeline stages, C chunks staged at once) at tile width bn: with `pace` (one
+    tile a CTA, decoding) 4 stages, C going out one chunk at a time through a chunk-sized
+    staging tile; otherwise 3 stages and all of a tile's chunks at once (2 x H200, one
+    process: decode 111.3 -> 107.3 us a call; at 8192 tokens, 28 tiles a CTA, the chunked
+    epilogue costs 3%)."""
+    return (4, 1) if pace else (3, bn // chunk_columns(bn, 2))
 
 
 def ag_flag_words(world: int, m_local: int, k: int, ck: int) -> int:
@@ -269,7 +270,7 @@ class AllGatherGemm(_Plan):
         self.grid = min(self.sms, tiles)
         # every tile in the first wave (decoding): local tiles keep pace with remote ones
         self.pace = int(w > 1 and tiles <= self.grid)
-        self.stages, self.cch = ag_staging(self.pace)
+        self.stages, self.cch = ag_staging(self.pace, self.bn)
         return (("STAGES", self.stages), ("CCH", self.cch), ("BN", self.bn))
 
     def shard(self) -> Any:

@@ -330,6 +330,9 @@ def test_a_rank_that_never_launches_is_a_named_error(layer, spin):
     out = _torchrun("--hang", layer, timeout=180)
     assert "rank 1: not launching" in out, out[-4000:]
     assert "rank 0: named error: error: watchdog: kernel" in out, out[-4000:]
+    # a spin on a peer's word, or a wait behind one: a full barrier whose producer spins,
+    # or `zready`; not a wait that only a fault within the kernel leaves waiting
     assert re.search(r"spun more than 2000 ms in spin loop `while \(*ld_acquire\(|"
-                     r"waited more than 2000 ms for parity \d of mbarrier \w+", out), out[-4000:]
+                     r"waited more than 2000 ms for parity \d of mbarrier "
+                     r"(\w+\.full\[|zready )", out), out[-4000:]
     assert f"samples/{spin}:" in out, out[-4000:]

@@ -29,8 +29,9 @@ def assert_product(got: np.ndarray, want: np.ndarray, k: int, scale: np.ndarray 
 
 
 @pytest.mark.parametrize("world, seed, ck, epochs, pace, kblocks, pullers, staging, bn", [
-    (2, 0, 4, 1, 0, 5, 1, (3, 4), 256)] + (
-    [(3, 3, 1, 2, 1, 5, 1, (4, 1), 256), (2, 2, [1, 4], 3, 1, 5, 0, (3, 4), 256),
+    (2, 0, 1, 1, 1, 5, 1, (4, 1), 224)] + (
+    [(2, 0, 4, 1, 0, 5, 1, (3, 4), 256), (3, 3, 1, 2, 1, 5, 1, (4, 1), 256),
+     (2, 2, [1, 4], 3, 1, 5, 0, (3, 4), 256),
      (4, 1, 4, 2, 0, 5, 1, (3, 4), 256), (8, 0, 1, 1, 1, 5, 0, (4, 1), 256),
      (8, 1, 1, 1, 1, 5, 1, (3, 4), 256), (2, 4, 1, 1, 1, 33, 1, (4, 1), 256),
      (2, 5, 4, 1, 0, 5, 7, (3, 2), 256), (2, 6, 1, 2, 1, 5, 1, (4, 1), 224),
@@ -41,10 +42,12 @@ def test_all_gather_gemm_ranks(world, seed, ck, epochs, pace, kblocks, pullers, 
     panel, the second ragged; 33 in units of 1: two flag words a panel. `pullers` 1: one of
     the two CTAs pulls every unit (0: both; 7, more than the grid: both). `staging` (4, 1):
     the decoding build (4 stages, C out a chunk at a time); `bn` 224: C in 32-column chunks
-    (264 columns: a full tile and a ragged one)."""
+    (136 columns: one ragged tile, chunks wholly past n; 264: a full tile and a ragged
+    one)."""
     k = 64 * kblocks
     r = tp.interp_ag(world, k=k, seed=seed, ck=ck, epochs=epochs, pace=pace, pullers=pullers,
-                     staging=staging, bn=bn, **(SMALL | ({"n": 264} if bn == 224 else {})))
+                     staging=staging, bn=bn,
+                     **(SMALL | ({"n": 264} if bn == 224 and seed else {})))
     for rank in range(world):
         np.testing.assert_array_equal(r["gathered"][rank], r["want_gathered"])
         assert_product(r["c"][rank], r["want_c"][rank], k)
@@ -168,6 +171,7 @@ def test_the_decoding_all_gather_builds_fit(bn):
 
 def test_ag_staging_and_width():
     assert tp.ag_staging(1) == (4, 1) and tp.ag_staging(0) == (3, 4)
+    assert tp.ag_staging(0, 224) == (3, 7)  # a plan without a peer may take 224-wide tiles
     assert tp.ag_width(2, 128, 14336, 132) == 224  # 2 x 64 tiles fill 128 SMs, not 112
     assert tp.ag_width(2, 4096, 14336, 132) == 256  # many waves
     assert tp.ag_width(2, 200, 520, 132) == 256  # 224-wide adds no tiles
