@@ -36,6 +36,7 @@ import numpy as np
 import ptxdsl
 from ptxdsl import runtime as rt
 from ptxdsl.errors import LaunchError
+from ptxdsl.limits import MAX_SMEM_BYTES
 from ptxdsl.runner import bf16_to_f32, f32_to_bf16
 from ptxdsl.swizzle import chunk_box, chunk_columns
 
@@ -98,7 +99,7 @@ def rs_counters(m_local: int, n: int, bn: int = BN) -> int:
     return cdiv(m_local, BM) * cdiv(n, bn) * 2
 
 
-RS_SMEM = 232448 - 1024  # a CTA's shared memory, less room for the barriers
+RS_SMEM = MAX_SMEM_BYTES - 1024  # a CTA's shared memory, less room for the barriers
 RS_WIDTHS = (64, 128, 192, 256)
 
 
@@ -331,6 +332,7 @@ class GemmReduceScatter(_Plan):
         tiles = w * cdiv(m_local, BM) * cdiv(n, self.bn)
         # every work item in the first wave (decoding): the owners zero their tiles first and
         # every contribution adds as soon as it is done (unordered)
+        self.grid = min(self.sms, tiles * self.splits)
         self.zeroed = int(w > 1 and not ordered and tiles * self.splits <= self.sms)
         _agree(self.dist, group, "GEMM + reduce-scatter plans (m_local, n, ordered, tile "
                "width, K ranges a tile, zeroed)",
@@ -358,8 +360,7 @@ class GemmReduceScatter(_Plan):
         w, ml, n = self.world, self.m_local, self.n
         ta = self._map(a, (w * ml, self.k_local), "a", (BM, BK))
         tb = self._map(b, (n, self.k_local), "b", (self.bn, BK))
-        items = w * cdiv(ml, BM) * cdiv(n, self.bn) * self.splits
-        launch = self._launcher(min(self.sms, items), stream)
+        launch = self._launcher(self.grid, stream)
         launch(ta, tb, self.t_c, self.sig_all, self.sig_stride, self.rank, w, ml, n,
                self.k_local, self.epoch + 1, int(self.ordered), self.splits, self.zeroed)
         self.epoch += 1  # launches enqueued (a refused one does not count)
