@@ -65,7 +65,7 @@ class Program:
     @classmethod
     def compiled(cls, module: ir.Module, ptx_module: PtxModule) -> Program:
         """A Program over PTX already emitted for `module` (by a worker process: see
-        ptxdsl.precompile)."""
+        ptxdsl.tools.precompile)."""
         p = object.__new__(cls)
         p.module, p.ptx_module, p.device, p._launchers = module, ptx_module, None, {}
         return p

@@ -198,7 +198,7 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
     `a`, `a_pull` and `a_st` wrap views of one buffer, as tp_linear.AllGatherGemm's do
     (m_local, n, k need not be tile multiples; k and n are multiples of 8, as TMA wants
     16-byte row pitches)."""
-    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     world = 1
     a = f32_to_bf16(rng.standard_normal((world, m_local, k), np.float32))

@@ -255,7 +255,7 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
     built by the caller; the inputs do not depend on PINGPONG). `kv_seq`: the keys' length
     (default `seq`; at least `seq` when causal). `nwg`: the kernel's consumer warpgroups (its
     tile's query rows, `block_rows`; -D NWG=3)."""
-    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     if defines:
         d = int(str(defines.get("D", d)), 0)

@@ -235,7 +235,7 @@ def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 100
     not be tile multiples; k and n are multiples of 8, as TMA wants 16-byte row pitches).
     With `cluster=2` (make_gemm(cluster=(2, 1, 1))) each CTA loads half of a B tile;
     `streamk` is for make_gemm(streamk=True) (its semaphores start and end at zero)."""
-    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
     b = f32_to_bf16(rng.standard_normal((n, k), np.float32))

@@ -49,7 +49,7 @@ SMALL = {"m": 128, "n": 256, "k": 128}
 def example(rng: np.random.Generator, m: int = 520, n: int = 1000, k: int = 776) -> dict:
     """Random bf16 A (m x k) and B (n x k); the reference is A @ B^T in f32; n is even and
     k a multiple of 8 (TMA row pitches are multiples of 16 bytes)."""
-    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
     b = f32_to_bf16(rng.standard_normal((n, k), np.float32))

@@ -376,7 +376,7 @@ def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
     zero. `streamk` is for make_splitk(streamk=True), `cluster` for make_splitk(cluster=2)
     (each CTA loads half of a B slice), `stripes` for make_splitk(slots=True, stripes=True)
     (a slot per range, left holding the partials); `grid` overrides the persistent grid."""
-    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     splits = splits or pick_splits(m, n, k)
     a = f32_to_bf16(rng.standard_normal((m, k), np.float32))

@@ -132,7 +132,7 @@ def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 10
     allowed; masked: `cap` rows per expert, of which min(rows[g], cap) are used). The
     reference is each expert's A @ B^T in f32; the rows no expert owns stay zero. The
     kernel's `offs` is the E + 1 row offsets, or the E counts when masked."""
-    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     rows = [300, 0, 129, 1, 64] if rows is None else rows
     e = len(rows)

@@ -189,7 +189,7 @@ SMALL = {"rows": 1}
 def example(rng: np.random.Generator, kernel: str = "longrow_rmsnorm", rows: int = 64,
             n: int = 65536, cluster: int = 4, consumer_warps: int = 8) -> dict:
     """Inputs, grid and float64 reference for one long-row normalisation."""
-    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     kind = kernel.split("_")[1] if kernel.startswith("longrow_") else kernel.split("_")[0]
     x = f32_to_bf16(rng.standard_normal((rows, n)).astype(np.float32) * 2.0)

@@ -37,7 +37,7 @@ import ptxdsl
 from ptxdsl import runtime as rt
 from ptxdsl.errors import LaunchError
 from ptxdsl.limits import MAX_SMEM_BYTES
-from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 from ptxdsl.swizzle import chunk_box, chunk_columns
 
 HERE = Path(__file__).resolve().parent

@@ -161,7 +161,7 @@ def cli(*args: str, cwd: Path = ROOT) -> CliRun:
     with stdout/stderr captured and argparse's exits turned into exit codes. A fresh
     interpreter costs about a second per call, most of a CLI test's time; the entry point
     itself is covered by the subprocess tests in test_cli.py."""
-    from ptxdsl.cli import main
+    from ptxdsl.tools.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     here = os.getcwd()

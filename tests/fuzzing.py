@@ -28,7 +28,7 @@ from hypothesis import HealthCheck
 from ptxdsl.errors import CompileError, PtxdslError
 
 # Examples per fuzz test: small in the default suite, larger on demand
-# (PTXDSL_FUZZ_EXAMPLES=2000 pytest tests/test_fuzz.py).
+# (PTXDSL_FUZZ_EXAMPLES=2000 pytest tests/frontend/test_fuzz.py).
 EXAMPLES = int(os.environ.get("PTXDSL_FUZZ_EXAMPLES", "0")) or None
 SECONDS_PER_INPUT = 20  # a hang or an unbounded compile is a failure, not a slow test
 
@@ -122,7 +122,7 @@ def check_located(e: PtxdslError, what: str) -> str:
 def outcome(data: bytes | str, arch: str | None = None, name: str = "fuzz.ptxdsl"
             ) -> Outcome:
     """Compile `data` as `ptxdsl compile FILE [--arch ARCH]` does, in this process."""
-    from ptxdsl import cli
+    from ptxdsl.tools import cli
 
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     with tempfile.TemporaryDirectory() as tmp:

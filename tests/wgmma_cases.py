@@ -114,7 +114,7 @@ def inputs(rng: np.random.Generator, n: int, kdim: int, dtype: str):
     """(A, B) as the arrays TMA reads (bf16 as uint16 bits, fp8 as ml_dtypes arrays) and
     (A, B) as float64 values."""
     from ptxdsl.fp8 import quantize
-    from ptxdsl.runner import bf16_to_f32, f32_to_bf16
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     a = rng.standard_normal((64, kdim), np.float32)
     b = rng.standard_normal((n, kdim), np.float32)

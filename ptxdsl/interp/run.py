@@ -154,7 +154,7 @@ def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,
                ) -> dict[str, np.ndarray]:
     """Run the dict a sample's `example(rng)` returns and return its outputs.
 
-    The dict follows `ptxdsl.runner`: "grid", "inputs", "outputs" (templates, poisoned with
+    The dict follows `ptxdsl.tools.runner`: "grid", "inputs", "outputs" (templates, poisoned with
     0xFF bytes so unwritten elements show), "tensor_maps" ({param: TensorMapModel options},
     wrapping the array of the same name), and "kernel" to pick one kernel of a module.
     Arrays are copied, so `example` is left as it was. The result holds the outputs and any

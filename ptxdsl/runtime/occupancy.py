@@ -3,7 +3,7 @@ cluster kernel (a grid of more clusters runs in waves; a loop over work items th
 them unevenly); and what a persistent grid's walk asks of a launch: its grid over a tile
 space, and for a stream-K walk (`schedule ... streamk`, builder/schedule.py) the shared tiles,
 the most parts one is cut into and the workspace, by the walk's own arithmetic
-(tests/test_schedule.py holds them against the interpreter's walk)."""
+(tests/interp/test_schedule.py holds them against the interpreter's walk)."""
 
 from __future__ import annotations
 

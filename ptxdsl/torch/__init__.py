@@ -10,7 +10,7 @@
     c = torch.ops.ptxdsl.grouped_mm(a, b, offs)  # experts: a (T x K), b (E x N x K), int32 ends
 
 All work under torch.compile(fullgraph=True) and CUDA graph capture. Each launch config is
-autotuned per shape on first use and cached on disk (see ptxdsl.autotune for the switches).
+autotuned per shape on first use and cached on disk (see ptxdsl.tools.autotune for the switches).
 """
 
 from .attention import attention

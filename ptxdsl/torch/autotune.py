@@ -1,4 +1,4 @@
-"""The torch side of autotuning (ptxdsl.autotune holds the selection and the cache): CUDA
+"""The torch side of autotuning (ptxdsl.tools.autotune holds the selection and the cache): CUDA
 event timing on torch's current stream, output comparison, the machine's identity, and a
 tuner factory that wires them in."""
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from .. import autotune
-from ..autotune import enabled
-from ..precompile import Recipe, precompile
 from ..runtime.driver import check, device_info, driver
+from ..tools import autotune
+from ..tools.autotune import enabled
+from ..tools.precompile import Recipe, precompile
 
 WARMUP = 2
 REPS = 10

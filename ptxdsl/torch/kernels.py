@@ -3,7 +3,7 @@
 The kernels are the samples' (samples/gemm.py `make_gemm`, samples/gemm_fp8.py
 `make_gemm_fp8`, samples/norms.py `make_norm_row`, samples/attention.py `make_attention`,
 samples/grouped_gemm.py `make_grouped`),
-built from the source tree (as `ptxdsl.precompile.Recipe`s, so that tuning builds them in
+built from the source tree (as `ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in
 parallel processes), so the ops run the kernels that the sample tests and benchmarks check.
 This module does not import torch."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import types as T
 from ..compiler import KernelDef
-from ..precompile import Recipe
+from ..tools.precompile import Recipe
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 

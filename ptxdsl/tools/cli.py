@@ -1,0 +1,261 @@
+"""The `ptxdsl` command line."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from ..errors import PtxdslError
+
+ARCHS = ["sm_80", "sm_90", "sm_90a"]
+
+DESCRIPTION = """\
+ptxdsl compiles .ptxdsl kernels (Hopper mbarrier pipelines and bulk/TMA copies) to PTX.
+
+examples:
+  ptxdsl compile samples/add_one.ptxdsl -o add_one.ptx   write PTX
+  ptxdsl compile k.ptxdsl --emit ir                      show the checked IR
+  ptxdsl check k.ptxdsl                                  report every problem, write nothing
+  ptxdsl fmt k.ptxdsl                                    print the canonical text
+  ptxdsl compile samples/norms.ptxdsl -D N=4096          set a compile-time parameter
+
+Errors are printed as file:line:col with the source line; the exit status is 1.
+Set PTXDSL_DEBUG=1 to see Python tracebacks.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ptxdsl", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    c = sub.add_parser("compile", help="compile a .ptxdsl file to PTX",
+                       description="Compile FILE; print the result or write it to OUT.")
+    c.add_argument("file", metavar="FILE", help="the .ptxdsl source")
+    c.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
+    c.add_argument("--arch", choices=ARCHS, default=None,
+                   help="PTX target (default: sm_90, or sm_90a when an sm_90a-only feature "
+                        "is used); sm_80 lowers bulk and tensor copies to Ampere cp.async")
+    c.add_argument("--emit", choices=["ptx", "ir", "ast"], default="ptx",
+                   help="what to write: PTX (default), the checked IR, or the parse tree")
+    c.add_argument("--watchdog", metavar="MS", type=int, default=0,
+                   help="bound every mbarrier wait to MS milliseconds; a timed-out wait "
+                        "reports its barrier, parity, role and line and stops the kernel")
+
+    k = sub.add_parser("check", help="parse and verify a .ptxdsl file",
+                       description="Report every problem in FILE; write nothing.")
+    k.add_argument("file", metavar="FILE")
+    k.add_argument("--arch", choices=ARCHS, default=None,
+                   help="also report what does not lower to this target (sm_80: Hopper-only "
+                        "operations)")
+
+    f = sub.add_parser("fmt", help="print a .ptxdsl file in canonical form")
+    f.add_argument("file", metavar="FILE")
+
+    r = sub.add_parser("run", help="run a sample on the GPU and check it against numpy",
+                       description="Compile FILE, run each kernel (or --kernel) on fresh random "
+                                   "inputs from the example() of its Python twin (FILE with .py), "
+                                   "and compare with the numpy reference. Needs a CUDA GPU.")
+    r.add_argument("file", metavar="FILE")
+    r.add_argument("--kernel", help="run only this kernel")
+    r.add_argument("--seed", type=int, default=None, help="random seed for the inputs")
+    r.add_argument("--watchdog", metavar="MS", type=int, default=0,
+                   help="bound every mbarrier wait to MS milliseconds")
+    r.add_argument("--small", action="store_true",
+                   help="use the sample's small (interpreter) sizes")
+    r.add_argument("--sanitize", metavar="TOOLS", default=None,
+                   help="run under compute-sanitizer: 'all' or a comma-separated list of "
+                        "memcheck, racecheck, synccheck, initcheck")
+    r.add_argument("--arch", choices=ARCHS, default=None, help="PTX target (see compile)")
+
+    i = sub.add_parser("interp", help="run a sample in the CPU interpreter and check it",
+                       description="Like `run`, on the CPU: threads in warps, async copies that "
+                                   "complete late in seeded orders, mbarrier phases; reports "
+                                   "deadlocks and races with their source lines. No GPU needed.")
+    i.add_argument("file", metavar="FILE")
+    i.add_argument("--kernel", help="run only this kernel")
+    i.add_argument("--seed", type=int, default=0, help="schedule and input seed")
+    t = sub.add_parser("autotune", help="list (or clear) the autotuned configs on disk",
+                       description="The launch configs the torch ops chose per shape, as "
+                                   "cached in $PTXDSL_CACHE_DIR/autotune (default "
+                                   "~/.cache/ptxdsl/autotune), with each candidate's time.")
+    t.add_argument("--clear", action="store_true", help="delete them (each op tunes again)")
+    for cmd in (c, k, f, r, i):
+        cmd.add_argument("-D", dest="defines", metavar="NAME=VALUE", action="append",
+                         default=[], help="give compile-time kernel parameter NAME (kernel "
+                                          "k<NAME: u32>(...)) its value; repeatable")
+    i.add_argument("--arch", choices=ARCHS, default=None,
+                   help="run the kernel as compiled for this target (sm_80: cp.async)")
+    return p
+
+
+def _defines(items: list[str]) -> dict[str, str]:
+    """-D NAME=VALUE options as a dict (VALUE is read by the parameter's type)."""
+    from ..errors import CompileError
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip() or not value.strip():
+            raise CompileError(f"-D {item}: expected NAME=VALUE, e.g. -D N=8192")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None or output == "-":
+        sys.stdout.write(text)
+        return
+    tmp = output + ".tmp"
+    with open(tmp, "w") as fh:  # written whole, then renamed: never a half-written file
+        fh.write(text)
+    os.replace(tmp, output)
+
+
+def dump(node: object, indent: int = 0) -> str:
+    """An indented tree of IR dataclasses (for --emit ir)."""
+    pad = "  " * indent
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        fields = [f for f in dataclasses.fields(node) if f.name != "loc"]
+        simple = [f"{f.name}={getattr(node, f.name)}" for f in fields
+                  if not _is_tree(getattr(node, f.name))]
+        out = [f"{pad}{type(node).__name__}({', '.join(simple)})"]
+        for f in fields:
+            v = getattr(node, f.name)
+            if _is_tree(v):
+                out.append(f"{pad}  {f.name}:")
+                items = v if isinstance(v, tuple) else (v,)
+                out.extend(dump(x, indent + 2) for x in items)
+        return "\n".join(out)
+    return f"{pad}{node}"
+
+
+def _is_tree(v: object) -> bool:
+    from .. import ir
+
+    if isinstance(v, ir.Node):
+        return True
+    return isinstance(v, tuple) and any(isinstance(x, ir.Node) for x in v)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    from ..bounds import stack_room
+
+    with stack_room():  # the passes recurse once per level of nesting (bounds.MAX_NESTING)
+        return _command(_parser().parse_args(argv))
+
+
+def _command(args: argparse.Namespace) -> int:
+    from ..compiler import compile_module
+    from ..frontend import parse, parse_tree, read_source
+    from ..printer import print_module
+
+    if args.command in ("run", "interp"):
+        return _run(args)
+    if args.command == "autotune":
+        return _autotune(args)
+    src = read_source(args.file)
+    if args.command == "compile" and args.emit == "ast":
+        _write(parse_tree(src).pretty(), args.output)
+        return 0
+    module = parse(src.text, src.name, _defines(args.defines))
+    if args.command == "fmt":
+        _write(print_module(module), None)
+        return 0
+    if args.command == "check":
+        from ..lower import lower
+
+        lower(module, args.arch, warn=lambda w: print(w.render(), file=sys.stderr))
+        n = len(module.kernels)
+        target = f", lowers to {args.arch}" if args.arch else ""
+        print(f"{src.name}: ok ({n} kernel{'s' if n != 1 else ''}{target})")
+        return 0
+    if args.emit == "ir":
+        from ..lower import lower
+
+        _write(dump(lower(module)) + "\n", args.output)  # the Hopper form, for every --arch
+        return 0
+    ptx = compile_module(module, arch=args.arch, source_name=src.name,
+                         watchdog_ms=max(0, args.watchdog))
+    _write(ptx.ptx, args.output)
+    return 0
+
+
+def _autotune(args: argparse.Namespace) -> int:
+    from . import autotune
+
+    directory = autotune.autotune_dir()
+    if args.clear:
+        files = sorted(directory.glob("*.json"))
+        for path in files:
+            path.unlink()
+        print(f"{directory}: removed {len(files)} file{'s' * (len(files) != 1)}")
+        return 0
+    lines = autotune.describe()
+    print("\n".join(lines) if lines else f"{directory}: no tuned configs")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .runner import interp_sample, run_sample
+
+    if args.command == "run" and args.sanitize is not None:
+        return _sanitize(args)
+    if args.command == "interp":
+        runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed,
+                             defines=_defines(args.defines), arch=args.arch)
+    else:
+        runs = run_sample(args.file, kernel=args.kernel, seed=args.seed, arch=args.arch,
+                          watchdog_ms=max(0, args.watchdog), small=args.small,
+                          defines=_defines(args.defines))
+    failed = 0
+    for name, results in runs:
+        for r in results:
+            status = "PASS" if r.ok else "FAIL"
+            failed += not r.ok
+            extra = f": {r.detail}" if r.detail else ""
+            print(f"{status} {name}: {r.name} max |err| {r.max_abs_err:.3g}, relative "
+                  f"{r.max_rel_err:.3g}{extra}")
+    return 1 if failed else 0
+
+
+def _sanitize(args: argparse.Namespace) -> int:
+    from .sanitize import parse_tools, sanitize
+
+    given = (("--kernel", args.kernel), ("--seed", args.seed), ("--arch", args.arch),
+             *(("-D", d) for d in args.defines))
+    extra = [a for flag, v in given if v is not None for a in (flag, str(v))] + \
+        (["--small"] if args.small else [])
+    failed = 0
+    for r in sanitize(args.file, parse_tools(args.sanitize), extra):
+        failed += r.returncode != 0
+        print(f"{r.tool}: {r.status}")
+        if r.returncode != 0:
+            print(r.output.rstrip())
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    debug = os.environ.get("PTXDSL_DEBUG") == "1"
+    try:
+        return run(argv)
+    except PtxdslError as e:
+        if debug:
+            traceback.print_exc()
+        print(e.render(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as e:  # an internal bug: say so plainly, never dump on the user
+        if debug:
+            traceback.print_exc()
+        print(f"ptxdsl: internal error: {type(e).__name__}: {e}\n"
+              "(this is a bug in ptxdsl; set PTXDSL_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 2

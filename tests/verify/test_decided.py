@@ -1,0 +1,112 @@
+"""What the verifier decides with value ranges, congruences, iteration-by-iteration loops and
+happens-before inside a role (issue 16), and across a cluster and in-flight wgmmas (issue 25):
+every kernel of tests/decided/ (a `.ptxdsl` file, or a `.py` file whose `kernel` the Python
+API builds) is compared with the whole rendering of its diagnostics (errors and warnings) in
+the `.expected` file next to it; every kernel of tests/decided/valid/ (tricky but correct)
+verifies without a diagnostic. Regenerate the goldens with `pytest --update-goldens` and
+review them like code."""
+
+from __future__ import annotations
+
+import os
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ptxdsl
+from ptxdsl.interp import run
+from ptxdsl.lower import lower
+from ptxdsl.verify import verify_module
+
+HERE = Path(__file__).parents[1] / "decided"
+BROKEN = sorted([*HERE.glob("*.ptxdsl"), *HERE.glob("*.py")])
+VALID = sorted([*(HERE / "valid").glob("*.ptxdsl"), *(HERE / "valid").glob("*.py")])
+
+
+def kernel_ir(path: Path) -> ptxdsl.ir.Kernel:
+    if path.suffix == ".py":
+        return runpy.run_path(str(path))["kernel"].ir
+    return ptxdsl.parse(path.read_text(), f"decided/{path.name}").kernels[0]
+
+
+def diagnostics(path: Path) -> list[ptxdsl.errors.Diagnostic]:
+    module = lower(ptxdsl.ir.Module(kernels=(kernel_ir(path),)), checks=False)
+    try:
+        return verify_module(module)
+    except ptxdsl.CompileError as e:
+        return e.diagnostics
+
+
+def rendered(path: Path) -> str:
+    text = "\n".join(d.render() for d in diagnostics(path)) + "\n"
+    for shown in (f"{HERE}/", f"{os.path.relpath(HERE)}/"):  # Python spans name files by path
+        text = text.replace(shown, "decided/")
+    return text
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=lambda p: p.name)
+def test_broken_kernel_diagnostics(path, update_goldens):
+    got = rendered(path)
+    golden = path.with_suffix(".expected")
+    if update_goldens:
+        golden.write_text(got)
+    assert got.strip(), f"{path.name}: nothing reported"
+    assert got == golden.read_text()
+
+
+@pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
+def test_correct_kernel_has_no_diagnostic(path):
+    assert [d.render() for d in diagnostics(path)] == []
+
+
+def test_every_rule_has_a_broken_case():
+    text = "".join(p.with_suffix(".expected").read_text() for p in BROKEN)
+    for part in (
+        "global address 'src[row * 1024 + 1]' is never 16-byte aligned",  # congruence
+        "shared operand 'tile[r]' is never 16-byte aligned",  # ... of a shared address
+        "reaches 4 in iteration 4",  # index range, decided by the iterations
+        "(if the loop runs that long)",  # ... and undecided: a warning
+        "can reach 4;",  # index range from the CTA shape
+        "may reach 4 (the analysis bounds it to 0..4)",  # index range from the domain
+        "do not follow the same ring",  # stage and parity
+        "the role loops run different numbers of iterations",  # role loop counts
+        "nobody waits for that phase before the kernel exits",  # last-iteration copy
+        "is read before this iteration waits on",  # read not dominated by its wait
+        "is read after this thread released its stage",  # release before read
+        "may still be in flight",  # inval under a pending copy
+        "may still wait on",  # inval under pending waits
+        "before that CTA is known to have started",  # remote access before a cluster barrier
+        "but not waited (cluster_wait())",  # ... after an arrive only
+        "is not on every path to the access",  # ... on one path only
+        "in a loop that may run no iteration",  # ... unless a loop runs: a warning
+        "is delivered twice",  # multicast coverage: a race
+        "no multicast delivers it there",  # ... stale data
+        "expects 128 bytes per phase but receives 256",  # ... a mask naming an unready CTA
+        "but the copies of the cluster deliver 128 there",  # ... a CTA left out of a mask
+        "which a fresh barrier counts as complete",  # a wait that returns at once
+        "names phase 0, already complete",  # ... one phase behind
+        "this store writes 'sb' while a wgmma that reads it",  # smem under a pending wgmma
+        "this bulk_load writes 'sa' while a wgmma",  # ... a copy into an operand
+        "releases the stage of 'sa' while a wgmma",  # ... a hand-written ring's release
+        "release(ring) hands the stage back",  # ... a pipeline's release
+    ):
+        assert part in text, part
+
+
+@pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
+def test_correct_kernel_runs_in_the_interpreter(path):
+    """The correct kernels are correct: the interpreter (late, reordered copies) finds no
+    deadlock or race in them."""
+    k = kernel_ir(path)
+    rng = np.random.default_rng(0)
+    args: dict[str, object] = {}
+    for p in k.params:
+        if isinstance(p.type, ptxdsl.types.Ptr):
+            args[p.name] = rng.standard_normal(1 << 15).astype(np.float32) \
+                if p.name == "src" else np.zeros(1 << 15, np.float32)
+        else:
+            args[p.name] = 5
+    cluster = k.cluster or (1, 1, 1)
+    run(k, (2 * cluster[0], cluster[1], cluster[2]), args, seed=1)
