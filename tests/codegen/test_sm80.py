@@ -12,11 +12,11 @@ from conftest import SAMPLES, assemble, sample_ir, sample_module, sample_names, 
 
 import ptxdsl
 from ptxdsl import ir
-from ptxdsl.tools.cli import main
 from ptxdsl.compiler import Program
 from ptxdsl.errors import CompileError
 from ptxdsl.interp import InterpError, TensorMapModel, run_sample
 from ptxdsl.lower import lower
+from ptxdsl.tools.cli import main
 from ptxdsl.tools.runner import compare
 
 HOPPER_ONLY = ("cp.async.bulk", "try_wait", "elect.sync", "setmaxnreg", "fence.proxy.async",

@@ -10,8 +10,8 @@ import ptxdsl
 from ptxdsl import types as T
 from ptxdsl.errors import LaunchError
 from ptxdsl.interp import run
-from ptxdsl.tools.runner import compare
 from ptxdsl.runtime.dtypes import host_array, scalar_of
+from ptxdsl.tools.runner import compare
 
 SCALE = """
 kernel scale(x: ptr<bf16>, y: ptr<bf16>) threads(64) {

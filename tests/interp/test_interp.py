@@ -16,8 +16,8 @@ from conftest import sample_ir, sample_module, sample_names
 import ptxdsl
 from ptxdsl.errors import LaunchError
 from ptxdsl.interp import InterpError, InterpWarning, TensorMapModel, run, run_sample
-from ptxdsl.tools.runner import compare
 from ptxdsl.runtime.dtypes import bf16_bits_to_f32, f32_to_bf16_bits
+from ptxdsl.tools.runner import compare
 
 
 def kernel(text: str, name: str = "test.ptxdsl"):

@@ -243,7 +243,8 @@ def test_memory_of_a_gpu_without_peer_access_is_refused():
 @needs_two
 def test_bad_devices_and_unmapped_vmm_are_refused():
     n = gpu_count()  # 2, 4 or 8 on the H200 machines: ask, never assume
-    with pytest.raises(rt.PeerAccessError, match=f"GPU {n + 5} does not exist: this process sees {n}"):
+    with pytest.raises(rt.PeerAccessError,
+                       match=f"GPU {n + 5} does not exist: this process sees {n}"):
         rt.enable_peer_access(0, n + 5)
     with pytest.raises(DeviceError, match=f"device={n + 3}, but only {n} device.s. are visible"):
         rt.empty(16, device=n + 3)

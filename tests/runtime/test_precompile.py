@@ -8,9 +8,9 @@ import pytest
 from conftest import SAMPLES
 
 import ptxdsl
-from ptxdsl.tools import precompile as pc
 from ptxdsl.compiler import compile_module
 from ptxdsl.runtime import compile as cc
+from ptxdsl.tools import precompile as pc
 
 
 def norm(warps: int, kind: str = "rmsnorm") -> pc.Recipe:

@@ -3,10 +3,10 @@
 Without a GPU (torch's CPU build is enough): the schemas, output shapes from the fake
 implementations, every input check, torch.compile(fullgraph=True) tracing the ops on fake
 CUDA tensors, the declared configs compiling, the backward formulas, and the row kernels'
-small configs in the interpreter. Skipped
-where torch is not installed (CI); ptxdsl.tools.autotune's own tests (test_autotune.py) need no
-torch. With a GPU (`pytest -m gpu tests/torch_ops/test_torch_ops.py`): results against torch, compile,
-CUDA graphs, streams, and the autotune cache read by a second process."""
+small configs in the interpreter. Skipped where torch is not installed (CI);
+ptxdsl.tools.autotune's own tests (test_autotune.py) need no torch. With a GPU
+(`pytest -m gpu tests/torch_ops/test_torch_ops.py`): results against torch, compile, CUDA graphs,
+streams, and the autotune cache read by a second process."""
 
 from __future__ import annotations
 
