@@ -27,10 +27,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def phases(path, reps: int) -> tuple[float, float, dict[str, float]]:
     """(first call ms, median ms, median ms of each phase) of compiling `path` to PTX."""
     import ptxdsl
-    from ptxdsl.codegen.ptx import emit_module
-    from ptxdsl.lower import lower
+    from ptxdsl.lower import emit, lower
+    from ptxdsl.target import target
     from ptxdsl.verify import verify_module
 
+    HOPPER = target("sm_90a")
     src = path.read_text()
     times: dict[str, list[float]] = {"parse": [], "lower": [], "verify": [], "emit": []}
     totals = []
@@ -38,11 +39,11 @@ def phases(path, reps: int) -> tuple[float, float, dict[str, float]]:
         t0 = time.perf_counter()
         m = ptxdsl.parse(src, path.name)
         t1 = time.perf_counter()
-        low = lower(m, checks=False)
+        low = lower(m, HOPPER, checks=False)
         t2 = time.perf_counter()
-        verify_module(low)
+        verify_module(low, HOPPER)
         t3 = time.perf_counter()
-        emit_module(low)
+        emit(low, HOPPER)
         t4 = time.perf_counter()
         for k, a, b in (("parse", t0, t1), ("lower", t1, t2), ("verify", t2, t3),
                         ("emit", t3, t4)):

@@ -9,7 +9,6 @@ buffer it reads).
 """
 
 from . import (
-    ampere,
     atomic,
     bulk,
     cluster,
@@ -17,10 +16,11 @@ from . import (
     oneshot,
     pipeline,
     reduce,
+    sm80,
     sync,
     tensor,
     wgmma,
 )
 
-__all__ = ["ampere", "atomic", "bulk", "cluster", "mbarrier", "oneshot", "pipeline", "reduce",
+__all__ = ["atomic", "bulk", "cluster", "mbarrier", "oneshot", "pipeline", "reduce", "sm80",
            "sync", "tensor", "wgmma"]

@@ -26,7 +26,7 @@ def test_compile_to_stdout_and_emit_modes():
     r = cli("compile", "samples/pipeline.ptxdsl", "--arch", "sm_90a")
     assert r.returncode == 0 and ".target sm_90a" in r.stdout
     ir = cli("compile", "samples/pipeline.ptxdsl", "--emit", "ir")
-    assert ir.returncode == 0 and "BulkLoad(" in ir.stdout and "MBarrierWait(" in ir.stdout
+    assert ir.returncode == 0 and "bulk_load(" in ir.stdout and "mbarrier_wait(" in ir.stdout
     ast = cli("compile", "samples/pipeline.ptxdsl", "--emit", "ast")
     assert ast.returncode == 0 and "barrier_decl" in ast.stdout
 

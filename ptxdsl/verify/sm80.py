@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import DiagnosticBag, Note
+from ..target import Target
 from .effects import EFFECTS, Effect, bar, effect, issuers
 from .facts import Facts, Report
 
@@ -58,11 +59,11 @@ def check_noinc_arrivals(facts: Facts, out: Report) -> None:
                       f"count is {want}", head.stmt.loc, *notes, where)
 
 
-def verify_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag) -> None:
+def verify_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag, t: Target) -> None:
     """The checks that apply to a kernel after the sm_80 pass: the re-derived arrival counts
     (noinc arrivals included), waits that can return, and the cp.async rules."""
     from .barriers import check_arrival_counts, check_waits
 
-    facts, report = Facts(k), Report(diags)
+    facts, report = Facts(k, t), Report(diags)
     for check in (check_arrival_counts, check_noinc_arrivals, check_waits, check_cp_async):
         check(facts, report)
