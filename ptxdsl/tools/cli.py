@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Sequence
 
 from ..errors import PtxdslError
-from ..target import names
+from ..target import names, target
 
 ARCHS = names()
 
@@ -45,10 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--emit", choices=["ptx", "ir", "ast"], default="ptx",
                    help="what to write: PTX (default), the checked IR (the emitter's input, "
                         "for --arch), or the parse tree")
+    lists = "; ".join(f"{n}: {', '.join(target(n).passes)}" for n in ARCHS)
     c.add_argument("--after", metavar="PASS", default=None,
-                   help="with --emit ir: the IR after this pass of the target's list "
-                        "(sm_90a: turns, pipelines, verify, emit; sm_80 adds sm80 and "
-                        "verify_sm80 before emit); PTXDSL_DUMP=DIR writes every stage")
+                   help=f"with --emit ir: the IR after this pass of the target's list ({lists}); "
+                        "PTXDSL_DUMP=DIR writes every stage of every compile")
     c.add_argument("--watchdog", metavar="MS", type=int, default=0,
                    help="bound every mbarrier wait to MS milliseconds; a timed-out wait "
                         "reports its barrier, parity, role and line and stops the kernel")
