@@ -77,7 +77,6 @@ _DEFAULT_CHOICES = ("sm_90", "sm_90a")
 MAX_SMEM_BYTES = max(t.smem_bytes for t in _TARGETS.values())
 MBARRIER_MAX_COUNT = max(t.mbarrier_max_count for t in _TARGETS.values())
 PORTABLE_CLUSTER = max(t.portable_cluster for t in _TARGETS.values())
-MAX_CLUSTER = max(t.max_cluster for t in _TARGETS.values())
 
 
 def names() -> list[str]:
@@ -96,7 +95,7 @@ def target(name: str | Target | None = None) -> Target:
         return _TARGETS[name]
     except KeyError:
         raise CompileError(f"unknown target {name!r}; the targets are "
-                         f"{', '.join(_TARGETS)}") from None
+                           f"{', '.join(_TARGETS)}") from None
 
 
 def default_target(used: frozenset[str]) -> Target:

@@ -2,7 +2,7 @@
 
 Runs after `ptxdsl.lower.pipelines` (pipelines and roles are already mbarriers and
 branches) and after the verifier has checked the Hopper form, so every byte count and arrival
-count it relies on is known to be right (the pass list: `ptxdsl.lower.PASSES`). What changes:
+count it relies on is known to be right (the pass list: `Target.passes`). What changes:
 
 - A 1D bulk load becomes 16-byte `cp.async.cg` copies spread over the lanes of the issuing
   warp, then one `cp.async.mbarrier.arrive.noinc` per lane on the copy's barrier. A block run
