@@ -100,7 +100,7 @@ def lower(module: ir.Module, arch: Target | str | None = None, *, until: str | N
     for index, step in enumerate(steps(t), 1):
         if isinstance(step, Emit):
             break
-        if not (step.check and not checks):
+        if checks or not step.check:
             module = _run(step, module, t, warn)
             if watch is not None:
                 watch(index, step.name, module)
