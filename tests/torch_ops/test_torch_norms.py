@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import cuda_empty as cuda
+from test_torch_ops import gpu_cache, rand  # noqa: F401 (gpu_cache: the GPU tests' fixture)
 
 SIZES = (1, 1000, 1001, 2880, 4096, 128256, 151936)
 OPS = ("rms_norm", "layer_norm", "softmax")
@@ -48,11 +49,6 @@ def test_misaligned_tensors_take_narrower_loads(ops):
 # ----------------------------------------------------------------------------- GPU
 
 
-def rand(torch, *shape, dtype, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(*shape, device="cuda", generator=g).to(dtype)
-
-
 def inputs(torch, op, rows, n, dt, seed):
     x = rand(torch, rows, n, dtype=dt, seed=seed) * 2 + (0.5 if op == "layer_norm" else 0.0)
     params = [1 + 0.1 * rand(torch, n, dtype=dt, seed=seed + 1)]
@@ -78,26 +74,12 @@ def tolerance(torch, op, dt):
         {"rtol": 1e-4, "atol": 1e-4}
 
 
-@pytest.fixture(scope="module")
-def gpu_cache(tmp_path_factory):
-    """A fresh autotune cache: every shape is tuned here, each candidate checked."""
-    import os
-
-    path = tmp_path_factory.mktemp("ptxdsl-cache")
-    old = os.environ.get("PTXDSL_CACHE_DIR")
-    os.environ["PTXDSL_CACHE_DIR"] = str(path)
-    yield path
-    if old is None:
-        del os.environ["PTXDSL_CACHE_DIR"]
-    else:
-        os.environ["PTXDSL_CACHE_DIR"] = old
-
-
 @pytest.mark.gpu
+@pytest.mark.usefixtures("gpu_cache")  # a fresh autotune cache: every shape tuned here
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("n", SIZES)
-def test_norms_match_torch_forward_and_backward(ops, torch, gpu_cache, n, op, dtype):
+def test_norms_match_torch_forward_and_backward(ops, torch, n, op, dtype):
     dt = getattr(torch, dtype)
     rows = 37 if n <= 4096 else 5
     x, params = inputs(torch, op, rows, n, dt, seed=n % 1000)
@@ -117,8 +99,9 @@ def test_norms_match_torch_forward_and_backward(ops, torch, gpu_cache, n, op, dt
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("gpu_cache")  # a fresh autotune cache: every shape tuned here
 @pytest.mark.parametrize("op", OPS)
-def test_norms_of_misaligned_rows(ops, torch, gpu_cache, op):
+def test_norms_of_misaligned_rows(ops, torch, op):
     """A contiguous view 2 bytes past a 16-byte boundary takes one-element loads."""
     n, rows = 1000, 9
     x, params = inputs(torch, op, rows, n, torch.bfloat16, seed=11)
@@ -132,7 +115,8 @@ def test_norms_of_misaligned_rows(ops, torch, gpu_cache, op):
 
 
 @pytest.mark.gpu
-def test_softmax_rows_from_a_causal_mask(ops, torch, gpu_cache):
+@pytest.mark.usefixtures("gpu_cache")  # a fresh autotune cache: every shape tuned here
+def test_softmax_rows_from_a_causal_mask(ops, torch):
     """-inf entries (masked scores) give 0 in both forms, as torch's softmax."""
     for n in (1000, 128256):
         x = rand(torch, 4, n, dtype=torch.float32, seed=n)
