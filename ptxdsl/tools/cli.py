@@ -22,7 +22,7 @@ examples:
   ptxdsl compile k.ptxdsl --emit ir --after turns        ... as it is after one pass
   ptxdsl check k.ptxdsl                                  report every problem, write nothing
   ptxdsl fmt k.ptxdsl                                    print the canonical text
-  ptxdsl compile samples/norms.ptxdsl -D N=4096          set a compile-time parameter
+  ptxdsl compile ptxdsl/kernels/norms.ptxdsl -D N=4096   set a compile-time parameter
 
 Errors are printed as file:line:col with the source line; the exit status is 1.
 Set PTXDSL_DEBUG=1 to see Python tracebacks.
