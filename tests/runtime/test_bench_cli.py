@@ -32,9 +32,10 @@ def test_every_bench_module_imports_without_torch(name):
     importlib.import_module(f"bench.{name}")
 
 
-def test_import_ptxdsl_never_imports_torch():
-    code = ("import sys, ptxdsl, ptxdsl.runtime, bench.common, bench.__main__; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+def test_import_ptxdsl_never_imports_torch_or_matplotlib():
+    code = ("import sys, ptxdsl, ptxdsl.runtime, ptxdsl.kernels, bench.common, bench.__main__; "
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
