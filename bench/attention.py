@@ -1,14 +1,13 @@
-"""Attention forward: ptxdsl's FlashAttention-style kernel (samples/attention.py) against
-torch's scaled_dot_product_attention with the cuDNN and flash (FlashAttention 2) backends and,
-where `flash_attn.cute` imports, FlashAttention 4, side by side in one process on the same
-inputs, correctness checked first.
+"""Attention forward: ptxdsl's FlashAttention-style kernel (ptxdsl/kernels/attention.py) against
+torch's scaled_dot_product_attention with the cuDNN and flash (FlashAttention 2) backends,
+side by side in one process on the same inputs, correctness checked first.
 
     python -m bench attention [--case D:S[:causal],...] [--quick]
     python -m bench attention --seqlens 512,1024,...,16384 [--dims 64,128] --json FILE
 
-`--seqlens` sweeps the sequence length at each head dim of `--dims`, causal and not, in place
-of `--case`; `--json FILE` saves every case's TFLOP/s by contender (what `python -m bench
-plots` draws).
+FlashAttention 4 runs beside them where `flash_attn.cute` imports. `--seqlens` sweeps the
+sequence length at each head dim of `--dims`, causal and not, in place of `--case`; `--json
+FILE` saves every case's TFLOP/s by contender (what `python -m bench plots` draws).
 
 bf16 Q, K, V (B x H x S x D, contiguous), 16 heads, B x S = 32768 tokens; TFLOP/s count
 4 B H S^2 D, halved when causal. Every output (ours and both references) is compared with
