@@ -17,6 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 KERNELS = ROOT / "ptxdsl" / "kernels"  # the library's families: samples too, for these helpers
 sys.path.insert(0, str(ROOT))
+# A few tests share cases with a test module of another area (test_ptxas's `assemble`,
+# test_clusters's cluster kernels): every area's folder is importable, whichever is collected.
+sys.path[1:1] = [str(d) for d in sorted(Path(__file__).parent.iterdir())
+                 if d.is_dir() and any(d.glob("test_*.py"))]
 
 
 def pytest_addoption(parser):
