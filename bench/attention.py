@@ -1,4 +1,4 @@
-"""Attention forward: ptxdsl's FlashAttention-style kernel (samples/attention.py) against
+"""Attention forward: ptxdsl's FlashAttention-style kernel (ptxdsl/kernels/attention.py) against
 torch's scaled_dot_product_attention with the cuDNN and flash (FlashAttention 2) backends,
 side by side in one process on the same inputs, correctness checked first.
 

@@ -11,9 +11,9 @@ import argparse
 import statistics
 import time
 
-from .common import SAMPLES, Row, Section
+from .common import LIBRARY, SAMPLES, Row, Section
 
-FILES = ("gemm.ptxdsl", "gemm_splitk.ptxdsl", "norms.ptxdsl")
+FILES = (LIBRARY / "gemm.ptxdsl", LIBRARY / "gemm_splitk.ptxdsl", SAMPLES / "norms.ptxdsl")
 ABOUT = ("`.ptxdsl` -> PTX in one process on the benchmark machine's CPU: parse, lower, "
          "verify, emit; the median of warm calls (the first call also loads the grammar).")
 LIMITS = ("lark's LALR parse with positions (~15 us a token in Python) and the verifier's "
@@ -54,8 +54,9 @@ def phases(path, reps: int) -> tuple[float, float, dict[str, float]]:
 
 def run(a: argparse.Namespace) -> list[Section]:
     s = Section("compile", "Compile time", ABOUT, limits=LIMITS)
-    for name in FILES:
-        first, median, parts = phases(SAMPLES / name, a.reps)
+    for path in FILES:
+        name = path.name
+        first, median, parts = phases(path, a.reps)
         split = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
         if name == "gemm.ptxdsl":
             s.rows.append(Row(name, f"median of {a.reps}; {split}", median, "target", 30.0,

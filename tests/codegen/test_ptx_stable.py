@@ -1,12 +1,21 @@
-"""The PTX of every sample, for sm_90a and sm_80, and of every kernel of the samples' Python
-twins, pinned by sha256 in tests/golden/ptx_sha256.txt: a restructuring proves it changed no
-output byte. `pytest --update-goldens` rewrites the file when a change to the PTX is meant."""
+"""The PTX of every sample and library source (samples/, ptxdsl/kernels/), for sm_90a and
+sm_80, and of every kernel of their Python twins, pinned by sha256 in
+tests/golden/ptx_sha256.txt: a restructuring proves it changed no output byte.
+`pytest --update-goldens` rewrites the file when a change to the PTX is meant."""
 
 from __future__ import annotations
 
 import hashlib
 
-from conftest import ROOT, SAMPLES, sample_kernel_defs, sample_names, sample_ptx
+from conftest import (
+    ROOT,
+    SAMPLES,
+    SOURCES,
+    sample_kernel_defs,
+    sample_key,
+    sample_names,
+    sample_ptx,
+)
 
 import ptxdsl
 
@@ -17,7 +26,11 @@ NO_FORM = "no-ptx"  # the source has no build for this target (a located Compile
 
 def _sha(ptx: str) -> str:
     # Sources are named by absolute path in the PTX; pin what does not depend on the checkout.
-    return hashlib.sha256(ptx.replace(str(SAMPLES), "samples").encode()).hexdigest()
+    # Either source directory is named "samples": the library's kernels were samples when
+    # they were first pinned, and their move changed no byte of PTX.
+    for d in SOURCES:
+        ptx = ptx.replace(str(d), "samples")
+    return hashlib.sha256(ptx.encode()).hexdigest()
 
 
 def _pin(build, *args) -> str:
@@ -27,16 +40,14 @@ def _pin(build, *args) -> str:
         return NO_FORM
 
 
-
-
 def current_pins() -> dict[str, str]:
     pins = {}
     for name in sample_names():
         for arch in ARCHS:
-            pins[f"samples/{name}.ptxdsl {arch}"] = _pin(sample_ptx, name, arch)
+            pins[f"{sample_key(name)} {arch}"] = _pin(sample_ptx, name, arch)
         for kd in sample_kernel_defs(name):
             for arch in ARCHS:
-                pins[f"samples/{name}.py:{kd.name} {arch}"] = _pin(kd.ptx, arch)
+                pins[f"{sample_key(name, '.py')}:{kd.name} {arch}"] = _pin(kd.ptx, arch)
     return pins
 
 

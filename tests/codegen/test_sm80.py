@@ -8,7 +8,15 @@ import re
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, assemble, sample_ir, sample_module, sample_names, sample_ptx
+from conftest import (
+    SAMPLES,
+    assemble,
+    sample_ir,
+    sample_module,
+    sample_names,
+    sample_path,
+    sample_ptx,
+)
 
 import ptxdsl
 from ptxdsl import ir
@@ -66,7 +74,7 @@ def test_every_sample_compiles_and_assembles_for_both_targets(name, arch, tmp_pa
         module = ir.Module(kernels=kernels)
         if len(kernels) < len(sample_ir(name).kernels):
             with pytest.raises(CompileError) as info:
-                ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch)
+                ptxdsl.compile(sample_path(name), arch=arch)
             assert HOPPER_ONLY_ERROR.search(info.value.render())
         if not kernels:
             return
@@ -473,7 +481,7 @@ def _gpu_cases() -> list:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, kname", _gpu_cases())
 def test_both_builds_give_identical_results_on_the_gpu(name, kname):
-    path = SAMPLES / f"{name}.ptxdsl"
+    path = sample_path(name)
     twin = sample_module(name)
     multi = len(ptxdsl.parse_file(path).kernels) > 1
     ex = twin.example(np.random.default_rng(11), **({"kernel": kname} if multi else {}))

@@ -1,14 +1,15 @@
 """Every sample exists as .ptxdsl text and as Python; both build equal IR and identical PTX."""
 
 import pytest
-from conftest import SAMPLES, sample_ir, sample_kernel_defs, sample_names
+from conftest import sample_ir, sample_kernel_defs, sample_key, sample_names, sample_path
 
 import ptxdsl
 
 
 def test_every_sample_has_a_python_twin():
     for name in sample_names():
-        assert (SAMPLES / f"{name}.py").is_file(), f"samples/{name}.py is missing"
+        twin = sample_path(name).with_suffix(".py")
+        assert twin.is_file(), f"{sample_key(name, '.py')} is missing"
 
 
 @pytest.mark.parametrize("name", sample_names())

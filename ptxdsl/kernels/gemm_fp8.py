@@ -24,6 +24,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, e4m3, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a stage (128 fp8)
 BK = 128  # K per stage; also the K extent of a block scale
@@ -297,3 +298,13 @@ def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 102
     return {"kernel": kernel, "grid": grid or default_grid, "inputs": inputs,
             "tensor_maps": maps, "outputs": {"c": np.zeros((m, n), np.uint16)},
             "expected": {"c": ref}, "rtol": 2 ** -7, "atol": atol}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="gemm_fp8",
+    summary="e4m3 GEMM, bf16 C: per-tensor scales (block=True: DeepGEMM-style block scales)",
+    factory=make_gemm_fp8,
+    defaults={"bm": 128, "bn": 256, "stages": 3},
+    source="gemm_fp8.ptxdsl",
+)

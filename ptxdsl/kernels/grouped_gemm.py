@@ -16,6 +16,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 
 BM, BN, BK = 128, 256, 64
 
@@ -164,3 +165,13 @@ def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 10
                             "c": {"box": (64, 64), **box}},
             "expected": {"cp": ref},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="grouped_gemm",
+    summary="grouped (mixture-of-experts) bf16 GEMM, contiguous or masked layout",
+    factory=make_grouped,
+    defaults={"stages": 3},
+    source="grouped_gemm.ptxdsl",
+)

@@ -16,6 +16,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns (the default width), k-block
 NONE = 0xFFFFFFFF  # no contribution waits to be published
@@ -213,3 +214,13 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
                          "sig": np.full(counters, world * max(min(splits, -(-k // BK)), 1),
                                         np.uint32)},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="gemm_rs",
+    summary="GEMM + reduce-scatter over NVLink (row-parallel linear), one kernel per rank",
+    factory=make_gemm_rs,
+    defaults={"bn": 256, "stages": 3},
+    source="gemm_rs.ptxdsl",
+)

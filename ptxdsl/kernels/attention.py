@@ -15,6 +15,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 
 BN = 128  # keys per block (a tile has 64 query rows per consumer warpgroup: block_rows)
 NEG = -1.0e30  # the score of a masked column: exp2 of it minus any real maximum is 0
@@ -289,3 +290,13 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
 
 
 SMALL = {"batch": 1, "heads": 2, "kv_heads": 1, "seq": 100, "kv_seq": 190, "grid": 2}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="attention",
+    summary="FlashAttention-3-style forward attention, bf16, head dim 64 or 128",
+    factory=make_attention,
+    defaults={"d": 128, "causal": False, "pingpong": False, "hold": True, "nwg": 2},
+    source="attention.ptxdsl",
+)

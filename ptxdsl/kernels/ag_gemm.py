@@ -17,6 +17,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 from ptxdsl.swizzle import chunk_columns
 
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
@@ -220,3 +221,13 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
             "outputs": {"c": np.zeros((world, m_local, n), np.uint16)},
             "expected": {"c": ref, "sig": np.zeros(world + 1, np.uint32)},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="ag_gemm",
+    summary="all-gather + GEMM over NVLink (column-parallel linear), one kernel per rank",
+    factory=make_ag_gemm,
+    defaults={"stages": 3, "cch": 4, "bn": 256},
+    source="ag_gemm.ptxdsl",
+)

@@ -42,6 +42,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 from ptxdsl.runtime.occupancy import streamk_parts
 
 BM, BN, BK = 128, 256, 64  # tile rows, columns, and K step (64 bf16 = one 128-byte row)
@@ -397,3 +398,13 @@ def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
             "expected": {"c": ref, "sem": np.zeros(nsem, np.uint32),
                          **({} if stripes else {"wsp": np.zeros((m, n), np.float32)})},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="gemm_splitk",
+    summary="bf16 split-K / stream-K GEMM for skinny outputs and long K (TMA reduce-add)",
+    factory=make_splitk,
+    defaults={"stages": 4, "chunks": 2},
+    source="gemm_splitk.ptxdsl",
+)

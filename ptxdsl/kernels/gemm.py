@@ -19,6 +19,7 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 from ptxdsl.runtime.occupancy import streamk_workspace
 from ptxdsl.swizzle import chunk_box, chunk_columns
 
@@ -257,3 +258,13 @@ def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 100
                             slots=slots)
         ex["expected"]["sem"] = np.zeros(nsem, np.uint32)
     return ex
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="gemm",
+    summary="bf16 GEMM C = A @ B^T, warp-specialised wgmma, persistent (streamk: stream-K walk)",
+    factory=make_gemm,
+    defaults={"bm": 128, "bn": 256, "stages": 3},
+    source="gemm.ptxdsl",
+)
