@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from ..errors import PtxdslError
 
 ARCHS = ["sm_80", "sm_90", "sm_90a"]
+LIBRARY_ARCHS = ("sm_90a", "sm_80")  # the targets `ptxdsl kernels --build` writes
 
 DESCRIPTION = """\
 ptxdsl compiles .ptxdsl kernels (Hopper mbarrier pipelines and bulk/TMA copies) to PTX.
@@ -85,6 +86,16 @@ def _parser() -> argparse.ArgumentParser:
                                    "cached in $PTXDSL_CACHE_DIR/autotune (default "
                                    "~/.cache/ptxdsl/autotune), with each candidate's time.")
     t.add_argument("--clear", action="store_true", help="delete them (each op tunes again)")
+    lib = sub.add_parser("kernels", help="list the kernel library's families, or build them",
+                         description="One line per family of ptxdsl.kernels: its name, what it "
+                                     "computes, its parameters and their defaults. With "
+                                     "--build, write each named family's default PTX to "
+                                     "OUT/<family>.ptx.")
+    lib.add_argument("--build", metavar="NAMES", help="'all', or family names separated by "
+                                                      "commas")
+    lib.add_argument("-o", "--output", metavar="OUT", help="directory for --build's PTX")
+    lib.add_argument("--arch", choices=list(LIBRARY_ARCHS), default=LIBRARY_ARCHS[0],
+                     help="target of --build (default sm_90a)")
     for cmd in (c, k, f, r, i):
         cmd.add_argument("-D", dest="defines", metavar="NAME=VALUE", action="append",
                          default=[], help="give compile-time kernel parameter NAME (kernel "
@@ -159,6 +170,8 @@ def _command(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "autotune":
         return _autotune(args)
+    if args.command == "kernels":
+        return _kernels(args)
     src = read_source(args.file)
     if args.command == "compile" and args.emit == "ast":
         _write(parse_tree(src).pretty(), args.output)
@@ -199,6 +212,46 @@ def _autotune(args: argparse.Namespace) -> int:
     lines = autotune.describe()
     print("\n".join(lines) if lines else f"{directory}: no tuned configs")
     return 0
+
+
+def _kernels(args: argparse.Namespace) -> int:
+    """`ptxdsl kernels`: list the library's families, or write their default PTX."""
+    from pathlib import Path
+
+    from ..errors import CompileError
+    from ..kernels import families
+
+    fams = families()
+    if args.build is None:
+        width = max(map(len, fams))
+        for fam in fams.values():
+            params = ", ".join(f"{k}={v}" for k, v in fam.parameters().items())
+            print(f"{fam.name:<{width}}  {fam.summary}  ({params})")
+        return 0
+    if args.output is None:
+        print("ptxdsl kernels: --build needs -o DIR (where the PTX files go)", file=sys.stderr)
+        return 1
+    names = list(fams) if args.build.strip() == "all" else \
+        [n.strip() for n in args.build.split(",") if n.strip()]
+    unknown = [n for n in names if n not in fams]
+    if unknown or not names:
+        print(f"ptxdsl kernels: no family {', '.join(map(repr, unknown)) or 'named'}; the "
+              f"families are: {', '.join(fams)} (or 'all')", file=sys.stderr)
+        return 1
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for name in names:
+        try:
+            ptx = fams[name].build().ptx(args.arch)
+        except CompileError as e:  # a Hopper-only family has no sm_80 form
+            print(f"ptxdsl kernels: {name}: skipped, no {args.arch} form "
+                  f"({e.diagnostics[0].message})", file=sys.stderr)
+            continue
+        _write(ptx, str(out / f"{name}.ptx"))
+        print(f"{out / f'{name}.ptx'}: {name} ({args.arch})")
+        written += 1
+    return 0 if written else 1
 
 
 def _run(args: argparse.Namespace) -> int:
