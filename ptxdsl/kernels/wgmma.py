@@ -15,6 +15,29 @@ from typing import Any
 
 from ..types import Scalar, bf16, s32
 
+TMA_DIM_LIMIT = 2**32  # a tensor map's sizes are below this
+
+
+def tma_shape_error(m: int, n: int, k: int, in_bytes: int, out_bytes: int = 2) -> str | None:
+    """Why TMA cannot address a GEMM of A (M x K) and B (N x K), of `in_bytes` elements, into
+    C (M x N) of `out_bytes` elements; None when it can. Every size TMA addresses is taken
+    (the maps clip and zero-fill the tiles a size does not divide): a map has no empty
+    dimension, sizes below 2**32, and the 16-byte rule: its row pitch is a multiple of 16
+    bytes."""
+    if min(m, n, k) < 1:
+        return f"M, N and K must be at least 1, got M={m}, N={n}, K={k}"
+    if max(m, n, k) >= TMA_DIM_LIMIT:
+        return f"M, N and K must be below 2**32 (TMA's sizes), got M={m}, N={n}, K={k}"
+    if k * in_bytes % 16:
+        return (f"K={k} breaks TMA's 16-byte rule: a and b are read by rows of K x {in_bytes} "
+                f"= {k * in_bytes} bytes, and a row pitch must be a multiple of 16 bytes "
+                f"(K a multiple of {16 // in_bytes})")
+    if n * out_bytes % 16:
+        return (f"N={n} breaks TMA's 16-byte rule: C is written by rows of N x {out_bytes} = "
+                f"{n * out_bytes} bytes, and a row pitch must be a multiple of 16 bytes (N a "
+                f"multiple of {16 // out_bytes})")
+    return None
+
 
 def consumer_lanes(k: Any) -> tuple[Any, Any, Any, Any]:
     """A consumer thread's place: its warpgroup `wg` (0 for the first consumer, warps 4-7),
