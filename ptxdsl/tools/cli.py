@@ -23,6 +23,7 @@ examples:
   ptxdsl check k.ptxdsl                                  report every problem, write nothing
   ptxdsl fmt k.ptxdsl                                    print the canonical text
   ptxdsl compile samples/norms.ptxdsl -D N=4096          set a compile-time parameter
+  ptxdsl kernels --build all -o out                      the kernel library's default PTX
 
 Errors are printed as file:line:col with the source line; the exit status is 1.
 Set PTXDSL_DEBUG=1 to see Python tracebacks.
