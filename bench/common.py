@@ -1,5 +1,5 @@
-"""What every benchmark shares: the samples' twins, the machine, GPU timing, correctness
-checks, and the results page (rows, sections, markdown).
+"""What every benchmark shares: the kernels' modules (the library's and the samples'), the
+machine, GPU timing, correctness checks, and the results page (rows, sections, markdown).
 
 torch is imported inside the functions that time on the GPU, so this module (and the
 `python -m bench` command line, and its tests) import on a machine without torch or a GPU."""
@@ -15,16 +15,15 @@ import platform
 import re
 import statistics
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
+LIBRARY = ROOT / "ptxdsl" / "kernels"  # the kernel library's families
 
 
 class BenchError(Exception):
@@ -40,16 +39,17 @@ class Unavailable(BenchError):
 # ----------------------------------------------------------------------------- samples
 
 
-@cache
 def twin(name: str) -> ModuleType:
-    """The Python twin of a sample (samples/<name>.py), imported once."""
-    spec = importlib.util.spec_from_file_location(f"bench_twin_{name}", SAMPLES / f"{name}.py")
-    if spec is None or spec.loader is None:
-        raise BenchError(f"no sample twin samples/{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while it is executed
-    spec.loader.exec_module(mod)
-    return mod
+    """The Python module of a kernel: the library family ptxdsl.kernels.<name>, or the sample
+    samples/<name>.py, imported once (under the one name the tests and the runner use)."""
+    from ptxdsl.tools.runner import import_twin
+
+    path = LIBRARY / f"{name}.py"
+    if not path.is_file():
+        path = SAMPLES / f"{name}.py"
+    if not path.is_file():
+        raise BenchError(f"no kernel module ptxdsl/kernels/{name}.py or samples/{name}.py")
+    return import_twin(path)
 
 
 # ----------------------------------------------------------------------------- machine

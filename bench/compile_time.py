@@ -11,11 +11,9 @@ import argparse
 import statistics
 import time
 
-from .common import ROOT, SAMPLES, Row, Section
+from .common import LIBRARY, Row, Section
 
-NORMS = ROOT / "ptxdsl" / "kernels" / "norms.ptxdsl"
-
-FILES = (SAMPLES / "gemm.ptxdsl", SAMPLES / "gemm_splitk.ptxdsl", NORMS)
+FILES = (LIBRARY / "gemm.ptxdsl", LIBRARY / "gemm_splitk.ptxdsl", LIBRARY / "norms.ptxdsl")
 ABOUT = ("`.ptxdsl` -> PTX in one process on the benchmark machine's CPU: parse, lower, "
          "verify, emit; the median of warm calls (the first call also loads the grammar).")
 LIMITS = ("lark's LALR parse with positions (~15 us a token in Python) and the verifier's "

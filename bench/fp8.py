@@ -1,4 +1,4 @@
-"""fp8 GEMM: ptxdsl's e4m3 GEMMs (samples/gemm_fp8.py) against cuBLASLt through
+"""fp8 GEMM: ptxdsl's e4m3 GEMMs (ptxdsl/kernels/gemm_fp8.py) against cuBLASLt through
 torch._scaled_mm, side by side in one process on the same inputs, correctness checked first.
 
     python -m bench fp8 [--shape MxNxK,...] [--sweep] [--quick]

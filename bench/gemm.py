@@ -1,4 +1,4 @@
-"""GEMM: ptxdsl's warp-specialised wgmma GEMM (samples/gemm.py) against cuBLAS
+"""GEMM: ptxdsl's warp-specialised wgmma GEMM (ptxdsl/kernels/gemm.py) against cuBLAS
 (torch.matmul), side by side in one process on the same inputs, correctness checked first.
 
     python -m bench gemm [--shape MxNxK,...] [--variants] [--quick]

@@ -1,4 +1,4 @@
-"""Grouped GEMM (mixture of experts): samples/grouped_gemm against `torch._grouped_mm` and a
+"""Grouped GEMM (mixture of experts): ptxdsl/kernels/grouped_gemm against `torch._grouped_mm` and a
 loop of cuBLAS calls (one `torch.matmul` per expert), side by side in one process on the same
 inputs, correctness checked first.
 

@@ -1,4 +1,4 @@
-"""Split-K GEMM: ptxdsl's split-K kernel (samples/gemm_splitk.py: TMA reduce-add, unordered
+"""Split-K GEMM: ptxdsl's split-K kernel (ptxdsl/kernels/gemm_splitk.py: TMA reduce-add, unordered
 or in K order, the two-kernel form with per-split slots and `splitk_reduce`, and the striped
 sum of those slots in the same kernel) against
 cuBLAS (torch.matmul) on skinny-output, long-K shapes, side by side in one process on the

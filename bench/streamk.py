@@ -4,8 +4,8 @@ first.
 
     python -m bench streamk [--shape MxNxK,...] [--splits 2] [--quick]
 
-- data-parallel: samples/gemm.ptxdsl, one 128 x 256 tile at a time per CTA;
-- split-K: samples/gemm_splitk.ptxdsl with `--splits` K ranges per tile;
+- data-parallel: ptxdsl/kernels/gemm.ptxdsl, one 128 x 256 tile at a time per CTA;
+- split-K: ptxdsl/kernels/gemm_splitk.ptxdsl with `--splits` K ranges per tile;
 - stream-K: make_gemm(streamk=True), the partial wave plus one full wave shared K step by
   K step among all SMs, the other tiles whole and stored as the data-parallel walk stores
   them; a shared tile's parts meet in f32 workspace slots;

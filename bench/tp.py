@@ -1,5 +1,5 @@
 """Communication fused with the GEMM across GPUs: all-gather + GEMM and GEMM + reduce-scatter
-(samples/ag_gemm.ptxdsl, samples/gemm_rs.ptxdsl through samples/tp_linear.py) against what a
+(ptxdsl/kernels/ag_gemm.ptxdsl, gemm_rs.ptxdsl through samples/tp_linear.py) against what a
 PyTorch user runs. Needs two GPUs or more; runs one process per GPU under torchrun.
 
     NCCL_NVLS_ENABLE=0 python -m bench tp [--quick] [--gpus N]

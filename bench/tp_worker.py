@@ -213,7 +213,7 @@ def agreed(dist: Any, symm: Any) -> Any:
 
 
 def dense_gemm(a: Any, b: Any, c: Any) -> Any:
-    """ptxdsl's dense GEMM (samples/gemm.ptxdsl) on the same operands, no communication:
+    """ptxdsl's dense GEMM (ptxdsl/kernels/gemm.ptxdsl) on the same operands, no communication:
     what the fused kernels' main loop costs alone."""
     from bench.common import twin
     from bench.gemm import gemm_launcher

@@ -1,5 +1,5 @@
 """Tensor-parallel linear layers with the communication fused into the GEMM, one process per
-GPU under torchrun: the host side of ag_gemm.ptxdsl and gemm_rs.ptxdsl.
+GPU under torchrun: the host side of the library's ag_gemm.ptxdsl and gemm_rs.ptxdsl.
 
     ag = AllGatherGemm(m_local, k, n)        # a collective: every rank builds one
     ag.shard().copy_from_host(my_rows)       # this rank's M / world rows of A (or write them)
@@ -34,13 +34,15 @@ from typing import Any
 import numpy as np
 
 import ptxdsl
+from ptxdsl import kernels
 from ptxdsl import runtime as rt
 from ptxdsl.errors import LaunchError
 from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 from ptxdsl.swizzle import chunk_box, chunk_columns
 from ptxdsl.target import target
 
-HERE = Path(__file__).resolve().parent
+# the kernels are the library's (ptxdsl/kernels/ag_gemm.ptxdsl, gemm_rs.ptxdsl)
+LIBRARY = Path(kernels.__file__).resolve().parent
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns (the widest), k-block
 
 
@@ -48,7 +50,7 @@ BM, BN, BK = 128, 256, 64  # tile rows, tile columns (the widest), k-block
 def program(name: str, device: int, watchdog_ms: int = 0, defines: tuple = ()) -> Any:
     """ag_gemm or gemm_rs compiled for GPU `device` (`defines`: (name, value) pairs of its
     compile-time parameters)."""
-    return ptxdsl.compile(HERE / f"{name}.ptxdsl", device=device, watchdog_ms=watchdog_ms,
+    return ptxdsl.compile(LIBRARY / f"{name}.ptxdsl", device=device, watchdog_ms=watchdog_ms,
                           defines=dict(defines))
 
 
@@ -393,7 +395,7 @@ def interp_ag(world: int, m_local: int = 80, k: int = 320, n: int = 264, grid: i
     cs = [np.empty((world, m_local, n), np.uint16) for _ in range(world)]
     flags = [np.zeros(max(ag_flag_words(world, m_local, k, c), 1), np.uint32) for c in cks]
     pull = TensorMapModel(buf, (1, 1, 64, BK), swizzle="128B", dtype="bf16")
-    kern = ptxdsl.parse_file(HERE / "ag_gemm.ptxdsl",
+    kern = ptxdsl.parse_file(LIBRARY / "ag_gemm.ptxdsl",
                              defines={"STAGES": staging[0], "CCH": staging[1], "BN": bn})
     (rows, cw), swz = chunk_box(64, bn, 2)
     for epoch in range(1, epochs + 1):
@@ -436,7 +438,7 @@ def interp_rs(world: int, m_local: int = 80, n: int = 264, k_local: int = 192,
     out = np.full((world, m_local, n), 0xFFFF, np.uint16)  # rank r's C shard: out[r]
     sig = np.zeros((world, rs_counters(m_local, n, bn)), np.uint32)
     tc = TensorMapModel(out, (1, 64, 64), swizzle="128B", dtype="bf16")
-    kern = ptxdsl.parse_file(HERE / "gemm_rs.ptxdsl", defines={"BN": bn, "STAGES": stages})
+    kern = ptxdsl.parse_file(LIBRARY / "gemm_rs.ptxdsl", defines={"BN": bn, "STAGES": stages})
     for epoch in range(1, epochs + 1):
         a = [f32_to_bf16(rng.standard_normal((m, k_local))) for _ in range(world)]
         b = [f32_to_bf16(rng.standard_normal((n, k_local))) for _ in range(world)]

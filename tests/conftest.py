@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import io
 import os
 import sys
@@ -15,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
-KERNELS = ROOT / "ptxdsl" / "kernels"  # the library's families: samples too, for these helpers
+LIBRARY = ROOT / "ptxdsl" / "kernels"  # the kernel library: its families' sources
+SOURCES = (SAMPLES, LIBRARY)
 sys.path.insert(0, str(ROOT))
 # A few tests share cases with a test module of another area (test_ptxas's `assemble`,
 # test_clusters's cluster kernels): every area's folder is importable, whichever is collected.
@@ -67,30 +67,38 @@ def pytest_collection_modifyitems(config, items):
 
 
 def sample_names() -> list[str]:
-    return sorted(p.stem for d in (SAMPLES, KERNELS) for p in d.glob("*.ptxdsl"))
+    """Every kernel source: the samples' and the kernel library's (names are unique across
+    both)."""
+    return sorted(p.stem for d in SOURCES for p in d.glob("*.ptxdsl"))
 
 
-def sample_path(name: str, suffix: str = ".ptxdsl") -> Path:
-    """samples/<name><suffix>, or the library family's ptxdsl/kernels/<name><suffix>."""
-    path = SAMPLES / f"{name}{suffix}"
-    return path if path.exists() else KERNELS / f"{name}{suffix}"
+@functools.cache
+def sample_path(name: str) -> Path:
+    """The .ptxdsl source `name`, in samples/ or in the kernel library."""
+    for d in SOURCES:
+        if (d / f"{name}.ptxdsl").is_file():
+            return d / f"{name}.ptxdsl"
+    raise FileNotFoundError(f"no source {name}.ptxdsl in samples/ or ptxdsl/kernels/")
+
+
+def sample_key(name: str, suffix: str = ".ptxdsl") -> str:
+    """`name`'s source as a path relative to the checkout ("ptxdsl/kernels/gemm.ptxdsl")."""
+    return sample_path(name).with_suffix(suffix).relative_to(ROOT).as_posix()
 
 
 @functools.cache
 def sample_module(name: str):
-    """The Python twin of a sample (samples/<name>.py, or the family module), imported once."""
-    path = sample_path(name, ".py")
-    if path.parent == KERNELS:
-        return importlib.import_module(f"ptxdsl.kernels.{name}")
-    spec = importlib.util.spec_from_file_location(f"ptxdsl_sample_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The Python twin of a source: a library family's module (ptxdsl.kernels.<name>), or
+    samples/<name>.py, imported once (the runner's import, so under one name only)."""
+    from ptxdsl.tools.runner import import_twin
+
+    lib = LIBRARY / f"{name}.py"
+    return import_twin(lib if lib.is_file() else SAMPLES / f"{name}.py")
 
 
 @functools.cache
 def sample_ir(name: str):
-    """samples/<name>.ptxdsl parsed, once per test process (IR is immutable: shared safely;
+    """The source `name` parsed, once per test process (IR is immutable: shared safely;
     collection alone asks for every sample several times)."""
     import ptxdsl
 
@@ -99,7 +107,7 @@ def sample_ir(name: str):
 
 @functools.cache
 def sample_ptx(name: str, arch: str | None = None) -> str:
-    """The PTX of samples/<name>.ptxdsl for `arch` (None: the default target), compiled once
+    """The PTX of the source `name` for `arch` (None: the default target), compiled once
     per test process (the golden, pin, ptxas and two-target tests all read it)."""
     import ptxdsl
 
@@ -107,12 +115,12 @@ def sample_ptx(name: str, arch: str | None = None) -> str:
 
 
 def sample_kernel_defs(name: str) -> list:
-    """The kernels a sample's Python twin defines at module level, in order."""
+    """The kernels a source's Python twin defines at module level, in order."""
     import ptxdsl
 
     mod = sample_module(name)
     defs = [v for v in vars(mod).values() if isinstance(v, ptxdsl.KernelDef)]
-    assert defs, f"{sample_path(name, '.py')} defines no @ptxdsl.kernel"
+    assert defs, f"{sample_key(name, '.py')} defines no @ptxdsl.kernel"
     return defs
 
 

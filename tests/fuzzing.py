@@ -22,7 +22,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import SAMPLES
+from conftest import sample_names, sample_path
 from hypothesis import HealthCheck
 
 from ptxdsl.errors import CompileError, PtxdslError
@@ -159,7 +159,7 @@ def _show(raw: bytes) -> str:
 # ----------------------------------------------------------------------------- samples
 
 def sample_sources() -> dict[str, str]:
-    return {p.stem: p.read_text() for p in sorted(SAMPLES.glob("*.ptxdsl"))}
+    return {name: sample_path(name).read_text() for name in sample_names()}
 
 
 _TOKEN = re.compile(r"\s+|//[^\n]*|/\*.*?\*/|\"(?:[^\"\\\n]|\\.)*\"|%?[A-Za-z_][\w.]*"

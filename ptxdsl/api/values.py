@@ -14,6 +14,8 @@ from ..builder import Lit, Operand
 from ..errors import CompileError, Span, python_source
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the kernel library is user code of the API: its kernels' spans point into it
+_LIBRARY_DIR = os.path.join(_PKG_DIR, "kernels") + os.sep
 
 
 def user_span() -> Span | None:
@@ -38,9 +40,11 @@ def user_span() -> Span | None:
 
 
 def _internal(frame: Any) -> bool:
-    """A frame of ptxdsl itself, or of contextlib running one of its `with` blocks."""
+    """A frame of ptxdsl itself (not of its kernel library), or of contextlib running one of
+    its `with` blocks."""
     path = os.path.abspath(frame.f_code.co_filename)
-    return path.startswith(_PKG_DIR) or path == _CONTEXTLIB
+    return path.startswith(_PKG_DIR) and not path.startswith(_LIBRARY_DIR) or \
+        path == _CONTEXTLIB
 
 
 _CONTEXTLIB = os.path.abspath(contextlib.__file__)

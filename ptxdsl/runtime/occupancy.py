@@ -73,7 +73,7 @@ def streamk_parts(tiles: int, ksteps: int, workers: int) -> int:
 def streamk_workspace(m: int, n: int, k: int, workers: int, bm: int = 128, bn: int = 256,
                       bk: int = 64, consumers: int = 2) -> tuple[int, int, int]:
     """(f32 elements of the workspace, u32 semaphores, slots) of a stream-K GEMM over M x N x K
-    in bm x bn x bk tiles walked by `workers` (samples/gemm.py `make_gemm(streamk=True)`): a
+    in bm x bn x bk tiles walked by `workers` (ptxdsl/kernels/gemm.py `make_gemm(streamk=True)`): a
     slot per part of each shared tile, a semaphore per consumer warpgroup of each shared tile
     (zero before the first launch; each launch leaves them zero), at least one of each (a
     launch takes no empty array)."""

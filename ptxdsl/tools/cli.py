@@ -23,6 +23,7 @@ examples:
   ptxdsl check k.ptxdsl                                  report every problem, write nothing
   ptxdsl fmt k.ptxdsl                                    print the canonical text
   ptxdsl compile ptxdsl/kernels/norms.ptxdsl -D N=4096   set a compile-time parameter
+  ptxdsl kernels --build all -o out                      the kernel library's default PTX
 
 Errors are printed as file:line:col with the source line; the exit status is 1.
 Set PTXDSL_DEBUG=1 to see Python tracebacks.
@@ -91,6 +92,16 @@ def _parser() -> argparse.ArgumentParser:
                                    "cached in $PTXDSL_CACHE_DIR/autotune (default "
                                    "~/.cache/ptxdsl/autotune), with each candidate's time.")
     t.add_argument("--clear", action="store_true", help="delete them (each op tunes again)")
+    lib = sub.add_parser("kernels", help="list the kernel library's families, or build them",
+                         description="One line per family of ptxdsl.kernels: its name, what it "
+                                     "computes, its parameters and their defaults. With "
+                                     "--build, write each named family's default PTX to "
+                                     "OUT/<family>.ptx.")
+    lib.add_argument("--build", metavar="NAMES", help="'all', or family names separated by "
+                                                      "commas")
+    lib.add_argument("-o", "--output", metavar="OUT", help="directory for --build's PTX")
+    lib.add_argument("--arch", choices=ARCHS, default=None,
+                     help="target of --build (default: as `compile` picks, per family)")
     for cmd in (c, k, f, r, i):
         cmd.add_argument("-D", dest="defines", metavar="NAME=VALUE", action="append",
                          default=[], help="give compile-time kernel parameter NAME (kernel "
@@ -140,6 +151,8 @@ def _command(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "autotune":
         return _autotune(args)
+    if args.command == "kernels":
+        return _kernels(args)
     if args.command == "compile" and args.after is not None and args.emit != "ir":
         raise CompileError(f"--after {args.after} shows the IR after a pass: add --emit ir")
     src = read_source(args.file)
@@ -182,6 +195,46 @@ def _autotune(args: argparse.Namespace) -> int:
     lines = autotune.describe()
     print("\n".join(lines) if lines else f"{directory}: no tuned configs")
     return 0
+
+
+def _kernels(args: argparse.Namespace) -> int:
+    """`ptxdsl kernels`: list the library's families, or write their default PTX."""
+    from pathlib import Path
+
+    from ..errors import CompileError
+    from ..kernels import families
+
+    fams = families()
+    if args.build is None:
+        width = max(map(len, fams))
+        for fam in fams.values():
+            params = ", ".join(f"{k}={v}" for k, v in fam.parameters().items())
+            print(f"{fam.name:<{width}}  {fam.summary}  ({params})")
+        return 0
+    if args.output is None:
+        print("ptxdsl kernels: --build needs -o DIR (where the PTX files go)", file=sys.stderr)
+        return 1
+    names = list(fams) if args.build.strip() == "all" else \
+        [n.strip() for n in args.build.split(",") if n.strip()]
+    unknown = [n for n in names if n not in fams]
+    if unknown or not names:
+        print(f"ptxdsl kernels: no family {', '.join(map(repr, unknown)) or 'named'}; the "
+              f"families are: {', '.join(fams)} (or 'all')", file=sys.stderr)
+        return 1
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for name in names:
+        try:
+            built = fams[name].build().program(args.arch).ptx_module
+        except CompileError as e:  # a Hopper-only family has no sm_80 form
+            print(f"ptxdsl kernels: {name}: skipped, no {args.arch} form "
+                  f"({e.diagnostics[0].message})", file=sys.stderr)
+            continue
+        _write(built.ptx, str(out / f"{name}.ptx"))
+        print(f"{out / f'{name}.ptx'}: {name} ({built.arch})")
+        written += 1
+    return 0 if written else 1
 
 
 def _run(args: argparse.Namespace) -> int:

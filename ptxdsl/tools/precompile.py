@@ -1,6 +1,7 @@
 """Kernel recipes, and building many at once in worker processes.
 
-A `Recipe` names a kernel factory of a Python twin (samples/<x>.py) and its keyword
+A `Recipe` names a kernel factory of a module (a family of the kernel library,
+`ptxdsl.kernels.gemm`; or a Python file by path, such as a user's twin) and its keyword
 arguments. It is plain data, so another process can build it; `build()` gives its KernelDef,
 one per recipe per process. `precompile(recipes)` builds the recipes not built yet in worker
 processes: each traces its kernels, emits their PTX and assembles their cubins (nvJitLink),
@@ -12,15 +13,16 @@ does not change.
 Workers are interpreters running `ptxdsl.tools.precompile._main` (not multiprocessing: that would
 re-import the caller's `__main__`), started on first use and kept until this process exits,
 so their imports are paid once; the cache settings of the environment go with every batch.
-They import ptxdsl and the twins, never torch, and touch no GPU. `PTXDSL_COMPILE_WORKERS`
-sets how many (default: the CPU count, at most one per recipe); 0 or 1, or fewer than
-MIN_RECIPES recipes, builds in this process. A recipe that fails in a worker is left unbuilt
-(and every recipe, if the workers fail): building it here raises the error where the caller
-can see it."""
+They import ptxdsl and the factories' modules, never torch, and touch no GPU.
+`PTXDSL_COMPILE_WORKERS` sets how many (default: the CPU count, at most one per recipe); 0 or
+1, or fewer than MIN_RECIPES recipes, builds in this process. A recipe that fails in a worker
+is left unbuilt (and every recipe, if the workers fail): building it here raises the error
+where the caller can see it."""
 
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import pickle
 import struct
@@ -30,39 +32,36 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ..compiler import KernelDef, compile_module
 from ..kernelinfo import PtxModule
 from ..runtime.compile import ptx_to_cubin, remember
-from .runner import load_twin
+from .runner import import_twin
 
 _ROOT = Path(__file__).resolve().parents[2]  # the directory holding the ptxdsl package
 _built: dict[Recipe, KernelDef] = {}
-_twins: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
 class Recipe:
-    """`<twin>.<factory>(**kwargs)`: a kernel that any process can build."""
+    """`<module>.<factory>(**kwargs)`: a kernel that any process can build."""
 
-    twin: str  # path of the Python twin
+    module: str  # a module name (ptxdsl.kernels.gemm), or the path of a Python file (x.py)
     factory: str
     kwargs: tuple[tuple[str, Any], ...]
 
     @classmethod
-    def of(cls, twin: str | Path, factory: str, **kwargs: Any) -> Recipe:
-        return cls(str(twin), factory, tuple(sorted(kwargs.items())))
+    def of(cls, module: str | Path, factory: str, **kwargs: Any) -> Recipe:
+        return cls(str(module), factory, tuple(sorted(kwargs.items())))
 
     def build(self) -> KernelDef:
         with _lock:
             kd = _built.get(self)
         if kd is None:
-            twin = _twins.get(self.twin)
-            if twin is None:
-                twin = _twins.setdefault(self.twin, load_twin(self.twin))
-            kd = getattr(twin, self.factory)(**dict(self.kwargs))
+            kd = getattr(_module(self.module), self.factory)(**dict(self.kwargs))
             with _lock:
                 kd = _built.setdefault(self, kd)
         return kd
@@ -70,6 +69,13 @@ class Recipe:
     def built(self) -> bool:
         with _lock:
             return self in _built
+
+
+def _module(name: str) -> ModuleType:
+    """The module a recipe names: imported by name, or a .py file by path (once either way)."""
+    if name.endswith(".py"):
+        return import_twin(name)
+    return importlib.import_module(name)
 
 
 MIN_RECIPES = 3  # fewer are built here: a round trip to the workers costs about one build

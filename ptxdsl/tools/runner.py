@@ -17,16 +17,22 @@ to size its data alike.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from .. import kernels as library
 from .. import types as T
 from ..errors import LaunchError
 from ..runtime.dtypes import bf16_to_f32, f32_to_bf16, ml_float  # noqa: F401  (re-exported)
+
+LIBRARY = Path(library.__file__).resolve().parent  # the kernel library's directory
 
 
 @dataclass
@@ -38,15 +44,35 @@ class CheckResult:
     detail: str = ""
 
 
-def load_twin(path: str | Path):
-    """The Python twin module (x.py) of a sample file (x.ptxdsl)."""
+def import_twin(path: str | Path) -> ModuleType:
+    """The Python module x.py beside x.ptxdsl (or x.py itself), imported once per process: a
+    library family (ptxdsl/kernels/) as its module `ptxdsl.kernels.x`, any other file by path
+    as `ptxdsl_twin_x`, so that a module is never imported under two names."""
+    twin = Path(path).with_suffix(".py").resolve()
+    if twin.parent == LIBRARY:
+        return importlib.import_module(f"{library.__name__}.{twin.stem}")
+    name = f"ptxdsl_twin_{twin.stem}"
+    mod = sys.modules.get(name)
+    if mod is not None and Path(mod.__file__ or "") == twin:
+        return mod
+    spec = importlib.util.spec_from_file_location(name, twin)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = mod  # dataclasses look their module up while it is executed
+    try:
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return mod
+
+
+def load_twin(path: str | Path) -> ModuleType:
+    """The Python twin module (x.py) of a sample file (x.ptxdsl), with its example()."""
     p = Path(path)
     twin = p.with_suffix(".py")
     if not twin.is_file():
         raise LaunchError(f"{p}: no Python twin {twin.name} with an example() to run")
-    spec = importlib.util.spec_from_file_location(f"ptxdsl_twin_{p.stem}", twin)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    mod = import_twin(twin)
     if not hasattr(mod, "example"):
         raise LaunchError(f"{twin} has no example(rng) function")
     return mod

@@ -1,5 +1,5 @@
 """`torch.ops.ptxdsl.attention(q, k, v, causal=False, scale=None)`: softmax(Q K^T scale) V, the
-samples' FlashAttention-3-style forward kernel (samples/attention.ptxdsl).
+library's FlashAttention-3-style forward kernel (ptxdsl/kernels/attention.ptxdsl).
 
 q is (B, H, S, D), k and v (B, KVH, S_kv, D), bf16, head dim 64 or 128, KVH dividing H
 (GQA/MQA), as `torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)` takes

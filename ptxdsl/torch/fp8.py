@@ -2,7 +2,7 @@
 scale_b * A @ B^T with A (M x K) and B (N x K) e4m3 (unit inner stride), scale_a and scale_b
 f32 tensors of one element on the GPU; f32 accumulation in the tensor cores. What
 `torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16,
-use_fast_accum=True)` computes, with the samples' per-tensor-scaled fp8 GEMM, its tile width,
+use_fast_accum=True)` computes, with the library's per-tensor-scaled fp8 GEMM, its tile width,
 stage count and cluster pairing tuned per shape. Forward only: no backward is registered
 (autograd through it raises)."""
 

@@ -1,5 +1,5 @@
 """`torch.ops.ptxdsl.gemm(a, b)`: C = A @ B^T in bf16 (A is M x K, B is N x K, both with
-unit inner stride; f32 accumulation), the samples' warp-specialised wgmma GEMM, its tile
+unit inner stride; f32 accumulation), the library's warp-specialised wgmma GEMM, its tile
 width, stage count, cluster pairing and walk (data-parallel or stream-K) tuned per shape."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..compiler import KernelDef
+from ..kernels.wgmma import tma_shape_error
 from ..runtime.driver import device_info
 from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
@@ -19,8 +20,6 @@ from ..swizzle import chunk_box
 from . import autotune
 from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel, gemm_recipe
 from .opspec import Args, OpSpec, TensorParam, register
-
-_U32 = 2**32
 
 
 def _kernel(config: Any) -> KernelDef:
@@ -37,23 +36,14 @@ TUNER = autotune.tuner("ptxdsl::gemm", GEMM_CONFIGS, _recipe)
 
 
 def check_operands(args: Args) -> str | None:
-    """The checks of a GEMM of a (M x K) and b (N x K) into a bf16 C (M x N): K and N give
-    rows of 16 bytes, as TMA needs them (a, b and C are each read or written by a map)."""
+    """The checks of a GEMM of a (M x K) and b (N x K) into a bf16 C (M x N): every shape
+    TMA addresses (a, b and C are each read or written by a map; `tma_shape_error`)."""
     a, b = args["a"], args["b"]
     (m, k), (n, kb) = a.shape, b.shape
     if k != kb:
         return (f"a (M x K) and b (N x K) must have the same K, got a {tuple(a.shape)} "
                 f"and b {tuple(b.shape)}")
-    if min(m, n, k) < 1:
-        return f"M, N and K must be at least 1, got M={m}, N={n}, K={k}"
-    if max(m, n, k) >= _U32:
-        return f"M, N and K must be below 2**32, got M={m}, N={n}, K={k}"
-    per_row = 16 // a.element_size()
-    if k % per_row:
-        return f"K must be a multiple of {per_row} (16-byte rows for TMA), got K={k}"
-    if n % 8:
-        return f"N must be a multiple of 8 (16-byte rows of C for TMA), got N={n}"
-    return None
+    return tma_shape_error(m, n, k, a.element_size())
 
 
 def output_c(args: Args) -> tuple[tuple[int, ...], torch.dtype]:

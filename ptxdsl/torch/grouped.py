@@ -2,7 +2,7 @@
 `torch._grouped_mm`'s contiguous layout. a is T x K (the tokens of every expert, expert
 after expert), b is E x N x K (one weight per expert, C_g = A_g @ B_g^T), offs the E int32
 cumulative row ends (expert g owns rows offs[g - 1] .. offs[g], the first from row 0); the
-result is T x N bf16, f32 accumulation (samples/grouped_gemm.py's kernel).
+result is T x N bf16, f32 accumulation (ptxdsl/kernels/grouped_gemm.py's kernel).
 
 The offsets stay on the device (no synchronisation, so the op runs inside CUDA graphs), so
 the op cannot reject bad ones; it makes them safe instead, on the device: each is clamped to

@@ -1,21 +1,20 @@
 """The kernel families behind the torch ops, and the configs each may be tuned over.
 
-The kernels are the samples' (samples/gemm.py `make_gemm`, samples/gemm_fp8.py
-`make_gemm_fp8`, samples/attention.py `make_attention`, samples/grouped_gemm.py
-`make_grouped`; the norms' are in ptxdsl/torch/norms.py),
-built from the source tree (as `ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in
-parallel processes), so the ops run the kernels that the sample tests and benchmarks check.
-This module does not import torch."""
+The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.gemm_fp8
+`make_gemm_fp8`, ptxdsl.kernels.attention `make_attention`, ptxdsl.kernels.grouped_gemm
+`make_grouped`; the norms' configs are in ptxdsl/torch/norms.py), built as
+`ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in parallel processes, and the
+ops run the kernels that the library's tests and benchmarks check. This module does not
+import torch."""
 
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 
 from ..compiler import KernelDef
 from ..tools.precompile import Recipe
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+# the norms are not in the library yet: built from the checkout's samples/norms.py
 
 # gemm: (bn, stages) pairs whose shared memory fits a CTA (bm = 128: bn 256 and 224 hold 3
 # stages, bn 128 up to 6), each with and without a 2 x 1 cluster; the default (first) is the
@@ -39,26 +38,15 @@ FP8_CONFIGS: tuple[dict[str, int], ...] = tuple(
 )
 
 
-def twin(name: str) -> Path:
-    """The Python twin samples/<name>.py the kernels are built from."""
-    path = SAMPLES / f"{name}.py"
-    if not path.is_file():
-        raise ImportError(
-            f"ptxdsl.torch builds its kernels from {path}, which is missing; install ptxdsl "
-            "from a source checkout (pip install -e .)"
-        )
-    return path
-
-
 def gemm_recipe(bn: int, stages: int, cluster: int, streamk: int = 0) -> Recipe:
     """The bf16 GEMM C = A @ B^T with 128 x bn x 64 tiles (`streamk`: on a stream-K walk)."""
     more = {"streamk": True} if streamk else {}
-    return Recipe.of(twin("gemm"), "make_gemm", bm=GEMM_BM, bn=bn, stages=stages,
+    return Recipe.of("ptxdsl.kernels.gemm", "make_gemm", bm=GEMM_BM, bn=bn, stages=stages,
                      cluster=(cluster, 1, 1), **more)
 
 
 # The *_kernel functions are memoised although Recipe.build keeps one KernelDef per recipe:
-# they are on every op call's path, and a cache hit skips building the recipe (a file check).
+# they are on every op call's path, and a cache hit skips building the recipe.
 
 
 @cache
@@ -81,8 +69,8 @@ def attention_configs(d: int) -> tuple[dict[str, int], ...]:
 
 
 def attention_recipe(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2) -> Recipe:
-    """The forward attention of head dim d (samples/attention.py `make_attention`)."""
-    return Recipe.of(twin("attention"), "make_attention", d=d, causal=bool(causal),
+    """The forward attention of head dim d (ptxdsl.kernels.attention `make_attention`)."""
+    return Recipe.of("ptxdsl.kernels.attention", "make_attention", d=d, causal=bool(causal),
                      pingpong=bool(pingpong), hold=bool(hold), nwg=nwg)
 
 
@@ -94,7 +82,7 @@ def attention_kernel(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 
 def fp8_recipe(bn: int, stages: int, cluster: int) -> Recipe:
     """The e4m3 GEMM C (bf16) = sa * sb * A @ B^T with 128 x bn x 128 tiles, sa and sb read
     from 1-element f32 device tensors."""
-    return Recipe.of(twin("gemm_fp8"), "make_gemm_fp8", bm=GEMM_BM, bn=bn, stages=stages,
+    return Recipe.of("ptxdsl.kernels.gemm_fp8", "make_gemm_fp8", bm=GEMM_BM, bn=bn, stages=stages,
                      cluster=(cluster, 1, 1))
 
 
@@ -105,5 +93,5 @@ def fp8_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
 
 @cache
 def grouped_kernel() -> KernelDef:
-    """The grouped (mixture-of-experts) GEMM, contiguous layout (samples/grouped_gemm.py)."""
-    return Recipe.of(twin("grouped_gemm"), "make_grouped").build()
+    """The grouped (mixture-of-experts) GEMM, contiguous layout (ptxdsl.kernels.grouped_gemm)."""
+    return Recipe.of("ptxdsl.kernels.grouped_gemm", "make_grouped").build()

@@ -17,11 +17,9 @@ backwards are torch math (registered with register_autograd)."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from functools import cache
 from math import prod
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,7 +45,7 @@ NORM_MAX_PER_THREAD = 64
 # longer rows (two sweeps): warps per CTA, 16 first, each thread LOOP_UNROLL loads a step
 LOOP_WARPS = (16, 32, 8)
 LOOP_UNROLL = 4
-_SOURCE = Path(inspect.getfile(family))  # Recipe builds by path (a worker imports it alone)
+_SOURCE = family.__name__  # the module a Recipe (and a worker process) imports
 
 
 def norm_width(n: int, dtype: T.Scalar, addresses: tuple[int, ...] = ()) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, assemble, assert_no_spills, sample_module
+from conftest import LIBRARY, assemble, assert_no_spills, sample_module
 from fuzzing import DEEP
 
 import ptxdsl
@@ -172,7 +172,7 @@ def test_interpreter_reports_a_spin_nobody_ends():
 
 def _splitk(seed: int, ordered: int) -> tuple[dict, dict]:
     mod = sample_module("gemm_splitk")
-    k = ptxdsl.parse_file(SAMPLES / "gemm_splitk.ptxdsl").kernels[0]
+    k = ptxdsl.parse_file(LIBRARY / "gemm_splitk.ptxdsl").kernels[0]
     ex = mod.example(np.random.default_rng(5), **mod.SMALL, ordered=ordered)
     return ex, run_sample(k, ex, seed=seed)
 
@@ -191,7 +191,7 @@ def test_splitk_deterministic_mode_in_the_interpreter():
 
 
 def test_release_rule_lists_the_reduction():
-    text = (SAMPLES / "gemm_splitk.ptxdsl").read_text().replace(
+    text = (LIBRARY / "gemm_splitk.ptxdsl").read_text().replace(
         "bulk_wait(0); // complete", "bulk_wait_read(0); // complete")
     with pytest.raises(ptxdsl.CompileError) as e:
         ptxdsl.compile_module(ptxdsl.parse(text, "gemm_splitk.ptxdsl"))

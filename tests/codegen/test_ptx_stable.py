@@ -1,18 +1,19 @@
-"""The PTX of every sample, for sm_90a and sm_80, and of every kernel of the samples' Python
-twins, pinned by sha256 in tests/golden/ptx_sha256.txt: a restructuring proves it changed no
-output byte. `pytest --update-goldens` rewrites the file when a change to the PTX is meant."""
+"""The PTX of every sample and library source (samples/, ptxdsl/kernels/), for sm_90a and
+sm_80, and of every kernel of their Python twins, pinned by sha256 in
+tests/golden/ptx_sha256.txt: a restructuring proves it changed no output byte.
+`pytest --update-goldens` rewrites the file when a change to the PTX is meant."""
 
 from __future__ import annotations
 
 import hashlib
 
 from conftest import (
-    KERNELS,
     ROOT,
     SAMPLES,
+    SOURCES,
     sample_kernel_defs,
+    sample_key,
     sample_names,
-    sample_path,
     sample_ptx,
 )
 
@@ -24,9 +25,11 @@ NO_FORM = "no-ptx"  # the source has no build for this target (a located Compile
 
 
 def _sha(ptx: str) -> str:
-    # Sources are named by absolute path in the PTX; pin what depends on neither the checkout
-    # nor the folder (samples/ or the library's) that holds the source: a move keeps the pin.
-    ptx = ptx.replace(str(SAMPLES), "samples").replace(str(KERNELS), "samples")
+    # Sources are named by absolute path in the PTX; pin what does not depend on the checkout.
+    # Either source directory is named "samples": the library's kernels were samples when
+    # they were first pinned, and their move changed no byte of PTX.
+    for d in SOURCES:
+        ptx = ptx.replace(str(d), "samples")
     return hashlib.sha256(ptx.encode()).hexdigest()
 
 
@@ -37,17 +40,14 @@ def _pin(build, *args) -> str:
         return NO_FORM
 
 
-
-
 def current_pins() -> dict[str, str]:
     pins = {}
     for name in sample_names():
-        src = sample_path(name).relative_to(ROOT).with_suffix("")
         for arch in ARCHS:
-            pins[f"{src}.ptxdsl {arch}"] = _pin(sample_ptx, name, arch)
+            pins[f"{sample_key(name)} {arch}"] = _pin(sample_ptx, name, arch)
         for kd in sample_kernel_defs(name):
             for arch in ARCHS:
-                pins[f"{src}.py:{kd.name} {arch}"] = _pin(kd.ptx, arch)
+                pins[f"{sample_key(name, '.py')}:{kd.name} {arch}"] = _pin(kd.ptx, arch)
     return pins
 
 

@@ -4,12 +4,12 @@ their instantiation (-D, defines=) and compile-time assertions."""
 import re
 
 import pytest
-from conftest import KERNELS, SAMPLES, cli, sample_module
+from conftest import LIBRARY, cli, sample_module
 
 import ptxdsl
 from ptxdsl import types as T
 
-NORMS = KERNELS / "norms.ptxdsl"
+NORMS = LIBRARY / "norms.ptxdsl"
 
 
 def errors(text: str, **kw) -> str:
@@ -122,9 +122,9 @@ def test_cli_rejects_bad_defines():
 def test_attention_names_its_warpgroup_rule():
     """Three consumer warpgroups fit the registers only at head dim 64: a located assertion,
     not a register-budget error."""
-    text = (SAMPLES / "attention.ptxdsl").read_text().splitlines()
+    text = (LIBRARY / "attention.ptxdsl").read_text().splitlines()
     line = next(i for i, t in enumerate(text, 1) if t.strip().startswith("assert NWG"))
-    r = cli("check", str(SAMPLES / "attention.ptxdsl"), "-D", "NWG=3")
+    r = cli("check", str(LIBRARY / "attention.ptxdsl"), "-D", "NWG=3")
     assert r.returncode == 1 and f"attention.ptxdsl:{line}:5: error: compile-time assertion " \
         "failed: 2 consumer warpgroups, or 3 at head dim 64" in r.stderr, r.stderr
     assert "register arrays" not in r.stderr
@@ -217,7 +217,7 @@ def test_attention_text_and_twin_agree_on_other_parameters(d, causal, nwg, lazy)
     import dataclasses
 
     defines = {"D": d, "CAUSAL": causal, "NWG": nwg} | ({} if lazy is None else {"LAZY": lazy})
-    (k,) = ptxdsl.parse_file(SAMPLES / "attention.ptxdsl", defines=defines).kernels
+    (k,) = ptxdsl.parse_file(LIBRARY / "attention.ptxdsl", defines=defines).kernels
     kd = sample_module("attention").make_attention(
         d, bool(causal), nwg=nwg, lazy=None if lazy is None else bool(lazy))
     assert dataclasses.replace(k, name=kd.ir.name) == kd.ir

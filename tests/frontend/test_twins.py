@@ -1,14 +1,15 @@
 """Every sample exists as .ptxdsl text and as Python; both build equal IR and identical PTX."""
 
 import pytest
-from conftest import sample_ir, sample_kernel_defs, sample_names, sample_path
+from conftest import sample_ir, sample_kernel_defs, sample_key, sample_names, sample_path
 
 import ptxdsl
 
 
 def test_every_sample_has_a_python_twin():
     for name in sample_names():
-        assert sample_path(name, ".py").is_file(), f"{name}.py (the twin) is missing"
+        twin = sample_path(name).with_suffix(".py")
+        assert twin.is_file(), f"{sample_key(name, '.py')} is missing"
 
 
 @pytest.mark.parametrize("name", sample_names())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import sample_module
+from conftest import sample_module, sample_path
 from fuzzing import DEEP
 
 import ptxdsl
@@ -160,7 +160,7 @@ def test_splitk_keeps_a_group_in_flight_over_uneven_slices(splits):
     the next item of the persistent walk (test_schedule runs stream-K's uneven ranges over
     three, test_schedule the two-kernel form over one CTA)."""
     twin = sample_module("gemm_splitk")
-    k = ptxdsl.parse_file(Path(__file__).parents[2] / "samples" / "gemm_splitk.ptxdsl")
+    k = ptxdsl.parse_file(sample_path("gemm_splitk"))
     ex = twin.example(np.random.default_rng(9), m=128, n=256, k=192, splits=splits,
                       ordered=0, grid=1)
     out = run_sample(k.kernels[0], ex, seed=1)

@@ -1,10 +1,10 @@
-"""The fp8 GEMMs (samples/gemm_fp8) on the GPU against f32 numpy references on fresh random
+"""The fp8 GEMMs (ptxdsl/kernels/gemm_fp8) on the GPU against f32 numpy references on fresh random
 data, including shapes that are not tile multiples, every variant the benchmark sweeps, and
 torch._scaled_mm on the same torch float8 tensors; and fp8 arrays through the runtime."""
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, assert_ok, sample_module
+from conftest import LIBRARY, assert_ok, sample_module
 
 import ptxdsl
 from ptxdsl import fp8
@@ -64,7 +64,7 @@ def test_block_scaled_variants(twin, cfg):
 
 
 def test_sample_text_runs():
-    for _, results in run_sample(SAMPLES / "gemm_fp8.ptxdsl", seed=3):
+    for _, results in run_sample(LIBRARY / "gemm_fp8.ptxdsl", seed=3):
         assert_ok(results)
 
 

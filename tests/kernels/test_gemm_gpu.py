@@ -4,6 +4,7 @@ including shapes that are not tile multiples (TMA zero-fills and clips the ragge
 from pathlib import Path
 
 import pytest
+from conftest import LIBRARY
 
 from bench.common import twin as sample_twin
 
@@ -113,7 +114,7 @@ def _stream_k_repeats(bench, m, n, k, bm=128, bn=256):
 def test_gemm_sample_text_runs(bench):
     from ptxdsl.tools.runner import run_sample
 
-    for _, results in run_sample(ROOT / "samples" / "gemm.ptxdsl", seed=0):
+    for _, results in run_sample(LIBRARY / "gemm.ptxdsl", seed=0):
         assert all(r.ok for r in results), [r.detail for r in results]
 
 

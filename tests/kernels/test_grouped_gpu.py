@@ -1,4 +1,4 @@
-"""The grouped GEMM (samples/grouped_gemm.*) on the GPU against each expert's f32 product on
+"""The grouped GEMM (ptxdsl/kernels/grouped_gemm.*) on the GPU against each expert's f32 product on
 fresh random bf16 data: ragged and empty experts, tiles that run past an expert's last row,
 the masked (fixed-capacity) layout with counts over and under the capacity, and rows no
 expert owns left untouched."""
@@ -6,6 +6,7 @@ expert owns left untouched."""
 from pathlib import Path
 
 import pytest
+from conftest import LIBRARY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,5 +84,5 @@ def test_masked_matches_torch_and_leaves_other_rows(grouped, counts, cap, n, k, 
 def test_grouped_sample_text_runs(grouped):
     from ptxdsl.tools.runner import run_sample
 
-    for _, results in run_sample(ROOT / "samples" / "grouped_gemm.ptxdsl", seed=0):
+    for _, results in run_sample(LIBRARY / "grouped_gemm.ptxdsl", seed=0):
         assert all(r.ok for r in results), [r.detail for r in results]

@@ -1,11 +1,12 @@
-"""The split-K GEMM (samples/gemm_splitk.*) on the GPU against torch.matmul's f32 reference on
-fresh random bf16 data, both modes, ragged shapes included, and its stream-K walk; the
+"""The split-K GEMM (ptxdsl/kernels/gemm_splitk.*) on the GPU against torch.matmul's f32
+reference on fresh random bf16 data, both modes, ragged shapes included, and its stream-K walk; the
 deterministic mode is bit-identical across repeated runs; the workspace and semaphores are
 left at zero."""
 
 from pathlib import Path
 
 import pytest
+from conftest import LIBRARY
 
 from bench.common import gemm_error
 
@@ -153,5 +154,5 @@ def test_deterministic_mode_is_bit_identical(bench):
 def test_splitk_sample_text_runs(bench):
     from ptxdsl.tools.runner import run_sample
 
-    for _, results in run_sample(ROOT / "samples" / "gemm_splitk.ptxdsl", seed=0):
+    for _, results in run_sample(LIBRARY / "gemm_splitk.ptxdsl", seed=0):
         assert all(r.ok for r in results), [r.detail for r in results]

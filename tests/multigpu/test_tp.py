@@ -1,4 +1,4 @@
-"""The fused tensor-parallel layers (samples/ag_gemm.ptxdsl, samples/gemm_rs.ptxdsl) with
+"""The fused tensor-parallel layers (ptxdsl/kernels/ag_gemm.ptxdsl, gemm_rs.ptxdsl) with
 2, 4 and 8 ranks at once in the CPU interpreter (`ptxdsl.interp.run_ranks`): every rank's
 result against numpy, the counters each protocol leaves behind, and a rank that never
 launches ending in a located deadlock on the ranks that wait for it. Two ranks at a small
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, sample_module
+from conftest import LIBRARY, sample_module
 from fuzzing import DEEP
 
 import ptxdsl
@@ -116,7 +116,7 @@ def test_a_rank_that_never_launches_is_a_located_deadlock():
                  pullers=1)
             for r in range(world - 1)]  # rank 2 never launches
     with pytest.raises(InterpError) as e:
-        run_ranks(ptxdsl.parse_file(SAMPLES / "ag_gemm.ptxdsl"), 1, args)
+        run_ranks(ptxdsl.parse_file(LIBRARY / "ag_gemm.ptxdsl"), 1, args)
     text = str(e.value)
     assert "deadlock" in text and "rank 0: " in text and "rank 1: " in text, text
     assert "rank 2: " not in text
@@ -150,7 +150,7 @@ def test_plans_agree_on_their_shapes_or_fail_on_every_rank():
 @pytest.mark.parametrize("bn, stages", [(128, 6), (192, 4)])
 def test_gemm_rs_text_and_twin_agree_at_other_widths(bn, stages):
     """The default build is compared in test_twins; these are the -D BN / STAGES forms."""
-    (k,) = ptxdsl.parse_file(SAMPLES / "gemm_rs.ptxdsl",
+    (k,) = ptxdsl.parse_file(LIBRARY / "gemm_rs.ptxdsl",
                              defines={"BN": bn, "STAGES": stages}).kernels
     assert k == sample_module("gemm_rs").make_gemm_rs(bn, stages).ir
 
@@ -158,14 +158,14 @@ def test_gemm_rs_text_and_twin_agree_at_other_widths(bn, stages):
 @pytest.mark.parametrize("stages, cch, bn", [(4, 1, 256), (3, 2, 256), (4, 1, 224),
                                              (3, 7, 224)])
 def test_ag_gemm_text_and_twin_agree_on_other_builds(stages, cch, bn):
-    (k,) = ptxdsl.parse_file(SAMPLES / "ag_gemm.ptxdsl",
+    (k,) = ptxdsl.parse_file(LIBRARY / "ag_gemm.ptxdsl",
                              defines={"STAGES": stages, "CCH": cch, "BN": bn}).kernels
     assert k == sample_module("ag_gemm").make_ag_gemm(stages, cch, bn).ir
 
 
 @pytest.mark.parametrize("bn", [256, 224])
 def test_the_decoding_all_gather_builds_fit(bn):
-    ptxdsl.compile(SAMPLES / "ag_gemm.ptxdsl",
+    ptxdsl.compile(LIBRARY / "ag_gemm.ptxdsl",
                    defines={"STAGES": 4, "CCH": 1, "BN": bn})
 
 
@@ -182,10 +182,10 @@ def test_every_rs_width_builds_with_its_stages(bn):
     """What the host builds fits a CTA's shared memory, and where the stage count is not
     capped one more stage would not."""
     stages = tp.rs_stages(bn)
-    ptxdsl.compile(SAMPLES / "gemm_rs.ptxdsl", defines={"BN": bn, "STAGES": stages})
+    ptxdsl.compile(LIBRARY / "gemm_rs.ptxdsl", defines={"BN": bn, "STAGES": stages})
     if stages < 6:
         with pytest.raises(ptxdsl.CompileError, match="shared memory"):
-            ptxdsl.compile(SAMPLES / "gemm_rs.ptxdsl", defines={"BN": bn, "STAGES": stages + 1})
+            ptxdsl.compile(LIBRARY / "gemm_rs.ptxdsl", defines={"BN": bn, "STAGES": stages + 1})
 
 
 @pytest.mark.parametrize("world, m_local, n, k_local, sms, want", [

@@ -208,3 +208,47 @@ def test_an_unknown_pass_is_an_error_listing_the_passes():
     r = cli("compile", "samples/pipeline.ptxdsl", "--after", "turns")
     assert r.returncode == 1 and "--after turns shows the IR after a pass: add --emit ir" in \
         r.stderr
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def test_kernels_lists_every_family_with_its_defaults():
+    from ptxdsl.kernels import families
+
+    r = cli("kernels")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    fams = families()
+    assert [ln.split()[0] for ln in lines] == list(fams)
+    gemm = next(ln for ln in lines if ln.startswith("gemm "))
+    assert fams["gemm"].summary in gemm and "bn=256" in gemm and "stages=3" in gemm
+
+
+def test_kernels_build_writes_the_default_ptx(tmp_path):
+    from ptxdsl.kernels import families
+
+    r = cli("kernels", "--build", "gemm_rs, gemm", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gemm.ptx", "gemm_rs.ptx"]
+    assert (tmp_path / "out" / "gemm.ptx").read_text() == families()["gemm"].build().ptx("sm_90a")
+
+
+def test_kernels_build_skips_a_family_without_the_target_and_refuses_unknown_names(tmp_path):
+    r = cli("kernels", "--build", "gemm", "--arch", "sm_80", "-o", str(tmp_path))
+    assert r.returncode == 1 and list(tmp_path.iterdir()) == []  # nothing written
+    assert "gemm: skipped, no sm_80 form" in r.stderr and "Traceback" not in r.stderr
+    bad = cli("kernels", "--build", "gemm,nope", "-o", str(tmp_path))
+    assert bad.returncode == 1 and "no family 'nope'" in bad.stderr
+    assert "gemm_splitk" in bad.stderr and "Traceback" not in bad.stderr
+    assert list(tmp_path.iterdir()) == []
+    assert cli("kernels", "--build", "gemm").returncode == 1  # no -o
+
+
+@pytest.mark.skipif(not os.environ.get("PTXDSL_DEEP"), reason="seconds: PTXDSL_DEEP=1 (CI)")
+def test_kernels_build_all(tmp_path):
+    from ptxdsl.kernels import families
+
+    r = cli("kernels", "--build", "all", "-o", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.stem for p in tmp_path.glob("*.ptx")) == sorted(families())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from conftest import KERNELS
+from conftest import LIBRARY, SAMPLES
 
 import ptxdsl
 from ptxdsl.compiler import compile_module
@@ -14,7 +14,7 @@ from ptxdsl.tools import precompile as pc
 
 
 def norm(warps: int, kind: str = "rmsnorm") -> pc.Recipe:
-    return pc.Recipe.of(KERNELS / "norms.py", "make_norm_row", kind=kind, n=1024,
+    return pc.Recipe.of("ptxdsl.kernels.norms", "make_norm_row", kind=kind, n=1024,
                         dtype=ptxdsl.f32, warps=warps, name=f"pc_{kind}_{warps}")
 
 
@@ -30,6 +30,22 @@ def test_recipes_are_plain_data():
     r = norm(4)
     assert pickle.loads(pickle.dumps(r)) == r and hash(r) == hash(norm(4))
     assert norm(4) != norm(2)
+
+
+def test_a_recipe_names_a_library_module_imported_once():
+    """A library family is named by module, and the runner's import of its file is that
+    same module (not a second copy by path)."""
+    from ptxdsl.kernels import gemm
+    from ptxdsl.tools.runner import import_twin
+
+    assert import_twin(LIBRARY / "gemm.ptxdsl") is gemm
+    assert import_twin(SAMPLES / "add_one.py") is import_twin(SAMPLES / "add_one.ptxdsl")
+
+    r = pc.Recipe.of("ptxdsl.kernels.gemm", "make_gemm", bn=128, stages=4)
+    assert pickle.loads(pickle.dumps(r)) == r and r.module == "ptxdsl.kernels.gemm"
+    assert r.build().ir == gemm.make_gemm(bn=128, stages=4).ir
+    with pytest.raises(ModuleNotFoundError):
+        pc.Recipe.of("ptxdsl.kernels.nope", "make_nope").build()
 
 
 def test_workers_build_adopted_kernels_and_cubins_and_report_failures(monkeypatch):

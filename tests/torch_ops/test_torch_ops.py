@@ -56,6 +56,13 @@ def test_gemm_accepts_a_row_pitch_wider_than_k(ops, torch, fake):
     assert torch.ops.ptxdsl.gemm(a, cuda(torch, 48, 64)).shape == (100, 48)
 
 
+@pytest.mark.parametrize("m, n, k", [(1, 8, 8), (3, 24, 40), (1000, 1528, 1000),
+                                     (4097, 14336, 4104)])
+def test_gemm_takes_every_shape_tma_addresses(ops, torch, fake, m, n, k):
+    """Sizes that no tile divides: the maps clip and zero-fill the tails."""
+    assert torch.ops.ptxdsl.gemm(cuda(torch, m, k), cuda(torch, n, k)).shape == (m, n)
+
+
 GEMM_ERRORS = [
     (lambda t: (cuda(t, 8, 64), cuda(t, 8, 64, dtype=t.float32)), TypeError,
      "gemm: b must be bf16, got torch.float32"),
@@ -66,9 +73,9 @@ GEMM_ERRORS = [
     (lambda t: (cuda(t, 8, 64), cuda(t, 8, 32)), ValueError,
      r"gemm: a \(M x K\) and b \(N x K\) must have the same K, got a \(8, 64\) and b \(8, 32\)"),
     (lambda t: (cuda(t, 8, 60), cuda(t, 8, 60)), ValueError,
-     "gemm: K must be a multiple of 8 \\(16-byte rows for TMA\\), got K=60"),
+     r"gemm: K=60 breaks TMA's 16-byte rule: a and b are read by rows of K x 2 = 120 bytes"),
     (lambda t: (cuda(t, 8, 64), cuda(t, 12, 64)), ValueError,
-     "gemm: N must be a multiple of 8 \\(16-byte rows of C for TMA\\), got N=12"),
+     r"gemm: N=12 breaks TMA's 16-byte rule: C is written by rows of N x 2 = 24 bytes"),
     (lambda t: (cuda(t, 0, 64), cuda(t, 8, 64)), ValueError,
      "gemm: M, N and K must be at least 1, got M=0, N=8, K=64"),
     (lambda t: (cuda(t, 64, 8).T, cuda(t, 8, 64)), ValueError,
@@ -215,9 +222,10 @@ FP8_ERRORS = [
      r"scaled_mm_fp8: a \(M x K\) and b \(N x K\) must have the same K, got a \(8, 64\) "
      r"and b \(8, 32\)"),
     (lambda t: (fp8(t, 8, 56), fp8(t, 8, 56), scale(t), scale(t)), ValueError,
-     r"scaled_mm_fp8: K must be a multiple of 16 \(16-byte rows for TMA\), got K=56"),
+     r"scaled_mm_fp8: K=56 breaks TMA's 16-byte rule: a and b are read by rows of K x 1 = 56 "
+     r"bytes, and a row pitch must be a multiple of 16 bytes \(K a multiple of 16\)"),
     (lambda t: (fp8(t, 8, 64), fp8(t, 12, 64), scale(t), scale(t)), ValueError,
-     r"scaled_mm_fp8: N must be a multiple of 8 \(16-byte rows of C for TMA\), got N=12"),
+     r"scaled_mm_fp8: N=12 breaks TMA's 16-byte rule: C is written by rows of N x 2 = 24 bytes"),
     (lambda t: (fp8(t, 64, 16).T, fp8(t, 8, 64), scale(t), scale(t)), ValueError,
      r"scaled_mm_fp8: a must have unit stride in its last dimension \(TMA\), got strides "
      r"\(1, 16\)"),
@@ -351,7 +359,8 @@ def ref_rms_norm(torch, x, w, eps):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k", [(128, 256, 64), (1000, 1528, 1000), (257, 136, 72),
-                                     (8, 8, 8), (2048, 1024, 512)])
+                                     (8, 8, 8), (2048, 1024, 512), (1, 8, 8), (3, 24, 40),
+                                     (129, 264, 8)])
 def test_gemm_matches_torch(ops, torch, gpu_cache, m, n, k):
     a, b = rand(torch, m, k, seed=m), rand(torch, n, k, seed=n + 1)
     c = torch.ops.ptxdsl.gemm(a, b)

@@ -7,7 +7,7 @@ its slot of a symmetric buffer and its own N-shard B (n x K). Warps 1 and 2 of t
 from the stacked view, TMA stores into the local copy), a unit of 128 rows x ck k-blocks at a
 time (panel by panel, or with `pace` k-block by k-block across the panels), and flip
 each landed unit's bit in `flags` (once a launch: a landed bit reads the epoch's parity);
-the GEMM roles (gemm.py's main loop and epilogue) walk the tiles with this rank's own panels
+the GEMM roles (wgmma.py's main loop) walk the tiles with this rank's own panels
 first, a remote panel's producer checking each unit's bit before the unit's first k-block
 (and with `pace`, a local tile its remote partner's). The host side and multi-rank
 interpreter runs are in tp_linear.py; `example` is the one-rank launch (no remote rows: a
@@ -17,7 +17,10 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 from ptxdsl.swizzle import chunk_columns
+
+from .wgmma import consumer_lanes, load_stage, main_loop
 
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns, k-block
 
@@ -79,9 +82,8 @@ def make_ag_gemm(stages: int = 3, cch: int = 4, bn: int = BN) -> ptxdsl.KernelDe
                                 pass
                             k.assign(word, k.ld_acquire(flags[fw + held]))  # and what landed since
                             k.fence_proxy_async_global()
-                        k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * BK).to(s32), r0, src.to(s32)])
-                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * bn).to(s32)])
+                        load_stage(k, ring, a, b, (kt * BK).to(s32), [r0, src.to(s32)],
+                                   [(w.n * bn).to(s32)])
                         k.commit(ring)
             with k.if_((k.warp == 1) & k.elect()):
                 with k.if_(k.ctaid.x == 0):  # this rank's shard is final: tell every peer
@@ -134,31 +136,11 @@ def make_ag_gemm(stages: int = 3, cch: int = 4, bn: int = BN) -> ptxdsl.KernelDe
                         pass
                     sig[rank * sig_stride + world] = 0
         with k.role("consumer", 4, 12, regs=232):
-            wg = k.let("wg", k.warp / 4 - 1)
-            leader = k.let("leader", k.tid.x % 128 == 0)
-            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
-            col = k.let("col", k.laneid % 4 * 2)
+            wg, leader, row, col = consumer_lanes(k)
             with k.for_("w", work) as w:
                 q = k.let("q", (w.m + rank * ppr) % tiles_m)
                 acc = k.let("acc", type=array(f32, bn // 2))
-
-                def kblock(first: bool) -> None:
-                    """Wait for the next stage and issue its wgmmas as one group."""
-                    k.wait(ring)
-                    k.wgmma_fence()
-                    with k.for_("kk", 0, BK // 16, unroll=True) as kk:
-                        k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
-                                kk > 0 if first else True)
-                    k.wgmma_commit()
-
-                # one wgmma group in flight, as in gemm.py
-                kblock(True)
-                with k.for_("kt", 1, ktiles):
-                    kblock(False)
-                    k.wgmma_wait(1)
-                    k.release(ring)
-                k.wgmma_wait(0)
-                k.release(ring)
+                main_loop(k, ring, [acc], wg, 0, ktiles, steps=BK // 16)
                 # C out through the staging tile, cch chunks at a time
                 with k.for_("h0", 0, bn // cw, cch, unroll=True) as h0:
                     with k.if_(leader):
@@ -220,3 +202,13 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
             "outputs": {"c": np.zeros((world, m_local, n), np.uint16)},
             "expected": {"c": ref, "sig": np.zeros(world + 1, np.uint32)},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="ag_gemm",
+    summary="all-gather + GEMM over NVLink (column-parallel linear), one kernel per rank",
+    factory=make_ag_gemm,
+    defaults={"stages": 3, "cch": 4, "bn": 256},
+    source="ag_gemm.ptxdsl",
+)

@@ -24,6 +24,9 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, e4m3, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
+
+from .wgmma import consumer_lanes, load_stage, main_loop, store_c, wgmma_group
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a stage (128 fp8)
 BK = 128  # K per stage; also the K extent of a block scale
@@ -102,23 +105,13 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                 with k.for_("t", first_item, ntiles, items_step) as t:
                     m0, n0 = coords(k, t, tiles_m, grp)
                     with k.for_("kt", 0, ktiles) as kt:
-                        k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * BK).to(s32), m0.to(s32)])
-                        if cm > 1:  # my half of B, to both CTAs of the pair
-                            half = k.cluster_ctarank
-                            k.tma_load_multicast(ring.b[half], b, [(kt * BK).to(s32),
-                                                 (n0 + half * (bn // cm)).to(s32)],
-                                                 k.cluster_mask())
-                        else:
-                            k.tma_load(ring.b, b, [(kt * BK).to(s32), n0.to(s32)])
+                        load_stage(k, ring, a, b, (kt * BK).to(s32), [m0.to(s32)],
+                                   [n0.to(s32)], (n0, bn) if cm > 1 else None)
                         if block:  # the tile's row scales of this K block
                             k.tma_load(ring.sa, sfa, [m0.to(s32), kt.to(s32)])
                         k.commit(ring)
         with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
-            wg = k.let("wg", k.warp / 4 - 1)
-            leader = k.let("leader", k.tid.x % 128 == 0)
-            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
-            col = k.let("col", k.laneid % 4 * 2)
+            wg, leader, row, col = consumer_lanes(k)
             if not block:
                 scale = k.let("scale", sfa[0] * sfb[0] if scales == "ptr" else sfa * sfb)
             if pingpong:  # the first turn is warpgroup 0's
@@ -139,13 +132,8 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                         k.wait(ring)
                         if pingpong:  # my turn: the previous warpgroup has issued its group
                             k.bar_sync(2 + wg, 256)
-                        k.wgmma_fence()
-                        with k.for_("kk", 0, BK // 32, unroll=True) as kk:
-                            for r in range(mw):
-                                rows0 = wg * wm + r * 64 if r else wg * wm
-                                bop = ring.b[0, 0, kk * 32] if cm > 1 else ring.b[0, kk * 32]
-                                k.wgmma(tmps[r], ring.a[rows0, kk * 32], bop, kk > 0)
-                        k.wgmma_commit()
+                        wgmma_group(k, ring, tmps, wg, steps=BK // 32, first=True, wm=wm,
+                                    kw=32, cluster=cm)
                         if pingpong:  # the next warpgroup's turn
                             k.bar_arrive(2 + (wg + 1) % consumers, 256)
                         ss = []  # this thread's two rows' scales times the B block's
@@ -162,47 +150,10 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                             with k.for_(f"e{suffix[r]}", 0, nacc, unroll=True) as e:
                                 accs[r][e] = k.fma(tmps[r][e], ss[r][e % 4 / 2], accs[r][e])
                 else:
-                    def kblock(first: bool) -> None:
-                        """Wait for the next stage and issue its wgmmas as one group."""
-                        k.wait(ring)
-                        k.wgmma_fence()
-                        with k.for_("kk", 0, BK // 32, unroll=True) as kk:
-                            for r in range(mw):
-                                rows0 = wg * wm + r * 64 if r else wg * wm
-                                bop = ring.b[0, 0, kk * 32] if cm > 1 else ring.b[0, kk * 32]
-                                k.wgmma(accs[r], ring.a[rows0, kk * 32], bop,
-                                        kk > 0 if first else True)
-                        k.wgmma_commit()
-
-                    # one wgmma group stays in flight: wgmma_wait(1) retires the previous K
-                    # block's group, and release hands back the stage that group read
-                    kblock(True)
-                    with k.for_("kt", 1, ktiles):
-                        kblock(False)
-                        k.wgmma_wait(1)
-                        k.release(ring)
-                    k.wgmma_wait(0)
-                    k.release(ring)
-                with k.if_(leader):
-                    k.bulk_wait_read(0)
-                k.bar_sync(8 + wg, 128)
-                for r, acc in enumerate(accs):
-                    with k.for_(f"j{suffix[r]}", 0, nacc // 4, unroll=True) as j:
-                        with k.for_(f"i{suffix[r]}", 0, 2, unroll=True) as i:
-                            x0, x1 = acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1]
-                            if not block:
-                                x0, x1 = x0 * scale, x1 * scale
-                            cs[wg, r * chunks + j / 8 if r else j / 8, row + i * 8,
-                               j % 8 * 8 + col] = k.bf16x2(x0.to(bf16), x1.to(bf16))
-                k.fence_proxy_async()
-                k.bar_sync(8 + wg, 128)
-                with k.if_(leader):
-                    for r in range(mw):
-                        with k.for_(f"h{suffix[r]}", 0, chunks, unroll=True) as h:
-                            m1 = m0 + wg * wm + r * 64 if r else m0 + wg * wm
-                            k.tma_store(c, [(n0 + h * 64).to(s32), m1.to(s32)],
-                                        cs[wg, r * chunks + h if r else h])
-                    k.bulk_commit()
+                    main_loop(k, ring, accs, wg, 0, ktiles, steps=BK // 32, wm=wm, kw=32,
+                              cluster=cm)
+                store_c(k, accs, cs, c, m0, n0, wg, leader, row, col, bn=bn, wm=wm,
+                        chunks=chunks, scale=None if block else scale)
             with k.if_(leader):
                 k.bulk_wait(0)
             if pingpong:  # takes the last warpgroup's final turn, so no arrival is left over
@@ -297,3 +248,13 @@ def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 102
     return {"kernel": kernel, "grid": grid or default_grid, "inputs": inputs,
             "tensor_maps": maps, "outputs": {"c": np.zeros((m, n), np.uint16)},
             "expected": {"c": ref}, "rtol": 2 ** -7, "atol": atol}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="gemm_fp8",
+    summary="e4m3 GEMM, bf16 C: per-tensor scales (block=True: DeepGEMM-style block scales)",
+    factory=make_gemm_fp8,
+    defaults={"bm": 128, "bn": 256, "stages": 3},
+    source="gemm_fp8.ptxdsl",
+)

@@ -9,13 +9,16 @@ own shard, or reduce-added into the owner's over NVLink once the owner's store i
 counter in the owner's `sig`. With `zeroed` (every item in the first wave) warp 1 zeroes
 the owner's tiles as the launch starts (and sees the owners' zeros in while the main loop
 runs) and every contribution adds as soon as it is done.
-The main loop and epilogue staging are gemm.py's. The host side and multi-rank interpreter
+The main loop and epilogue staging are wgmma.py's. The host side and multi-rank interpreter
 runs are in tp_linear.py; `example` is the one-rank launch."""
 
 import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
+
+from .wgmma import consumer_lanes, load_stage, main_loop, stage_c
 
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns (the default width), k-block
 NONE = 0xFFFFFFFF  # no contribution waits to be published
@@ -85,18 +88,14 @@ def make_gemm_rs(bn: int = BN, stages: int = 3) -> ptxdsl.KernelDef:
                     q = k.let("q", (w.m + rank * ppr) % tiles_m)  # own panels first
                     r0 = k.let("r0", (q / ppr * m_local + q % ppr * BM).to(s32))
                     with k.for_("kt", w.k0, w.k1) as kt:
-                        k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * BK).to(s32), r0])
-                        k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * bn).to(s32)])
+                        load_stage(k, ring, a, b, (kt * BK).to(s32), [r0],
+                                   [(w.n * bn).to(s32)])
                         k.commit(ring)
             with k.if_((k.warp == 1) & k.elect() & (zeroed != 0)):
                 zeros(k, work, cs, c, sig, sig_stride, rank, world, epoch, ppr, tiles_m, tiles_n,
                       zeroed, zready, bn)
         with k.role("consumer", 4, 12, regs=232):
-            wg = k.let("wg", k.warp / 4 - 1)
-            leader = k.let("leader", k.tid.x % 128 == 0)
-            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
-            col = k.let("col", k.laneid % 4 * 2)
+            wg, leader, row, col = consumer_lanes(k)
             pending = k.let("pending", NONE, type=u32)  # the counter the last contribution bumps
             zwait = k.let("zwait", zeroed)  # the zeros are in and `cs` is free: yet to be seen
             with k.for_("w", work) as w:
@@ -107,24 +106,7 @@ def make_gemm_rs(bn: int = BN, stages: int = 3) -> ptxdsl.KernelDef:
                 # earlier in some rank's walk, and the ordered chain cannot deadlock)
                 idx = k.let("idx", w.split * world + w.m / ppr)
                 acc = k.let("acc", type=array(f32, bn // 2))
-
-                def kblock(first: bool) -> None:
-                    """Wait for the next stage and issue its wgmmas as one group."""
-                    k.wait(ring)
-                    k.wgmma_fence()
-                    with k.for_("kk", 0, BK // 16, unroll=True) as kk:
-                        k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
-                                kk > 0 if first else True)
-                    k.wgmma_commit()
-
-                # one wgmma group in flight, as in gemm.py
-                kblock(True)
-                with k.for_("kt", w.k0 + 1, w.k1):
-                    kblock(False)
-                    k.wgmma_wait(1)
-                    k.release(ring)
-                k.wgmma_wait(0)
-                k.release(ring)
+                main_loop(k, ring, [acc], wg, w.k0, w.k1, steps=BK // 16)
                 with k.if_(leader):
                     # the previous tile's contribution has long landed: publish it now
                     with k.if_(pending != NONE):
@@ -137,10 +119,7 @@ def make_gemm_rs(bn: int = BN, stages: int = 3) -> ptxdsl.KernelDef:
                         k.mbarrier_wait(zready, 0)
                         k.assign(zwait, 0)
                 k.bar_sync(8 + wg, 128)
-                with k.for_("j", 0, bn // 8, unroll=True) as j:
-                    with k.for_("i", 0, 2, unroll=True) as i:
-                        cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
-                            acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+                stage_c(k, [acc], cs, wg, row, col, bn=bn, chunks=bn // 64)
                 k.fence_proxy_async()
                 k.bar_sync(8 + wg, 128)
                 with k.if_(leader):
@@ -213,3 +192,13 @@ def example(rng: np.random.Generator, m_local: int = 1000, n: int = 1528, k: int
                          "sig": np.full(counters, world * max(min(splits, -(-k // BK)), 1),
                                         np.uint32)},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="gemm_rs",
+    summary="GEMM + reduce-scatter over NVLink (row-parallel linear), one kernel per rank",
+    factory=make_gemm_rs,
+    defaults={"bn": 256, "stages": 3},
+    source="gemm_rs.ptxdsl",
+)

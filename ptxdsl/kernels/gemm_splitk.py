@@ -7,7 +7,7 @@ K. A tile schedule (`k.schedule`) gives each CTA of a persistent grid its work i
 - split-K (the default): each tile's K steps in min(`splits`, K steps) near-equal ranges;
 - stream-K (`make_splitk(streamk=True)`): the tiles of the last partial wave plus one full
   wave are shared K step by K step among all CTAs, the other tiles are whole.
-An item runs the wgmma main loop of gemm.py (one wgmma group in flight). One that owns its
+An item runs the wgmma main loop of wgmma.py (one wgmma group in flight). One that owns its
 whole tile stores bf16 C from its accumulators. Otherwise it adds its f32 partial into a
 workspace (M x N f32, zero between launches) with TMA reduce-add through the tensor map
 `ws`, 32-column chunks through a swizzled staging buffer, and counts the K steps it added on
@@ -42,7 +42,10 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 from ptxdsl.runtime.occupancy import streamk_parts
+
+from .wgmma import consumer_lanes, load_stage, main_loop
 
 BM, BN, BK = 128, 256, 64  # tile rows, columns, and K step (64 bf16 = one 128-byte row)
 PART = 32  # f32 columns per staging chunk (128 bytes, the swizzle span)
@@ -98,21 +101,11 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
                 with k.for_("w", work) as w:
                     m0 = k.let("m0", tile_row(k, w) * BM) if cm > 1 else w.m * BM
                     with k.for_("kt", w.k0, w.k1) as kt:
-                        k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * BK).to(s32), m0.to(s32)])
-                        if cm > 1:  # my half of B, to both CTAs of the pair
-                            half = k.cluster_ctarank
-                            k.tma_load_multicast(ring.b[half], b, [(kt * BK).to(s32),
-                                                 (w.n * BN + half * (BN // cm)).to(s32)],
-                                                 k.cluster_mask())
-                        else:
-                            k.tma_load(ring.b, b, [(kt * BK).to(s32), (w.n * BN).to(s32)])
+                        load_stage(k, ring, a, b, (kt * BK).to(s32), [m0.to(s32)],
+                                   [(w.n * BN).to(s32)], (w.n * BN, BN) if cm > 1 else None)
                         k.commit(ring)
         with k.role("consumer", 4, 12, regs=232):
-            wg = k.let("wg", k.warp / 4 - 1)
-            leader = k.let("leader", k.tid.x % 128 == 0)
-            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
-            col = k.let("col", k.laneid % 4 * 2)
+            wg, leader, row, col = consumer_lanes(k)
             with k.for_("w", work) as w:
                 consume(k, w, ring, part, last, ws, wsp, c, sem, m, n, tm, ktiles, ordered,
                         wg, leader, row, col)
@@ -129,25 +122,7 @@ def make_splitk(stages: int = 4, chunks: int = 2, streamk: bool = False,
                 leader, row, col):
         """One work item of a consumer warpgroup: its K range, then its share of C."""
         acc = k.let("acc", type=ptxdsl.array(f32, BN // 2))
-
-        def kblock(first: bool) -> None:
-            """Wait for the next stage and issue its wgmmas as one group."""
-            k.wait(ring)
-            k.wgmma_fence()
-            with k.for_("kk", 0, BK // 16, unroll=True) as kk:
-                k.wgmma(acc, ring.a[wg * 64, kk * 16],
-                        ring.b[0, 0, kk * 16] if cm > 1 else ring.b[0, kk * 16],
-                        kk > 0 if first else True)
-            k.wgmma_commit()
-
-        # one wgmma group in flight, as in gemm.py (an item has at least one K step)
-        kblock(True)
-        with k.for_("kt", w.k0 + 1, w.k1):
-            kblock(False)
-            k.wgmma_wait(1)
-            k.release(ring)
-        k.wgmma_wait(0)
-        k.release(ring)
+        main_loop(k, ring, [acc], wg, w.k0, w.k1, steps=BK // 16, cluster=cm)
         mt = k.let("mt", tile_row(k, w)) if cm > 1 else w.m
         r0 = k.let("r0", mt * BM + wg * 64)
         n0 = k.let("n0", w.n * BN)
@@ -397,3 +372,13 @@ def example(rng: np.random.Generator, m: int = 512, n: int = 512, k: int = 8192,
             "expected": {"c": ref, "sem": np.zeros(nsem, np.uint32),
                          **({} if stripes else {"wsp": np.zeros((m, n), np.float32)})},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="gemm_splitk",
+    summary="bf16 split-K / stream-K GEMM for skinny outputs and long K (TMA reduce-add)",
+    factory=make_splitk,
+    defaults={"stages": 4, "chunks": 2},
+    source="gemm_splitk.ptxdsl",
+)

@@ -19,8 +19,11 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
 from ptxdsl.runtime.occupancy import streamk_workspace
 from ptxdsl.swizzle import chunk_box, chunk_columns
+
+from .wgmma import consumer_lanes, load_stage, main_loop, store_c
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a tile (64 bf16)
 
@@ -88,21 +91,11 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
                     m0 = k.let("m0", row0(k, w))
                     n0 = k.let("n0", w.n * bn)
                     with k.for_("kt", *((w.k0, w.k1) if streamk else (0, ktiles))) as kt:
-                        k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * bk).to(s32), m0.to(s32)])
-                        if cm > 1:  # my half of B, to both CTAs of the pair
-                            half = k.cluster_ctarank
-                            k.tma_load_multicast(ring.b[half], b, [(kt * bk).to(s32),
-                                                 (n0 + half * (bn // cm)).to(s32)],
-                                                 k.cluster_mask())
-                        else:
-                            k.tma_load(ring.b, b, [(kt * bk).to(s32), n0.to(s32)])
+                        load_stage(k, ring, a, b, (kt * bk).to(s32), [m0.to(s32)],
+                                   [n0.to(s32)], (n0, bn) if cm > 1 else None)
                         k.commit(ring)
         with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
-            wg = k.let("wg", k.warp / 4 - 1)
-            leader = k.let("leader", k.tid.x % 128 == 0)
-            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
-            col = k.let("col", k.laneid % 4 * 2)
+            wg, leader, row, col = consumer_lanes(k)
             with k.for_("w", work) as w:
                 m0 = k.let("m0", row0(k, w))
                 n0 = k.let("n0", w.n * bn)
@@ -110,26 +103,8 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
                 accs = [k.let("acc" if mw == 1 else f"acc{r}", type=array(f32, nacc))
                         for r in range(mw)]
 
-                def kblock(first: bool) -> None:
-                    """Wait for the next stage and issue its wgmmas as one group."""
-                    k.wait(ring)
-                    k.wgmma_fence()
-                    with k.for_("kk", 0, bk // 16, unroll=True) as kk:
-                        for r, acc in enumerate(accs):
-                            rows0 = wg * wm + r * 64 if r else wg * wm
-                            bop = ring.b[0, 0, kk * 16] if cm > 1 else ring.b[0, kk * 16]
-                            k.wgmma(acc, ring.a[rows0, kk * 16], bop, kk > 0 if first else True)
-                    k.wgmma_commit()
-
-                # one wgmma group stays in flight: wgmma_wait(1) retires the previous k-block's
-                # group, and release hands back the oldest stage held, the one that group read
-                kblock(True)
-                with k.for_("kt", *((w.k0 + 1, w.k1) if streamk else (1, ktiles))):
-                    kblock(False)
-                    k.wgmma_wait(1)
-                    k.release(ring)
-                k.wgmma_wait(0)
-                k.release(ring)
+                main_loop(k, ring, accs, wg, *((w.k0, w.k1) if streamk else (0, ktiles)),
+                          steps=bk // 16, wm=wm, cluster=cm)
                 if streamk:  # a part of a shared tile: the sum, if this part completes it
                     write = k.let("write", w.whole)
                     with k.if_(~w.whole):
@@ -143,28 +118,9 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
                 k.bulk_wait(0)
 
     def epilogue(k, accs, cs, c, m0, n0, wg, leader, row, col) -> None:
-        """The tile's rows of this warpgroup, as the input type, through the swizzled shared
-        tile and TMA stores (left in flight: the next tile's main loop runs under them)."""
-        with k.if_(leader):
-            k.bulk_wait_read(0)
-        k.bar_sync(8 + wg, 128)
-        for r, acc in enumerate(accs):
-            with k.for_(f"j{r}" if r else "j", 0, nacc // 4, unroll=True) as j:
-                with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
-                    per = cw // 8  # 8-column groups a chunk
-                    cs[wg, r * chunks + j / per if r else j / per, row + i * 8,
-                       j % per * 8 + col] = getattr(
-                        k, f"{dtype}x2")(acc[4 * j + 2 * i].to(dtype),
-                                         acc[4 * j + 2 * i + 1].to(dtype))
-        k.fence_proxy_async()
-        k.bar_sync(8 + wg, 128)
-        with k.if_(leader):
-            for r in range(mw):
-                with k.for_(f"h{r}" if r else "h", 0, chunks, unroll=True) as h:
-                    m1 = m0 + wg * wm + r * 64 if r else m0 + wg * wm
-                    k.tma_store(c, [(n0 + h * cw).to(s32), m1.to(s32)],
-                                cs[wg, r * chunks + h if r else h])
-            k.bulk_commit()
+        """The tile's rows of this warpgroup, as the input type (C chunks of cw columns)."""
+        store_c(k, accs, cs, c, m0, n0, wg, leader, row, col, bn=bn, wm=wm, cw=cw,
+                chunks=chunks, dtype=dtype)
 
     def fixup(k, w, accs, last, ws, sem, slots, wg, leader, row, col):
         """Store this part's f32 partial in its slot of the workspace (slot w.split of tile
@@ -257,3 +213,13 @@ def example(rng: np.random.Generator, m: int = 1000, n: int = 1528, k: int = 100
                             slots=slots)
         ex["expected"]["sem"] = np.zeros(nsem, np.uint32)
     return ex
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="gemm",
+    summary="bf16 GEMM C = A @ B^T, warp-specialised wgmma, persistent (streamk: stream-K walk)",
+    factory=make_gemm,
+    defaults={"bm": 128, "bn": 256, "stages": 3},
+    source="gemm.ptxdsl",
+)

@@ -8,7 +8,7 @@ B is E x N x K (one weight per expert), C is T x N, bf16 row-major, f32 accumula
 - masked layout (`make_grouped(masked=True)`, decoding): expert g owns rows g * cap ..
   g * cap + min(counts[g], cap) (`offs` holds the E counts).
 A tile schedule over the groups (`k.schedule(..., groups=...)`) gives each CTA of a
-persistent grid its tiles; the main loop and the TMA-store epilogue are gemm.py's, and a tile
+persistent grid its tiles; the main loop and the TMA-store epilogue are wgmma.py's, and a tile
 that runs past its expert's last row is stored from registers instead, so that the next
 expert's rows are never written (nor any row past C's `tokens`)."""
 
@@ -16,6 +16,9 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
+
+from .wgmma import consumer_lanes, load_stage, main_loop, store_c
 
 BM, BN, BK = 128, 256, 64
 
@@ -43,35 +46,16 @@ def make_grouped(masked: bool = False, stages: int = 3, tma_epilogue: bool = Tru
                     m0 = k.let("m0", w.row0 + w.m * BM)
                     n0 = k.let("n0", w.n * BN)
                     with k.for_("kt", 0, ktiles) as kt:
-                        k.acquire(ring)
-                        k.tma_load(ring.a, a, [(kt * BK).to(s32), m0.to(s32)])
-                        k.tma_load(ring.b, b, [(kt * BK).to(s32), n0.to(s32), w.group.to(s32)])
+                        load_stage(k, ring, a, b, (kt * BK).to(s32), [m0.to(s32)],
+                                   [n0.to(s32), w.group.to(s32)])
                         k.commit(ring)
         with k.role("consumer", 4, 12, regs=232):
-            wg = k.let("wg", k.warp / 4 - 1)
-            leader = k.let("leader", k.tid.x % 128 == 0)
-            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
-            col = k.let("col", k.laneid % 4 * 2)
+            wg, leader, row, col = consumer_lanes(k)
             with k.for_("w", work) as w:
                 m0 = k.let("m0", w.row0 + w.m * BM)
                 n0 = k.let("n0", w.n * BN)
                 acc = k.let("acc", type=ptxdsl.array(f32, BN // 2))
-
-                def kblock(first: bool) -> None:
-                    k.wait(ring)
-                    k.wgmma_fence()
-                    with k.for_("kk", 0, BK // 16, unroll=True) as kk:
-                        k.wgmma(acc, ring.a[wg * 64, kk * 16], ring.b[0, kk * 16],
-                                kk > 0 if first else True)
-                    k.wgmma_commit()
-
-                kblock(True)
-                with k.for_("kt", 1, ktiles):
-                    kblock(False)
-                    k.wgmma_wait(1)
-                    k.release(ring)
-                k.wgmma_wait(0)
-                k.release(ring)
+                main_loop(k, ring, [acc], wg, 0, ktiles, steps=BK // 16)
                 valid = k.let("valid", w.rows - w.m * BM)  # rows of this tile in the expert
 
                 def registers() -> None:
@@ -88,20 +72,8 @@ def make_grouped(masked: bool = False, stages: int = 3, tma_epilogue: bool = Tru
                     registers()
                 else:
                     with k.if_(valid >= BM):
-                        with k.if_(leader):
-                            k.bulk_wait_read(0)
-                        k.bar_sync(8 + wg, 128)
-                        with k.for_("j", 0, BN // 8, unroll=True) as j:
-                            with k.for_("i", 0, 2, unroll=True) as i:
-                                cs[wg, j / 8, row + i * 8, j % 8 * 8 + col] = k.bf16x2(
-                                    acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
-                        k.fence_proxy_async()
-                        k.bar_sync(8 + wg, 128)
-                        with k.if_(leader):
-                            with k.for_("h", 0, BN // 64, unroll=True) as h:
-                                k.tma_store(c, [(n0 + h * 64).to(s32), (m0 + wg * 64).to(s32)],
-                                            cs[wg, h])
-                            k.bulk_commit()
+                        store_c(k, [acc], cs, c, m0, n0, wg, leader, row, col, bn=BN,
+                                chunks=BN // 64)
                     with k.else_():
                         registers()
             with k.if_(leader):
@@ -164,3 +136,13 @@ def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 10
                             "c": {"box": (64, 64), **box}},
             "expected": {"cp": ref},
             "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="grouped_gemm",
+    summary="grouped (mixture-of-experts) bf16 GEMM, contiguous or masked layout",
+    factory=make_grouped,
+    defaults={"stages": 3},
+    source="grouped_gemm.ptxdsl",
+)

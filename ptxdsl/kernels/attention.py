@@ -15,6 +15,9 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+from ptxdsl.kernels.family import Family
+
+from .wgmma import consumer_lanes
 
 BN = 128  # keys per block (a tile has 64 query rows per consumer warpgroup: block_rows)
 NEG = -1.0e30  # the score of a masked column: exp2 of it minus any real maximum is 0
@@ -133,10 +136,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                                                (j * 128).to(s32), kvh, bb])
                                 k.commit(pipe)
         with k.role("consumer", 4, 4 + 4 * nwg, regs=240 if nwg == 2 else 160):
-            wg = k.let("wg", k.warp / 4 - 1)
-            leader = k.let("leader", k.tid.x % 128 == 0)
-            row = k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4)
-            col = k.let("col", k.laneid % 4 * 2)
+            wg, leader, row, col = consumer_lanes(k)
             with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
                 with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
                     mb, bh = tile(t)
@@ -289,3 +289,13 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
 
 
 SMALL = {"batch": 1, "heads": 2, "kv_heads": 1, "seq": 100, "kv_seq": 190, "grid": 2}
+
+
+# the benchmarked default configuration (BENCHMARKS.md)
+FAMILY = Family(
+    name="attention",
+    summary="FlashAttention-3-style forward attention, bf16, head dim 64 or 128",
+    factory=make_attention,
+    defaults={"d": 128, "causal": False, "pingpong": False, "hold": True, "nwg": 2},
+    source="attention.ptxdsl",
+)

@@ -1,0 +1,136 @@
+"""The pieces every warp-specialised wgmma GEMM of the library shares: the producer's stage
+load, the consumers' main loop (one wgmma group in flight, a lagging release), and the
+epilogue that stores the accumulators as C through a swizzled shared tile and TMA stores.
+
+The families (gemm, gemm_fp8, gemm_splitk, grouped_gemm, ag_gemm, gemm_rs) call these inside
+their roles; registers are named by the `k.let` / loop names used here, so every family's
+PTX is what it was when each spelled the loops out. A consumer warpgroup `wg` owns `wm` rows
+of the tile (one m64 accumulator per 64 of them, `accs`); a thread holds rows `row` and
+`row + 8` and columns `col`, `col + 1` of every 8-column group (wgmma's accumulator
+layout)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..types import Scalar, bf16, s32
+
+TMA_DIM_LIMIT = 2**32  # a tensor map's sizes are below this
+
+
+def tma_shape_error(m: int, n: int, k: int, in_bytes: int, out_bytes: int = 2) -> str | None:
+    """Why TMA cannot address a GEMM of A (M x K) and B (N x K), of `in_bytes` elements, into
+    C (M x N) of `out_bytes` elements; None when it can. Every size TMA addresses is taken
+    (the maps clip and zero-fill the tiles a size does not divide): a map has no empty
+    dimension, sizes below 2**32, and the 16-byte rule: its row pitch is a multiple of 16
+    bytes."""
+    if min(m, n, k) < 1:
+        return f"M, N and K must be at least 1, got M={m}, N={n}, K={k}"
+    if max(m, n, k) >= TMA_DIM_LIMIT:
+        return f"M, N and K must be below 2**32 (TMA's sizes), got M={m}, N={n}, K={k}"
+    if k * in_bytes % 16:
+        return (f"K={k} breaks TMA's 16-byte rule: a and b are read by rows of K x {in_bytes} "
+                f"= {k * in_bytes} bytes, and a row pitch must be a multiple of 16 bytes "
+                f"(K a multiple of {16 // in_bytes})")
+    if n * out_bytes % 16:
+        return (f"N={n} breaks TMA's 16-byte rule: C is written by rows of N x {out_bytes} = "
+                f"{n * out_bytes} bytes, and a row pitch must be a multiple of 16 bytes (N a "
+                f"multiple of {16 // out_bytes})")
+    return None
+
+
+def consumer_lanes(k: Any) -> tuple[Any, Any, Any, Any]:
+    """A consumer thread's place: its warpgroup `wg` (0 for the first consumer, warps 4-7),
+    `leader` (the warpgroup's first thread, which issues its bulk copies), and the first
+    `row` and `col` of the accumulator fragments it holds."""
+    return (k.let("wg", k.warp / 4 - 1), k.let("leader", k.tid.x % 128 == 0),
+            k.let("row", k.tid.x % 128 / 32 * 16 + k.laneid / 4),
+            k.let("col", k.laneid % 4 * 2))
+
+
+def load_stage(k: Any, ring: Any, a: Any, b: Any, k0: Any, a_at: list, b_at: list,
+               pair: tuple[Any, int] | None = None) -> None:
+    """Acquire the next stage of `ring` and start its TMA loads: ring.a from `a` at
+    [k0, *a_at], ring.b from `b` at [k0, *b_at]. `pair=(n0, bn)` with a 2-CTA cluster: this
+    CTA loads its half of the bn-row B tile at row n0 and multicasts it to both CTAs (b_at
+    is then unused). The caller adds any further loads of the stage and commits it."""
+    k.acquire(ring)
+    k.tma_load(ring.a, a, [k0, *a_at])
+    if pair is not None:  # my half of B, to both CTAs of the pair
+        n0, bn = pair
+        half = k.cluster_ctarank
+        k.tma_load_multicast(ring.b[half], b, [k0, (n0 + half * (bn // 2)).to(s32)],
+                             k.cluster_mask())
+    else:
+        k.tma_load(ring.b, b, [k0, *b_at])
+
+
+def wgmma_group(k: Any, ring: Any, accs: list, wg: Any, *, steps: int, first: bool,
+                wm: int = 64, kw: int = 16, cluster: int = 1) -> None:
+    """The current stage's wgmmas as one committed group: `steps` k-steps of `kw` for each
+    m64 accumulator of the warpgroup. `first`: the stage starts the accumulation (its first
+    k-step overwrites the accumulators instead of adding)."""
+    k.wgmma_fence()
+    with k.for_("kk", 0, steps, unroll=True) as kk:
+        for r, acc in enumerate(accs):
+            rows0 = wg * wm + r * 64 if r else wg * wm
+            bop = ring.b[0, 0, kk * kw] if cluster > 1 else ring.b[0, kk * kw]
+            k.wgmma(acc, ring.a[rows0, kk * kw], bop, kk > 0 if first else True)
+    k.wgmma_commit()
+
+
+def main_loop(k: Any, ring: Any, accs: list, wg: Any, k0: Any, k1: Any, *, steps: int,
+              wm: int = 64, kw: int = 16, cluster: int = 1) -> None:
+    """K steps k0 .. k1 (at least one) of the tile into `accs`. One wgmma group stays in
+    flight: after issuing a stage's group, wgmma_wait(1) retires the previous stage's, and
+    release hands back the oldest stage held, the one that group read."""
+    def kblock(first: bool) -> None:
+        """Wait for the next stage and issue its wgmmas as one group."""
+        k.wait(ring)
+        wgmma_group(k, ring, accs, wg, steps=steps, first=first, wm=wm, kw=kw,
+                    cluster=cluster)
+
+    kblock(True)
+    with k.for_("kt", k0 + 1, k1):
+        kblock(False)
+        k.wgmma_wait(1)
+        k.release(ring)
+    k.wgmma_wait(0)
+    k.release(ring)
+
+
+def stage_c(k: Any, accs: list, cs: Any, wg: Any, row: Any, col: Any, *, bn: int,
+            cw: int = 64, chunks: int, dtype: Scalar = bf16, scale: Any = None) -> None:
+    """This thread's accumulators (times `scale`, if given), as `dtype`, into the warpgroup's
+    swizzled staging tile cs[wg]: chunk r * chunks + h holds columns h * cw .. of m64 block
+    r, 64 rows each."""
+    per = cw // 8  # 8-column groups a chunk
+    for r, acc in enumerate(accs):
+        with k.for_(f"j{r}" if r else "j", 0, bn // 8, unroll=True) as j:
+            with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
+                x0, x1 = acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1]
+                if scale is not None:
+                    x0, x1 = x0 * scale, x1 * scale
+                cs[wg, r * chunks + j / per if r else j / per, row + i * 8,
+                   j % per * 8 + col] = getattr(k, f"{dtype}x2")(x0.to(dtype), x1.to(dtype))
+
+
+def store_c(k: Any, accs: list, cs: Any, c: Any, m0: Any, n0: Any, wg: Any, leader: Any,
+            row: Any, col: Any, *, bn: int, wm: int = 64, cw: int = 64, chunks: int,
+            dtype: Scalar = bf16, scale: Any = None) -> None:
+    """The epilogue: the warpgroup's rows of the tile at (m0, n0) into C through the staging
+    tile (stage_c) and TMA stores of a chunk each, left in flight (the next tile's main loop
+    runs under them; the staging tile is reused once they have read it)."""
+    with k.if_(leader):
+        k.bulk_wait_read(0)
+    k.bar_sync(8 + wg, 128)
+    stage_c(k, accs, cs, wg, row, col, bn=bn, cw=cw, chunks=chunks, dtype=dtype, scale=scale)
+    k.fence_proxy_async()
+    k.bar_sync(8 + wg, 128)
+    with k.if_(leader):
+        for r in range(len(accs)):
+            with k.for_(f"h{r}" if r else "h", 0, chunks, unroll=True) as h:
+                m1 = m0 + wg * wm + r * 64 if r else m0 + wg * wm
+                k.tma_store(c, [(n0 + h * cw).to(s32), m1.to(s32)],
+                            cs[wg, r * chunks + h if r else h])
+        k.bulk_commit()

@@ -1,0 +1,38 @@
+"""The kernel library's registry (no GPU): every family's default build is the kernel its
+module and its shipped text twin define, and its parameters list the defaults."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import ptxdsl
+from ptxdsl.kernels import families
+
+FAMILIES = families()
+
+
+def test_the_production_families_are_in_the_library():
+    assert {"gemm", "gemm_splitk", "gemm_fp8", "grouped_gemm", "attention", "ag_gemm",
+            "gemm_rs"} <= set(FAMILIES)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_default_build_is_the_module_kernel_and_its_text_twin(name):
+    """The default build is the kernel of that name in the module and in the shipped text
+    (where they define it: a family may benchmark a configuration its module does not name,
+    as longrow's 2-CTA cluster), and its parameters list the defaults."""
+    fam = FAMILIES[name]
+    module = importlib.import_module(f"ptxdsl.kernels.{name}")
+    built = fam.build()
+    in_module = {v.name: v for v in vars(module).values() if isinstance(v, ptxdsl.KernelDef)}
+    text = fam.source_text()
+    assert text is not None
+    in_text = {k.name: k for k in ptxdsl.parse(text, fam.source).kernels}
+    if built.name in in_module:
+        assert built.ir == in_module[built.name].ir
+    if built.name in in_text:
+        assert in_text[built.name] == built.ir
+    assert fam.parameters().items() >= fam.defaults.items()
+    assert ".entry " + built.name in built.ptx()
