@@ -9,7 +9,17 @@ from .ampere import *  # noqa: F403
 from .atomic import *  # noqa: F403
 from .cluster import *  # noqa: F403
 from .core import *  # noqa: F403
-from .core import Node, has_expr, node_fields, walk  # noqa: F401  (named for readers)
+from .core import (  # noqa: F401  (named for readers)
+    Node,
+        Unknown,
+    block_fields,
+    blocks,
+    has_expr,
+    node_fields,
+    sites,
+    walk,
+    with_blocks,
+)
 from .griddep import *  # noqa: F403
 from .oneshot import *  # noqa: F403
 from .pipeline import *  # noqa: F403

@@ -28,7 +28,7 @@ from ..opdef import const_int
 from .lag import lagging_pipes
 from .multicast import MULTICAST_COPIES, group_size, remote_release
 from .oneshot import OneShots
-from .threads import ThreadModel, Unknown
+from .threads import ThreadModel
 
 REGISTER_FILE = 65536
 
@@ -120,6 +120,8 @@ class _Lowerer:
                 name = s.pipe.name  # type: ignore[attr-defined]
                 self.pipes[name].commit_bytes[id(s)] = local.pop(name, 0)
                 self.pipes[name].commit_threads[id(s)] = (self.count(path, s), s.loc)
+            elif isinstance(s, ir.AsyncLoad):  # its block runs where it stands (see `block`)
+                self.analyse(s.body, path, in_role, tail_path, local)
             elif isinstance(s, ir.Release):
                 name = s.pipe.name  # type: ignore[attr-defined]
                 facts = self.pipes[name]
@@ -176,12 +178,12 @@ class _Lowerer:
         try:
             if len(self.model.active(path)) > 1:
                 return False
-        except Unknown:
+        except ir.Unknown:
             return False
         try:
             self.model.active(path + [(s.cond, True)])
             return False  # a condition the thread model follows: the ordinary case
-        except Unknown:
+        except ir.Unknown:
             pass
         arms = [_pipeline_ops(s.then), _pipeline_ops(s.orelse)]
         return arms[0] is not None and arms[0] == arms[1] and bool(arms[0])
@@ -190,7 +192,7 @@ class _Lowerer:
         """Whether paths `a` and `b` are run by the same threads (False when unknown)."""
         try:
             return self.model.active(a) == self.model.active(b)
-        except Unknown:
+        except ir.Unknown:
             return False
 
     def count(self, path: list, s: ir.Stmt) -> int:
@@ -199,7 +201,7 @@ class _Lowerer:
     def threads(self, path: list, s: ir.Stmt) -> frozenset[int]:
         try:
             return self.model.active(path)
-        except Unknown:
+        except ir.Unknown:
             self.diags.error("cannot tell which threads run this statement, so its barrier "
                              "arrival count cannot be derived; select threads with conditions on "
                              "%tid, %warp, %laneid, elect() or a role", s.loc)
@@ -353,15 +355,8 @@ class _Lowerer:
         return tuple(out)
 
     def stmt(self, s: ir.Stmt, role, in_commit_loop: bool) -> ir.Stmt:
-        if isinstance(s, ir.If):
-            return dataclasses.replace(s, cond=self.expr(s.cond),
-                                       then=self.block(s.then, role, in_commit_loop),
-                                       orelse=self.block(s.orelse, role, in_commit_loop))
-        if isinstance(s, (ir.For, ir.While)):
-            changes = {f.name: self.expr(getattr(s, f.name)) for f in dataclasses.fields(s)
-                       if isinstance(getattr(s, f.name), ir.Expr)}
-            return dataclasses.replace(s, body=self.block(s.body, role, in_commit_loop),
-                                       **changes)
+        if isinstance(s, ir.Role):
+            return s  # lowered by `role_chains`, which knows its place in the chain
         if isinstance(s, ir.MBarrierWait) and role is not None:
             return dataclasses.replace(s, bar=self.expr(s.bar), parity=self.expr(s.parity),
                                        role=role[1].name)
@@ -370,13 +365,14 @@ class _Lowerer:
             return ir.BarSync(id=_c(1 + idx), nthreads=_c(32 * (r.warp_stop - r.warp_start)),
                               loc=s.loc)
         changes = {}
-        for f in dataclasses.fields(s):
-            v = getattr(s, f.name)
-            if isinstance(v, (ir.Expr, tuple)) and f.name != "loc":
+        for name in ir.node_fields(s):
+            v = getattr(s, name)
+            if isinstance(v, (ir.Expr, tuple)):
                 nv = self.expr(v)
                 if nv is not v:
-                    changes[f.name] = nv
-        return dataclasses.replace(s, **changes) if changes else s
+                    changes[name] = nv
+        s = dataclasses.replace(s, **changes) if changes else s
+        return ir.with_blocks(s, lambda b: self.block(b, role, in_commit_loop))
 
     def lower(self) -> ir.Kernel:
         self.analyse(self.k.body, [])

@@ -35,7 +35,7 @@ from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
 from ..opdef import const_int
-from .threads import ThreadModel, Unknown
+from .threads import ThreadModel
 
 ARCH = "sm_80"
 U32, S32, U64 = T.u32, T.s32, T.u64
@@ -262,11 +262,8 @@ class _Sm80:
             if isinstance(s, ir.MBarrierInit) and s.count is not None and \
                     _bar_name(s.bar) in counts:
                 s = dataclasses.replace(s, count=_c(counts[_bar_name(s.bar)]))
-            elif isinstance(s, ir.If):
-                s = dataclasses.replace(s, then=tuple(self.fix_inits(s.then, counts)),
-                                        orelse=tuple(self.fix_inits(s.orelse, counts)))
-            elif isinstance(s, (ir.For, ir.While)):
-                s = dataclasses.replace(s, body=tuple(self.fix_inits(s.body, counts)))
+            else:
+                s = ir.with_blocks(s, lambda b: tuple(self.fix_inits(b, counts)))
             out.append(s)
         return out
 
@@ -337,7 +334,7 @@ class _Sm80:
         """How many threads run a one-thread statement here (a widened block: one a warp)."""
         try:
             act = self.model.active(path)
-        except (Unknown, KeyError, ZeroDivisionError, TypeError):
+        except (ir.Unknown, KeyError, ZeroDivisionError, TypeError):
             return None
         return len({t // 32 for t in act}) if widen is not None else len(act)
 
@@ -365,7 +362,7 @@ class _Sm80:
         try:
             outer = self.model.active(path)
             inner = self.model.active(path + [(s.cond, True)])
-        except (Unknown, KeyError, ZeroDivisionError, TypeError):
+        except (ir.Unknown, KeyError, ZeroDivisionError, TypeError):
             return None
         warps = {t // 32 for t in inner}
         if not inner or len(inner) != len(warps) or \

@@ -14,10 +14,6 @@ from .. import ir
 from .. import types as T
 
 
-class Unknown(Exception):
-    """A condition that depends on more than thread indices and constants."""
-
-
 @dataclass
 class ThreadModel:
     """Which threads of a CTA run a statement, from conditions on thread indices. `env` (the
@@ -40,7 +36,7 @@ class ThreadModel:
                      "ntid.z": lambda: self.threads[2]}
             if e.name in table:
                 return table[e.name]()
-            raise Unknown
+            raise ir.Unknown
         if isinstance(e, ir.Var) and e.name in self.env:
             return self.value(self.env[e.name], tid, active)
         if isinstance(e, ir.Call) and e.fn == "elect":  # the first active thread of a warp
@@ -60,7 +56,7 @@ class ThreadModel:
                 return {"and": np.logical_and, "or": np.logical_or}.get(
                     e.op, np.logical_xor)(a, b)
             if e.op in ("div", "rem") and np.any(np.equal(b, 0)):
-                raise Unknown
+                raise ir.Unknown
             ops = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
                    "div": np.floor_divide, "rem": np.mod, "and": np.bitwise_and,
                    "or": np.bitwise_or, "xor": np.bitwise_xor, "shl": np.left_shift,
@@ -68,7 +64,7 @@ class ThreadModel:
             return ops[e.op](a, b)
         if isinstance(e, ir.Cast):
             return self.value(e.x, tid, active)
-        raise Unknown
+        raise ir.Unknown
 
     def active(self, path: list[tuple[ir.Expr, bool]]) -> frozenset[int]:
         """The threads that reach the end of a path of (condition, taken-branch) pairs."""

@@ -45,13 +45,8 @@ def _rewrite(stmts: tuple[ir.Stmt, ...], me: ir.Expr, n: int, base: int) -> tupl
             nxt = _bin("rem", _bin("add", me, _c(1)), _c(n))
             out += [_bar(True, _bin("add", _c(base), me), s.loc), *s.body,
                     _bar(False, _bin("add", _c(base), nxt), s.loc)]
-        elif isinstance(s, ir.If):
-            out.append(dataclasses.replace(s, then=_rewrite(s.then, me, n, base),
-                                           orelse=_rewrite(s.orelse, me, n, base)))
-        elif isinstance(s, (ir.For, ir.While)):
-            out.append(dataclasses.replace(s, body=_rewrite(s.body, me, n, base)))
         else:
-            out.append(s)
+            out.append(ir.with_blocks(s, lambda b: _rewrite(b, me, n, base)))
     return tuple(out)
 
 

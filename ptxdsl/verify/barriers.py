@@ -13,7 +13,7 @@ from ..errors import Note, Span
 from .effects import bar, effect, issuers, op_name, smem, val
 from .facts import Facts, Report, text
 from .remote import MULTICAST
-from .threads import BarRef, Visit, child_blocks, walk
+from .threads import BarRef, Visit
 from .values import Evaluator
 
 _FOLD = Evaluator((1, 1, 1))
@@ -75,7 +75,7 @@ def _copy_bytes(s: ir.Op) -> int | None:
 
 def check_expect_tx(facts: Facts, out: Report) -> None:
     """`mbarrier_arrive_expect_tx(b, N); copy(..., b)...` in one block: N = bytes copied."""
-    blocks = [facts.kernel.body] + [b for s in walk(facts.kernel.body) for b in child_blocks(s)]
+    blocks = [facts.kernel.body] + [b for s in ir.walk(facts.kernel.body) for b in ir.blocks(s)]
     for block in blocks:
         _expect_tx_block(block, out)
 
@@ -139,7 +139,7 @@ def _expect_tx_block(block: tuple[ir.Stmt, ...], out: Report) -> None:
             for k in [k for k in early if _free_names(k) & names]:
                 del early[k]
         else:
-            for inner in (x for b in child_blocks(s) for x in walk(b)):
+            for inner in (x for b in ir.blocks(s) for x in ir.walk(b)):
                 ie = effect(inner)
                 ikey = getattr(inner, ie.expect or ie.complete or "", None)
                 if ikey is not None:

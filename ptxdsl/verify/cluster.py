@@ -16,7 +16,7 @@ from ..errors import Note
 from .effects import issuers
 from .facts import Facts, Report
 from .multicast import check_multicast_coverage
-from .ranks import RankEval, guarded, holds
+from .ranks import RankEval, holds
 from .remote import MULTICAST as _MULTICAST
 from .remote import peer_facts, peers_of, remote_barriers, remote_uses, root, touches_peers
 
@@ -33,7 +33,7 @@ def check_ranks_and_masks(facts: Facts, out: Report) -> None:
     k = facts.kernel
     n = prod(k.cluster or (1, 1, 1))
     ev = RankEval(k)
-    for s, path in guarded(k.body):
+    for s, path, _ in ir.sites(k.body):
         peers = peers_of(s)
         if not peers and not isinstance(s, _MULTICAST):
             continue

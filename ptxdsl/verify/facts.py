@@ -8,7 +8,7 @@ from .. import ir
 from ..codegen.layout import Layout, layout_kernel
 from ..errors import Diagnostic, DiagnosticBag, Note, Span
 from ..printer import expr_text
-from .threads import Trace, interpret, walk
+from .threads import Trace, interpret
 from .unroll import Unroller
 
 
@@ -16,7 +16,7 @@ class Facts:
     def __init__(self, k: ir.Kernel):
         self.kernel = k
         self.n = k.nthreads
-        asm = " ".join(s.template for s in walk(k.body) if isinstance(s, ir.Asm))
+        asm = " ".join(s.template for s in ir.walk(k.body) if isinstance(s, ir.Asm))
         # Raw PTX may arrive on barriers or commit bulk groups behind the checks' back.
         self.asm_barriers = "mbarrier" in asm
         self.asm_bulk = "cp.async.bulk" in asm
@@ -28,7 +28,7 @@ class Facts:
     @functools.cached_property
     def statements(self) -> list[ir.Stmt]:
         """Every statement of the body, nested ones included, in source order."""
-        return list(walk(self.kernel.body))
+        return list(ir.walk(self.kernel.body))
 
     @functools.cached_property
     def trace(self) -> Trace:

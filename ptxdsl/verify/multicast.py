@@ -22,7 +22,7 @@ from .. import ir
 from .. import types as T
 from ..errors import Note
 from .facts import Facts, Report, text
-from .ranks import RankEval, Unknown, holds
+from .ranks import RankEval, holds
 from .remote import MULTICAST, root
 
 _EXPECTS = (ir.MBarrierArriveExpectTx, ir.MBarrierExpectTx)
@@ -73,7 +73,7 @@ def _place(e: ir.Expr, decl: ir.SharedDecl, ev: RankEval, rank: int) -> _Place |
     for idx, stride in zip(indices, strides, strict=False):
         try:
             v = ev.value(idx, rank)
-        except (Unknown, ZeroDivisionError):
+        except (ir.Unknown, ZeroDivisionError):
             key.append(idx)
             continue
         key.append(None)
@@ -82,19 +82,6 @@ def _place(e: ir.Expr, decl: ir.SharedDecl, ev: RankEval, rank: int) -> _Place |
     nbytes = decl.elem.nbytes * prod(e.type.shape)
     name = decl.name
     return _Place(name, tuple(key), lo, nbytes, f"{name}[{', '.join(shown)}]" if shown else name)
-
-
-def _statements(stmts: tuple[ir.Stmt, ...], path: tuple = (), loop: ir.Stmt | None = None):
-    """Every statement with the conditions around it and its innermost loop."""
-    for s in stmts:
-        yield s, path, loop
-        if isinstance(s, ir.If):
-            yield from _statements(s.then, (*path, (s.cond, True)), loop)
-            yield from _statements(s.orelse, (*path, (s.cond, False)), loop)
-        elif isinstance(s, (ir.For, ir.While)):
-            yield from _statements(s.body, path, s)
-        elif isinstance(s, ir.Role):
-            yield from _statements(s.body, path, loop)
 
 
 def _reads(x: object, name: str, out: list[ir.Expr], skip: object) -> None:
@@ -126,7 +113,7 @@ def _check(facts: Facts, out: Report) -> None:
     n = prod(k.cluster or (1, 1, 1))
     ev = RankEval(k)
     decls = {s.name: s for s in k.body if isinstance(s, ir.SharedDecl)}
-    stmts = list(_statements(k.body))
+    stmts = list(ir.sites(k.body))
 
     def ranks(path: tuple) -> list[int]:
         return [r for r in range(n) if all(holds(ev, c, r) is not (not want) for c, want in path)]
