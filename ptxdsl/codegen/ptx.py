@@ -16,6 +16,7 @@ from ..bounds import MAX_PTX_LINES
 from ..errors import CompileError, Diagnostic, Span
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
 from ..opdef import EXPR_REGISTRY, definition
+from .abi import PARAM_TYPE, TMAP_ALIGN, TMAP_BYTES
 from .addressing import Addressing, tile_aligns, tmap_swizzles
 from .arith import Arithmetic
 from .asyncops import AsyncOps
@@ -82,12 +83,12 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         params = []
         for p in k.params:
             if isinstance(p.type, T.TensorMap):
-                params.append(f"    .param .align 64 .b8 p_{p.name}[128]")
+                params.append(f"    .param .align {TMAP_ALIGN} .b8 p_{p.name}[{TMAP_BYTES}]")
             elif isinstance(p.type, T.Ptr):
                 params.append(f"    .param .u64 p_{p.name}")
             else:
                 assert isinstance(p.type, T.Scalar)
-                params.append(f"    .param .{mem_type(p.type) if p.type != T.pred else 'u8'} "
+                params.append(f"    .param .{PARAM_TYPE.get(p.type.name, mem_type(p.type))} "
                               f"p_{p.name}")
         for p in k.params:
             r = w.reg(p.type if not isinstance(p.type, T.TensorMap) else T.u64)

@@ -13,6 +13,7 @@ import struct
 from typing import Any
 
 from .. import types as T
+from ..codegen.abi import TMAP_BYTES
 from ..errors import LaunchError
 from ..kernelinfo import ParamInfo
 from ..ops.ampere import DESC_BASE, DESC_DIMS, DESC_STRIDES, DESC_SWIZZLE, SWIZZLE_MASK
@@ -26,7 +27,7 @@ MAX_RANK = 5
 def pack_desc(address: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int,
               swizzle: str = "none") -> bytes:
     """The 128 descriptor bytes; `shape` and byte `strides` in numpy order (outermost first)."""
-    buf = bytearray(128)
+    buf = bytearray(TMAP_BYTES)
     rank = len(shape)
     struct.pack_into("<Q", buf, DESC_BASE, address)
     for i in range(rank):
