@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
-from ..opdef import const_int
+from ..opdef import const_int, effect
 from .lag import lagging_pipes
-from .multicast import MULTICAST_COPIES, group_size, remote_release
+from .multicast import group_size, remote_release
 from .oneshot import OneShots
 from .threads import ThreadModel
 
@@ -120,8 +120,6 @@ class _Lowerer:
                 name = s.pipe.name  # type: ignore[attr-defined]
                 self.pipes[name].commit_bytes[id(s)] = local.pop(name, 0)
                 self.pipes[name].commit_threads[id(s)] = (self.count(path, s), s.loc)
-            elif isinstance(s, ir.AsyncLoad):  # its block runs where it stands (see `block`)
-                self.analyse(s.body, path, in_role, tail_path, local)
             elif isinstance(s, ir.Release):
                 name = s.pipe.name  # type: ignore[attr-defined]
                 facts = self.pipes[name]
@@ -134,17 +132,20 @@ class _Lowerer:
                 facts.release_per_warp[id(s)] = per_warp
                 n = len(warps) if per_warp else len(threads)
                 facts.release_threads[id(s)] = (n, s.loc)
-            elif isinstance(s, (ir.BulkLoad, ir.TensorLoad, *MULTICAST_COPIES)) and \
-                    isinstance(s.bar, ir.StageBarrier):
-                name = s.bar.pipe
+            elif (effect(s).loads_global or effect(s).multicast) and \
+                    isinstance(s.bar, ir.StageBarrier):  # type: ignore[attr-defined]
+                name = s.bar.pipe  # type: ignore[attr-defined]
                 if name not in local:
                     self.diags.error(f"a copy into a stage of '{name}' must be issued in the same "
                                      f"block as its acquire({name}) and commit({name}), so the "
                                      "bytes it delivers can be derived", s.loc)
                     continue
                 # a multicast stage fills with the copies of every CTA of its group
-                group = self.multicast_group(name, s) if isinstance(s, MULTICAST_COPIES) else 1
+                group = self.multicast_group(name, s) if effect(s).multicast else 1  # type: ignore[arg-type]
                 local[name] += self.copy_bytes(s) * group
+            else:  # any other block (an async one) runs once, where it stands (see `block`)
+                for b in ir.blocks(s):
+                    self.analyse(b, path, in_role, tail_path, local)
 
     def multicast_group(self, name: str, s: ir.TensorLoadMulticast | ir.BulkLoadMulticast) -> int:
         """The group size of a multicast into a stage; every such copy of a pipeline shares
@@ -335,9 +336,9 @@ class _Lowerer:
                 else:
                     out.append(arrive)
                 out += self.advance(name, side, s.loc)
-            elif isinstance(s, (ir.TensorStore, ir.BulkStore, ir.BulkReduce, ir.TensorReduce)) and \
-                    isinstance(s.src, ir.StageBuf):
-                stores.add(s.src.pipe)
+            elif (src := effect(s).async_read) is not None and \
+                    isinstance(getattr(s, src), ir.StageBuf):  # a store out of a stage
+                stores.add(getattr(s, src).pipe)
                 out.append(ir.FenceProxyAsync(loc=s.loc))
                 out.append(self.stmt(s, role, in_commit_loop))
                 out.append(ir.BulkCommit(loc=s.loc))
@@ -502,14 +503,11 @@ def _ranges(ws: list[int]) -> str:
     return ", ".join(out)
 
 
-_PIPELINE_OPS = (ir.Acquire, ir.Commit, ir.Wait, ir.Release)
-
-
 def _pipeline_ops(stmts: tuple[ir.Stmt, ...]) -> tuple[tuple[str, str], ...] | None:
     """The pipeline operations of a block in order, as (operation, pipeline); None when one
     sits in a nested block (a loop or a branch: how often it runs is not the block's)."""
-    top = [s for s in stmts if isinstance(s, _PIPELINE_OPS)]
-    if len(top) != sum(isinstance(s, _PIPELINE_OPS) for s in ir.walk(stmts)):
+    top = [s for s in stmts if effect(s).pipeline]
+    if len(top) != sum(effect(s).pipeline for s in ir.walk(stmts)):
         return None
     return tuple((type(s).__name__, s.pipe.name) for s in top)  # type: ignore[attr-defined]
 

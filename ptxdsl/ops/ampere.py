@@ -13,7 +13,7 @@ from ..interp import cpasync
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import PLAIN, Program, Step
-from ..opdef import ErrorFn, OpDef, const_int, definition, register
+from ..opdef import Effect, ErrorFn, OpDef, const_int, definition, register
 from .mbarrier import check_parity, emit_poll_loop
 
 CP_SIZES = (4, 8, 16)
@@ -30,6 +30,8 @@ WAIT_BACKOFF_NS = 256  # measured on the H200: best for spin-heavy waits, neutra
 class _CpAsync(OpDef):
     operands = (("dst", "smem", False), ("src", "gref", False), ("nbytes", "const", True),
                 ("src_bytes", "u32", True))
+    effect = Effect(cp_async="copy")
+    sm80 = "keep_one"
     default: int | None = None
 
     def derive(self, values: dict[str, Any], loc: Any) -> str | None:
@@ -125,6 +127,7 @@ class CpAsyncCg(_CpAsync):
 @register
 class CpAsyncCommit(OpDef):
     node = ir.CpAsyncCommit
+    sm80 = "keep_one"
 
     def emit(self, e, n: ir.CpAsyncCommit) -> None:
         e.w.instr("cp.async.commit_group")
@@ -136,6 +139,8 @@ class CpAsyncCommit(OpDef):
 @register
 class CpAsyncWait(OpDef):
     node = ir.CpAsyncWait
+    effect = Effect(cp_async="completes")
+    sm80 = "keep_one"
     operands = (("n", "const", False),)
 
     def check(self, n: ir.CpAsyncWait, err: ErrorFn) -> None:
@@ -154,6 +159,8 @@ class CpAsyncWait(OpDef):
 @register
 class CpAsyncWaitAll(OpDef):
     node = ir.CpAsyncWaitAll
+    effect = Effect(cp_async="completes")
+    sm80 = "keep_one"
 
     def emit(self, e, n: ir.CpAsyncWaitAll) -> None:
         e.w.instr("cp.async.wait_all")
@@ -178,17 +185,23 @@ class _Arrive(OpDef):
 @register
 class CpAsyncArrive(_Arrive):
     node = ir.CpAsyncArrive
+    effect = Effect(cp_async="completes")
+    sm80 = "keep_one"
 
 
 @register
 class CpAsyncArriveNoinc(_Arrive):
     node = ir.CpAsyncArriveNoinc
+    effect = Effect(arrive="bar", cp_async="completes")
+    sm80 = "keep_one"
     noinc = True
 
 
 @register
 class MBarrierTestWait(OpDef):
     node = ir.MBarrierTestWait
+    effect = Effect(wait="bar", parity="parity")
+    sm80 = "keep"
     operands = (("bar", "bar", False), ("parity", "u32", False))
 
     def check(self, n: ir.MBarrierTestWait, err: ErrorFn) -> None:
@@ -219,6 +232,7 @@ def desc_names(prefix: str, rank: int) -> dict[str, T.Type]:
 @register
 class TensorDescFields(OpDef):
     node = ir.TensorDescFields
+    sm80 = "keep"
     operands = (("tmap", "tmap", False),)
 
     def emit(self, e, n: ir.TensorDescFields) -> None:

@@ -16,6 +16,7 @@ from ..opdef import ErrorFn, OpDef, const_int, register
 @register
 class FenceProxyAsync(OpDef):
     node = ir.FenceProxyAsync
+    sm80 = "drop"
 
     def emit(self, e, n: ir.FenceProxyAsync) -> None:
         e.w.instr("fence.proxy.async.shared::cta")
@@ -32,6 +33,7 @@ class FenceProxyAsync(OpDef):
 @register
 class FenceMBarrierInit(OpDef):
     node = ir.FenceMBarrierInit
+    sm80 = "drop"
 
     def emit(self, e, n: ir.FenceMBarrierInit) -> None:
         e.w.instr("fence.mbarrier_init.release.cluster")
@@ -75,6 +77,7 @@ def _named(th: Thread, bid: int, node: Any) -> Any:
 @register
 class BarSync(OpDef):
     node = ir.BarSync
+    sm80 = "keep"
     operands = (("id", "u32", False), ("nthreads", "u32", True))
 
     def check(self, n: ir.BarSync, err: ErrorFn) -> None:
@@ -104,6 +107,7 @@ class BarSync(OpDef):
 @register
 class BarArrive(OpDef):
     node = ir.BarArrive
+    sm80 = "keep_one"
     operands = (("id", "u32", False), ("nthreads", "u32", False))
 
     def check(self, n: ir.BarArrive, err: ErrorFn) -> None:
@@ -124,6 +128,7 @@ class BarArrive(OpDef):
 @register
 class GridDepWait(OpDef):
     node = ir.GridDepWait
+    sm80 = "drop"
 
     def emit(self, e, n: ir.GridDepWait) -> None:
         e.w.instr("griddepcontrol.wait")
@@ -136,6 +141,7 @@ class GridDepWait(OpDef):
 @register
 class GridDepLaunch(OpDef):
     node = ir.GridDepLaunch
+    sm80 = "drop"
 
     def emit(self, e, n: ir.GridDepLaunch) -> None:
         e.w.instr("griddepcontrol.launch_dependents")

@@ -12,7 +12,6 @@ from .. import ir
 from ..errors import Note, Span
 from .effects import bar, effect, issuers, op_name, smem, val
 from .facts import Facts, Report, text
-from .remote import MULTICAST
 from .threads import BarRef, Visit
 from .values import Evaluator
 
@@ -109,7 +108,7 @@ def _expect_tx_block(block: tuple[ir.Stmt, ...], out: Report) -> None:
 
     multicast = False  # peers deliver to this CTA's barriers too: the block can't tell totals
     for s in block:
-        if isinstance(s, MULTICAST):
+        if effect(s).multicast:
             multicast = True
             for armed_seg in armed.values():
                 armed_seg.partial = True
@@ -462,7 +461,7 @@ class _Init:
 
 def is_cta_sync(v: Visit, n: int) -> bool:
     s = v.stmt
-    if isinstance(s, (ir.ClusterSync, ir.ClusterWait)):  # every thread of the cluster
+    if effect(s).cluster_wait:  # every thread of the cluster
         return True
     if not isinstance(s, ir.BarSync):
         return False

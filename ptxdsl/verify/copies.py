@@ -124,10 +124,7 @@ class _Scan:
         """A release (a semaphore increment, a flag store): the thread's bulk stores and
         reductions into global memory must be complete, or whoever acquires the value may
         read the memory before they land."""
-        for st in self.stores:
-            if not isinstance(st.visit.stmt, (ir.BulkStore, ir.TensorStore, ir.BulkReduce,
-                                              ir.TensorReduce)):
-                continue
+        for st in self.stores:  # every one reads shared memory into global (its async_read)
             pending = v.may & (st.group >= -1) & ~st.written  # type: ignore[operator]
             if not pending.any():
                 continue

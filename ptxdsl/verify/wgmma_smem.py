@@ -23,7 +23,7 @@ from ..opdef import const_int
 from .effects import bar, effect, smem
 from .facts import Facts, Report, text
 from .order import _empties, _rings
-from .remote import MULTICAST, root
+from .remote import root
 from .threads import BarRef, SmemRef, Visit
 
 
@@ -168,7 +168,7 @@ def _writes(v: Visit, rings: Rings):
             yield (*p, "this store writes")
         return
     e = effect(s)
-    if e.async_write and not isinstance(s, MULTICAST):
+    if e.async_write and not effect(s).multicast:
         p = _place(v, smem(v, e.async_write), rings)
         if p is not None:
             yield (*p, f"this {getattr(s, 'syntax', '')} writes")
