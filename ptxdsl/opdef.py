@@ -59,6 +59,8 @@ class Effect:
     wgmma: bool = False  # a step of the warpgroup MMA protocol (fence, mma, commit, wait)
     cp_async: str | None = None  # Ampere cp.async: "copy", or "completes" (a wait or arrive-on)
     pipeline: bool = False  # acquire, commit, wait or release: lowered to the stage barriers
+    named_barrier: str | None = None  # bar.sync / bar.arrive on the named barrier this names
+    publishes: bool = False  # makes the thread's fenced shared-memory writes visible to others
 
     @property
     def barrier_fields(self) -> tuple[str, ...]:

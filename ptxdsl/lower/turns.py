@@ -20,7 +20,7 @@ import dataclasses
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag
-from ..opdef import const_int
+from ..opdef import const_int, effect
 
 COUNT = 256  # the warpgroup whose turn it is, and the one handing it over
 
@@ -52,7 +52,8 @@ def _rewrite(stmts: tuple[ir.Stmt, ...], me: ir.Expr, n: int, base: int) -> tupl
 
 def _free_ids(k: ir.Kernel) -> set[int]:
     """Named barrier ids 1-15 that no bar_sync / bar_arrive of the kernel names as a constant."""
-    used = {const_int(s.id) for s in ir.walk(k.body) if isinstance(s, (ir.BarSync, ir.BarArrive))}
+    used = {const_int(getattr(s, role)) for s in ir.walk(k.body)
+            if (role := effect(s).named_barrier) is not None}
     return set(range(1, 16)) - used
 
 

@@ -68,7 +68,7 @@ def _remote(n: ir.Expr) -> bool:
 @register
 class MBarrierArrive(OpDef):
     node = ir.MBarrierArrive
-    effect = Effect(arrive="bar", count="count")
+    effect = Effect(arrive="bar", count="count", publishes=True)
     operands = (("bar", "rbar", False), ("count", "u32", True))
 
     def check(self, n: ir.MBarrierArrive, err: ErrorFn) -> None:
@@ -103,7 +103,7 @@ class MBarrierArrive(OpDef):
 @register
 class MBarrierArriveExpectTx(OpDef):
     node = ir.MBarrierArriveExpectTx
-    effect = Effect(arrive="bar", expect="bar", size="nbytes", one_thread=True)
+    effect = Effect(arrive="bar", expect="bar", size="nbytes", one_thread=True, publishes=True)
     operands = (("bar", "rbar", False), ("nbytes", "u32", False))
 
     def check(self, n: ir.MBarrierArriveExpectTx, err: ErrorFn) -> None:

@@ -42,3 +42,4 @@ class Release(OpDef):
 @register
 class RoleSync(OpDef):
     node = ir.RoleSync
+    effect = Effect(publishes=True)  # a bar.sync of the role's warps, once lowered

@@ -10,7 +10,7 @@ from .. import ir
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import GEN, PLAIN, Program, Step
-from ..opdef import ErrorFn, OpDef, const_int, register
+from ..opdef import Effect, ErrorFn, OpDef, const_int, register
 
 
 @register
@@ -77,6 +77,7 @@ def _named(th: Thread, bid: int, node: Any) -> Any:
 @register
 class BarSync(OpDef):
     node = ir.BarSync
+    effect = Effect(named_barrier="id", publishes=True)
     sm80 = "keep"
     operands = (("id", "u32", False), ("nthreads", "u32", True))
 
@@ -107,6 +108,7 @@ class BarSync(OpDef):
 @register
 class BarArrive(OpDef):
     node = ir.BarArrive
+    effect = Effect(named_barrier="id", publishes=True)
     sm80 = "keep_one"
     operands = (("id", "u32", False), ("nthreads", "u32", False))
 

@@ -93,8 +93,7 @@ class _Scan:
                 if sel.any():
                     w.state = np.where(sel, FENCED, w.state).astype(np.int8)
                     w.fence = v
-        if isinstance(s, (ir.BarSync, ir.BarArrive, ir.RoleSync, ir.MBarrierArrive,
-                          ir.MBarrierArriveExpectTx)):
+        if e.publishes:
             for w in self.writes:
                 w.state = np.where(v.may & (w.state == FENCED), PUBLISHED, w.state).astype(np.int8)
         if (src := smem(v, e.async_read)) is not None:

@@ -10,7 +10,7 @@ from ptxdsl import ir
 from ptxdsl.opdef import NO_EFFECT, REGISTRY, Effect, effect
 
 ROLES = ("arrive", "count", "expect", "complete", "wait", "parity", "init", "inval",
-         "async_read", "async_write", "global_operand", "size")
+         "async_read", "async_write", "global_operand", "size", "named_barrier")
 
 
 @pytest.mark.parametrize("node", sorted(REGISTRY, key=lambda n: n.__name__),
