@@ -26,6 +26,11 @@ STRUCT_CODE = {
     "f64": "d", "pred": "B", "e4m3": "B", "e5m2": "B",
 }  # fmt: skip
 POINTER_CODE = "Q"
+
+# sm_80's tensor descriptor (the stand-in for a tensor map, in the same 128-byte parameter),
+# little-endian: 0 u64 base address; 8 u32 dims[5] (innermost first); 28 u32 swizzle mask
+# (`swizzle.mask`); 32 u64 strides[5] in elements (innermost first)
+DESC_BASE, DESC_DIMS, DESC_SWIZZLE, DESC_STRIDES = 0, 8, 28, 32
 TMAP_CODE = f"{TMAP_BYTES}s"
 
 

@@ -9,19 +9,16 @@ import numpy as np
 
 from .. import ir
 from .. import types as T
+from ..codegen.abi import DESC_BASE, DESC_DIMS, DESC_STRIDES, DESC_SWIZZLE
 from ..interp import cpasync
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import PLAIN, Program, Step
 from ..opdef import Effect, ErrorFn, OpDef, const_int, definition, register
+from ..swizzle import mask, tma_swizzle_bytes
 from .mbarrier import check_parity, emit_poll_loop
 
 CP_SIZES = (4, 8, 16)
-# tensor-descriptor layout (sm_80 stand-in for the 128-byte tensor map), little-endian:
-#   0 u64 base address; 8 u32 dims[5] (innermost first); 28 u32 swizzle mask;
-#   32 u64 strides[5] in elements (innermost first)
-DESC_BASE, DESC_DIMS, DESC_SWIZZLE, DESC_STRIDES = 0, 8, 28, 32
-SWIZZLE_MASK = {"none": 0, "32B": 1, "64B": 3, "128B": 7}
 # test_wait spins (try_wait, which suspends the thread, is sm_90): between polls a waiting
 # thread sleeps this long, leaving issue slots to the warps that do the work (0: pure spin)
 WAIT_BACKOFF_NS = 256  # measured on the H200: best for spin-heavy waits, neutral elsewhere
@@ -273,6 +270,6 @@ class TensorDescFields(OpDef):
             for i in range(rank):
                 th.regs[slots[f"{n.prefix}.dim{i}"]] = a.shape[rank - 1 - i]
                 th.regs[slots[f"{n.prefix}.stride{i}"]] = a.strides[rank - 1 - i] // a.itemsize
-            th.regs[slots[f"{n.prefix}.swizzle"]] = SWIZZLE_MASK[model.swizzle]
+            th.regs[slots[f"{n.prefix}.swizzle"]] = mask(tma_swizzle_bytes(model.swizzle))
 
         return PLAIN, False, load
