@@ -1,5 +1,6 @@
 """`python -m bench <workload> [options] [--out FILE]`, `python -m bench all --out FILE`,
-`python -m bench gpu-tests --out GPU_RUNS.md`; `python -m bench --help` lists the workloads.
+`python -m bench plots`, `python -m bench gpu-tests --out GPU_RUNS.md`; `python -m bench
+--help` lists the workloads.
 
 A workload prints its section of the results page; with --out it writes that section into
 the page FILE (the page's other sections are kept). `all` runs every workload in one process
@@ -37,6 +38,7 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "longrow": ("longrow", {}),
     "gemm": ("gemm", {"cluster": False}),
     "cluster-gemm": ("gemm", {"cluster": True}),
+    "decode-gemm": ("decode_gemm", {}),
     "fp8": ("fp8", {}),
     "attention": ("attention", {}),
     "torch-block": ("torch_block", {}),
@@ -55,8 +57,9 @@ INTRO = ("The current results: ptxdsl against the strongest reference measured i
          "(an idle power-capped GPU boosts its clocks for the first work). Each row names "
          "its date, GPU and the command that reproduces it; `python -m bench all --out "
          "BENCHMARKS.md` regenerates the page (workload options: `python -m bench WORKLOAD "
-         "--help`; `--sweep` runs the exhaustive variants). Earlier runs, profiles and what "
-         "was tried: bench/history/.")
+         "--help`; `--sweep` runs the exhaustive variants). The plots are drawn by `python -m "
+         "bench plots` from the results the workloads save with `--json`. Earlier runs, "
+         "profiles and what was tried: bench/history/.")
 
 
 def module(name: str) -> ModuleType:
@@ -79,6 +82,12 @@ def parser() -> argparse.ArgumentParser:
     a = sub.add_parser("all", help="every workload, one process: the whole results page")
     a.add_argument("--out", help="the results page to write (e.g. BENCHMARKS.md)")
     a.add_argument("--skip", default="", help="comma-separated workloads to leave as they are")
+    from . import plots
+
+    pl = sub.add_parser("plots", help="draw the page's plots from the workloads' --json results",
+                        description=plots.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    plots.add_args(pl)
     g = sub.add_parser("gpu-tests", help="run `pytest -m gpu` and record it at the top of FILE")
     g.add_argument("--out", help="the record to update (e.g. GPU_RUNS.md)")
     g.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
@@ -143,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.workload == "all":
             return run_all(a)
+        if a.workload == "plots":
+            from .plots import main as draw
+
+            return draw(a)
         if a.workload == "gpu-tests":
             from .gpu_runs import record
 

@@ -1,8 +1,13 @@
-"""Attention forward: ptxdsl's FlashAttention-style kernel (samples/attention.py) against
+"""Attention forward: ptxdsl's FlashAttention-style kernel (ptxdsl/kernels/attention.py) against
 torch's scaled_dot_product_attention with the cuDNN and flash (FlashAttention 2) backends,
 side by side in one process on the same inputs, correctness checked first.
 
     python -m bench attention [--case D:S[:causal],...] [--quick]
+    python -m bench attention --seqlens 512,1024,...,16384 [--dims 64,128] --json FILE
+
+FlashAttention 4 runs beside them where `flash_attn.cute` imports. `--seqlens` sweeps the
+sequence length at each head dim of `--dims`, causal and not, in place of `--case`; `--json
+FILE` saves every case's TFLOP/s by contender (what `python -m bench plots` draws).
 
 bf16 Q, K, V (B x H x S x D, contiguous), 16 heads, B x S = 32768 tokens; TFLOP/s count
 4 B H S^2 D, halved when causal. Every output (ours and both references) is compared with
@@ -13,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import math
+from functools import cache
+from pathlib import Path
 from typing import Any
 
-from .common import BenchError, Row, Section, interleaved_ms, resident, twin
+from .common import BenchError, Row, Section, interleaved_ms, resident, save_json, twin
 
 TOKENS, HEADS = 32768, 16
+PLOT = "docs/img/attention.png"
 # (name, the warpgroups take turns, the wait for P V held after the softmax, consumer
 # warpgroups); three warpgroups only at head dim 64
 # name, turns, hold, consumer warpgroups, lazy rescale (None: the kernel's default, on at
@@ -31,7 +39,9 @@ CASES = "64:2048,64:2048:causal,64:8192,64:8192:causal,64:16384,64:16384:causal,
 ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x sequence = 32768 "
          "tokens, the softmax scale 1/sqrt(D); ptxdsl also writes the f32 log-sum-exp. The "
          "references are torch 2.11 `scaled_dot_product_attention` with the cuDNN backend "
-         "(the strongest) and the flash backend (FlashAttention 2). ptxdsl runs with the wait "
+         "and the flash backend (FlashAttention 2), and FlashAttention 4 "
+         "(`flash_attn.cute`) where it is installed; the row's reference is the faster of "
+         "cuDNN and FA4. ptxdsl runs with the wait "
          "for P V held after the softmax (`hold`, a fence_cta()), with its two consumer "
          "warpgroups taking turns (`turn`), with neither, and at head dim 64 also with three "
          "consumer warpgroups on 192-row tiles (held), at head dim 128 rescaling O at every "
@@ -62,6 +72,10 @@ LIMITS = ("at D 128, S 8192 the issue's cuDNN figure (676 TFLOP/s) is not reache
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--case", default=CASES, help="comma-separated D:S[:causal]")
+    p.add_argument("--seqlens", help="comma-separated S: every D of --dims, causal and not, "
+                   "at each (replaces --case)")
+    p.add_argument("--dims", default="64,128", help="head dims of the --seqlens sweep")
+    p.add_argument("--json", help="save each case's TFLOP/s by contender to this file")
     p.add_argument("--quick", action="store_true", help="fewer runs")
 
 
@@ -77,6 +91,32 @@ def cases(text: str) -> list[tuple[int, int, bool]]:
             raise BenchError(f"--case: the third field is 'causal', got {c!r}")
         out.append((d, s, parts[2:] == ["causal"]))
     return out
+
+
+def sweep(seqlens: str, dims: str) -> list[tuple[int, int, bool]]:
+    """The cases of a sequence-length sweep: each D, then causal or not, then each S."""
+    try:
+        ss, ds = ([int(x) for x in t.split(",")] for t in (seqlens, dims))
+    except ValueError:
+        raise BenchError(f"--seqlens / --dims: comma-separated integers, got {seqlens!r} "
+                         f"and {dims!r}") from None
+    return [(d, s, c) for d in ds for c in (False, True) for s in ss]
+
+
+def fa4() -> Any:
+    """FlashAttention 4's forward (`flash_attn.cute.flash_attn_func`), or None where the
+    package is not installed (../shared/anchors/ says how the GPU machine gets it)."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except ImportError:
+        return None
+    return flash_attn_func
+
+
+@cache
+def kernel(d: int, causal: bool, pingpong: bool, hold: bool, nwg: int, lazy: bool | None) -> Any:
+    """One variant's kernel, built once for every sequence length of a sweep."""
+    return twin("attention").make_attention(d, causal, pingpong, hold=hold, nwg=nwg, lazy=lazy)
 
 
 def launcher(kd: Any, q: Any, k: Any, v: Any, o: Any, lse: Any) -> Any:
@@ -115,20 +155,19 @@ def check(name: str, got: Any, q: Any, k: Any, v: Any, causal: bool) -> float:
     return err
 
 
-def measure(a: argparse.Namespace, d: int, s: int, causal: bool) -> tuple[list[Row], str]:
+def measure(a: argparse.Namespace, d: int, s: int, causal: bool
+            ) -> tuple[list[Row], str, dict[str, float]]:
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    b = TOKENS // s
+    b = max(1, TOKENS // s)
     g = torch.Generator(device="cuda").manual_seed(d * s + causal)
     q, k, v = (torch.randn(b, HEADS, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
                for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(b, HEADS, s, device="cuda", dtype=torch.float32)
-    tw = twin("attention")
-    ours = {name: launcher(tw.make_attention(d, causal, pp, hold=hd, nwg=nwg, lazy=lz),
-                           q, k, v, o, lse)
+    ours = {name: launcher(kernel(d, causal, pp, hd, nwg, lz), q, k, v, o, lse)
             for name, pp, hd, nwg, lz in VARIANTS
             if (nwg == 2 or d == 64) and (lz is None or d == 128)}
 
@@ -140,13 +179,23 @@ def measure(a: argparse.Namespace, d: int, s: int, causal: bool) -> tuple[list[R
 
     fns = {**ours, "cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
            "flash": sdpa(SDPBackend.FLASH_ATTENTION)}
+    refs = {"cuDNN": "cuDNN SDPA"}
+    fa4_fwd = fa4()
+    if fa4_fwd is not None:  # FA4 takes (B, S, H, D): its own copies, transposed
+        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+
+        def fa4_run() -> Any:
+            out = fa4_fwd(qt, kt, vt, causal=causal)
+            return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
+
+        fns["FA4"], refs["FA4"] = fa4_run, "FlashAttention 4"
     errs = {}
     for name, fn in ours.items():
         o.fill_(float("nan"))
         fn()
         torch.cuda.synchronize()
         errs[name] = check(name, o, q, k, v, causal)
-    for name in ("cuDNN", "flash"):
+    for name in ("flash", *refs):  # FA4's first call of a configuration compiles it
         errs[name] = check(name, fns[name](), q, k, v, causal)
     ms = interleaved_ms(fns, 5 if a.quick else 20)
     flops = 4 * b * HEADS * s * s * d / (2 if causal else 1)
@@ -154,25 +203,32 @@ def measure(a: argparse.Namespace, d: int, s: int, causal: bool) -> tuple[list[R
     case = f"D {d}, S {s}{', causal' if causal else ''}"
     cmd = f"python -m bench attention --case {d}:{s}{':causal' if causal else ''}"
     best = max(ours, key=tf.__getitem__)
-    rows = [Row(case, best, tf[best], "cuDNN SDPA", tf["cuDNN"], "TFLOP/s", cmd, 1.05)]
+    ref = max(refs, key=tf.__getitem__)
+    rows = [Row(case, best, tf[best], refs[ref], tf[ref], "TFLOP/s", cmd, 1.05)]
     if (d, s, causal) == (128, 8192, False):  # the issue names its cuDNN figure here
         rows.append(Row(f"{case}, against the issue's cuDNN figure", best, tf[best],
                         "cuDNN SDPA as the issue measured it", ISSUE_CUDNN, "TFLOP/s", cmd,
                         1.05))
     err = ", ".join(f"{n} {e:.1e}" for n, e in errs.items())
-    others = ", ".join(f"{n} {tf[n]:.0f}" for n in ours if n != best)
+    others = ", ".join(f"{n} {tf[n]:.0f}" for n in [*ours, *refs] if n not in (best, ref))
+    point = {"ptxdsl": tf[best], **{n: tf[n] for n in fns if n not in ours}}
     return rows, (f"{case}: {others} TFLOP/s, the flash (FA2) backend "
                   f"{tf['flash']:.0f} ({tf[best] / tf['flash']:.2f}x), max error / output "
-                  f"scale against the math backend {err}")
+                  f"scale against the math backend {err}"), point
 
 
 def run(a: argparse.Namespace) -> list[Section]:
     s = Section("attention", "Attention forward, bf16 (FlashAttention-class)", ABOUT,
-                limits=LIMITS)
-    notes = []
-    for d, seq, causal in cases(a.case):
-        rows, note = measure(a, d, seq, causal)
+                limits=LIMITS, plot=PLOT)
+    notes, points = [], []
+    for d, seq, causal in sweep(a.seqlens, a.dims) if a.seqlens else cases(a.case):
+        rows, note, tflops = measure(a, d, seq, causal)
         s.rows += rows
         notes.append(note)
+        points.append({"d": d, "s": seq, "causal": causal, "tflops": tflops})
+    if fa4() is None:
+        notes.append("FlashAttention 4 not measured: flash_attn.cute is not installed")
     s.notes.append("Per case, the other variants and the errors: " + "; ".join(notes) + ".")
+    if a.json:
+        save_json(Path(a.json), "attention", "TFLOP/s", points)
     return [s]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
 import re
@@ -340,6 +341,7 @@ class Section:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     limits: str = ""
+    plot: str = ""  # an image `python -m bench plots` draws from this workload's --json runs
 
     def stamp(self, date: str, gpu: str) -> Section:
         for r in self.rows:
@@ -348,6 +350,8 @@ class Section:
 
     def render(self) -> str:
         out = [heading(self.title, self.key), "", self.about, ""]
+        if self.plot:
+            out += [f"![{self.title}]({self.plot})", ""]
         if self.rows:
             out += [*HEAD, *(r.render() for r in self.rows), ""]
         if self.notes:
@@ -384,6 +388,16 @@ def render_page(intro: str, machine_line: str, sections: list[str]) -> str:
 
 def today() -> str:
     return f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}"
+
+
+def save_json(path: Path, workload: str, unit: str, points: list[dict[str, Any]]) -> None:
+    """A run's measurements as JSON, for `python -m bench plots`: the workload, the unit of
+    every value, when and where it ran, and its points (each a case's fields and a
+    {contender: value} map)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"workload": workload, "unit": unit, "date": today(), "gpu": gpu_name(),
+            "machine": machine(), "points": points}
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def print_section(s: Section) -> None:

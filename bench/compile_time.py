@@ -11,9 +11,11 @@ import argparse
 import statistics
 import time
 
-from .common import SAMPLES, Row, Section
+from .common import ROOT, SAMPLES, Row, Section
 
-FILES = ("gemm.ptxdsl", "gemm_splitk.ptxdsl", "norms.ptxdsl")
+NORMS = ROOT / "ptxdsl" / "kernels" / "norms.ptxdsl"
+
+FILES = (SAMPLES / "gemm.ptxdsl", SAMPLES / "gemm_splitk.ptxdsl", NORMS)
 ABOUT = ("`.ptxdsl` -> PTX in one process on the benchmark machine's CPU: parse, lower, "
          "verify, emit; the median of warm calls (the first call also loads the grammar).")
 LIMITS = ("lark's LALR parse with positions (~15 us a token in Python) and the verifier's "
@@ -27,10 +29,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def phases(path, reps: int) -> tuple[float, float, dict[str, float]]:
     """(first call ms, median ms, median ms of each phase) of compiling `path` to PTX."""
     import ptxdsl
-    from ptxdsl.codegen.ptx import emit_module
-    from ptxdsl.lower import lower
+    from ptxdsl.lower import emit, lower
+    from ptxdsl.target import target
     from ptxdsl.verify import verify_module
 
+    HOPPER = target("sm_90a")
     src = path.read_text()
     times: dict[str, list[float]] = {"parse": [], "lower": [], "verify": [], "emit": []}
     totals = []
@@ -38,11 +41,11 @@ def phases(path, reps: int) -> tuple[float, float, dict[str, float]]:
         t0 = time.perf_counter()
         m = ptxdsl.parse(src, path.name)
         t1 = time.perf_counter()
-        low = lower(m, checks=False)
+        low = lower(m, HOPPER, checks=False)
         t2 = time.perf_counter()
-        verify_module(low)
+        verify_module(low, HOPPER)
         t3 = time.perf_counter()
-        emit_module(low)
+        emit(low, HOPPER)
         t4 = time.perf_counter()
         for k, a, b in (("parse", t0, t1), ("lower", t1, t2), ("verify", t2, t3),
                         ("emit", t3, t4)):
@@ -54,8 +57,9 @@ def phases(path, reps: int) -> tuple[float, float, dict[str, float]]:
 
 def run(a: argparse.Namespace) -> list[Section]:
     s = Section("compile", "Compile time", ABOUT, limits=LIMITS)
-    for name in FILES:
-        first, median, parts = phases(SAMPLES / name, a.reps)
+    for path in FILES:
+        name = path.name
+        first, median, parts = phases(path, a.reps)
         split = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
         if name == "gemm.ptxdsl":
             s.rows.append(Row(name, f"median of {a.reps}; {split}", median, "target", 30.0,

@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from . import refs
-from .common import Row, Section, check_close, median_ms, sms, twin
+from .common import Row, Section, check_close, median_ms, sms
 
 ROWS_OF = {65536: 16384, 262144: 4096}
 # (cluster, stages, consumer warps) per width: the last sweep's winners, and the sweep
@@ -57,7 +57,7 @@ def measure(kind: str, rows: int, n: int, a: argparse.Namespace) -> list[Row]:
     from ptxdsl.runtime.occupancy import max_active_clusters
 
     reps = 5 if a.quick else 20
-    mod = twin("longrow")
+    from ptxdsl.kernels import longrow as mod
     x = (torch.randn(rows, n, device="cuda") * 2).to(torch.bfloat16)
     w = torch.randn(n, device="cuda").to(torch.bfloat16)
     y = torch.empty_like(x)

@@ -1,14 +1,16 @@
-"""Row norms (RMSNorm, softmax, LayerNorm; bf16 and f32, 16384 x 8192) against torch eager,
-torch.compile, Triton and Liger, side by side in one process on the same inputs.
+"""Row norms (RMSNorm, softmax, LayerNorm; bf16 and f32; rows of 8192, 1000, 2880 and 128256)
+against torch eager, torch.compile, QuACK, Triton and Liger, side by side in one process on
+the same inputs.
 
-    python -m bench norms [--kind rmsnorm,softmax,layernorm] [--dtype bf16,f32] [--batch 20]
-                          [--sweep] [--no-compile] [--quick]
+    python -m bench norms [--kind rmsnorm,softmax,layernorm] [--dtype bf16,f32] [--n 8192,...]
+                          [--batch 20] [--sweep] [--no-compile] [--quick]
 
 Every result is checked against torch first; GB/s count bytes read plus written. By default
 20 launches run back to back per timed interval (GPU time, the host's launch cost hidden;
 `--batch 1` times each launch alone, as an eager caller sees it). ptxdsl's kernels come from
-samples/norms.py: the one-row-per-CTA form in its three best shapes by default, `--sweep`
-adds every variant of both forms (the TMA ring too)."""
+ptxdsl.kernels.norms: at n = 8192 the one-row-per-CTA form in its three best shapes (`--sweep`
+adds every variant of both forms, the TMA ring too); at other n the candidates the torch ops
+tune over (ptxdsl.torch.norms: masked rows, or two sweeps for rows too long for registers)."""
 
 from __future__ import annotations
 
@@ -16,18 +18,23 @@ import argparse
 from typing import Any
 
 from . import refs
-from .common import Row, Section, check_close, median_ms, resident, sms, twin
+from .common import Row, Section, check_close, median_ms, resident, sms
 
 KINDS = ("rmsnorm", "softmax", "layernorm")
+# row lengths: the benchmarked 8192, a ragged 1000, gpt-oss's hidden size 2880 and Llama 3's
+# vocabulary 128256 (a softmax over logits)
+SIZES = (8192, 1000, 2880, 128256)
+LONG = 32768  # longer rows: fewer of them, and no one-row-in-registers Triton reference
 ROW_FORMS = ((8, None), (8, 4), (16, None))  # (warps, minctas) of the one-row-per-CTA form
 SWEEP_ROW_FORMS = ((4, None), *ROW_FORMS)
 RING_FORMS = ((2, 8), (3, 8), (2, 16), (3, 16))  # (stages, consumer warps), --sweep only
 
-ABOUT = ("16384 rows of 8192, every result checked against torch first; GB/s = bytes read + "
-         "written / time; 20 launches back to back per CUDA-event interval (GPU time; "
-         "`--batch 1` includes each launch's host time). References: torch eager, "
-         "torch.compile (two forms), Triton (one row per program, 4/8/16 warps; the tutorial's "
-         "fused softmax), Liger-Kernel where installed.")
+ABOUT = ("16384 rows of 8192, 1000 and 2880, 1024 rows of 128256; every result checked "
+         "against torch first; GB/s = bytes read + written / time; 20 launches back to back "
+         "per CUDA-event interval (GPU time; `--batch 1` includes each launch's host time). "
+         "References: torch eager, torch.compile (two forms), QuACK and Liger-Kernel where "
+         "installed, Triton (one row per program, 4/8/16 warps; the tutorial's fused softmax; "
+         f"rows up to {LONG}).")
 LIMITS = ("DRAM bandwidth, for ptxdsl and the references alike: Nsight Compute puts the "
           "one-row-per-CTA kernels and Triton at 82-86% of DRAM peak over kernel time (87.8% "
           "for the best plain copy), the main stall the 16-byte global loads. Inductor's "
@@ -39,6 +46,7 @@ LIMITS = ("DRAM bandwidth, for ptxdsl and the references alike: Nsight Compute p
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", default=",".join(KINDS), help="comma-separated kernels")
     p.add_argument("--dtype", default="bf16,f32", help="comma-separated: bf16, f32")
+    p.add_argument("--n", default=",".join(map(str, SIZES)), help="comma-separated row lengths")
     p.add_argument("--batch", type=int, default=20, help="launches per timed interval")
     p.add_argument("--sweep", action="store_true", help="every ptxdsl variant, both forms")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
@@ -50,20 +58,22 @@ def run(a: argparse.Namespace) -> list[Section]:
 
     import ptxdsl
 
-    rows, n = (4096 if a.quick else 16384), 8192
     reps = 20 if a.quick else 100
-    s = Section("norms", "Row norms, 16384 x 8192", ABOUT, limits=LIMITS)
-    for dt in a.dtype.split(","):
-        dtype, tdt = {"bf16": (ptxdsl.bf16, torch.bfloat16), "f32": (ptxdsl.f32, torch.float32)}[dt]
-        x = (torch.randn(rows, n, device="cuda") * 2).to(tdt)
-        w = (1 + 0.1 * torch.randn(n, device="cuda")).to(tdt)
-        b = (0.1 * torch.randn(n, device="cuda")).to(tdt)
-        for kind in a.kind.split(","):
-            row, notes = measure(kind, dtype, x, w, b, reps, a)
-            row.command = f"python -m bench norms --kind {kind} --dtype {dt}" + \
-                (f" --batch {a.batch}" if a.batch != 20 else "")
-            s.rows.append(row)
-            s.notes += notes
+    s = Section("norms", "Row norms", ABOUT, limits=LIMITS)
+    for n in map(int, a.n.split(",")):
+        rows = (256 if a.quick else 1024) if n > LONG else (4096 if a.quick else 16384)
+        for dt in a.dtype.split(","):
+            dtype, tdt = {"bf16": (ptxdsl.bf16, torch.bfloat16),
+                          "f32": (ptxdsl.f32, torch.float32)}[dt]
+            x = (torch.randn(rows, n, device="cuda") * 2).to(tdt)
+            w = (1 + 0.1 * torch.randn(n, device="cuda")).to(tdt)
+            b = (0.1 * torch.randn(n, device="cuda")).to(tdt)
+            for kind in a.kind.split(","):
+                row, notes = measure(kind, dtype, x, w, b, reps, a)
+                row.command = f"python -m bench norms --kind {kind} --dtype {dt} --n {n}" + \
+                    (f" --batch {a.batch}" if a.batch != 20 else "")
+                s.rows.append(row)
+                s.notes += notes
     return [s]
 
 
@@ -72,7 +82,8 @@ def measure(kind: str, dtype: Any, x: Any, w: Any, b: Any, reps: int,
     """The best ptxdsl variant and the strongest reference for one kernel and dtype."""
     import torch
 
-    mod = twin("norms")
+    from ptxdsl.kernels import norms as mod
+
     rows, n = x.shape
     eps = 1e-5
     nbytes = 2 * x.numel() * x.element_size()
@@ -95,7 +106,20 @@ def measure(kind: str, dtype: Any, x: Any, w: Any, b: Any, reps: int,
                 continue
             refs_ms[f"torch.compile, {form}"] = timed(lambda c=comp: c(x))
     y = torch.empty_like(x)
-    tri = refs.triton_norms()
+    quack = refs.quack_norms()
+    if quack and kind in quack:
+        # QuACK's LayerNorm has no bias: checked against torch's without one
+        qwant = refs.torch_norm(kind, n, w, None, eps)(x) if kind == "layernorm" else want
+        try:
+            check_close("QuACK", quack[kind](x, w, b, eps), qwant)
+            refs_ms["QuACK" + (" (no bias)" if kind == "layernorm" else "")] = timed(
+                lambda: quack[kind](x, w, b, eps))
+        except Exception as e:
+            notes.append(f"{kind} {rows} x {n}: QuACK failed ({type(e).__name__}: "
+                         f"{str(e)[:80]}).")
+    elif quack is None and kind == KINDS[0]:
+        notes.append(f"{rows} x {n}: QuACK not importable here (pip install quack-kernels).")
+    tri = refs.triton_norms() if n <= LONG else None
     if tri is not None:
         for warps in (4, 8, 16):
             tri(kind, x, w, b, y, eps, warps)
@@ -103,7 +127,7 @@ def measure(kind: str, dtype: Any, x: Any, w: Any, b: Any, reps: int,
             refs_ms[f"Triton row, {warps} warps"] = timed(
                 lambda wp=warps: tri(kind, x, w, b, y, eps, wp))
     fused = refs.triton_fused_softmax()
-    if kind == "softmax" and fused is not None:
+    if kind == "softmax" and fused is not None and n <= LONG:
         for per_sm, stages in ((2, 2), (2, 4)) if not a.sweep else \
                 [(p, st) for p in (2, 4, 8) for st in (2, 4)]:
             fused(x, y, sms() * per_sm, stages)
@@ -132,12 +156,22 @@ def measure(kind: str, dtype: Any, x: Any, w: Any, b: Any, reps: int,
         check_close(f"ptxdsl {label}", yy, want)
         ours[f"{label}, grid {grid_of(k)}"] = timed(lambda: launch(*args))
 
-    for warps, minctas in SWEEP_ROW_FORMS if a.sweep else ROW_FORMS:
+    for warps, minctas in (SWEEP_ROW_FORMS if a.sweep else ROW_FORMS) if n == 8192 else ():
         kd = mod.make_norm_row(kind, n, dtype, warps, eps, minctas=minctas,
                                name=f"{kind}_row_{dtype}_{warps}_{minctas}")
         variant(f"one row per CTA, {warps} warps{f', minctas {minctas}' if minctas else ''}",
                 kd, lambda k: rows)
-    for stages, warps in RING_FORMS if a.sweep else ():
+    if n != 8192:  # what the torch op tunes over for this n
+        from ptxdsl.torch import norms as op
+
+        vec = op.norm_width(n, dtype)
+        for config in op.norm_configs(n, dtype, vec):
+            recipe = op.norm_recipe(kind, n, dtype, eps, vec, config)
+            form = {"make_norm_row": "one row per CTA", "make_norm_masked": "one row per CTA, "
+                    "masked", "make_norm_loop": "two sweeps"}[recipe.factory]
+            grid = op.norm_grid(config, rows, n * x.element_size(), x.device.index)
+            variant(f"{form}, {config['warps']} warps", recipe.build(), lambda k, g=grid: g)
+    for stages, warps in RING_FORMS if a.sweep and n == 8192 else ():
         if stages * n * x.element_size() <= 200 * 1024:
             kd = mod.make_norm(kind, n, dtype, stages, warps, eps,
                                name=f"{kind}_{dtype}_{stages}_{warps}")
@@ -145,7 +179,7 @@ def measure(kind: str, dtype: Any, x: Any, w: Any, b: Any, reps: int,
     best_ref = min(refs_ms, key=refs_ms.__getitem__)
     best = min(ours, key=ours.__getitem__)
     dt = "bf16" if x.element_size() == 2 else "f32"
-    row = Row(f"{kind} {dt}", best, nbytes / ours[best] / 1e6, best_ref,
+    row = Row(f"{kind} {dt} {rows} x {n}", best, nbytes / ours[best] / 1e6, best_ref,
               nbytes / refs_ms[best_ref] / 1e6, "GB/s", "", target=1.0)
     if a.sweep:
         notes.append(f"{kind} {dt}, every measurement (GB/s): " + ", ".join(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from . import refs
-from .common import resident, twin
+from .common import resident
 
 ROWS, N = 16384, 8192
 
@@ -24,8 +24,8 @@ def run(spec: str) -> None:
     import torch
 
     import ptxdsl
+    from ptxdsl.kernels import norms
 
-    norms = twin("norms")
     kind, dt, impl, *rest = spec.split(":")
     opts = {k: int(v) for k, v in (kv.split("=") for kv in rest[0].split(","))} if rest else {}
     tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]

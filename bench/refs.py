@@ -132,6 +132,24 @@ def liger_norms():
     return out
 
 
+def quack_norms():
+    """QuACK's (Dao-AILab's CuTe-DSL kernels) forward functions by kind, or None where quack
+    is not importable. Its LayerNorm, where it has one, takes no bias: (x, w, eps)."""
+    try:
+        import quack
+    except Exception:
+        return None
+    out = {"rmsnorm": lambda x, w, b, eps: quack.rmsnorm(x, w, eps=eps),
+           "softmax": lambda x, w, b, eps: quack.softmax(x)}
+    try:
+        from quack.layernorm import layernorm
+
+        out["layernorm"] = lambda x, w, b, eps: layernorm(x, w, eps=eps)
+    except Exception:
+        pass
+    return out
+
+
 def torch_norm(kind, n, w, b, eps):
     """torch's own (eager) op for `kind`."""
     import torch

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import refs
 from .common import (
+    ROOT,
     SAMPLES,
     BenchError,
     Row,
@@ -99,7 +100,8 @@ def norm_rows(rows: int, reps: int) -> list[Row]:
     from ptxdsl.compiler import Program
 
     n, eps = 8192, 1e-5
-    module = ptxdsl.parse_file(SAMPLES / "norms.ptxdsl")  # each kernel built alone per arch
+    # each kernel built alone per arch
+    module = ptxdsl.parse_file(ROOT / "ptxdsl" / "kernels" / "norms.ptxdsl")
     x = (torch.randn(rows, n, device="cuda") * 2).to(torch.bfloat16)
     w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
     b = (0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)

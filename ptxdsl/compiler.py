@@ -10,20 +10,35 @@ from typing import Any
 from . import ir
 from .api import build_kernel
 from .bounds import stack_room
-from .codegen.ptx import emit_module
+from .codegen.ptx import features_used
 from .errors import CompileError
 from .frontend import parse, read_source
 from .kernelinfo import KernelInfo, PtxModule
+from .target import default_target, target
 
 
 def compile_module(module: ir.Module, arch: str | None = None,
                    source_name: str | None = None, watchdog_ms: int = 0) -> PtxModule:
-    """PTX for an IR module: the target's passes run (`ptxdsl.lower.PASSES`), PTX emitted."""
-    from .lower import lower
+    """PTX for an IR module: the passes of target `arch` run (`ptxdsl.target`), the emitter
+    last. With no `arch`, sm_90, or sm_90a where a kernel uses what only sm_90a has
+    (`ptxdsl.target.default_target`). PTXDSL_DUMP=DIR writes every stage (`ptxdsl.lower.dump`)."""
+    from .lower import emit, lower
+    from .lower.dump import StageDump
 
+    t = target(arch)
+    dump = StageDump.from_env(module)
     with stack_room():
-        return emit_module(lower(module, arch), arch=arch, source_name=source_name,
-                           watchdog_ms=watchdog_ms)
+        try:
+            lowered = lower(module, t, watch=dump.stage if dump else None)
+            if arch is None:
+                t = default_target(features_used(lowered))
+            ptx = emit(lowered, t, source_name, watchdog_ms)
+        finally:
+            if dump:
+                dump.write_stages(t)  # also those before a pass that failed
+    if dump:
+        dump.write_ptx(t, ptx)
+    return ptx
 
 
 class Program:

@@ -205,6 +205,8 @@ class _Printer:
             self.line("}")
         elif isinstance(s, ir.Return):
             self.line("return;")
+        elif isinstance(s, ir.SetMaxNReg):  # made by lowering roles: no text of its own
+            self.line(f"setmaxnreg_{'inc' if s.inc else 'dec'}({s.regs});")
         elif isinstance(s, ir.Asm):
             tmpl = s.template.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
             outs = ", ".join(s.outs)

@@ -36,9 +36,9 @@ import numpy as np
 import ptxdsl
 from ptxdsl import runtime as rt
 from ptxdsl.errors import LaunchError
-from ptxdsl.limits import MAX_SMEM_BYTES
 from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 from ptxdsl.swizzle import chunk_box, chunk_columns
+from ptxdsl.target import target
 
 HERE = Path(__file__).resolve().parent
 BM, BN, BK = 128, 256, 64  # tile rows, tile columns (the widest), k-block
@@ -99,7 +99,7 @@ def rs_counters(m_local: int, n: int, bn: int = BN) -> int:
     return cdiv(m_local, BM) * cdiv(n, bn) * 2
 
 
-RS_SMEM = MAX_SMEM_BYTES - 1024  # a CTA's shared memory, less room for the barriers
+RS_SMEM = target("sm_90a").smem_bytes - 1024  # a CTA's shared memory, less the barriers' room
 RS_WIDTHS = (64, 128, 192, 256)
 
 

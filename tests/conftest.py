@@ -15,7 +15,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
+KERNELS = ROOT / "ptxdsl" / "kernels"  # the library's families: samples too, for these helpers
 sys.path.insert(0, str(ROOT))
+# A few tests share cases with a test module of another area (test_ptxas's `assemble`,
+# test_clusters's cluster kernels): every area's folder is importable, whichever is collected.
+sys.path[1:1] = [str(d) for d in sorted(Path(__file__).parent.iterdir())
+                 if d.is_dir() and any(d.glob("test_*.py"))]
 
 
 def pytest_addoption(parser):
@@ -62,13 +67,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 def sample_names() -> list[str]:
-    return sorted(p.stem for p in SAMPLES.glob("*.ptxdsl"))
+    return sorted(p.stem for d in (SAMPLES, KERNELS) for p in d.glob("*.ptxdsl"))
+
+
+def sample_path(name: str, suffix: str = ".ptxdsl") -> Path:
+    """samples/<name><suffix>, or the library family's ptxdsl/kernels/<name><suffix>."""
+    path = SAMPLES / f"{name}{suffix}"
+    return path if path.exists() else KERNELS / f"{name}{suffix}"
 
 
 @functools.cache
 def sample_module(name: str):
-    """The Python twin of a sample (samples/<name>.py), imported once."""
-    path = SAMPLES / f"{name}.py"
+    """The Python twin of a sample (samples/<name>.py, or the family module), imported once."""
+    path = sample_path(name, ".py")
+    if path.parent == KERNELS:
+        return importlib.import_module(f"ptxdsl.kernels.{name}")
     spec = importlib.util.spec_from_file_location(f"ptxdsl_sample_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -81,7 +94,7 @@ def sample_ir(name: str):
     collection alone asks for every sample several times)."""
     import ptxdsl
 
-    return ptxdsl.parse_file(SAMPLES / f"{name}.ptxdsl")
+    return ptxdsl.parse_file(sample_path(name))
 
 
 @functools.cache
@@ -90,7 +103,7 @@ def sample_ptx(name: str, arch: str | None = None) -> str:
     per test process (the golden, pin, ptxas and two-target tests all read it)."""
     import ptxdsl
 
-    return ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch).ptx
+    return ptxdsl.compile(sample_path(name), arch=arch).ptx
 
 
 def sample_kernel_defs(name: str) -> list:
@@ -99,7 +112,7 @@ def sample_kernel_defs(name: str) -> list:
 
     mod = sample_module(name)
     defs = [v for v in vars(mod).values() if isinstance(v, ptxdsl.KernelDef)]
-    assert defs, f"samples/{name}.py defines no @ptxdsl.kernel"
+    assert defs, f"{sample_path(name, '.py')} defines no @ptxdsl.kernel"
     return defs
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..errors import Span
-from ..limits import MAX_SMEM_BYTES, MBARRIER_MAX_COUNT
+from ..target import MAX_SMEM_BYTES, MBARRIER_MAX_COUNT
 
 __all__ = ["MAX_SMEM_BYTES", "MBARRIER_MAX_COUNT"]
 

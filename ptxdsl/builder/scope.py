@@ -9,8 +9,8 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
-from ..limits import PORTABLE_CLUSTER
 from ..opdef import BY_SYNTAX
+from ..target import PORTABLE_CLUSTER
 from .common import KEYWORDS, REGION_CLOSER, REGION_OPENER, VALUE_FUNCTIONS, Frame, Symbol
 
 

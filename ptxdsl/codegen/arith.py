@@ -9,6 +9,7 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..errors import CompileError, Diagnostic
+from ..target import Target
 from .writer import immediate, int_type, op_type, reg_type
 
 _SREG_PTX = {"clock": "%clock", "clock64": "%clock64", "globaltimer": "%globaltimer"}
@@ -28,12 +29,12 @@ _SHFL_PTX = {
 
 
 class Arithmetic:
-    """Mixed into KernelEmitter (which provides `w`, `k`, `arch`, `ev`, `ev_reg`, `scaled`
+    """Mixed into KernelEmitter (which provides `w`, `k`, `target`, `ev`, `ev_reg`, `scaled`
     and `immediate_of`)."""
 
     w: Any
     k: ir.Kernel
-    arch: str
+    target: Target
 
     def ev(self, e: ir.Expr) -> str:
         raise NotImplementedError  # KernelEmitter's
@@ -135,10 +136,10 @@ class Arithmetic:
         assert isinstance(src_t, T.Scalar) and isinstance(dst_t, T.Scalar)
         x = self.ev_reg(e.x)
         if (src_t.is_fp8 or dst_t.is_fp8) and not src_t.is_pred:
-            if self.arch == "sm_80":
+            if not self.target.fp8_cvt:
                 raise CompileError(Diagnostic(f"converting {src_t} to {dst_t} needs sm_89 or "
                                               "later (cvt of fp8 pairs); the module is "
-                                              "compiled for sm_80", e.loc))
+                                              f"compiled for {self.target.name}", e.loc))
             return self.fp8_cast(x, src_t, dst_t)
         r = w.reg(dst_t)
         if src_t.is_pred:
@@ -222,7 +223,7 @@ class Arithmetic:
             # lane does next (e.g. its release arrive for the whole warp); elect.sync alone
             # only elects
             w.instr("bar.warp.sync", "0xffffffff")
-            if self.arch == "sm_80":  # no elect.sync: the lowest active lane
+            if not self.target.elect:  # the lowest active lane
                 m, lane = w.reg(T.u32), w.reg(T.u32)
                 w.instr("activemask.b32", m)
                 w.instr("brev.b32", m, m)

@@ -16,17 +16,17 @@ from ..bounds import MAX_PTX_LINES
 from ..errors import CompileError, Diagnostic, Span
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
 from ..opdef import EXPR_REGISTRY, definition
+from ..target import Target, names, target
 from .abi import PARAM_TYPE, TMAP_ALIGN, TMAP_BYTES
 from .addressing import Addressing, tile_aligns, tmap_swizzles
 from .arith import Arithmetic
 from .asyncops import AsyncOps
 from .layout import Layout, layout_kernel
 from .writer import (
-    PTX_VERSION,
     SMEM_SYMBOL,
     WATCHDOG_SYMBOL,
     PtxWriter,
-    Target,
+    header,
     immediate,
     int_type,
     mem_type,
@@ -37,10 +37,9 @@ from .writer import (
 class KernelEmitter(AsyncOps, Addressing, Arithmetic):
     """Emits one ir.Kernel as a PTX `.entry`."""
 
-    def __init__(self, kernel: ir.Kernel, layout: Layout, watchdog_ms: int = 0,
-                 arch: str = "sm_90a"):
+    def __init__(self, kernel: ir.Kernel, layout: Layout, target: Target, watchdog_ms: int = 0):
         self.k = kernel
-        self.arch = arch
+        self.target = target
         self.layout = layout
         self.w = PtxWriter()
         self.scopes: list[dict[str, object]] = [{}]
@@ -531,7 +530,7 @@ def _vec_operands(kind: str, a: str, regs: list[str]) -> tuple[str, str]:
     return (group, a) if kind.startswith("ld") else (a, group)
 
 
-def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] = (),
+def kernel_info(k: ir.Kernel, layout: Layout, target: Target, sites: tuple[str, ...] = (),
                 watchdog_ms: int = 0) -> KernelInfo:
     params = []
     swizzles = tmap_swizzles(k, layout)
@@ -546,45 +545,52 @@ def kernel_info(k: ir.Kernel, layout: Layout, arch: str, sites: tuple[str, ...] 
             params.append(ParamInfo(p.name, "ptr", t.elem))
         else:
             params.append(ParamInfo(p.name, "scalar", t))  # type: ignore[arg-type]
-    pdl = arch != "sm_80" and any(isinstance(s, ir.GridDepWait) for s in ir.walk(k.body))
-    return KernelInfo(k.name, tuple(params), k.threads, k.cluster, layout.request_bytes, arch,
-                      sites, watchdog_ms, pdl)
+    pdl = target.griddepcontrol and any(isinstance(s, ir.GridDepWait) for s in ir.walk(k.body))
+    return KernelInfo(k.name, tuple(params), k.threads, k.cluster, layout.request_bytes,
+                      target.name, sites, watchdog_ms, pdl)
 
 
-def needs_sm90a(m: ir.Module) -> bool:
-    """Whether any arch-specific (sm_90a-only) feature is used: setmaxnreg, wgmma, and
-    multicast copies (which ptxas wants on sm_90a)."""
-    sm90a = (ir.SetMaxNReg, ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait,
-             ir.TensorLoadMulticast, ir.BulkLoadMulticast)
-    return any(isinstance(s, sm90a) for k in m.kernels for s in ir.walk(k.body))
+# statements and the target feature each needs; the first two are sm_90a's alone, and
+# ptxas wants multicast copies on sm_90a
+_FEATURE_OF: tuple[tuple[tuple[type[ir.Stmt], ...], str], ...] = (
+    ((ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait), "wgmma"),
+    ((ir.SetMaxNReg,), "setmaxnreg"),
+    ((ir.TensorLoadMulticast, ir.BulkLoadMulticast), "multicast"),
+)
 
 
-def _require_sm90a(m: ir.Module, arch: str) -> None:
-    """wgmma exists only on sm_90a: a located error rather than a ptxas failure."""
+def features_used(m: ir.Module) -> frozenset[str]:
+    """The target features (`Target.features`) that the lowered module's statements need."""
+    stmts = [s for k in m.kernels for s in ir.walk(k.body)]
+    return frozenset(f for kinds, f in _FEATURE_OF if any(isinstance(s, kinds) for s in stmts))
+
+
+def _require_wgmma(m: ir.Module, t: Target) -> None:
+    """wgmma on a target without it: a located error rather than a ptxas failure."""
+    if t.wgmma:
+        return
+    having = " or ".join(n for n in names() if target(n).wgmma)
     for k in m.kernels:
         for s in ir.walk(k.body):
             if isinstance(s, (ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)):
-                raise CompileError(Diagnostic(f"{s.syntax} needs the sm_90a target, but the "
-                                              f"module is compiled for {arch}", s.loc))
+                raise CompileError(Diagnostic(f"{s.syntax} needs the {having} target, but the "
+                                              f"module is compiled for {t.name}", s.loc))
 
 
-def ptx_version(m: ir.Module) -> tuple[int, int]:
+def ptx_version(m: ir.Module, t: Target) -> tuple[int, int]:
     """The oldest PTX ISA version with every instruction used: 8.1 for st.async."""
     if any(isinstance(s, ir.StAsync) for k in m.kernels for s in ir.walk(k.body)):
-        return max(PTX_VERSION, (8, 1))
-    return PTX_VERSION
+        return max(t.ptx_version, (8, 1))
+    return t.ptx_version
 
 
-def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None = None,
+def emit_module(m: ir.Module, target: Target, source_name: str | None = None,
                 watchdog_ms: int = 0) -> PtxModule:
-    """PTX text for every kernel of a module, with each kernel's launch contract.
+    """PTX text for every kernel of a lowered module, with each kernel's launch contract.
     `watchdog_ms` > 0 bounds mbarrier waits and spins on global memory (AsyncOps.give_up_after)."""
-    arch = arch or ("sm_90a" if needs_sm90a(m) else "sm_90")
-    if arch != "sm_90a":
-        _require_sm90a(m, arch)
-    target = Target(arch=arch, version=ptx_version(m))
+    _require_wgmma(m, target)
     parts = [f"// Generated by ptxdsl{f' from {source_name}' if source_name else ''}. "
-             "Do not edit.", target.header()]
+             "Do not edit.", header(target, ptx_version(m, target))]
     infos = []
     if any(layout_kernel(k).items for k in m.kernels):
         parts.append(f".extern .shared .align 16 .b8 {SMEM_SYMBOL}[];\n")
@@ -592,7 +598,7 @@ def emit_module(m: ir.Module, arch: str | None = None, source_name: str | None =
         parts.append(f".visible .global .align 8 .u64 {WATCHDOG_SYMBOL};\n")
     for k in m.kernels:
         layout = layout_kernel(k)
-        em = KernelEmitter(k, layout, watchdog_ms, arch)
+        em = KernelEmitter(k, layout, target, watchdog_ms)
         parts.append(em.emit())
-        infos.append(kernel_info(k, layout, arch, tuple(em.sites), watchdog_ms))
-    return PtxModule("\n".join(parts), tuple(infos), arch)
+        infos.append(kernel_info(k, layout, target, tuple(em.sites), watchdog_ms))
+    return PtxModule("\n".join(parts), tuple(infos), target.name)

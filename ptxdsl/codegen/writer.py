@@ -1,28 +1,20 @@
-"""The PTX writer: the module header (`Target`), per-class register counters whose `.reg`
+"""The PTX writer: the module header (from the `Target`), per-class register counters whose `.reg`
 declarations are written last, labels, and the type and immediate spellings of PTX."""
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from .. import types as T
+from ..target import Target
 
-PTX_VERSION = (8, 0)
 SMEM_SYMBOL = "__ptxdsl_smem"
 WATCHDOG_SYMBOL = "__ptxdsl_watchdog"  # .u64: device address of the host-mapped report
 
 
-@dataclass(frozen=True)
-class Target:
-    """The PTX header: ISA version and `.target`."""
-
-    arch: str = "sm_90a"
-    version: tuple[int, int] = PTX_VERSION
-
-    def header(self) -> str:
-        return f".version {self.version[0]}.{self.version[1]}\n.target {self.arch}\n" \
-               ".address_size 64\n"
+def header(target: Target, version: tuple[int, int]) -> str:
+    """The PTX header: ISA `version` and the target's `.target`."""
+    return f".version {version[0]}.{version[1]}\n.target {target.name}\n.address_size 64\n"
 
 
 # register class of a scalar: (prefix, declared type)

@@ -15,9 +15,9 @@ import numpy as np
 from .. import ir
 from .. import types as T
 from ..errors import Diagnostic, LaunchError
-from ..limits import MAX_SMEM_BYTES
 from ..lower import lower
 from ..runtime.dtypes import compatible, ml_float, scalar_of
+from ..target import target
 from . import scalar
 from .cluster import Cluster
 from .cta import CTA
@@ -42,8 +42,8 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     inside a CTA the threads and the asynchronous copies interleave in an order drawn from
     `seed` (same seed, same schedule). `max_steps` bounds the work of one CTA. Raises
     InterpError on a deadlock, race, missing fence or other kernel bug, and LaunchError when
-    the arguments do not fit the kernel. `arch="sm_80"` runs the kernel as compiled for
-    Ampere (cp.async in place of bulk and tensor copies)."""
+    the arguments do not fit the kernel. `arch` names the target the kernel runs as compiled
+    for (`ptxdsl.target`; "sm_80": cp.async in place of bulk and tensor copies)."""
     k, prog = prepare(kernel, arch)
     dims = grid_dims(grid)
     gmem = GlobalMemory()
@@ -61,11 +61,12 @@ def prepare(kernel: Any, arch: str | None) -> tuple[ir.Kernel, Program]:
     memory."""
     k = _kernel_of(kernel)
     prog = _program(k, arch)
-    if prog.layout.request_bytes > MAX_SMEM_BYTES:
+    t = target(arch)
+    if prog.layout.request_bytes > t.smem_bytes:
         raise LaunchError(Diagnostic(
             f"kernel '{k.name}' needs {prog.layout.request_bytes} bytes of shared memory "
             f"(layout {prog.layout.size} plus alignment slack); a CTA has at most "
-            f"{MAX_SMEM_BYTES}", k.loc))
+            f"{t.smem_bytes} on {t.name}", k.loc))
     return k, prog
 
 

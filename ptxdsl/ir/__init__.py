@@ -5,7 +5,6 @@ operation family puts its nodes in a module of its own here and is re-exported b
 every pass spells a node `ir.Name`.
 """
 
-from .ampere import *  # noqa: F403
 from .atomic import *  # noqa: F403
 from .cluster import *  # noqa: F403
 from .core import *  # noqa: F403
@@ -24,4 +23,5 @@ from .griddep import *  # noqa: F403
 from .oneshot import *  # noqa: F403
 from .pipeline import *  # noqa: F403
 from .reduce import *  # noqa: F403
+from .sm80 import *  # noqa: F403
 from .wgmma import *  # noqa: F403

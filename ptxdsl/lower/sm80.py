@@ -2,7 +2,7 @@
 
 Runs after `ptxdsl.lower.pipelines` (pipelines and roles are already mbarriers and
 branches) and after the verifier has checked the Hopper form, so every byte count and arrival
-count it relies on is known to be right (the pass list: `ptxdsl.lower.PASSES`). What changes:
+count it relies on is known to be right (the pass list: `Target.passes`). What changes:
 
 - A 1D bulk load becomes 16-byte `cp.async.cg` copies spread over the lanes of the issuing
   warp, then one `cp.async.mbarrier.arrive.noinc` per lane on the copy's barrier. A block run
@@ -11,7 +11,7 @@ count it relies on is known to be right (the pass list: `ptxdsl.lower.PASSES`). 
   rest of the block's side effects stay on the one thread (guarded by the same condition).
   Elsewhere the issuing thread copies the chunks alone.
 - A tensor-tile load becomes cp.async over the box; the tensor-map parameter then carries a
-  tensor descriptor (base, shape, strides, swizzle; see `ops.ampere`) that the runtime and
+  tensor descriptor (base, shape, strides, swizzle; see `ops.sm80`) that the runtime and
   the interpreter build from the same arguments. Out-of-bounds elements are zero-filled
   (`src_bytes`), and the map's swizzle permutes the 16-byte chunks of the box as TMA does.
 - Bulk and tensor stores become vector loads from shared memory and vector stores to global
@@ -35,9 +35,9 @@ from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
 from ..opdef import REGISTRY, const_int
+from ..target import Target
 from .threads import ThreadModel
 
-ARCH = "sm_80"
 U32, S32, U64 = T.u32, T.s32, T.u64
 CHUNK = 16
 UNROLL_LIMIT = 32  # chunks per lane; unrolled, ptxas folds the index arithmetic
@@ -170,8 +170,9 @@ class _BarFacts:
 
 
 class _Sm80:
-    def __init__(self, k: ir.Kernel, diags: DiagnosticBag):
+    def __init__(self, k: ir.Kernel, diags: DiagnosticBag, target: Target):
         self.k, self.diags = k, diags
+        self.arch = target.name  # named in messages
         self.model = ThreadModel(k.threads)
         assigned = {s.name for s in ir.walk(k.body) if isinstance(s, ir.Assign)}
         for s in ir.walk(k.body):
@@ -188,8 +189,8 @@ class _Sm80:
             if clustered or self.unlocated:
                 return  # what made it was reported (a cluster), or this was
             self.unlocated, loc = True, self.k.loc
-        self.diags.error(f"{what} has no {ARCH} form (it needs sm_90 / Hopper); compile this "
-                         f"kernel for sm_90a", loc, *notes)
+        self.diags.error(f"{what} has no {self.arch} form (it needs sm_90 / Hopper); "
+                         "compile this kernel for sm_90a", loc, *notes)
 
     def fresh(self, stem: str) -> str:
         self.names += 1
@@ -231,8 +232,8 @@ class _Sm80:
             if len(sizes) != 1 or len(expects) != 1 or None in expects or per_phase is None:
                 loc = f.copies[0][2]
                 self.diags.error(f"cannot re-derive the arrival count of mbarrier '{name}' for "
-                                 f"{ARCH}: its copies must all move the same bytes from the same "
-                                 "number of lanes, armed by expect_tx of one constant byte "
+                                 f"{self.arch}: its copies must all move the same bytes from the "
+                                 "same number of lanes, armed by expect_tx of one constant byte "
                                  "count from a known number of threads", loc, where)
                 continue
             (nbytes, lanes), (armed,) = sizes.pop(), expects
@@ -273,8 +274,8 @@ class _Sm80:
     def stmt(self, s: ir.Stmt, path: list, widen: _Widen | None) -> list[ir.Stmt]:
         self.check_sregs(s)
         if widen is not None and (atom := _atomic_in(s)) is not None:
-            self.diags.error(f"{atom.syntax} in a block that {ARCH} runs on the whole warp (to "
-                             "issue its copies) would run on every lane; move it out of the "
+            self.diags.error(f"{atom.syntax} in a block that {self.arch} runs on the whole warp "
+                             "(to issue its copies) would run on every lane; move it out of the "
                              "block", atom.loc or s.loc)
             return []
         if any(isinstance(e, ir.Peer) for e in _operands(s)):
@@ -409,13 +410,13 @@ class _Sm80:
         esize = st.elem.nbytes
         if CHUNK % esize:
             self.diags.error(f"{s.syntax} into {st.elem} elements cannot be split into 16-byte "
-                             f"cp.async for {ARCH}", s.loc)
+                             f"cp.async for {self.arch}", s.loc)
             return []
         if isinstance(s, ir.BulkLoad):
             nbytes = const_int(s.nbytes)
             if nbytes is None:
                 self.diags.error(f"bulk_load needs a constant byte count to be lowered to "
-                                 f"cp.async for {ARCH}", s.loc)
+                                 f"cp.async for {self.arch}", s.loc)
                 return []
             stmts = self.chunk_loop(nbytes // CHUNK, widen, lambda c: self.bulk_chunk(s, c),
                                     s.loc, FULL)
@@ -456,7 +457,7 @@ class _Sm80:
         vt = WORDS
         if nbytes is None or CHUNK % st.elem.nbytes:
             self.diags.error(f"bulk_store of {st.elem} needs a constant byte count and 16-byte "
-                             f"vectors of its elements to be lowered for {ARCH}", s.loc)
+                             f"vectors of its elements to be lowered for {self.arch}", s.loc)
             return []
 
         def chunk(c: ir.Expr) -> list[ir.Stmt]:
@@ -474,14 +475,14 @@ class _Sm80:
         assert isinstance(tm, T.TensorMap)
         box = st.shape
         if not isinstance(tmap, ir.Var) or len(box) != tm.rank:
-            self.diags.error(f"{s.syntax} on {ARCH} copies a box of the shared operand's shape: "
-                             f"it needs a shared view of rank {tm.rank} (got {len(box)}) and a "
-                             "tensor-map parameter", s.loc)
+            self.diags.error(f"{s.syntax} on {self.arch} copies a box of the shared operand's "
+                             f"shape: it needs a shared view of rank {tm.rank} (got {len(box)}) "
+                             "and a tensor-map parameter", s.loc)
             return None
         esize = st.elem.nbytes
         if (box[-1] * esize) % CHUNK:
-            self.diags.error(f"{s.syntax} on {ARCH}: the inner box dimension ({box[-1]} x "
-                             f"{esize} bytes) is not a multiple of 16 bytes", s.loc)
+            self.diags.error(f"{s.syntax} on {self.arch}: the inner box dimension "
+                             f"({box[-1]} x {esize} bytes) is not a multiple of 16 bytes", s.loc)
             return None
         name = tmap.name
         self.descs.setdefault(name, tmap)
@@ -539,7 +540,7 @@ class _Sm80:
         q, esize, elem = tile["q"], tile["esize"], tile["elem"]
         vt, bits = WORDS, _BITS.get(esize)
         if bits is None:
-            self.diags.error(f"tma_store of {st.elem} elements has no {ARCH} form", s.loc)
+            self.diags.error(f"tma_store of {st.elem} elements has no {self.arch} form", s.loc)
             return []
 
         def chunk(c: ir.Expr) -> list[ir.Stmt]:
@@ -572,6 +573,7 @@ class _Sm80:
         return self.chunk_loop(st.nbytes // CHUNK, widen, chunk, s.loc, TILE_UNROLL)
 
 
-def lower_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag) -> ir.Kernel:
-    """The lowered kernel rewritten for sm_80; whatever has no sm_80 form goes to `diags`."""
-    return _Sm80(k, diags).run()
+def lower_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag, target: Target) -> ir.Kernel:
+    """The lowered kernel rewritten for an Ampere `target` (sm_80); whatever has no form
+    there goes to `diags`."""
+    return _Sm80(k, diags, target).run()

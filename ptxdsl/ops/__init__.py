@@ -8,7 +8,6 @@ module needs a change.
 """
 
 from . import (
-    ampere,
     atomic,
     bulk,
     cluster,
@@ -16,10 +15,11 @@ from . import (
     oneshot,
     pipeline,
     reduce,
+    sm80,
     sync,
     tensor,
     wgmma,
 )
 
-__all__ = ["ampere", "atomic", "bulk", "cluster", "mbarrier", "oneshot", "pipeline", "reduce",
+__all__ = ["atomic", "bulk", "cluster", "mbarrier", "oneshot", "pipeline", "reduce", "sm80",
            "sync", "tensor", "wgmma"]

@@ -10,8 +10,8 @@ from ..interp.cluster import remote_arrive, remote_expect_tx
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import GEN, PLAIN, Program, Step
-from ..limits import MBARRIER_MAX_COUNT
 from ..opdef import Effect, ErrorFn, OpDef, const_int, register
+from ..target import MBARRIER_MAX_COUNT
 
 
 def _count(c: Program, e: ir.Expr | None, default: int) -> Callable[[Thread], int]:

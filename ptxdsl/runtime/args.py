@@ -21,6 +21,7 @@ from ..codegen import abi
 from ..errors import Diagnostic, LaunchError
 from ..kernelinfo import KernelInfo, ParamInfo
 from ..swizzle import swizzle_align, tma_name, tma_swizzle_bytes
+from ..target import target
 from .dtypes import compatible, ml_float
 from .interop import CUPY_TYPES, TORCH_TYPES, DevicePointer, array_family, describe
 from .memory import DeviceArray
@@ -241,12 +242,13 @@ def _tmap_converter(p: ParamInfo) -> Converter:
     return conv
 
 
-def _converter(p: ParamInfo, trusted: _Trusted, arch: str = "") -> tuple[str, int, Converter]:
-    """struct code, alignment and converter of one parameter."""
+def _converter(p: ParamInfo, trusted: _Trusted, tma: bool) -> tuple[str, int, Converter]:
+    """struct code, alignment and converter of one parameter (`tma`: whether the kernel's
+    target reads tensor maps, or tensor descriptors in their place)."""
     if p.kind == "ptr":
         return abi.POINTER_CODE, abi.param_align(p.kind, p.dtype), _ptr_converter(p, trusted)
     if p.kind == "tmap":
-        if arch == "sm_80":  # cp.async reads a tensor descriptor where TMA reads a map
+        if not tma:  # cp.async reads a tensor descriptor where TMA reads a map
             from .tensordesc import desc_converter
 
             return abi.TMAP_CODE, abi.TMAP_ALIGN, desc_converter(p)
@@ -280,8 +282,9 @@ class ArgPacker:
         else:
             self._trusted = [_Trusted() for _ in info.params]
             fmt, offsets, convs, size = ["<"], [], [], 0
+            tma = target(info.arch).tma
             for p, tr in zip(info.params, self._trusted, strict=True):
-                code, align, conv = _converter(p, tr, info.arch)
+                code, align, conv = _converter(p, tr, tma)
                 pad = -size % align
                 if pad:
                     fmt.append(f"{pad}x")
@@ -359,7 +362,7 @@ class ArgPacker:
 _MISSING = object()
 
 
-def _inline(i: int, p: ParamInfo, arch: str = "") -> list[str]:
+def _inline(i: int, p: ParamInfo, tma: bool) -> list[str]:
     """Source lines that set r{i} from a{i}: the common cases inline, else c{i}(a{i})."""
     a, r, c = f"a{i}", f"r{i}", f"c{i}({'a' + str(i)})"
     if p.kind == "ptr":
@@ -374,7 +377,7 @@ def _inline(i: int, p: ParamInfo, arch: str = "") -> list[str]:
             "else:",
             f"    {r} = {c}",
         ]
-    if p.kind == "tmap" and arch == "sm_80":  # a tensor descriptor, built per call
+    if p.kind == "tmap" and not tma:  # a tensor descriptor, built per call
         return [f"{r} = {c}"]
     if p.kind == "tmap":
         return [f"{r} = {a}.raw if type({a}) is TensorMap and {a}.sig in sigs{i} else {c}"]
@@ -394,7 +397,8 @@ def _generate(info: KernelInfo, convs: tuple, trusted: list, pack_into: Any, buf
               address: int, raise_all: Any) -> Callable[..., int]:
     """`pack(a0, a1, ...) -> address`: check, convert and pack one launch's arguments."""
     params = [f"a{i}" for i in range(len(convs))]
-    body = [line for i, p in enumerate(info.params) for line in _inline(i, p, info.arch)]
+    tma = target(info.arch).tma
+    body = [line for i, p in enumerate(info.params) for line in _inline(i, p, tma)]
     results = "".join(f", r{i}" for i in range(len(convs)))
     src = "\n".join([
         f"def pack({', '.join(params)}):",

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import DeviceError, LaunchError
 from ..kernelinfo import KernelInfo
+from ..target import PORTABLE_CLUSTER, target
 from .args import ArgPacker
 from .driver import (
     check,
@@ -27,11 +28,6 @@ from .driver import (
     stream_handle,
 )
 
-# Opt-in dynamic shared memory per block by target, for checks made before a device is
-# queried (a loaded kernel uses the device's own attribute).
-_SMEM_OPTIN = {"sm_90": 232448, "sm_90a": 232448}
-_MAX_CLUSTER = 16
-_PORTABLE_CLUSTER = 8
 _CONFIG_CACHE_SIZE = 256
 _MAX_THREAD_PACKERS = 64
 
@@ -87,13 +83,14 @@ def plan_launch(
             "leave block unset to use it"
         )
     c: tuple[int, ...] | None = info.cluster if cluster is None else _dims(cluster, "cluster")
+    t = target(info.arch)
     if c is not None:
         if any(v < 1 for v in c):
             raise LaunchError(f"cluster dims must be >= 1, got {c}")
-        if prod(c) > _MAX_CLUSTER:
+        if prod(c) > t.max_cluster:
             raise LaunchError(
                 f"cluster size {prod(c)} ({c[0]} x {c[1]} x {c[2]}) exceeds the maximum of "
-                f"{_MAX_CLUSTER} CTAs"
+                f"{t.max_cluster} CTAs"
             )
         for axis, gv, cv in zip("xyz", g, c, strict=True):
             if gv % cv:
@@ -104,7 +101,8 @@ def plan_launch(
     s = info.smem_bytes if smem is None else _index(smem)
     if s is None or s < 0:
         raise LaunchError(f"smem must be a non-negative int (bytes), got {smem!r}")
-    limit = max_smem if max_smem is not None else _SMEM_OPTIN.get(info.arch, 232448)
+    # before a device is queried the target's limit; a loaded kernel passes its device's
+    limit = max_smem if max_smem is not None else t.smem_bytes
     if s > limit:
         raise LaunchError(
             f"smem must be at most {limit} bytes (the opt-in shared memory per block), got {s}"
@@ -161,7 +159,7 @@ class LoadedFunction:
                     f"cuFuncSetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES, {plan.smem})",
                 )
                 self._dyn_limit = plan.smem
-            if plan.cluster and prod(plan.cluster) > _PORTABLE_CLUSTER and not self._non_portable:
+            if plan.cluster and prod(plan.cluster) > PORTABLE_CLUSTER and not self._non_portable:
                 check(
                     drv.cuFuncSetAttribute(
                         self.handle, self._attr("NON_PORTABLE_CLUSTER_SIZE_ALLOWED"), 1

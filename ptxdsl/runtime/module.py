@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import CompileError, LaunchError
 from ..kernelinfo import PtxModule
+from ..target import target
 from .compile import c_string, cache_key, ptx_to_cubin, whole_program
 from .driver import check, context, driver, failure_message, use_device
 from .launch import Kernel, LoadedFunction
@@ -85,11 +86,13 @@ def load(ptx_module: PtxModule, device: int | None = None) -> LoadedModule:
         hit = _loaded.get(loaded_key)
     if hit is not None:
         return hit
-    # the driver JIT compiles Ampere PTX for this device, and whole programs; nvJitLink still
-    # checks the latter (its cubin is cached but not loaded)
-    jit = ptx_module.arch == "sm_80" or whole_program(ptx_module.ptx)
+    # the driver JIT compiles the PTX of a target that asks for it (`Target.jit`) for this
+    # device, and whole programs; nvJitLink still checks the latter (its cubin is cached but
+    # not loaded)
+    by_driver = target(ptx_module.arch).jit
+    jit = by_driver or whole_program(ptx_module.ptx)
     info_log = ""
-    if ptx_module.arch != "sm_80":
+    if not by_driver:
         cubin, info_log = ptx_to_cubin(ptx_module.ptx, ptx_module.arch, names)
     if jit:
         cubin = ptx_module.ptx.encode() + b"\0"

@@ -2,7 +2,7 @@
 
 A kernel compiled for sm_80 copies tensor tiles with cp.async (see `ptxdsl.lower.sm80`), so
 where sm_90a passes a CUtensorMap it reads the tensor's base address, shape, strides and
-swizzle from this descriptor (layout in `ptxdsl.ops.ampere`). The same Python call works for
+swizzle from this descriptor (layout in `ptxdsl.ops.sm80`). The same Python call works for
 both builds: a `TensorMap` argument is turned into a descriptor from its own fields, and a
 device array (torch, cupy, DeviceArray) may be passed directly.
 """

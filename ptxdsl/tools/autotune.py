@@ -10,7 +10,10 @@ A disk entry is keyed by the GPU name, the driver version, the ptxdsl version, a
 PTX of every candidate and the shape key: a new driver, a new ptxdsl or a changed kernel
 tunes again. Files live in `$PTXDSL_CACHE_DIR/autotune` (default `~/.cache/ptxdsl/autotune`),
 one per op. `PTXDSL_AUTOTUNE=0` skips tuning and the cache (the family's default config
-runs); `PTXDSL_AUTOTUNE_LOG=1` prints each decision to stderr.
+runs). A call that tunes a shape prints one line to stderr (the op, the shape, the
+candidates, the seconds it took: a first call can take seconds and should not look hung);
+answers from memory or disk print nothing. `PTXDSL_AUTOTUNE_LOG=1` also prints every
+decision, cached ones included, with each candidate's time.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -193,6 +197,7 @@ class Autotuner:
         hit = self._chosen.get((device, shape))
         if hit is not None:
             return hit
+        start = time.perf_counter()  # building the candidates (ptx_hash) counts as tuning
         key = entry_key(self.op, self._machine(device), self.ptx_hash(), shape)
         entry = self.cache.get(self.op, key)
         config = entry.get("config") if entry else None
@@ -203,6 +208,10 @@ class Autotuner:
         else:
             config, times = self._tune(shape, run, same)
             self.cache.put(self.op, key, {"config": config, "ms": times})
+            candidates = "; ".join(f"[{config_text(c)}]" for c in self.configs)
+            print(f"ptxdsl: tuned {self.op} for shape {shape} over {len(self.configs)} "
+                  f"candidates ({candidates}) in {time.perf_counter() - start:.2f} s: "
+                  f"{config_text(config)}", file=sys.stderr)
         self._chosen[(device, shape)] = config
         return config
 

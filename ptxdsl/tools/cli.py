@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 
 from ..errors import PtxdslError
+from ..target import names, target
 
-ARCHS = ["sm_80", "sm_90", "sm_90a"]
+ARCHS = names()
 
 DESCRIPTION = """\
 ptxdsl compiles .ptxdsl kernels (Hopper mbarrier pipelines and bulk/TMA copies) to PTX.
@@ -19,9 +19,10 @@ ptxdsl compiles .ptxdsl kernels (Hopper mbarrier pipelines and bulk/TMA copies) 
 examples:
   ptxdsl compile samples/add_one.ptxdsl -o add_one.ptx   write PTX
   ptxdsl compile k.ptxdsl --emit ir                      show the checked IR
+  ptxdsl compile k.ptxdsl --emit ir --after turns        ... as it is after one pass
   ptxdsl check k.ptxdsl                                  report every problem, write nothing
   ptxdsl fmt k.ptxdsl                                    print the canonical text
-  ptxdsl compile samples/norms.ptxdsl -D N=4096          set a compile-time parameter
+  ptxdsl compile ptxdsl/kernels/norms.ptxdsl -D N=4096   set a compile-time parameter
 
 Errors are printed as file:line:col with the source line; the exit status is 1.
 Set PTXDSL_DEBUG=1 to see Python tracebacks.
@@ -42,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="PTX target (default: sm_90, or sm_90a when an sm_90a-only feature "
                         "is used); sm_80 lowers bulk and tensor copies to Ampere cp.async")
     c.add_argument("--emit", choices=["ptx", "ir", "ast"], default="ptx",
-                   help="what to write: PTX (default), the checked IR, or the parse tree")
+                   help="what to write: PTX (default), the checked IR (the emitter's input, "
+                        "for --arch), or the parse tree")
+    lists = "; ".join(f"{n}: {', '.join(target(n).passes)}" for n in ARCHS)
+    c.add_argument("--after", metavar="PASS", default=None,
+                   help=f"with --emit ir: the IR after this pass of the target's list ({lists}); "
+                        "PTXDSL_DUMP=DIR writes every stage of every compile")
     c.add_argument("--watchdog", metavar="MS", type=int, default=0,
                    help="bound every mbarrier wait to MS milliseconds; a timed-out wait "
                         "reports its barrier, parity, role and line and stops the kernel")
@@ -117,32 +123,6 @@ def _write(text: str, output: str | None) -> None:
     os.replace(tmp, output)
 
 
-def dump(node: object, indent: int = 0) -> str:
-    """An indented tree of IR dataclasses (for --emit ir)."""
-    pad = "  " * indent
-    if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        fields = [f for f in dataclasses.fields(node) if f.name != "loc"]
-        simple = [f"{f.name}={getattr(node, f.name)}" for f in fields
-                  if not _is_tree(getattr(node, f.name))]
-        out = [f"{pad}{type(node).__name__}({', '.join(simple)})"]
-        for f in fields:
-            v = getattr(node, f.name)
-            if _is_tree(v):
-                out.append(f"{pad}  {f.name}:")
-                items = v if isinstance(v, tuple) else (v,)
-                out.extend(dump(x, indent + 2) for x in items)
-        return "\n".join(out)
-    return f"{pad}{node}"
-
-
-def _is_tree(v: object) -> bool:
-    from .. import ir
-
-    if isinstance(v, ir.Node):
-        return True
-    return isinstance(v, tuple) and any(isinstance(x, ir.Node) for x in v)
-
-
 def run(argv: Sequence[str] | None = None) -> int:
     from ..bounds import stack_room
 
@@ -152,6 +132,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def _command(args: argparse.Namespace) -> int:
     from ..compiler import compile_module
+    from ..errors import CompileError
     from ..frontend import parse, parse_tree, read_source
     from ..printer import print_module
 
@@ -159,6 +140,8 @@ def _command(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "autotune":
         return _autotune(args)
+    if args.command == "compile" and args.after is not None and args.emit != "ir":
+        raise CompileError(f"--after {args.after} shows the IR after a pass: add --emit ir")
     src = read_source(args.file)
     if args.command == "compile" and args.emit == "ast":
         _write(parse_tree(src).pretty(), args.output)
@@ -178,7 +161,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.emit == "ir":
         from ..lower import lower
 
-        _write(dump(lower(module)) + "\n", args.output)  # the Hopper form, for every --arch
+        _write(print_module(lower(module, args.arch, until=args.after)), args.output)
         return 0
     ptx = compile_module(module, arch=args.arch, source_name=src.name,
                          watchdog_ms=max(0, args.watchdog))

@@ -1,8 +1,8 @@
 """The kernel families behind the torch ops, and the configs each may be tuned over.
 
 The kernels are the samples' (samples/gemm.py `make_gemm`, samples/gemm_fp8.py
-`make_gemm_fp8`, samples/norms.py `make_norm_row`, samples/attention.py `make_attention`,
-samples/grouped_gemm.py `make_grouped`),
+`make_gemm_fp8`, samples/attention.py `make_attention`, samples/grouped_gemm.py
+`make_grouped`; the norms' are in ptxdsl/torch/norms.py),
 built from the source tree (as `ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in
 parallel processes), so the ops run the kernels that the sample tests and benchmarks check.
 This module does not import torch."""
@@ -12,7 +12,6 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from .. import types as T
 from ..compiler import KernelDef
 from ..tools.precompile import Recipe
 
@@ -38,12 +37,6 @@ FP8_CONFIGS: tuple[dict[str, int], ...] = tuple(
     for bn, stages in ((256, 3), (128, 6))
     for cluster in (1, 2)
 )
-
-# the norms (one row per CTA): warps per CTA, 8 first (the benchmarked default). A thread
-# holds n / (32 * warps) elements of its row in registers; more than NORM_MAX_PER_THREAD
-# would spill, fewer than one 16-byte vector is not a form the kernel has.
-NORM_WARPS = (8, 4, 16, 2)
-NORM_MAX_PER_THREAD = 64
 
 
 def twin(name: str) -> Path:
@@ -71,23 +64,6 @@ def gemm_recipe(bn: int, stages: int, cluster: int, streamk: int = 0) -> Recipe:
 @cache
 def gemm_kernel(bn: int, stages: int, cluster: int, streamk: int = 0) -> KernelDef:
     return gemm_recipe(bn, stages, cluster, streamk).build()
-
-
-def norm_configs(n: int, dtype: T.Scalar) -> tuple[dict[str, int], ...]:
-    """The warp counts whose one-row-per-CTA kernels handle rows of n `dtype` elements."""
-    width = 16 // dtype.nbytes  # elements per 16-byte vector
-    return tuple(
-        {"warps": w}
-        for w in NORM_WARPS
-        if n % (32 * w * width) == 0 and n // (32 * w) <= NORM_MAX_PER_THREAD
-    )
-
-
-def norm_sizes_text(dtype: T.Scalar) -> str:
-    """The row lengths norm_configs accepts, in words ("a multiple of 512 up to 4096, ...")."""
-    width = 16 // dtype.nbytes
-    rules = [f"{32 * w * width} up to {32 * w * NORM_MAX_PER_THREAD}" for w in sorted(NORM_WARPS)]
-    return "a multiple of " + ", of ".join(rules)
 
 
 # attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or
@@ -125,19 +101,6 @@ def fp8_recipe(bn: int, stages: int, cluster: int) -> Recipe:
 @cache
 def fp8_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
     return fp8_recipe(bn, stages, cluster).build()
-
-
-def norm_recipe(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> Recipe:
-    """The normalisation `kind` ("rmsnorm", "layernorm" or "softmax", which ignores eps) of
-    rows of n elements, one row per CTA of `warps` warps."""
-    name = f"{kind}_row_{dtype}_{n}_w{warps}_e{eps:.3g}".replace(".", "p").replace("-", "m")
-    return Recipe.of(twin("norms"), "make_norm_row", kind=kind, n=n, dtype=dtype, warps=warps,
-                     eps=eps, name=name)
-
-
-@cache
-def norm_kernel(kind: str, n: int, dtype: T.Scalar, eps: float, warps: int) -> KernelDef:
-    return norm_recipe(kind, n, dtype, eps, warps).build()
 
 
 @cache

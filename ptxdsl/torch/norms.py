@@ -1,32 +1,112 @@
-"""The row operations over the last dimension, bf16 or f32, with the samples' one-row-per-CTA
-kernels (their warp count tuned per shape):
+"""The row operations over the last dimension, bf16 or f32, rows of any length, with the
+norms family's one-row-per-CTA kernels (ptxdsl.kernels.norms; form and warp count tuned per
+shape):
 
 - `torch.ops.ptxdsl.rms_norm(x, weight, eps)`: x / sqrt(mean(x^2) + eps) * weight;
 - `torch.ops.ptxdsl.layer_norm(x, weight, bias, eps)`: (x - mean) / sqrt(var + eps) * weight
   + bias (biased variance, as torch's layer_norm; weight and bias are required);
 - `torch.ops.ptxdsl.softmax(x)`: exp(x - max) / sum(exp(x - max)).
 
+A row held in registers takes `make_norm_row` where it is whole 16-byte vectors for every
+thread (the benchmarked kernels) and `make_norm_masked` otherwise; a longer row takes
+`make_norm_loop` (two sweeps). A load is 16 bytes where the row length and the tensors'
+addresses allow, else the widest that divides both (one element for odd n).
+
 eps is a compile-time constant of the kernels: each value builds (and tunes) its own. The
 backwards are torch math (registered with register_autograd)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from functools import cache
 from math import prod
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from .. import types as T
+from ..compiler import KernelDef
+from ..kernels import norms as family
+from ..tools.precompile import Recipe
 from . import autotune
-from .kernels import norm_configs, norm_kernel, norm_recipe, norm_sizes_text
 from .opspec import Args, OpSpec, ScalarParam, TensorParam, dtype_name, register
 
 _ELEM = {torch.bfloat16: T.bf16, torch.float32: T.f32}
 _DTYPES = tuple(_ELEM)
 _MAX_GRID = 2**31 - 1  # the kernel strides over rows by the grid, so the grid may be smaller
 DEFAULT_EPS = 1e-5
+
+# one row per CTA in registers: warps per CTA, 8 first (the benchmarked default). A thread
+# holds its share of the row in registers; more than NORM_MAX_PER_THREAD elements would
+# spill. A warp count whose first round of loads is half masked or more is left out (but
+# for a row that short the fewest warps stay).
+NORM_WARPS = (8, 4, 16, 2)
+NORM_MAX_PER_THREAD = 64
+# longer rows (two sweeps): warps per CTA, 16 first, each thread LOOP_UNROLL loads a step
+LOOP_WARPS = (16, 32, 8)
+LOOP_UNROLL = 4
+_SOURCE = Path(inspect.getfile(family))  # Recipe builds by path (a worker imports it alone)
+
+
+def norm_width(n: int, dtype: T.Scalar, addresses: tuple[int, ...] = ()) -> int:
+    """The elements a load takes: a 16-byte vector where n and every address (bytes) allow,
+    else the widest power of two that divides them."""
+    width = 16 // dtype.nbytes
+    while width > 1 and (n % width or any(a % (width * dtype.nbytes) for a in addresses)):
+        width //= 2
+    return width
+
+
+def norm_configs(n: int, dtype: T.Scalar, vec: int | None = None) -> tuple[dict[str, int], ...]:
+    """The candidates for rows of n `dtype` elements loaded `vec` at a time (default: as
+    norm_width(n, dtype)): {"warps": w} held in registers, or {"loop": 1, "warps": w}."""
+    vec = vec or norm_width(n, dtype)
+
+    def held(w: int) -> int:  # elements a thread holds
+        return -(-n // (32 * w * vec)) * vec
+
+    fit = [w for w in NORM_WARPS if held(w) <= NORM_MAX_PER_THREAD]
+    row = [w for w in fit if 32 * w * vec < 2 * n]
+    if not row and fit:  # a row under half the fewest warps' loads: those, masked
+        row = [min(fit)]
+    if row:
+        return tuple({"warps": w} for w in row)
+    return tuple({"loop": 1, "warps": w} for w in LOOP_WARPS)
+
+
+def norm_recipe(kind: str, n: int, dtype: T.Scalar, eps: float, vec: int,
+                config: dict[str, int]) -> Recipe:
+    """The normalisation `kind` ("rmsnorm", "layernorm" or "softmax", which ignores eps) of
+    rows of n elements, one row per CTA, for one of norm_configs' candidates."""
+    w = config["warps"]
+    tag = f"w{w}_e{eps:.3g}".replace(".", "p").replace("-", "m")
+    if config.get("loop"):
+        return Recipe.of(_SOURCE, "make_norm_loop", kind=kind, n=n, dtype=dtype, warps=w,
+                         vec=vec, unroll=LOOP_UNROLL, eps=eps,
+                         name=f"{kind}_loop_{dtype}_{n}_v{vec}_{tag}")
+    if vec == 16 // dtype.nbytes and n % (32 * w * vec) == 0:  # the benchmarked kernels
+        return Recipe.of(_SOURCE, "make_norm_row", kind=kind, n=n, dtype=dtype, warps=w,
+                         eps=eps, name=f"{kind}_row_{dtype}_{n}_{tag}")
+    return Recipe.of(_SOURCE, "make_norm_masked", kind=kind, n=n, dtype=dtype, warps=w,
+                     vec=vec, eps=eps, name=f"{kind}_masked_{dtype}_{n}_v{vec}_{tag}")
+
+
+@cache
+def norm_kernel(kind: str, n: int, dtype: T.Scalar, eps: float, vec: int,
+                config: tuple[tuple[str, int], ...]) -> KernelDef:
+    return norm_recipe(kind, n, dtype, eps, vec, dict(config)).build()
+
+
+def norm_grid(config: Any, rows: int, row_bytes: int, device: int) -> int:
+    """One CTA per row; for the two-sweep form, few enough that the rows they hold stay in L2
+    between the sweeps (at least one CTA per SM)."""
+    if not config.get("loop"):
+        return min(rows, _MAX_GRID)
+    props = torch.cuda.get_device_properties(device)
+    per_sm = min(8, max(1, props.L2_cache_size // (2 * row_bytes * props.multi_processor_count)))
+    return min(rows, per_sm * props.multi_processor_count)
 
 
 def _checker(params: tuple[str, ...]) -> Callable[[Args], str | None]:
@@ -42,11 +122,8 @@ def _checker(params: tuple[str, ...]) -> Callable[[Args], str | None]:
             if tuple(p.shape) != (n,):
                 return (f"{name} must have shape ({n},) (x's last dimension), got "
                         f"{tuple(p.shape)}")
-        if not norm_configs(n, _ELEM[x.dtype]):
-            return (f"x's last dimension must be {norm_sizes_text(_ELEM[x.dtype])} for "
-                    f"{dtype_name(x.dtype)} (a row is held in registers), got {n}")
-        if prod(x.shape[:-1]) >= 2**32:
-            return f"x must have fewer than 2**32 rows, got {prod(x.shape[:-1])}"
+        if prod(x.shape) >= 2**32:
+            return f"x must have fewer than 2**32 elements, got {prod(x.shape)}"
         if "eps" in args and not args["eps"] >= 0:  # NaN too
             return f"eps must be >= 0, got {args['eps']}"
         return None
@@ -59,44 +136,46 @@ def _output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
 
 
 @cache
-def _tuner(op: str, kind: str, n: int, elem: T.Scalar, eps: float) -> Any:
+def _tuner(op: str, kind: str, n: int, elem: T.Scalar, eps: float, vec: int) -> Any:
     def recipe(config: Any) -> Any:
-        return norm_recipe(kind, n, elem, eps, config["warps"])
+        return norm_recipe(kind, n, elem, eps, vec, config)
 
-    return autotune.tuner(f"ptxdsl::{op}", norm_configs(n, elem), recipe)
+    return autotune.tuner(f"ptxdsl::{op}", norm_configs(n, elem, vec), recipe)
 
 
 def _launcher(op: str, kind: str, params: tuple[str, ...]) -> Callable[[Args, torch.Tensor, int],
                                                                        None]:
     """The launch of `kind`'s kernel, whose arguments are (x, *params, y, rows)."""
 
-    ready: dict[tuple, Any] = {}  # (rows, n, dtype, eps, device, stream) -> launcher
+    ready: dict[tuple, Any] = {}  # (rows, n, dtype, load width, eps, device, stream) -> launcher
 
     def launch(args: Args, out: torch.Tensor, stream: int) -> None:
         x, eps = args["x"], float(args.get("eps", DEFAULT_EPS))
         ws = [args[p] for p in params]
         n = x.shape[-1]
         rows = x.numel() // n
+        vec = norm_width(n, _ELEM[x.dtype], tuple(t.data_ptr() for t in (x, *ws, out)))
         device = x.device.index
-        key = (rows, n, x.dtype, eps, device, stream, autotune.enabled())
+        key = (rows, n, x.dtype, vec, eps, device, stream, autotune.enabled())
         bound = ready.get(key)
         if bound is None:
-            bound = _choose(rows, n, x, ws, eps, out, stream)
+            bound = _choose(rows, n, vec, x, ws, eps, out, stream)
             if autotune.tuning_allowed():  # a choice made while capturing is not kept
                 if len(ready) >= 1024:
                     ready.clear()
                 ready[key] = bound
         bound(x, *ws, out, rows)
 
-    def _choose(rows: int, n: int, x: torch.Tensor, ws: list, eps: float, out: torch.Tensor,
-                stream: int) -> Any:
+    def _choose(rows: int, n: int, vec: int, x: torch.Tensor, ws: list, eps: float,
+                out: torch.Tensor, stream: int) -> Any:
         """The launcher of the config tuned (or remembered) for this shape."""
         elem = _ELEM[x.dtype]
         device = x.device.index
 
         def bound(config: Any) -> Any:
-            kdef = norm_kernel(kind, n, elem, eps, config["warps"])
-            return kdef.program().kernel(device=device)[min(rows, _MAX_GRID), None, stream]
+            kdef = norm_kernel(kind, n, elem, eps, vec, tuple(sorted(config.items())))
+            grid = norm_grid(config, rows, n * x.element_size(), device)
+            return kdef.program().kernel(device=device)[grid, None, stream]
 
         def run(config: Any, y: torch.Tensor) -> None:
             bound(config)(x, *ws, y, rows)
@@ -107,8 +186,10 @@ def _launcher(op: str, kind: str, params: tuple[str, ...]) -> Callable[[Args, to
             return y
 
         # rows rounded up to a power of two: batch sizes vary, the best warp count barely does
-        shape = (1 << (rows - 1).bit_length(), n, dtype_name(x.dtype))
-        config = _tuner(op, kind, n, elem, eps).choose(
+        shape: tuple[Any, ...] = (1 << (rows - 1).bit_length(), n, dtype_name(x.dtype))
+        if vec != norm_width(n, elem):  # a misaligned tensor: narrower loads, tuned apart
+            shape += (f"v{vec}",)
+        config = _tuner(op, kind, n, elem, eps, vec).choose(
             shape, trial, autotune.close(2**-6), device=device, tune=autotune.tuning_allowed())
         return bound(config)
 
@@ -116,8 +197,9 @@ def _launcher(op: str, kind: str, params: tuple[str, ...]) -> Callable[[Args, to
 
 
 def _spec(op: str, kind: str, params: tuple[str, ...], eps: bool) -> OpSpec:
-    tensors = [TensorParam(name="x", dtypes=_DTYPES)]
-    tensors += [TensorParam(name=p, dtypes=_DTYPES, rank=1) for p in params]
+    # any address: norm_width narrows the loads to what the tensors' addresses allow
+    tensors = [TensorParam(name="x", dtypes=_DTYPES, aligned=False)]
+    tensors += [TensorParam(name=p, dtypes=_DTYPES, rank=1, aligned=False) for p in params]
     scalars = [ScalarParam(name="eps", type="float", default=DEFAULT_EPS)] if eps else []
     return OpSpec(name=op, params=(*tensors, *scalars), check=_checker(params), output=_output,
                   launch=_launcher(op, kind, params))

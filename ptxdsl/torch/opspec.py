@@ -32,13 +32,15 @@ class TensorParam:
 
     layout "tma": innermost stride 1, other strides and the address 16-byte aligned (what a
     TMA tensor map needs); "contiguous": row-major contiguous, address 16-byte aligned
-    (what 16-byte vector loads need)."""
+    (what 16-byte vector loads need). `aligned=False` lifts the address rule (the op picks
+    narrower loads for such a tensor)."""
 
     name: str
     dtypes: tuple[torch.dtype, ...]
     rank: int | None = None
     layout: str = "contiguous"
     numel: int | None = None
+    aligned: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +117,7 @@ class OpSpec:
     def check_addresses(self, args: Args) -> None:
         """The per-call part of the checks of a signature already checked: alignment."""
         for p in self.params:
-            if isinstance(p, TensorParam) and args[p.name].data_ptr() % 16:
+            if isinstance(p, TensorParam) and p.aligned and args[p.name].data_ptr() % 16:
                 _check_layout(self.name, p, args[p.name], True)
 
 
@@ -164,7 +166,7 @@ def _check_layout(op: str, p: TensorParam, t: Any, real: bool) -> None:
                     f"(TMA), got {t.stride(d) * size} bytes (shape {tuple(t.shape)}, strides "
                     f"{t.stride()})"
                 )
-    if real and t.data_ptr() % 16:
+    if real and p.aligned and t.data_ptr() % 16:
         raise ValueError(
             f"{op}: {p.name}'s address must be 16-byte aligned, got 0x{t.data_ptr():x} "
             f"(a view at an offset of {t.storage_offset()} elements); call .clone() first"

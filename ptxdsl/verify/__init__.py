@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from .. import ir
 from ..errors import CompileError, Diagnostic, DiagnosticBag
-from .ampere import check_cp_async
+from ..target import Target, target
 from .barriers import (
     check_arrival_counts,
     check_expect_tx,
@@ -31,6 +31,7 @@ from .named import check_named_counts
 from .order import check_inval, check_stage_order
 from .phases import check_early_waits
 from .rings import check_indices, check_ring_phases
+from .sm80 import check_cp_async
 from .wgmma import (
     check_register_arrays,
     check_wgmma_hazards,
@@ -66,18 +67,19 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
 )
 
 
-def verify_kernel(k: ir.Kernel, diags: DiagnosticBag) -> None:
-    """Append every problem found in `k` to `diags` (errors and warnings)."""
-    facts = Facts(k)
+def verify_kernel(k: ir.Kernel, diags: DiagnosticBag, t: Target) -> None:
+    """Append every problem found in `k`, compiled for `t`, to `diags` (errors and warnings)."""
+    facts = Facts(k, t)
     report = Report(diags)
     for check in CHECKS:
         check(facts, report)
 
 
-def verify_module(m: ir.Module) -> list[Diagnostic]:
-    """Raise CompileError with every error of every kernel; return the warnings."""
+def verify_module(m: ir.Module, arch: Target | str | None = None) -> list[Diagnostic]:
+    """Raise CompileError with every error of every kernel compiled for `arch` (a Target or
+    its name; None: the default compile's); return the warnings."""
     diags = DiagnosticBag()
     for k in m.kernels:
-        verify_kernel(k, diags)
+        verify_kernel(k, diags, target(arch))
     diags.raise_if_any(CompileError)
     return [d for d in diags.items if d.severity != "error"]

@@ -8,13 +8,15 @@ from .. import ir
 from ..codegen.layout import Layout, layout_kernel
 from ..errors import Diagnostic, DiagnosticBag, Note, Span
 from ..printer import expr_text
+from ..target import Target
 from .threads import Trace, interpret
 from .unroll import Unroller
 
 
 class Facts:
-    def __init__(self, k: ir.Kernel):
+    def __init__(self, k: ir.Kernel, target: Target):
         self.kernel = k
+        self.target = target
         self.n = k.nthreads
         asm = " ".join(s.template for s in ir.walk(k.body) if isinstance(s, ir.Asm))
         # Raw PTX may arrive on barriers or commit bulk groups behind the checks' back.

@@ -6,7 +6,6 @@ from math import gcd
 
 from .. import ir
 from ..errors import Note
-from ..limits import MAX_SMEM_BYTES
 from ..swizzle import swizzle_align
 from . import absint
 from .effects import effect, op_name, smem
@@ -20,11 +19,11 @@ MAX_BOX_DIM = 256
 
 
 def check_smem_budget(facts: Facts, out: Report) -> None:
-    layout = facts.layout
-    if layout.request_bytes > MAX_SMEM_BYTES:
+    layout, limit = facts.layout, facts.target.smem_bytes
+    if layout.request_bytes > limit:
         out.error(f"kernel '{facts.kernel.name}' needs {layout.request_bytes} bytes of shared "
                   f"memory (layout {layout.size} plus alignment slack); a CTA has at most "
-                  f"{MAX_SMEM_BYTES}", facts.kernel.loc)
+                  f"{limit} on {facts.target.name}", facts.kernel.loc)
 
 
 def _declared(ref: SmemRef, facts: Facts) -> Note:

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from conftest import ROOT, SAMPLES, sample_names, sample_ptx
+from conftest import ROOT, SAMPLES, sample_names, sample_path, sample_ptx
 
 import ptxdsl
 from ptxdsl import types as T
@@ -14,7 +14,7 @@ GOLDEN = ROOT / "tests" / "golden"
 
 @pytest.mark.parametrize("name", sample_names())
 def test_sample_golden_ptx(name, update_goldens):
-    ptx = sample_ptx(name).replace(str(SAMPLES / f"{name}.ptxdsl"), f"samples/{name}.ptxdsl")
+    ptx = sample_ptx(name).replace(str(sample_path(name)), f"samples/{name}.ptxdsl")
     golden = GOLDEN / f"{name}.ptx"
     if update_goldens:
         golden.write_text(ptx)

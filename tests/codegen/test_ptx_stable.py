@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import hashlib
 
-from conftest import ROOT, SAMPLES, sample_kernel_defs, sample_names, sample_ptx
+from conftest import (
+    KERNELS,
+    ROOT,
+    SAMPLES,
+    sample_kernel_defs,
+    sample_names,
+    sample_path,
+    sample_ptx,
+)
 
 import ptxdsl
 
@@ -16,8 +24,10 @@ NO_FORM = "no-ptx"  # the source has no build for this target (a located Compile
 
 
 def _sha(ptx: str) -> str:
-    # Sources are named by absolute path in the PTX; pin what does not depend on the checkout.
-    return hashlib.sha256(ptx.replace(str(SAMPLES), "samples").encode()).hexdigest()
+    # Sources are named by absolute path in the PTX; pin what depends on neither the checkout
+    # nor the folder (samples/ or the library's) that holds the source: a move keeps the pin.
+    ptx = ptx.replace(str(SAMPLES), "samples").replace(str(KERNELS), "samples")
+    return hashlib.sha256(ptx.encode()).hexdigest()
 
 
 def _pin(build, *args) -> str:
@@ -32,11 +42,12 @@ def _pin(build, *args) -> str:
 def current_pins() -> dict[str, str]:
     pins = {}
     for name in sample_names():
+        src = sample_path(name).relative_to(ROOT).with_suffix("")
         for arch in ARCHS:
-            pins[f"samples/{name}.ptxdsl {arch}"] = _pin(sample_ptx, name, arch)
+            pins[f"{src}.ptxdsl {arch}"] = _pin(sample_ptx, name, arch)
         for kd in sample_kernel_defs(name):
             for arch in ARCHS:
-                pins[f"samples/{name}.py:{kd.name} {arch}"] = _pin(kd.ptx, arch)
+                pins[f"{src}.py:{kd.name} {arch}"] = _pin(kd.ptx, arch)
     return pins
 
 

@@ -6,11 +6,11 @@ These tests never skip: CI installs the test extras, so a missing ptxas is a fai
 import pytest
 from conftest import (
     ROOT,
-    SAMPLES,
     assemble,
     assert_no_spills,
     sample_kernel_defs,
     sample_names,
+    sample_path,
     sample_ptx,
 )
 
@@ -24,9 +24,9 @@ pytestmark = pytest.mark.ptxas
 @pytest.mark.parametrize("name", sample_names())
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_90"])
 def test_sample_assembles(name, arch, tmp_path):
-    if arch == "sm_90" and "wgmma(" in (SAMPLES / f"{name}.ptxdsl").read_text():
+    if arch == "sm_90" and "wgmma(" in (sample_path(name)).read_text():
         with pytest.raises(ptxdsl.CompileError, match="needs the sm_90a target"):
-            ptxdsl.compile(SAMPLES / f"{name}.ptxdsl", arch=arch)
+            ptxdsl.compile(sample_path(name), arch=arch)
         return
     log = assemble(sample_ptx(name, arch), tmp_path, arch)
     assert "Used" in log

@@ -4,12 +4,12 @@ their instantiation (-D, defines=) and compile-time assertions."""
 import re
 
 import pytest
-from conftest import SAMPLES, cli, sample_module
+from conftest import KERNELS, SAMPLES, cli, sample_module
 
 import ptxdsl
 from ptxdsl import types as T
 
-NORMS = SAMPLES / "norms.ptxdsl"
+NORMS = KERNELS / "norms.ptxdsl"
 
 
 def errors(text: str, **kw) -> str:

@@ -90,7 +90,7 @@ def test_remainder_folds_exactly_on_64_bit_constants():
 def test_verifier_holds_addresses_beyond_int64(tmp_path):
     """A bulk copy from w[2**63 - 1]: the verifier's address tracking overflowed numpy's int64
     (OverflowError). Such an address is legal PTX; the verifier treats it as unknown."""
-    src = (ROOT / "samples" / "norms.ptxdsl").read_text()
+    src = (ROOT / "ptxdsl" / "kernels" / "norms.ptxdsl").read_text()
     assert "bulk_load(wsh, w[0]);" in src
     o = outcome(src.replace("bulk_load(wsh, w[0]);", "bulk_load(wsh, w[9223372036854775807]);"))
     assert o.kind == "ptx"

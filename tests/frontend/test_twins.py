@@ -1,14 +1,14 @@
 """Every sample exists as .ptxdsl text and as Python; both build equal IR and identical PTX."""
 
 import pytest
-from conftest import SAMPLES, sample_ir, sample_kernel_defs, sample_names
+from conftest import sample_ir, sample_kernel_defs, sample_names, sample_path
 
 import ptxdsl
 
 
 def test_every_sample_has_a_python_twin():
     for name in sample_names():
-        assert (SAMPLES / f"{name}.py").is_file(), f"samples/{name}.py is missing"
+        assert sample_path(name, ".py").is_file(), f"{name}.py (the twin) is missing"
 
 
 @pytest.mark.parametrize("name", sample_names())

@@ -4,6 +4,7 @@ injected launcher and timer."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,22 @@ def test_a_changed_key_field_tunes_again(tmp_path, monkeypatch, what):
     assert tuner(second, tmp_path, machine).choose(shape, second.run, same) == CONFIGS[0]
     assert sorted(second.timed) == [0, 1, 2]
     assert len(DiskCache(tmp_path).entries("ptxdsl::gemm")) == 2  # the first entry kept
+
+
+def test_tuning_a_new_shape_says_so_in_one_line_and_hits_are_silent(tmp_path, capsys):
+    fake = Fake({0: 3.0, 1: 1.0, 2: 2.0})
+    tuner(fake, tmp_path).choose((128, 512, 64), fake.run, same)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(
+        r"ptxdsl: tuned ptxdsl::gemm for shape \(128, 512, 64\) over 3 candidates "
+        r"\(\[bn=256, stages=3\]; \[bn=128, stages=4\]; \[bn=128, stages=6\]\) "
+        r"in \d+\.\d\d s: bn=128, stages=4", line), line
+    fresh = Fake({0: 3.0, 1: 1.0, 2: 2.0})
+    t = tuner(fresh, tmp_path)
+    t.choose((128, 512, 64), fresh.run, same)  # from disk
+    t.choose((128, 512, 64), fresh.run, same)  # from memory
+    t.choose((1,), fresh.run, same, tune=False)  # not known, not tuned: the default
+    assert capsys.readouterr().err == "" and fresh.ran == []
 
 
 def test_failing_and_wrong_candidates_are_rejected_and_logged(tmp_path, monkeypatch, capsys):

@@ -26,7 +26,7 @@ def test_compile_to_stdout_and_emit_modes():
     r = cli("compile", "samples/pipeline.ptxdsl", "--arch", "sm_90a")
     assert r.returncode == 0 and ".target sm_90a" in r.stdout
     ir = cli("compile", "samples/pipeline.ptxdsl", "--emit", "ir")
-    assert ir.returncode == 0 and "BulkLoad(" in ir.stdout and "MBarrierWait(" in ir.stdout
+    assert ir.returncode == 0 and "bulk_load(" in ir.stdout and "mbarrier_wait(" in ir.stdout
     ast = cli("compile", "samples/pipeline.ptxdsl", "--emit", "ast")
     assert ast.returncode == 0 and "barrier_decl" in ast.stdout
 
@@ -108,3 +108,103 @@ def test_sanitize_command_reruns_the_sample_under_each_tool():
     assert command("racecheck", "k.ptxdsl", ["--seed", "3"], "/cs") == [
         "/cs", "--tool", "racecheck", "--error-exitcode", "86", "--target-processes", "all",
         sys.executable, "-m", "ptxdsl", "run", "k.ptxdsl", "--seed", "3"]
+
+
+# ----------------------------------------------------------------------------- passes
+
+# a pipeline (lowered by `pipelines`), a turn block (by `turns`) and TMA copies (cp.async on
+# sm_80): every pass of every target changes something in it, or is a check
+STAGES = """\
+kernel stages(src: tmap<bf16, 2>, dst: tmap<bf16, 2>, ntiles: u32, out: ptr<u32>) threads(384) {
+    shared log: u32[64];
+    pipeline ring stages 2 {
+        tile: bf16[32][64] align 128;
+    }
+    role producer warps 0 .. 1 {
+        if elect() {
+            for t in 0 .. ntiles {
+                acquire(ring);
+                tma_load(ring.tile, src, [0, (t * 32) as s32]);
+                commit(ring);
+            }
+        }
+    }
+    role consumer warps 1 .. 2 {
+        if elect() {
+            for t in 0 .. ntiles {
+                wait(ring);
+                tma_store(dst, [0, (t * 32) as s32], ring.tile);
+                release(ring);
+            }
+        }
+    }
+    role idle warps 2 .. 4 {
+    }
+    role workers warps 4 .. 12 {
+        for i in 0 .. 2 {
+            turn {
+                if %tid.x % 128 == 0 {
+                    log[i] = %warp;
+                }
+            }
+        }
+    }
+}
+"""
+
+
+def _after(path, arch: str, step: str | None) -> str:
+    extra = ("--after", step) if step else ()
+    r = cli("compile", str(path), "--emit", "ir", "--arch", arch, *extra)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return r.stdout
+
+
+def test_emit_ir_after_each_pass_of_each_target(tmp_path):
+    """What each pass did shows in the IR after it; a check leaves the IR as it was, and
+    the emitter reads the IR that `--emit ir` prints."""
+    from ptxdsl.lower import STEPS, Pass
+    from ptxdsl.target import names, target
+
+    src = tmp_path / "stages.ptxdsl"
+    src.write_text(STAGES)
+    shows = {  # pass -> (text its output has, text it no longer has)
+        "turns": ("pipeline ring stages 2", "turn {"),
+        "pipelines": ("mbarrier_arrive_expect_tx(", "pipeline ring"),
+        "sm80": ("cp_async_", "tma_load("),
+    }
+    for arch in names():
+        source = cli("fmt", str(src)).stdout
+        assert "turn {" in source
+        before = source
+        for step in target(arch).passes:
+            out = _after(src, arch, step)
+            assert out.startswith("kernel stages(")
+            s = STEPS[step]
+            if isinstance(s, Pass) and not s.check:
+                has, lost = shows[step]
+                assert has in out and lost in before and lost not in out, (arch, step)
+            elif isinstance(s, Pass):
+                assert out == before, (arch, step)
+            else:
+                assert out == before == _after(src, arch, None), (arch, step)
+            before = out
+
+
+def test_emit_ir_arch_sm80_prints_the_sm80_form():
+    hopper = _after(SAMPLES / "pipeline.ptxdsl", "sm_90a", None)
+    ampere = _after(SAMPLES / "pipeline.ptxdsl", "sm_80", None)
+    assert "bulk_load(" in hopper and "cp_async" not in hopper
+    assert "cp_async_cg(" in ampere and "cp_async_mbarrier_arrive_noinc(" in ampere
+    assert "bulk_load(" not in ampere and "mbarrier_test_wait(" in ampere
+
+
+def test_an_unknown_pass_is_an_error_listing_the_passes():
+    r = cli("compile", "samples/pipeline.ptxdsl", "--emit", "ir", "--arch", "sm_80",
+            "--after", "pipeline")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == ("error: no pass named 'pipeline' for sm_80; its passes are turns, "
+                        "pipelines, verify, sm80, verify_sm80, emit\n")
+    r = cli("compile", "samples/pipeline.ptxdsl", "--after", "turns")
+    assert r.returncode == 1 and "--after turns shows the IR after a pass: add --emit ir" in \
+        r.stderr

@@ -4,7 +4,7 @@ Marked `gpu`: skipped where no CUDA GPU is present; run them with `pytest -m gpu
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, assert_ok, sample_module
+from conftest import SAMPLES, assert_ok, sample_module, sample_path
 
 import ptxdsl
 from ptxdsl.tools.runner import run_example, run_sample
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("name", ["add_one", "pipeline", "stream_copy", "norms", "colsum",
                                   "cuda_pipeline"])
 def test_sample_matches_numpy(name):
-    for _kernel, results in run_sample(SAMPLES / f"{name}.ptxdsl"):
+    for _kernel, results in run_sample(sample_path(name)):
         assert_ok(results)
 
 
@@ -238,7 +238,7 @@ def test_sanitizer_reports_a_planted_out_of_bounds_write(tmp_path):
                                   "softmax_row", "layernorm_row"])
 def test_norms_text_instantiated_for_other_sizes(kind, n, t):
     """norms.ptxdsl with its compile-time parameters set (-D N=n -D T=t)."""
-    prog = ptxdsl.compile(SAMPLES / "norms.ptxdsl", defines={"N": n, "T": t})
+    prog = ptxdsl.compile(sample_path("norms"), defines={"N": n, "T": t})
     ex = sample_module("norms").example(np.random.default_rng(n), kernel=kind, rows=70, n=n,
                                         dtype=t)
     assert_ok(run_example(prog, ex))

@@ -6,7 +6,7 @@ Marked `gpu`: skipped where no CUDA GPU is present; run them with `pytest -m gpu
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, assert_ok, sample_module
+from conftest import assert_ok, sample_module, sample_path
 from test_clusters import MULTICAST, ping, ping_reference
 
 import ptxdsl
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("name", ["dsmem_exchange", "multicast_pipeline", "longrow"])
 def test_cluster_sample_matches_numpy(name):
-    for _kernel, results in run_sample(SAMPLES / f"{name}.ptxdsl"):
+    for _kernel, results in run_sample(sample_path(name)):
         assert_ok(results)
 
 

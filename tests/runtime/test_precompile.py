@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from conftest import SAMPLES
+from conftest import KERNELS
 
 import ptxdsl
 from ptxdsl.compiler import compile_module
@@ -14,7 +14,7 @@ from ptxdsl.tools import precompile as pc
 
 
 def norm(warps: int, kind: str = "rmsnorm") -> pc.Recipe:
-    return pc.Recipe.of(SAMPLES / "norms.py", "make_norm_row", kind=kind, n=1024,
+    return pc.Recipe.of(KERNELS / "norms.py", "make_norm_row", kind=kind, n=1024,
                         dtype=ptxdsl.f32, warps=warps, name=f"pc_{kind}_{warps}")
 
 

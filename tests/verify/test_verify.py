@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, sample_kernel_defs, sample_names
+from conftest import sample_kernel_defs, sample_names, sample_path
 
 import ptxdsl
 from ptxdsl.lower import lower
@@ -132,7 +132,7 @@ def test_corpus_covers_every_check():
 @pytest.mark.parametrize("name", sample_names())
 def test_sample_verifies_clean(name):
     """No error and no warning: a sample is what a user copies."""
-    path = SAMPLES / f"{name}.ptxdsl"
+    path = sample_path(name)
     verify_text(path.read_text(), path.name)
     # unlowered, as `ptxdsl check`
     assert verify_module(ptxdsl.parse(path.read_text(), path.name)) == []

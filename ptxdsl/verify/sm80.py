@@ -1,11 +1,12 @@
 """Ampere (sm_80) forms in the verifier: cp.async copies must be waited for (a
 wait_group/wait_all, or an mbarrier arrive-on). The arrive-on and the test_wait loop are an
-arrival and a wait through their effects (`ptxdsl.ops.ampere`)."""
+arrival and a wait through their effects (`ptxdsl.ops.sm80`)."""
 
 from __future__ import annotations
 
 from .. import ir
 from ..errors import DiagnosticBag, Note
+from ..target import Target
 from .effects import bar, effect, issuers
 from .facts import Facts, Report
 
@@ -52,11 +53,11 @@ def check_noinc_arrivals(facts: Facts, out: Report) -> None:
                       f"count is {want}", head.stmt.loc, *notes, where)
 
 
-def verify_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag) -> None:
+def verify_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag, t: Target) -> None:
     """The checks that apply to a kernel after the sm_80 pass: the re-derived arrival counts
     (noinc arrivals included), waits that can return, and the cp.async rules."""
     from .barriers import check_arrival_counts, check_waits
 
-    facts, report = Facts(k), Report(diags)
+    facts, report = Facts(k, t), Report(diags)
     for check in (check_arrival_counts, check_noinc_arrivals, check_waits, check_cp_async):
         check(facts, report)

@@ -1,4 +1,5 @@
-"""Long-row RMSNorm and softmax on a cluster (twin of longrow.ptxdsl).
+"""Long-row RMSNorm and softmax on a cluster (twin of longrow.ptxdsl; bf16 rows that split
+evenly over the cluster: the torch ops take other long rows with norms.make_norm_loop).
 
 A row too long for one CTA (65536 or 262144 bf16) is split across the C CTAs of a cluster:
 CTA rank q owns columns [q*S, (q+1)*S), S = n / C. Each CTA streams its slice of every row
@@ -15,10 +16,13 @@ level kernels are the ones spelled out in longrow.ptxdsl (n = 65536, clusters of
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import ptxdsl
 from ptxdsl import bf16, f32, ptr, u32
+from ptxdsl.kernels.family import Family
 
 LOG2E = 1.4426950408889634
 NEG_BIG = -3.0e38
@@ -168,15 +172,17 @@ def make_longrow(kind: str, n: int = 65536, cluster: int = 4, stages: int = 2,
         k.cluster_sync()
 
     threads = 32 * (1 + consumer_warps)
-    opts = dict(name=name, threads=threads, cluster=cluster, nonportable=cluster > 8)
+    # the parameters' annotations are ptxdsl types (values), which mypy cannot read as types
     if kind == "rmsnorm":
-        def rms(k, x: ptr(bf16), w: ptr(bf16), y: ptr(bf16), rows: u32):
+        def rms(k, x: ptr(bf16), w: ptr(bf16), y: ptr(bf16), rows: u32):  # type: ignore[valid-type]
             body(k, x, y, rows, w)
-        return ptxdsl.kernel(rms, **opts)
+        return ptxdsl.kernel(rms, name=name, threads=threads, cluster=cluster,
+                             nonportable=cluster > 8)
 
-    def smax(k, x: ptr(bf16), y: ptr(bf16), rows: u32):
+    def smax(k, x: ptr(bf16), y: ptr(bf16), rows: u32):  # type: ignore[valid-type]
         body(k, x, y, rows)
-    return ptxdsl.kernel(smax, **opts)
+    return ptxdsl.kernel(smax, name=name, threads=threads, cluster=cluster,
+                         nonportable=cluster > 8)
 
 
 longrow_rmsnorm = make_longrow("rmsnorm")
@@ -195,7 +201,7 @@ def example(rng: np.random.Generator, kernel: str = "longrow_rmsnorm", rows: int
     x = f32_to_bf16(rng.standard_normal((rows, n)).astype(np.float32) * 2.0)
     xf = bf16_to_f32(x).astype(np.float64)
     nclusters = max(1, min(rows, 8))
-    ex = {"grid": nclusters * cluster, "inputs": {"x": x, "rows": rows},
+    ex: dict[str, Any] = {"grid": nclusters * cluster, "inputs": {"x": x, "rows": rows},
           "outputs": {"y": np.empty((rows, n), np.uint16)}, "rtol": 2e-2, "atol": 2e-3}
     if kind == "rmsnorm":
         w = f32_to_bf16(rng.standard_normal(n).astype(np.float32))
@@ -207,3 +213,13 @@ def example(rng: np.random.Generator, kernel: str = "longrow_rmsnorm", rows: int
         ex["atol"] = 1e-6
     ex["expected"] = {"y": want}
     return ex
+
+
+FAMILY = Family(
+    name="longrow",
+    summary="RMSNorm and softmax over bf16 rows split across a cluster (65536 and longer), "
+            "partial results exchanged with st.async",
+    factory=make_longrow,
+    defaults={"kind": "rmsnorm", "n": 65536, "cluster": 2, "stages": 2, "consumer_warps": 8},
+    source="longrow.ptxdsl",
+)

@@ -1,0 +1,104 @@
+"""Decode GEMM: `torch.ops.ptxdsl.gemm` against cuBLAS (`torch.mm`) on the skinny products of
+decoding (a few token rows times a weight), each call replayed from a CUDA graph as a serving
+loop runs it, correctness checked first.
+
+    python -m bench decode-gemm [--nk 4096x4096,28672x4096] [--m 1,8,16,...] [--json FILE]
+
+C (M x N) = A (M x K) @ W^T with W (N x K) row-major bf16, f32 accumulation. A decode GEMM
+reads the whole weight once and little else, so it is measured in GB/s: (M K + N K + M N)
+x 2 bytes over the time of one call. Times: the best of three interleaved rounds of medians of
+CUDA-event-timed replays of a graph of CALLS captured calls. `--json FILE` saves every point
+(what `python -m bench plots` draws)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .common import BenchError, Row, Section, gemm_error, interleaved_ms, save_json
+
+NK = "4096x4096,28672x4096"  # a 4096-wide projection; Llama-3-70B-like MLP width x hidden
+MS = "1,8,16,32,64,128,256"
+ROW_MS = (1, 32, 256)  # the page's rows; every M is in the note and the plot
+CALLS = 20  # calls captured in one graph: the replay's launch cost spread over them
+PLOT = "docs/img/decode_gemm.png"
+ABOUT = ("bf16 C = A @ W^T, W (N x K) row-major, f32 accumulation; GB/s = (M K + N K + M N) x "
+         "2 bytes / the time of one call. `torch.ops.ptxdsl.gemm` (tuned on its first call of "
+         "each shape, before capture) against cuBLAS `torch.mm(A, W.T)`; each captured "
+         f"{CALLS} times in a CUDA graph whose replays are timed (no host launch cost), best "
+         "of 3 interleaved rounds of medians of 20 replays; every output checked against an "
+         "f32 reference first. Rows at M = 1, 32, 256; the plot and the note hold every M.")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nk", default=NK, help="comma-separated NxK weight shapes")
+    p.add_argument("--m", default=MS, help="comma-separated token counts M")
+    p.add_argument("--json", help="save every point's GB/s by contender to this file")
+
+
+def ints(text: str, sep: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(sep)]
+    except ValueError:
+        raise BenchError(f"{what}: expected integers separated by {sep!r}, got {text!r}") \
+            from None
+
+
+def weight_shapes(text: str) -> list[tuple[int, int]]:
+    out = []
+    for s in text.split(","):
+        dims = ints(s.lower(), "x", "--nk")
+        if len(dims) != 2:
+            raise BenchError(f"--nk: a weight shape is NxK, got {s!r}")
+        out.append((dims[0], dims[1]))
+    return out
+
+
+def graphed(torch: Any, call: Any) -> Any:
+    """A replay of CALLS calls of `call` captured in one CUDA graph (the op tuned first)."""
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS):
+            call()
+    return graph.replay
+
+
+def gbps(m: int, n: int, k: int, ms: float) -> float:
+    return (m * k + n * k + m * n) * 2 / (ms * 1e-3) / 1e9
+
+
+def run(a: argparse.Namespace) -> list[Section]:
+    import torch
+
+    import ptxdsl.torch  # noqa: F401  (registers torch.ops.ptxdsl)
+
+    s = Section("decode-gemm", "Decode GEMM, bf16, from a CUDA graph", ABOUT, plot=PLOT)
+    points, notes = [], []
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for n, k in weight_shapes(a.nk):
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        per_m = []
+        for m in ints(a.m, ",", "--m"):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+            calls = {"ptxdsl": lambda x=x, w=w: torch.ops.ptxdsl.gemm(x, w),
+                     "cuBLAS": lambda x=x, w=w: torch.mm(x, w.T)}
+            for name, call in calls.items():
+                err = gemm_error(call(), x, w)
+                if not err <= 1.0:
+                    raise BenchError(f"{name} at {m}x{n}x{k}: error {err:.2f} x the tolerance")
+            ms = interleaved_ms({name: graphed(torch, c) for name, c in calls.items()}, 20)
+            rate = {name: gbps(m, n, k, t / CALLS) for name, t in ms.items()}
+            points.append({"m": m, "n": n, "k": k, "gbps": rate})
+            per_m.append(f"M {m} {rate['ptxdsl']:.0f} / {rate['cuBLAS']:.0f}")
+            if m in ROW_MS:
+                s.rows.append(Row(f"M {m}, N x K {n} x {k}", "torch.ops.ptxdsl.gemm",
+                                  rate["ptxdsl"], "cuBLAS torch.mm", rate["cuBLAS"], "GB/s",
+                                  f"python -m bench decode-gemm --nk {n}x{k} --m {m}"))
+        notes.append(f"N x K {n} x {k}: " + ", ".join(per_m))
+    s.notes.append("GB/s, ptxdsl / cuBLAS, every M: " + "; ".join(notes) + ".")
+    if a.json:
+        save_json(Path(a.json), "decode-gemm", "GB/s", points)
+    return [s]
