@@ -21,7 +21,10 @@ class ThreadModel:
 
     threads: tuple[int, int, int]
     env: dict[str, ir.Expr] = field(default_factory=dict)
-    _answers: dict[tuple, frozenset[int]] = field(default_factory=dict, repr=False)
+    # keyed by the ids of the path's conditions, which each entry keeps alive: a freed
+    # condition's id may be reused by another one (a role's condition is built per question)
+    _answers: dict[tuple, tuple[frozenset[int], tuple]] = field(default_factory=dict,
+                                                                repr=False)
 
     def value(self, e: ir.Expr, tid: np.ndarray, active: np.ndarray) -> Any:
         """`e` for every thread index in `tid` at once (an array, or a scalar where `e` does
@@ -71,12 +74,12 @@ class ThreadModel:
         key = tuple((id(cond), polarity) for cond, polarity in path)
         hit = self._answers.get(key)
         if hit is not None:
-            return hit
+            return hit[0]
         x, y, z = self.threads
         act = np.arange(x * y * z, dtype=np.int64)
         for cond, polarity in path:
             taken = np.broadcast_to(np.asarray(self.value(cond, act, act), bool), act.shape)
             act = act[taken == polarity]
         out = frozenset(act.tolist())
-        self._answers[key] = out
+        self._answers[key] = (out, tuple(cond for cond, _ in path))
         return out
