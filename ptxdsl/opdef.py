@@ -10,7 +10,8 @@ An OpDef declares, in one class, everything the compiler knows about one operati
 - `effect`: what it does to barriers and shared memory, in operand roles (`Effect`), which
   the verifier's checks read, and the kinds of statement that checks and lowerings single out
   (a multicast, a cluster barrier, a wgmma, an Ampere cp.async);
-- `sm80`: what the sm_80 lowering does with it where it is not rewritten there.
+- `sm80`: what the sm_80 lowering does with it where it is not rewritten there;
+- `needs`: the feature a target must have to emit it (`ptxdsl.target.Target`).
 
 The families live in `ptxdsl/ops/` and register themselves when `ptxdsl` is imported. This
 module sits below the builder, printer, emitter and interpreter, which consult `REGISTRY`
@@ -97,6 +98,7 @@ class OpDef:
     # (as it is, on the one thread of a block widened to its warp), "drop" (it has no work
     # there); "" refuses it
     sm80: ClassVar[str] = ""
+    needs: ClassVar[str] = ""  # the `Target` feature flag it needs ("wgmma", ...), "" none
 
     @property
     def syntax(self) -> str:
@@ -177,9 +179,14 @@ def definition(node: ir.Op | type[ir.Op]) -> OpDef:
         raise TypeError(f"no operation definition for {cls.__name__}") from None
 
 
+def defined(s: ir.Stmt) -> OpDef | None:
+    """The definition of a statement's operation; None for a statement of the core IR."""
+    return REGISTRY.get(type(s))  # type: ignore[arg-type]
+
+
 def effect(s: ir.Stmt) -> Effect:
     """The effect of a statement: its operation's, or none (a statement of the core IR)."""
-    d = REGISTRY.get(type(s))  # type: ignore[arg-type]
+    d = defined(s)
     return NO_EFFECT if d is None else d.effect
 
 

@@ -34,7 +34,7 @@ from math import prod
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
-from ..opdef import REGISTRY, const_int
+from ..opdef import const_int, defined
 from ..target import Target
 from .threads import ThreadModel
 
@@ -53,7 +53,7 @@ _CORE_ONE_THREAD = (ir.Store, ir.Asm)
 
 def _on_sm80(s: ir.Stmt) -> str:
     """What sm_80 does with `s`: its operation's `sm80`, "" for any other statement."""
-    d = REGISTRY.get(type(s))  # type: ignore[arg-type]
+    d = defined(s)
     return "" if d is None else d.sm80
 
 

@@ -274,6 +274,7 @@ def _mask_reg(e: Any, mask: ir.Expr) -> str:
 class TensorLoadMulticast(OpDef):
     node = ir.TensorLoadMulticast
     effect = Effect(multicast=True, peer=True)
+    needs = "multicast"
     operands = (("dst", "smem", False), ("tmap", "tmap", False), ("coords", "coords", False),
                 ("mask", "u16", False), ("bar", "bar", True))
 
@@ -318,6 +319,7 @@ class TensorLoadMulticast(OpDef):
 class BulkLoadMulticast(OpDef):
     node = ir.BulkLoadMulticast
     effect = Effect(multicast=True, peer=True)
+    needs = "multicast"
     operands = (("dst", "smem", False), ("src", "gref", False), ("mask", "u16", False),
                 ("bar", "bar", True), ("nbytes", "u32", True))
 

@@ -41,6 +41,7 @@ def k_of(elem: T.Scalar) -> int:
 class Wgmma(OpDef):
     node = ir.Wgmma
     effect = Effect(wgmma=True)
+    needs = "wgmma"
     operands = (("d", "regs", False), ("a", "mma_a", False), ("b", "smem", False),
                 ("accumulate", "pred", True), ("neg_a", "const", True), ("neg_b", "const", True))
 
@@ -226,6 +227,7 @@ def descriptor(e: Any, place: ir.Expr) -> str:
 class WgmmaFence(OpDef):
     node = ir.WgmmaFence
     effect = Effect(wgmma=True)
+    needs = "wgmma"
 
     def emit(self, e, n: ir.WgmmaFence) -> None:
         e.w.instr("wgmma.fence.sync.aligned")
@@ -238,6 +240,7 @@ class WgmmaFence(OpDef):
 class WgmmaCommit(OpDef):
     node = ir.WgmmaCommit
     effect = Effect(wgmma=True)
+    needs = "wgmma"
 
     def emit(self, e, n: ir.WgmmaCommit) -> None:
         e.w.instr("wgmma.commit_group.sync.aligned")
@@ -250,6 +253,7 @@ class WgmmaCommit(OpDef):
 class WgmmaWait(OpDef):
     node = ir.WgmmaWait
     effect = Effect(wgmma=True)
+    needs = "wgmma"
     operands = (("n", "const", False),)
 
     def check(self, n: ir.WgmmaWait, err: ErrorFn) -> None:

@@ -1,5 +1,6 @@
-"""What the verifier and lowering know about an operation is on its OpDef (`effect`,
-`sm80`): every role names a field of the operation's node, and the flags hold their values."""
+"""What the verifier, the lowering passes and the emitter know about an operation is on its
+OpDef (`effect`, `sm80`, `needs`): every role names a field of the operation's node, and the
+flags hold their values."""
 
 import dataclasses
 
@@ -8,6 +9,7 @@ import pytest
 import ptxdsl  # noqa: F401  (registers every operation)
 from ptxdsl import ir
 from ptxdsl.opdef import NO_EFFECT, REGISTRY, Effect, effect
+from ptxdsl.target import target
 
 ROLES = ("arrive", "count", "expect", "complete", "wait", "parity", "init", "inval",
          "async_read", "async_write", "global_operand", "size", "named_barrier")
@@ -23,6 +25,7 @@ def test_every_effect_role_names_a_field_of_its_node(node):
     assert d.effect.cp_async in (None, "copy", "completes")
     assert d.effect.cluster_barrier in (None, "arrive", "wait", "sync")
     assert d.sm80 in ("", "keep", "keep_one", "drop", "copy")
+    assert d.needs == "" or d.needs in target("sm_90a").features
 
 
 def test_the_roles_are_every_operand_field_of_an_effect():
