@@ -11,9 +11,8 @@ dataclass fields, in order, are its arguments.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar, TypeVar, get_type_hints
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from .. import types as T
 from ..errors import Span
@@ -483,9 +482,6 @@ class Turn(Stmt):
     body: tuple[Stmt, ...]
 
 
-_S = TypeVar("_S", bound=Stmt)
-
-
 # ----------------------------------------------------------------------------- kernel
 
 
@@ -536,89 +532,3 @@ class Unknown(Exception):
     """A value that a static evaluation (which threads run a statement, which CTA of the
     cluster computes an expression) cannot tell: it depends on more than that evaluation
     follows."""
-
-
-# ----------------------------------------------------------------------------- walking
-
-_BLOCK_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def block_fields(cls: type[Stmt]) -> tuple[str, ...]:
-    """The fields of a statement class that hold nested statements (`tuple[Stmt, ...]`): its
-    blocks. Found from the declared field types, so a new block kind is entered by every
-    walker without a change here."""
-    names = _BLOCK_FIELDS.get(cls)
-    if names is None:
-        hints = get_type_hints(cls)
-        names = _BLOCK_FIELDS[cls] = tuple(f.name for f in fields(cls)
-                                           if hints[f.name] == tuple[Stmt, ...])
-    return names
-
-
-def blocks(s: Stmt) -> tuple[tuple[Stmt, ...], ...]:
-    """The nested statement lists of `s` (if/else arms, loop, role, turn and async bodies)."""
-    return tuple(getattr(s, name) for name in block_fields(type(s)))
-
-
-def with_blocks(s: _S, rewrite: Callable[[tuple[Stmt, ...]], tuple[Stmt, ...]]) -> _S:
-    """`s` with each of its blocks replaced by `rewrite(block)`; `s` itself if it has none."""
-    names = block_fields(type(s))
-    if not names:
-        return s
-    new: dict[str, Any] = {name: rewrite(getattr(s, name)) for name in names}
-    return replace(s, **new)
-
-
-Path = tuple[tuple[Expr, bool], ...]  # the conditions of the ifs around a statement, each
-# with the arm taken (True: `then`)
-
-
-def sites(stmts: tuple[Stmt, ...], *, enter: Callable[[Stmt], bool] | None = None,
-          path: Path = (), loop: Stmt | None = None
-          ) -> Iterator[tuple[Stmt, Path, Stmt | None]]:
-    """Every statement of `stmts` and of every block nested in them, in source order (each
-    before its blocks), as (statement, its path, the innermost For or While around it). A
-    walk stops where its consumer stops reading. `enter(s)` False keeps the walk out of the
-    blocks of `s` (`s` itself is still met). Plain tuples: the verifier walks often."""
-    for s in stmts:
-        yield s, path, loop
-        names = _BLOCK_FIELDS.get(type(s))
-        if names is None:
-            names = block_fields(type(s))
-        if not names or (enter is not None and not enter(s)):
-            continue
-        inner = s if isinstance(s, (For, While)) else loop
-        for name in names:
-            arm = ((s.cond, name == "then"),) if isinstance(s, If) else ()
-            yield from sites(getattr(s, name), enter=enter, path=path + arm, loop=inner)
-
-
-def walk(stmts: tuple[Stmt, ...], *, enter: Callable[[Stmt], bool] | None = None
-         ) -> Iterator[Stmt]:
-    """The statements of `sites(stmts, enter=enter)`, without their surroundings."""
-    return (site[0] for site in sites(stmts, enter=enter))
-
-
-_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def node_fields(x: Node) -> tuple[str, ...]:
-    """The fields of a node that may hold expressions (not `loc`, types or nested bodies)."""
-    names = _NODE_FIELDS.get(type(x))
-    if names is None:
-        nested = block_fields(type(x)) if isinstance(x, Stmt) else ()
-        names = tuple(f for f in x.__dataclass_fields__
-                      if f not in ("loc", "type", *nested))
-        _NODE_FIELDS[type(x)] = names
-    return names
-
-
-def has_expr(x: object, cls: type | tuple[type, ...]) -> bool:
-    """Whether a node (or a tuple of them) holds an expression of class `cls`."""
-    if isinstance(x, tuple):
-        return any(has_expr(y, cls) for y in x)
-    if not isinstance(x, Node):
-        return False
-    if isinstance(x, cls):
-        return True
-    return any(has_expr(getattr(x, name), cls) for name in node_fields(x))
