@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import types as T
+from .codegen.abi import param_bytes
 
 # The hang watchdog's report: eight .u32 words of host-mapped memory that the first thread to
 # time out fills in: site + 1, parity, block, thread, barrier offset, and the kind of site
@@ -34,7 +35,7 @@ class ParamInfo:
 
     @property
     def nbytes(self) -> int:
-        return {"scalar": self.dtype.nbytes, "ptr": 8, "tmap": 128}[self.kind]
+        return param_bytes(self.kind, self.dtype)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ descriptor of a K-major operand in such a buffer (PTX ISA, "Matrix Descriptor Fo
 from __future__ import annotations
 
 SWIZZLES = (16, 32, 64, 128)
-_MASK = {16: 0, 32: 1, 64: 3, 128: 7}
+_MASK = {0: 0, 16: 0, 32: 1, 64: 3, 128: 7}  # 0 or 16: no swizzle
 _MODE = {128: 1, 64: 2, 32: 3, 16: 0}
 LBO_FIELD = 1
 

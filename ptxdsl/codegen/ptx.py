@@ -15,8 +15,9 @@ from .. import types as T
 from ..bounds import MAX_PTX_LINES
 from ..errors import CompileError, Diagnostic, Span
 from ..kernelinfo import KernelInfo, ParamInfo, PtxModule
-from ..opdef import EXPR_REGISTRY, definition
+from ..opdef import EXPR_REGISTRY, defined, definition
 from ..target import Target, names, target
+from .abi import PARAM_TYPE, TMAP_ALIGN, TMAP_BYTES
 from .addressing import Addressing, tile_aligns, tmap_swizzles
 from .arith import Arithmetic
 from .asyncops import AsyncOps
@@ -81,12 +82,12 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         params = []
         for p in k.params:
             if isinstance(p.type, T.TensorMap):
-                params.append(f"    .param .align 64 .b8 p_{p.name}[128]")
+                params.append(f"    .param .align {TMAP_ALIGN} .b8 p_{p.name}[{TMAP_BYTES}]")
             elif isinstance(p.type, T.Ptr):
                 params.append(f"    .param .u64 p_{p.name}")
             else:
                 assert isinstance(p.type, T.Scalar)
-                params.append(f"    .param .{mem_type(p.type) if p.type != T.pred else 'u8'} "
+                params.append(f"    .param .{PARAM_TYPE.get(p.type.name, mem_type(p.type))} "
                               f"p_{p.name}")
         for p in k.params:
             r = w.reg(p.type if not isinstance(p.type, T.TensorMap) else T.u64)
@@ -551,17 +552,14 @@ def kernel_info(k: ir.Kernel, layout: Layout, target: Target, sites: tuple[str, 
 
 # statements and the target feature each needs; the first two are sm_90a's alone, and
 # ptxas wants multicast copies on sm_90a
-_FEATURE_OF: tuple[tuple[tuple[type[ir.Stmt], ...], str], ...] = (
-    ((ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait), "wgmma"),
-    ((ir.SetMaxNReg,), "setmaxnreg"),
-    ((ir.TensorLoadMulticast, ir.BulkLoadMulticast), "multicast"),
-)
-
-
 def features_used(m: ir.Module) -> frozenset[str]:
-    """The target features (`Target.features`) that the lowered module's statements need."""
+    """The target features (`Target.features`) that the lowered module's statements need:
+    their operations' `needs`, and setmaxnreg where a role sets a register count."""
     stmts = [s for k in m.kernels for s in ir.walk(k.body)]
-    return frozenset(f for kinds, f in _FEATURE_OF if any(isinstance(s, kinds) for s in stmts))
+    used = {d.needs for s in stmts if (d := defined(s)) is not None and d.needs}
+    if any(isinstance(s, ir.SetMaxNReg) for s in stmts):
+        used.add("setmaxnreg")
+    return frozenset(used)
 
 
 def _require_wgmma(m: ir.Module, t: Target) -> None:
@@ -571,8 +569,8 @@ def _require_wgmma(m: ir.Module, t: Target) -> None:
     having = " or ".join(n for n in names() if target(n).wgmma)
     for k in m.kernels:
         for s in ir.walk(k.body):
-            if isinstance(s, (ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)):
-                raise CompileError(Diagnostic(f"{s.syntax} needs the {having} target, but the "
+            if (d := defined(s)) is not None and d.needs == "wgmma":
+                raise CompileError(Diagnostic(f"{d.syntax} needs the {having} target, but the "
                                               f"module is compiled for {t.name}", s.loc))
 
 

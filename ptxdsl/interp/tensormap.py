@@ -18,9 +18,7 @@ from .. import types as T
 from ..errors import Diagnostic, LaunchError
 from ..runtime.dtypes import scalar_of
 from ..runtime.tensormap import TensorMapSpec, validate
-
-# mask of address bits [7:9] that a swizzle mode XORs into bits [4:6]
-_SWIZZLE_MASK = {"none": 0, "32B": 1, "64B": 3, "128B": 7}
+from ..swizzle import mask, tma_swizzle_bytes
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,4 +105,4 @@ class TensorMapModel:
         if self.swizzle == "none":
             return None
         a = np.arange(addr, addr + self.nbytes, dtype=np.int64)
-        return a ^ (((a >> 7) & _SWIZZLE_MASK[self.swizzle]) << 4)
+        return a ^ (((a >> 7) & mask(tma_swizzle_bytes(self.swizzle))) << 4)

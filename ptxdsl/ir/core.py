@@ -528,38 +528,7 @@ class Module(Node):
         raise KeyError(name)
 
 
-def walk(stmts: tuple[Stmt, ...]):
-    """Every statement in `stmts`, depth-first, nested bodies included."""
-    for s in stmts:
-        yield s
-        if isinstance(s, If):
-            yield from walk(s.then)
-            yield from walk(s.orelse)
-        elif isinstance(s, (For, While, Role, Turn)):
-            yield from walk(s.body)
-
-
-_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def node_fields(x: Node) -> tuple[str, ...]:
-    """The fields of a node that may hold expressions (not `loc`, types or nested bodies)."""
-    names = _NODE_FIELDS.get(type(x))
-    if names is None:
-        stmt = isinstance(x, Stmt)
-        names = tuple(f for f in x.__dataclass_fields__  # type: ignore[attr-defined]
-                      if f not in ("loc", "type") and not (stmt and f in ("then", "orelse",
-                                                                          "body")))
-        _NODE_FIELDS[type(x)] = names
-    return names
-
-
-def has_expr(x: object, cls: type | tuple[type, ...]) -> bool:
-    """Whether a node (or a tuple of them) holds an expression of class `cls`."""
-    if isinstance(x, tuple):
-        return any(has_expr(y, cls) for y in x)
-    if not isinstance(x, Node):
-        return False
-    if isinstance(x, cls):
-        return True
-    return any(has_expr(getattr(x, name), cls) for name in node_fields(x))
+class Unknown(Exception):
+    """A value that a static evaluation (which threads run a statement, which CTA of the
+    cluster computes an expression) cannot tell: it depends on more than that evaluation
+    follows."""

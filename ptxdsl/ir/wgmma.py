@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .. import types as T
-from .core import Expr, Op, Stmt, walk
+from .core import Expr, Op, Stmt
+from .walk import walk
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,11 +32,9 @@ class _Held:
                 self.wait(s, held.setdefault(s.pipe.name, []))  # type: ignore[attr-defined]
             elif isinstance(s, ir.Release):
                 held[s.pipe.name].pop(0)  # type: ignore[attr-defined]
-            elif isinstance(s, ir.If):
-                self.block(s.then, held)
-                self.block(s.orelse, held)
-            elif isinstance(s, (ir.For, ir.While, ir.Role)):
-                self.block(s.body, held)
+            else:
+                for b in ir.blocks(s):
+                    self.block(b, held)
 
     def wait(self, s: ir.Wait, locs: list[Span | None]) -> None:
         name = s.pipe.name  # type: ignore[attr-defined]

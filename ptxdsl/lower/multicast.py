@@ -21,8 +21,6 @@ from math import prod
 from .. import ir
 from .. import types as T
 
-MULTICAST_COPIES = (ir.TensorLoadMulticast, ir.BulkLoadMulticast)
-
 
 def group_size(mask: ir.Expr, cluster: tuple[int, int, int] | None) -> int | None:
     """How many CTAs each CTA of a symmetric group mask receives from; None if unknown."""

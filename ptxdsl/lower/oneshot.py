@@ -50,7 +50,10 @@ class OneShots:
                              copy_bytes)
             elif isinstance(s, (ir.For, ir.While)):
                 self.analyse(s.body, path, s, role_cond, threads, copy_bytes)
-            elif isinstance(s, ir.AsyncLoad):
+            elif not isinstance(s, ir.AsyncLoad):
+                for b in ir.blocks(s):
+                    self.analyse(b, path, loop, role_cond, threads, copy_bytes)
+            else:
                 load = self.loads[s.name] = _Load(s)
                 if loop is not None:
                     self.diags.error(f"async '{s.name}' is a one-shot load, but it is inside a "
@@ -74,9 +77,8 @@ class OneShots:
                                      "bytes it delivers can be derived", s.loc)
                 else:
                     load.nbytes += copy_bytes(s)
-            for sub in ("then", "orelse", "body"):
-                if isinstance(getattr(s, sub, None), tuple):
-                    self.count_bytes(load, getattr(s, sub), copy_bytes, direct=False)
+            for b in ir.blocks(s):
+                self.count_bytes(load, b, copy_bytes, direct=False)
 
     def bar(self, name: str) -> ir.Expr:
         return ir.BarrierObj(name=f"{name}.bar", type=T.BarrierRef(0))

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
-from ..opdef import const_int
+from ..opdef import const_int, effect
 from .lag import lagging_pipes
-from .multicast import MULTICAST_COPIES, group_size, remote_release
+from .multicast import group_size, remote_release
 from .oneshot import OneShots
-from .threads import ThreadModel, Unknown
+from .threads import ThreadModel
 
 REGISTER_FILE = 65536
 
@@ -132,17 +132,20 @@ class _Lowerer:
                 facts.release_per_warp[id(s)] = per_warp
                 n = len(warps) if per_warp else len(threads)
                 facts.release_threads[id(s)] = (n, s.loc)
-            elif isinstance(s, (ir.BulkLoad, ir.TensorLoad, *MULTICAST_COPIES)) and \
-                    isinstance(s.bar, ir.StageBarrier):
-                name = s.bar.pipe
+            elif (effect(s).loads_global or effect(s).multicast) and \
+                    isinstance(s.bar, ir.StageBarrier):  # type: ignore[attr-defined]
+                name = s.bar.pipe  # type: ignore[attr-defined]
                 if name not in local:
                     self.diags.error(f"a copy into a stage of '{name}' must be issued in the same "
                                      f"block as its acquire({name}) and commit({name}), so the "
                                      "bytes it delivers can be derived", s.loc)
                     continue
                 # a multicast stage fills with the copies of every CTA of its group
-                group = self.multicast_group(name, s) if isinstance(s, MULTICAST_COPIES) else 1
+                group = self.multicast_group(name, s) if effect(s).multicast else 1  # type: ignore[arg-type]
                 local[name] += self.copy_bytes(s) * group
+            else:  # any other block (an async one) runs once, where it stands (see `block`)
+                for b in ir.blocks(s):
+                    self.analyse(b, path, in_role, tail_path, local)
 
     def multicast_group(self, name: str, s: ir.TensorLoadMulticast | ir.BulkLoadMulticast) -> int:
         """The group size of a multicast into a stage; every such copy of a pipeline shares
@@ -176,12 +179,12 @@ class _Lowerer:
         try:
             if len(self.model.active(path)) > 1:
                 return False
-        except Unknown:
+        except ir.Unknown:
             return False
         try:
             self.model.active(path + [(s.cond, True)])
             return False  # a condition the thread model follows: the ordinary case
-        except Unknown:
+        except ir.Unknown:
             pass
         arms = [_pipeline_ops(s.then), _pipeline_ops(s.orelse)]
         return arms[0] is not None and arms[0] == arms[1] and bool(arms[0])
@@ -190,7 +193,7 @@ class _Lowerer:
         """Whether paths `a` and `b` are run by the same threads (False when unknown)."""
         try:
             return self.model.active(a) == self.model.active(b)
-        except Unknown:
+        except ir.Unknown:
             return False
 
     def count(self, path: list, s: ir.Stmt) -> int:
@@ -199,7 +202,7 @@ class _Lowerer:
     def threads(self, path: list, s: ir.Stmt) -> frozenset[int]:
         try:
             return self.model.active(path)
-        except Unknown:
+        except ir.Unknown:
             self.diags.error("cannot tell which threads run this statement, so its barrier "
                              "arrival count cannot be derived; select threads with conditions on "
                              "%tid, %warp, %laneid, elect() or a role", s.loc)
@@ -333,9 +336,9 @@ class _Lowerer:
                 else:
                     out.append(arrive)
                 out += self.advance(name, side, s.loc)
-            elif isinstance(s, (ir.TensorStore, ir.BulkStore, ir.BulkReduce, ir.TensorReduce)) and \
-                    isinstance(s.src, ir.StageBuf):
-                stores.add(s.src.pipe)
+            elif (src := effect(s).async_read) is not None and \
+                    isinstance(getattr(s, src), ir.StageBuf):  # a store out of a stage
+                stores.add(getattr(s, src).pipe)
                 out.append(ir.FenceProxyAsync(loc=s.loc))
                 out.append(self.stmt(s, role, in_commit_loop))
                 out.append(ir.BulkCommit(loc=s.loc))
@@ -353,15 +356,8 @@ class _Lowerer:
         return tuple(out)
 
     def stmt(self, s: ir.Stmt, role, in_commit_loop: bool) -> ir.Stmt:
-        if isinstance(s, ir.If):
-            return dataclasses.replace(s, cond=self.expr(s.cond),
-                                       then=self.block(s.then, role, in_commit_loop),
-                                       orelse=self.block(s.orelse, role, in_commit_loop))
-        if isinstance(s, (ir.For, ir.While)):
-            changes = {f.name: self.expr(getattr(s, f.name)) for f in dataclasses.fields(s)
-                       if isinstance(getattr(s, f.name), ir.Expr)}
-            return dataclasses.replace(s, body=self.block(s.body, role, in_commit_loop),
-                                       **changes)
+        if isinstance(s, ir.Role):
+            return s  # lowered by `role_chains`, which knows its place in the chain
         if isinstance(s, ir.MBarrierWait) and role is not None:
             return dataclasses.replace(s, bar=self.expr(s.bar), parity=self.expr(s.parity),
                                        role=role[1].name)
@@ -370,13 +366,14 @@ class _Lowerer:
             return ir.BarSync(id=_c(1 + idx), nthreads=_c(32 * (r.warp_stop - r.warp_start)),
                               loc=s.loc)
         changes = {}
-        for f in dataclasses.fields(s):
-            v = getattr(s, f.name)
-            if isinstance(v, (ir.Expr, tuple)) and f.name != "loc":
+        for name in ir.node_fields(s):
+            v = getattr(s, name)
+            if isinstance(v, (ir.Expr, tuple)):
                 nv = self.expr(v)
                 if nv is not v:
-                    changes[f.name] = nv
-        return dataclasses.replace(s, **changes) if changes else s
+                    changes[name] = nv
+        s = dataclasses.replace(s, **changes) if changes else s
+        return ir.with_blocks(s, lambda b: self.block(b, role, in_commit_loop))
 
     def lower(self) -> ir.Kernel:
         self.analyse(self.k.body, [])
@@ -506,14 +503,11 @@ def _ranges(ws: list[int]) -> str:
     return ", ".join(out)
 
 
-_PIPELINE_OPS = (ir.Acquire, ir.Commit, ir.Wait, ir.Release)
-
-
 def _pipeline_ops(stmts: tuple[ir.Stmt, ...]) -> tuple[tuple[str, str], ...] | None:
     """The pipeline operations of a block in order, as (operation, pipeline); None when one
     sits in a nested block (a loop or a branch: how often it runs is not the block's)."""
-    top = [s for s in stmts if isinstance(s, _PIPELINE_OPS)]
-    if len(top) != sum(isinstance(s, _PIPELINE_OPS) for s in ir.walk(stmts)):
+    top = [s for s in stmts if effect(s).pipeline]
+    if len(top) != sum(effect(s).pipeline for s in ir.walk(stmts)):
         return None
     return tuple((type(s).__name__, s.pipe.name) for s in top)  # type: ignore[attr-defined]
 

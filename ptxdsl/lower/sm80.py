@@ -34,9 +34,9 @@ from math import prod
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
-from ..opdef import const_int
+from ..opdef import const_int, defined
 from ..target import Target
-from .threads import ThreadModel, Unknown
+from .threads import ThreadModel
 
 U32, S32, U64 = T.u32, T.s32, T.u64
 CHUNK = 16
@@ -44,23 +44,17 @@ UNROLL_LIMIT = 32  # chunks per lane; unrolled, ptxas folds the index arithmetic
 FULL = -1
 TILE_UNROLL = 8  # tensor tiles: blocks of 8 chunks (their index arithmetic compiles slowly)
 
-# Hopper statements that simply vanish on sm_80
-_DROPPED = (ir.FenceProxyAsync, ir.FenceMBarrierInit, ir.BulkCommit, ir.BulkWait,
-            ir.BulkWaitRead, ir.SetMaxNReg, ir.TensorPrefetch, ir.TensorMapPrefetch,
-            ir.FenceProxyAsyncGlobal, ir.GridDepWait, ir.GridDepLaunch)
-# statements that exist on sm_80 unchanged
-_KEPT = (ir.MBarrierInit, ir.MBarrierInval, ir.BarSync, ir.BarArrive, ir.CpAsync, ir.CpAsyncCg,
-         ir.CpAsyncCommit, ir.CpAsyncWait, ir.CpAsyncWaitAll, ir.CpAsyncArrive,
-         ir.CpAsyncArriveNoinc, ir.MBarrierTestWait, ir.TensorDescFields, ir.StoreRelease,
-         ir.FenceCta)
-# side effects that a widened block keeps on its one thread
-_ONE_THREAD = (ir.Store, ir.MBarrierArrive, ir.MBarrierInit, ir.MBarrierInval, ir.BarArrive,
-               ir.Asm, ir.CpAsync, ir.CpAsyncCg, ir.CpAsyncCommit, ir.CpAsyncWait,
-               ir.CpAsyncWaitAll, ir.CpAsyncArrive, ir.CpAsyncArriveNoinc, ir.StoreRelease)
-_COPIES = (ir.BulkLoad, ir.TensorLoad, ir.BulkStore, ir.TensorStore)
-# plain statements every target has
+# What sm_80 does with each operation is its OpDef's `sm80`; of the plain statements every
+# target has, these side effects stay on the one thread of a block widened to its warp
 _CORE = (ir.SharedDecl, ir.BarrierDecl, ir.Let, ir.Assign, ir.SetElem, ir.Store, ir.Return,
          ir.Asm)
+_CORE_ONE_THREAD = (ir.Store, ir.Asm)
+
+
+def _on_sm80(s: ir.Stmt) -> str:
+    """What sm_80 does with `s`: its operation's `sm80`, "" for any other statement."""
+    d = defined(s)
+    return "" if d is None else d.sm80
 
 
 def _c(v: int, t: T.Scalar = U32) -> ir.Const:
@@ -130,7 +124,7 @@ def _bar_name(bar: ir.Expr) -> str:
 
 
 def _contains_copy(stmts: tuple[ir.Stmt, ...]) -> bool:
-    return any(isinstance(s, _COPIES) for s in ir.walk(stmts))
+    return any(_on_sm80(s) == "copy" for s in ir.walk(stmts))
 
 
 def _multi_index(flat: ir.Expr, shape: tuple[int, ...]) -> tuple[ir.Expr, ...]:
@@ -263,11 +257,8 @@ class _Sm80:
             if isinstance(s, ir.MBarrierInit) and s.count is not None and \
                     _bar_name(s.bar) in counts:
                 s = dataclasses.replace(s, count=_c(counts[_bar_name(s.bar)]))
-            elif isinstance(s, ir.If):
-                s = dataclasses.replace(s, then=tuple(self.fix_inits(s.then, counts)),
-                                        orelse=tuple(self.fix_inits(s.orelse, counts)))
-            elif isinstance(s, (ir.For, ir.While)):
-                s = dataclasses.replace(s, body=tuple(self.fix_inits(s.body, counts)))
+            else:
+                s = ir.with_blocks(s, lambda b: tuple(self.fix_inits(b, counts)))
             out.append(s)
         return out
 
@@ -314,17 +305,18 @@ class _Sm80:
             if s.count is not None:
                 self.error("mbarrier_arrive with a count", s.loc)
             return self.guarded(s, widen)
-        if isinstance(s, _DROPPED):
+        how = _on_sm80(s)
+        if how == "drop" or isinstance(s, ir.SetMaxNReg):  # no register reallocation either
             return []
-        if isinstance(s, ir.Op) and not isinstance(s, _KEPT):
+        if isinstance(s, ir.Op) and how not in ("keep", "keep_one"):
             self.error(f"'{s.syntax or type(s).__name__}'", s.loc)
             return []
         if isinstance(s, ir.CpAsyncArriveNoinc):
             self.facts(s.bar).arrives.append(s.loc)
-        if not isinstance(s, (*_CORE, *_KEPT)):
+        if not isinstance(s, (ir.Op, *_CORE)):
             self.error(f"'{type(s).__name__}'", s.loc)
             return []
-        if isinstance(s, _ONE_THREAD):
+        if how == "keep_one" or isinstance(s, _CORE_ONE_THREAD):
             return self.guarded(s, widen)
         return [s]
 
@@ -338,7 +330,7 @@ class _Sm80:
         """How many threads run a one-thread statement here (a widened block: one a warp)."""
         try:
             act = self.model.active(path)
-        except (Unknown, KeyError, ZeroDivisionError, TypeError):
+        except (ir.Unknown, KeyError, ZeroDivisionError, TypeError):
             return None
         return len({t // 32 for t in act}) if widen is not None else len(act)
 
@@ -366,7 +358,7 @@ class _Sm80:
         try:
             outer = self.model.active(path)
             inner = self.model.active(path + [(s.cond, True)])
-        except (Unknown, KeyError, ZeroDivisionError, TypeError):
+        except (ir.Unknown, KeyError, ZeroDivisionError, TypeError):
             return None
         warps = {t // 32 for t in inner}
         if not inner or len(inner) != len(warps) or \

@@ -14,10 +14,6 @@ from .. import ir
 from .. import types as T
 
 
-class Unknown(Exception):
-    """A condition that depends on more than thread indices and constants."""
-
-
 @dataclass
 class ThreadModel:
     """Which threads of a CTA run a statement, from conditions on thread indices. `env` (the
@@ -25,7 +21,10 @@ class ThreadModel:
 
     threads: tuple[int, int, int]
     env: dict[str, ir.Expr] = field(default_factory=dict)
-    _answers: dict[tuple, frozenset[int]] = field(default_factory=dict, repr=False)
+    # keyed by the ids of the path's conditions, which each entry keeps alive: a freed
+    # condition's id may be reused by another one (a role's condition is built per question)
+    _answers: dict[tuple, tuple[frozenset[int], tuple]] = field(default_factory=dict,
+                                                                repr=False)
 
     def value(self, e: ir.Expr, tid: np.ndarray, active: np.ndarray) -> Any:
         """`e` for every thread index in `tid` at once (an array, or a scalar where `e` does
@@ -40,7 +39,7 @@ class ThreadModel:
                      "ntid.z": lambda: self.threads[2]}
             if e.name in table:
                 return table[e.name]()
-            raise Unknown
+            raise ir.Unknown
         if isinstance(e, ir.Var) and e.name in self.env:
             return self.value(self.env[e.name], tid, active)
         if isinstance(e, ir.Call) and e.fn == "elect":  # the first active thread of a warp
@@ -60,7 +59,7 @@ class ThreadModel:
                 return {"and": np.logical_and, "or": np.logical_or}.get(
                     e.op, np.logical_xor)(a, b)
             if e.op in ("div", "rem") and np.any(np.equal(b, 0)):
-                raise Unknown
+                raise ir.Unknown
             ops = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
                    "div": np.floor_divide, "rem": np.mod, "and": np.bitwise_and,
                    "or": np.bitwise_or, "xor": np.bitwise_xor, "shl": np.left_shift,
@@ -68,19 +67,19 @@ class ThreadModel:
             return ops[e.op](a, b)
         if isinstance(e, ir.Cast):
             return self.value(e.x, tid, active)
-        raise Unknown
+        raise ir.Unknown
 
     def active(self, path: list[tuple[ir.Expr, bool]]) -> frozenset[int]:
         """The threads that reach the end of a path of (condition, taken-branch) pairs."""
         key = tuple((id(cond), polarity) for cond, polarity in path)
         hit = self._answers.get(key)
         if hit is not None:
-            return hit
+            return hit[0]
         x, y, z = self.threads
         act = np.arange(x * y * z, dtype=np.int64)
         for cond, polarity in path:
             taken = np.broadcast_to(np.asarray(self.value(cond, act, act), bool), act.shape)
             act = act[taken == polarity]
         out = frozenset(act.tolist())
-        self._answers[key] = out
+        self._answers[key] = (out, tuple(cond for cond, _ in path))
         return out

@@ -20,7 +20,7 @@ import dataclasses
 from .. import ir
 from .. import types as T
 from ..errors import DiagnosticBag
-from ..opdef import const_int
+from ..opdef import const_int, effect
 
 COUNT = 256  # the warpgroup whose turn it is, and the one handing it over
 
@@ -45,19 +45,15 @@ def _rewrite(stmts: tuple[ir.Stmt, ...], me: ir.Expr, n: int, base: int) -> tupl
             nxt = _bin("rem", _bin("add", me, _c(1)), _c(n))
             out += [_bar(True, _bin("add", _c(base), me), s.loc), *s.body,
                     _bar(False, _bin("add", _c(base), nxt), s.loc)]
-        elif isinstance(s, ir.If):
-            out.append(dataclasses.replace(s, then=_rewrite(s.then, me, n, base),
-                                           orelse=_rewrite(s.orelse, me, n, base)))
-        elif isinstance(s, (ir.For, ir.While)):
-            out.append(dataclasses.replace(s, body=_rewrite(s.body, me, n, base)))
         else:
-            out.append(s)
+            out.append(ir.with_blocks(s, lambda b: _rewrite(b, me, n, base)))
     return tuple(out)
 
 
 def _free_ids(k: ir.Kernel) -> set[int]:
     """Named barrier ids 1-15 that no bar_sync / bar_arrive of the kernel names as a constant."""
-    used = {const_int(s.id) for s in ir.walk(k.body) if isinstance(s, (ir.BarSync, ir.BarArrive))}
+    used = {const_int(getattr(s, role)) for s in ir.walk(k.body)
+            if (role := effect(s).named_barrier) is not None}
     return set(range(1, 16)) - used
 
 

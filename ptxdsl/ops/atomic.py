@@ -98,6 +98,7 @@ class AtomicLoadDef(ExprDef):
 @register
 class StoreRelease(OpDef):
     node = ir.StoreRelease
+    sm80 = "keep_one"
     operands = (("ref", "gref", False), ("value", "val", False), ("scope", "scope", True))
 
     def derive(self, values: dict[str, Any], loc: Any) -> str | None:
@@ -141,6 +142,7 @@ class StoreRelease(OpDef):
 @register
 class FenceProxyAsyncGlobal(OpDef):
     node = ir.FenceProxyAsyncGlobal
+    sm80 = "drop"
 
     def emit(self, e: Any, n: ir.FenceProxyAsyncGlobal) -> None:
         e.w.instr("fence.proxy.async.global")
@@ -154,6 +156,7 @@ class FenceProxyAsyncGlobal(OpDef):
 @register
 class FenceCta(OpDef):
     node = ir.FenceCta
+    sm80 = "keep"
 
     def emit(self, e: Any, n: ir.FenceCta) -> None:
         e.w.instr("fence.acq_rel.cta")

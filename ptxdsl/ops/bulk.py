@@ -13,7 +13,7 @@ from ..interp.copies import AsyncLoad, AsyncStore
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import GEN, PLAIN, Program, Step
-from ..opdef import ErrorFn, OpDef, const_int, register
+from ..opdef import Effect, ErrorFn, OpDef, const_int, register
 
 
 def stage_barrier(values: dict[str, Any], loc: Any, syntax: str) -> str | None:
@@ -83,6 +83,9 @@ class _BulkCopy(OpDef):
 @register
 class BulkLoad(_BulkCopy):
     node = ir.BulkLoad
+    effect = Effect(complete="bar", async_write="dst", global_operand="src", size="nbytes",
+                    one_thread=True)
+    sm80 = "copy"
     operands = (("dst", "smem", False), ("src", "gref", False), ("bar", "bar", True),
                 ("nbytes", "u32", True))
 
@@ -114,6 +117,8 @@ class BulkLoad(_BulkCopy):
 @register
 class BulkStore(_BulkCopy):
     node = ir.BulkStore
+    effect = Effect(async_read="src", global_operand="dst", size="nbytes", one_thread=True)
+    sm80 = "copy"
     operands = (("dst", "gref", False), ("src", "smem", False), ("nbytes", "u32", True))
     async_reads = True
     smem_key = "src"
@@ -146,6 +151,7 @@ class BulkStore(_BulkCopy):
 @register
 class BulkCommit(OpDef):
     node = ir.BulkCommit
+    sm80 = "drop"
 
     def emit(self, e, n: ir.BulkCommit) -> None:
         e.w.instr("cp.async.bulk.commit_group")
@@ -183,6 +189,7 @@ class _BulkWait(OpDef):
 @register
 class BulkWait(_BulkWait):
     node = ir.BulkWait
+    sm80 = "drop"
 
     def emit(self, e, n: ir.BulkWait) -> None:
         e.w.instr("cp.async.bulk.wait_group", e.ev(n.n))
@@ -191,6 +198,7 @@ class BulkWait(_BulkWait):
 @register
 class BulkWaitRead(_BulkWait):
     node = ir.BulkWaitRead
+    sm80 = "drop"
     read = True
 
     def emit(self, e, n: ir.BulkWaitRead) -> None:

@@ -15,7 +15,7 @@ from ..interp.cluster import Cluster, issue_remote
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import GEN, PLAIN, Program, Step
-from ..opdef import ErrorFn, OpDef, const_int, register
+from ..opdef import Effect, ErrorFn, OpDef, const_int, register
 from .bulk import check_smem_aligned, smem_bytes, stage_barrier
 from .tensor import check_tile, tensor_operands, tmap_operand
 
@@ -53,6 +53,7 @@ def _wait(n: Any) -> Callable[[Thread], Generator]:
 @register
 class ClusterArrive(OpDef):
     node = ir.ClusterArrive
+    effect = Effect(cluster_barrier="arrive")
 
     def emit(self, e, n: ir.ClusterArrive) -> None:
         e.w.instr("barrier.cluster.arrive.release")
@@ -64,6 +65,7 @@ class ClusterArrive(OpDef):
 @register
 class ClusterArriveRelaxed(OpDef):
     node = ir.ClusterArriveRelaxed
+    effect = Effect(cluster_barrier="arrive")
 
     def emit(self, e, n: ir.ClusterArriveRelaxed) -> None:
         e.w.instr("barrier.cluster.arrive.relaxed")
@@ -75,6 +77,7 @@ class ClusterArriveRelaxed(OpDef):
 @register
 class ClusterWait(OpDef):
     node = ir.ClusterWait
+    effect = Effect(cluster_barrier="wait")
 
     def emit(self, e, n: ir.ClusterWait) -> None:
         e.w.instr("barrier.cluster.wait.acquire")
@@ -86,6 +89,7 @@ class ClusterWait(OpDef):
 @register
 class ClusterSync(OpDef):
     node = ir.ClusterSync
+    effect = Effect(cluster_barrier="sync")
 
     def emit(self, e, n: ir.ClusterSync) -> None:
         e.w.instr("barrier.cluster.arrive.release")
@@ -124,6 +128,7 @@ def _same_cta(th: Thread, dst_cta: Any, bar: Any, node: Any) -> None:
 @register
 class StAsync(OpDef):
     node = ir.StAsync
+    effect = Effect(peer=True)
     operands = (("dst", "peer", False), ("value", "val", False), ("bar", "rbar", False))
 
     def check(self, n: ir.StAsync, err: ErrorFn) -> None:
@@ -171,6 +176,7 @@ class StAsync(OpDef):
 @register
 class BulkCopyCluster(OpDef):
     node = ir.BulkCopyCluster
+    effect = Effect(peer=True)
     operands = (("dst", "peer", False), ("src", "smem", False), ("bar", "rbar", False),
                 ("nbytes", "u32", True))
     async_reads = True
@@ -267,6 +273,8 @@ def _mask_reg(e: Any, mask: ir.Expr) -> str:
 @register
 class TensorLoadMulticast(OpDef):
     node = ir.TensorLoadMulticast
+    effect = Effect(multicast=True, peer=True)
+    needs = "multicast"
     operands = (("dst", "smem", False), ("tmap", "tmap", False), ("coords", "coords", False),
                 ("mask", "u16", False), ("bar", "bar", True))
 
@@ -310,6 +318,8 @@ class TensorLoadMulticast(OpDef):
 @register
 class BulkLoadMulticast(OpDef):
     node = ir.BulkLoadMulticast
+    effect = Effect(multicast=True, peer=True)
+    needs = "multicast"
     operands = (("dst", "smem", False), ("src", "gref", False), ("mask", "u16", False),
                 ("bar", "bar", True), ("nbytes", "u32", True))
 

@@ -10,7 +10,7 @@ from ..interp.cluster import remote_arrive, remote_expect_tx
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import GEN, PLAIN, Program, Step
-from ..opdef import ErrorFn, OpDef, const_int, register
+from ..opdef import Effect, ErrorFn, OpDef, const_int, register
 from ..target import MBARRIER_MAX_COUNT
 
 
@@ -42,6 +42,8 @@ def check_parity(n: ir.MBarrierWait | ir.MBarrierTestWait, err: ErrorFn) -> None
 @register
 class MBarrierInit(OpDef):
     node = ir.MBarrierInit
+    effect = Effect(init="bar", count="count", one_thread=True)
+    sm80 = "keep_one"
     operands = (("bar", "bar", False), ("count", "u32", True))
 
     def check(self, n: ir.MBarrierInit, err: ErrorFn) -> None:
@@ -66,6 +68,7 @@ def _remote(n: ir.Expr) -> bool:
 @register
 class MBarrierArrive(OpDef):
     node = ir.MBarrierArrive
+    effect = Effect(arrive="bar", count="count", publishes=True)
     operands = (("bar", "rbar", False), ("count", "u32", True))
 
     def check(self, n: ir.MBarrierArrive, err: ErrorFn) -> None:
@@ -100,6 +103,7 @@ class MBarrierArrive(OpDef):
 @register
 class MBarrierArriveExpectTx(OpDef):
     node = ir.MBarrierArriveExpectTx
+    effect = Effect(arrive="bar", expect="bar", size="nbytes", one_thread=True, publishes=True)
     operands = (("bar", "rbar", False), ("nbytes", "u32", False))
 
     def check(self, n: ir.MBarrierArriveExpectTx, err: ErrorFn) -> None:
@@ -135,6 +139,7 @@ class MBarrierArriveExpectTx(OpDef):
 @register
 class MBarrierExpectTx(OpDef):
     node = ir.MBarrierExpectTx
+    effect = Effect(expect="bar", size="nbytes")
     operands = (("bar", "rbar", False), ("nbytes", "u32", False))
 
     def check(self, n: ir.MBarrierExpectTx, err: ErrorFn) -> None:
@@ -178,6 +183,7 @@ def emit_poll_loop(e, n: ir.MBarrierWait | ir.MBarrierTestWait, poll: str,
 @register
 class MBarrierWait(OpDef):
     node = ir.MBarrierWait
+    effect = Effect(wait="bar", parity="parity")
     operands = (("bar", "bar", False), ("parity", "u32", False))
 
     def check(self, n: ir.MBarrierWait, err: ErrorFn) -> None:
@@ -210,6 +216,8 @@ class MBarrierWait(OpDef):
 @register
 class MBarrierInval(OpDef):
     node = ir.MBarrierInval
+    effect = Effect(inval="bar")
+    sm80 = "keep_one"
     operands = (("bar", "bar", False),)
 
     def emit(self, e, n: ir.MBarrierInval) -> None:

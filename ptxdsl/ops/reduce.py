@@ -23,10 +23,10 @@ from ..interp.cta import Thread
 from ..interp.errors import fail, note
 from ..interp.program import PLAIN, Program, Step
 from ..interp.state import ThreadState
-from ..opdef import ErrorFn, OpDef, register
-from .bulk import _BulkCopy, _check_bulk
+from ..opdef import Effect, ErrorFn, OpDef, register
+from .bulk import BulkStore, _BulkCopy, _check_bulk
 from .cluster import BulkCopyCluster
-from .tensor import check_tile, tensor_operands, tmap_operand
+from .tensor import TensorStore, check_tile, tensor_operands, tmap_operand
 
 _BITWISE = {"and", "or", "xor"}
 
@@ -112,6 +112,7 @@ def _check_same_elements(syntax: str, n: Any, table: dict, err: ErrorFn) -> None
 class _BulkReduce(_BulkCopy):
     operands = (("dst", "gref", False), ("src", "smem", False), ("nbytes", "u32", True))
     async_reads = True
+    effect = BulkStore.effect  # a store: bulk group, proxy fences, buffer lifetimes
     smem_key = "src"
 
     def check(self, n: Any, err: ErrorFn) -> None:
@@ -149,6 +150,7 @@ class _BulkReduce(_BulkCopy):
 class _TensorReduce(OpDef):
     operands = (("tmap", "tmap", False), ("coords", "coords", False), ("src", "smem", False))
     async_reads = True
+    effect = TensorStore.effect
 
     def check(self, n: Any, err: ErrorFn) -> None:
         check_tile(n, n.src, err)
@@ -177,6 +179,9 @@ class _TensorReduce(OpDef):
 
 class _ClusterReduce(BulkCopyCluster):
     """Like bulk_copy_cluster, but what lands in the peer is its buffer op= the source."""
+
+    # completes on an mbarrier like a load into its destination
+    effect = Effect(complete="bar", async_write="dst", size="nbytes", one_thread=True, peer=True)
 
     def check(self, n: Any, err: ErrorFn) -> None:
         super().check(n, err)

@@ -9,19 +9,16 @@ import numpy as np
 
 from .. import ir
 from .. import types as T
+from ..codegen.abi import DESC_BASE, DESC_DIMS, DESC_STRIDES, DESC_SWIZZLE
 from ..interp import cpasync
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import PLAIN, Program, Step
-from ..opdef import ErrorFn, OpDef, const_int, definition, register
+from ..opdef import Effect, ErrorFn, OpDef, const_int, definition, register
+from ..swizzle import mask, tma_swizzle_bytes
 from .mbarrier import check_parity, emit_poll_loop
 
 CP_SIZES = (4, 8, 16)
-# tensor-descriptor layout (sm_80 stand-in for the 128-byte tensor map), little-endian:
-#   0 u64 base address; 8 u32 dims[5] (innermost first); 28 u32 swizzle mask;
-#   32 u64 strides[5] in elements (innermost first)
-DESC_BASE, DESC_DIMS, DESC_SWIZZLE, DESC_STRIDES = 0, 8, 28, 32
-SWIZZLE_MASK = {"none": 0, "32B": 1, "64B": 3, "128B": 7}
 # test_wait spins (try_wait, which suspends the thread, is sm_90): between polls a waiting
 # thread sleeps this long, leaving issue slots to the warps that do the work (0: pure spin)
 WAIT_BACKOFF_NS = 256  # measured on the H200: best for spin-heavy waits, neutral elsewhere
@@ -30,6 +27,8 @@ WAIT_BACKOFF_NS = 256  # measured on the H200: best for spin-heavy waits, neutra
 class _CpAsync(OpDef):
     operands = (("dst", "smem", False), ("src", "gref", False), ("nbytes", "const", True),
                 ("src_bytes", "u32", True))
+    effect = Effect(cp_async="copy")
+    sm80 = "keep_one"
     default: int | None = None
 
     def derive(self, values: dict[str, Any], loc: Any) -> str | None:
@@ -125,6 +124,7 @@ class CpAsyncCg(_CpAsync):
 @register
 class CpAsyncCommit(OpDef):
     node = ir.CpAsyncCommit
+    sm80 = "keep_one"
 
     def emit(self, e, n: ir.CpAsyncCommit) -> None:
         e.w.instr("cp.async.commit_group")
@@ -136,6 +136,8 @@ class CpAsyncCommit(OpDef):
 @register
 class CpAsyncWait(OpDef):
     node = ir.CpAsyncWait
+    effect = Effect(cp_async="completes")
+    sm80 = "keep_one"
     operands = (("n", "const", False),)
 
     def check(self, n: ir.CpAsyncWait, err: ErrorFn) -> None:
@@ -154,6 +156,8 @@ class CpAsyncWait(OpDef):
 @register
 class CpAsyncWaitAll(OpDef):
     node = ir.CpAsyncWaitAll
+    effect = Effect(cp_async="completes")
+    sm80 = "keep_one"
 
     def emit(self, e, n: ir.CpAsyncWaitAll) -> None:
         e.w.instr("cp.async.wait_all")
@@ -178,17 +182,23 @@ class _Arrive(OpDef):
 @register
 class CpAsyncArrive(_Arrive):
     node = ir.CpAsyncArrive
+    effect = Effect(cp_async="completes")
+    sm80 = "keep_one"
 
 
 @register
 class CpAsyncArriveNoinc(_Arrive):
     node = ir.CpAsyncArriveNoinc
+    effect = Effect(arrive="bar", cp_async="completes")
+    sm80 = "keep_one"
     noinc = True
 
 
 @register
 class MBarrierTestWait(OpDef):
     node = ir.MBarrierTestWait
+    effect = Effect(wait="bar", parity="parity")
+    sm80 = "keep"
     operands = (("bar", "bar", False), ("parity", "u32", False))
 
     def check(self, n: ir.MBarrierTestWait, err: ErrorFn) -> None:
@@ -219,6 +229,7 @@ def desc_names(prefix: str, rank: int) -> dict[str, T.Type]:
 @register
 class TensorDescFields(OpDef):
     node = ir.TensorDescFields
+    sm80 = "keep"
     operands = (("tmap", "tmap", False),)
 
     def emit(self, e, n: ir.TensorDescFields) -> None:
@@ -259,6 +270,6 @@ class TensorDescFields(OpDef):
             for i in range(rank):
                 th.regs[slots[f"{n.prefix}.dim{i}"]] = a.shape[rank - 1 - i]
                 th.regs[slots[f"{n.prefix}.stride{i}"]] = a.strides[rank - 1 - i] // a.itemsize
-            th.regs[slots[f"{n.prefix}.swizzle"]] = SWIZZLE_MASK[model.swizzle]
+            th.regs[slots[f"{n.prefix}.swizzle"]] = mask(tma_swizzle_bytes(model.swizzle))
 
         return PLAIN, False, load

@@ -10,12 +10,13 @@ from .. import ir
 from ..interp.cta import Thread
 from ..interp.errors import fail
 from ..interp.program import GEN, PLAIN, Program, Step
-from ..opdef import ErrorFn, OpDef, const_int, register
+from ..opdef import Effect, ErrorFn, OpDef, const_int, register
 
 
 @register
 class FenceProxyAsync(OpDef):
     node = ir.FenceProxyAsync
+    sm80 = "drop"
 
     def emit(self, e, n: ir.FenceProxyAsync) -> None:
         e.w.instr("fence.proxy.async.shared::cta")
@@ -32,6 +33,7 @@ class FenceProxyAsync(OpDef):
 @register
 class FenceMBarrierInit(OpDef):
     node = ir.FenceMBarrierInit
+    sm80 = "drop"
 
     def emit(self, e, n: ir.FenceMBarrierInit) -> None:
         e.w.instr("fence.mbarrier_init.release.cluster")
@@ -75,6 +77,8 @@ def _named(th: Thread, bid: int, node: Any) -> Any:
 @register
 class BarSync(OpDef):
     node = ir.BarSync
+    effect = Effect(named_barrier="id", publishes=True)
+    sm80 = "keep"
     operands = (("id", "u32", False), ("nthreads", "u32", True))
 
     def check(self, n: ir.BarSync, err: ErrorFn) -> None:
@@ -104,6 +108,8 @@ class BarSync(OpDef):
 @register
 class BarArrive(OpDef):
     node = ir.BarArrive
+    effect = Effect(named_barrier="id", publishes=True)
+    sm80 = "keep_one"
     operands = (("id", "u32", False), ("nthreads", "u32", False))
 
     def check(self, n: ir.BarArrive, err: ErrorFn) -> None:
@@ -124,6 +130,7 @@ class BarArrive(OpDef):
 @register
 class GridDepWait(OpDef):
     node = ir.GridDepWait
+    sm80 = "drop"
 
     def emit(self, e, n: ir.GridDepWait) -> None:
         e.w.instr("griddepcontrol.wait")
@@ -136,6 +143,7 @@ class GridDepWait(OpDef):
 @register
 class GridDepLaunch(OpDef):
     node = ir.GridDepLaunch
+    sm80 = "drop"
 
     def emit(self, e, n: ir.GridDepLaunch) -> None:
         e.w.instr("griddepcontrol.launch_dependents")

@@ -12,7 +12,7 @@ from ..interp.errors import fail
 from ..interp.program import PLAIN, Program, Step
 from ..interp.scalar import wrapper
 from ..interp.tensormap import TensorMapModel
-from ..opdef import ErrorFn, OpDef, register
+from ..opdef import Effect, ErrorFn, OpDef, register
 from ..swizzle import swizzle_align, tma_name, tma_swizzle_bytes
 from .bulk import check_smem_aligned, stage_barrier
 
@@ -84,6 +84,8 @@ def tensor_operands(c: Program, tmap: ir.Expr, coords: tuple[ir.Expr, ...], smem
 @register
 class TensorLoad(OpDef):
     node = ir.TensorLoad
+    effect = Effect(complete="bar", async_write="dst", tma=True, one_thread=True)
+    sm80 = "copy"
     operands = (("dst", "smem", False), ("tmap", "tmap", False), ("coords", "coords", False),
                 ("bar", "bar", True))
 
@@ -118,6 +120,8 @@ class TensorLoad(OpDef):
 @register
 class TensorStore(OpDef):
     node = ir.TensorStore
+    effect = Effect(async_read="src", tma=True, one_thread=True)
+    sm80 = "copy"
     operands = (("tmap", "tmap", False), ("coords", "coords", False), ("src", "smem", False))
     async_reads = True
 
@@ -147,6 +151,7 @@ class TensorStore(OpDef):
 @register
 class TensorMapPrefetch(OpDef):
     node = ir.TensorMapPrefetch
+    sm80 = "drop"
     operands = (("tmap", "tmap", False),)
 
     def emit(self, e, n: ir.TensorMapPrefetch) -> None:
@@ -159,6 +164,7 @@ class TensorMapPrefetch(OpDef):
 @register
 class TensorPrefetch(OpDef):
     node = ir.TensorPrefetch
+    sm80 = "drop"
     operands = (("tmap", "tmap", False), ("coords", "coords", False))
 
     def check(self, n: ir.TensorPrefetch, err: ErrorFn) -> None:

@@ -19,7 +19,7 @@ from ..interp.cta import Thread
 from ..interp.errors import fail, note
 from ..interp.program import GEN, PLAIN, Program, Step
 from ..interp.sync import collective
-from ..opdef import ErrorFn, OpDef, const_int, register
+from ..opdef import Effect, ErrorFn, OpDef, const_int, register
 from ..swizzle import desc_hi, lbo_field
 
 _INPUTS = {"bf16": "bf16", "f16": "f16", "f32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2"}
@@ -40,6 +40,8 @@ def k_of(elem: T.Scalar) -> int:
 @register
 class Wgmma(OpDef):
     node = ir.Wgmma
+    effect = Effect(wgmma=True)
+    needs = "wgmma"
     operands = (("d", "regs", False), ("a", "mma_a", False), ("b", "smem", False),
                 ("accumulate", "pred", True), ("neg_a", "const", True), ("neg_b", "const", True))
 
@@ -224,6 +226,8 @@ def descriptor(e: Any, place: ir.Expr) -> str:
 @register
 class WgmmaFence(OpDef):
     node = ir.WgmmaFence
+    effect = Effect(wgmma=True)
+    needs = "wgmma"
 
     def emit(self, e, n: ir.WgmmaFence) -> None:
         e.w.instr("wgmma.fence.sync.aligned")
@@ -235,6 +239,8 @@ class WgmmaFence(OpDef):
 @register
 class WgmmaCommit(OpDef):
     node = ir.WgmmaCommit
+    effect = Effect(wgmma=True)
+    needs = "wgmma"
 
     def emit(self, e, n: ir.WgmmaCommit) -> None:
         e.w.instr("wgmma.commit_group.sync.aligned")
@@ -246,6 +252,8 @@ class WgmmaCommit(OpDef):
 @register
 class WgmmaWait(OpDef):
     node = ir.WgmmaWait
+    effect = Effect(wgmma=True)
+    needs = "wgmma"
     operands = (("n", "const", False),)
 
     def check(self, n: ir.WgmmaWait, err: ErrorFn) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import fp8
 from .. import types as T
+from ..codegen import abi
 from ..errors import Diagnostic, LaunchError
 from ..kernelinfo import KernelInfo, ParamInfo
 from ..swizzle import swizzle_align, tma_name, tma_swizzle_bytes
@@ -26,13 +27,6 @@ from .interop import CUPY_TYPES, TORCH_TYPES, DevicePointer, array_family, descr
 from .memory import DeviceArray
 from .tensormap import TensorMap
 
-# struct codes of the bit pattern each scalar type is passed as; f16 and bf16 are converted to
-# their 16-bit patterns first so that range errors can be reported per argument.
-_CODE = {
-    "u8": "B", "s8": "b", "u16": "H", "s16": "h", "b16": "H", "f16": "H", "bf16": "H",
-    "u32": "I", "s32": "i", "b32": "I", "f32": "f", "u64": "Q", "s64": "q", "b64": "Q",
-    "f64": "d", "pred": "B", "e4m3": "B", "e5m2": "B",
-}  # fmt: skip
 _F32_MAX = 3.4028234663852886e38
 
 Converter = Callable[[Any], Any]
@@ -252,17 +246,17 @@ def _converter(p: ParamInfo, trusted: _Trusted, tma: bool) -> tuple[str, int, Co
     """struct code, alignment and converter of one parameter (`tma`: whether the kernel's
     target reads tensor maps, or tensor descriptors in their place)."""
     if p.kind == "ptr":
-        return "Q", 8, _ptr_converter(p, trusted)
+        return abi.POINTER_CODE, abi.param_align(p.kind, p.dtype), _ptr_converter(p, trusted)
     if p.kind == "tmap":
         if not tma:  # cp.async reads a tensor descriptor where TMA reads a map
             from .tensordesc import desc_converter
 
-            return "128s", 64, desc_converter(p)
-        return "128s", 64, _tmap_converter(p)
+            return abi.TMAP_CODE, abi.TMAP_ALIGN, desc_converter(p)
+        return abi.TMAP_CODE, abi.TMAP_ALIGN, _tmap_converter(p)
     if p.kind != "scalar":
         raise LaunchError(f"parameter '{p.name}' has unknown kind {p.kind!r}")
     conv = _float_converter(p) if p.dtype.is_float else _int_converter(p)
-    return _CODE[p.dtype.name], p.dtype.nbytes, conv
+    return abi.STRUCT_CODE[p.dtype.name], abi.param_align(p.kind, p.dtype), conv
 
 
 class ArgPacker:
@@ -302,8 +296,8 @@ class ArgPacker:
             self._convs = tuple(convs)
         self._layout = (fmt, offsets, size)
         pack_into = struct.Struct("".join(fmt)).pack_into
-        store = np.zeros(size + 64, np.uint8)
-        start = -store.ctypes.data % 64
+        store = np.zeros(size + abi.PARAM_BUFFER_ALIGN, np.uint8)
+        start = -store.ctypes.data % abi.PARAM_BUFFER_ALIGN
         aligned = store[start : start + max(size, 1)]
         base = aligned.ctypes.data
         self._buffer = aligned.data

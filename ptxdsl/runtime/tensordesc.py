@@ -13,9 +13,10 @@ import struct
 from typing import Any
 
 from .. import types as T
+from ..codegen.abi import DESC_BASE, DESC_DIMS, DESC_STRIDES, DESC_SWIZZLE, TMAP_BYTES
 from ..errors import LaunchError
 from ..kernelinfo import ParamInfo
-from ..ops.sm80 import DESC_BASE, DESC_DIMS, DESC_STRIDES, DESC_SWIZZLE, SWIZZLE_MASK
+from ..swizzle import mask, tma_swizzle_bytes
 from .dtypes import compatible
 from .interop import describe
 from .tensormap import TensorMap
@@ -26,7 +27,7 @@ MAX_RANK = 5
 def pack_desc(address: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int,
               swizzle: str = "none") -> bytes:
     """The 128 descriptor bytes; `shape` and byte `strides` in numpy order (outermost first)."""
-    buf = bytearray(128)
+    buf = bytearray(TMAP_BYTES)
     rank = len(shape)
     struct.pack_into("<Q", buf, DESC_BASE, address)
     for i in range(rank):
@@ -35,7 +36,7 @@ def pack_desc(address: int, shape: tuple[int, ...], strides: tuple[int, ...], it
             raise LaunchError(f"stride {stride} bytes is not a whole number of elements")
         struct.pack_into("<I", buf, DESC_DIMS + 4 * i, dim)
         struct.pack_into("<Q", buf, DESC_STRIDES + 8 * i, stride // itemsize)
-    struct.pack_into("<I", buf, DESC_SWIZZLE, SWIZZLE_MASK[swizzle])
+    struct.pack_into("<I", buf, DESC_SWIZZLE, mask(tma_swizzle_bytes(swizzle)))
     return bytes(buf)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import types as T
+from ..codegen.abi import TMAP_ALIGN, TMAP_BYTES
 from ..errors import Diagnostic, LaunchError
 from .driver import check, driver, ensure_current
 from .dtypes import scalar_of
@@ -146,9 +147,9 @@ class TensorMap:
         """The 128 bytes in a 64-byte-aligned array, as the driver wants a map in host memory
         (kernel launches copy `raw` into their own aligned parameter storage instead)."""
         if self._buffer is None:
-            store = np.zeros(128 + 64, np.uint8)
-            start = -store.ctypes.data % 64
-            self._buffer = store[start : start + 128]
+            store = np.zeros(TMAP_BYTES + TMAP_ALIGN, np.uint8)
+            start = -store.ctypes.data % TMAP_ALIGN
+            self._buffer = store[start : start + TMAP_BYTES]
             self._buffer[:] = np.frombuffer(self.raw, np.uint8)
         return self._buffer
 
@@ -345,4 +346,4 @@ def _driver_encode(spec: TensorMapSpec) -> bytes:
             ),
             "cuTensorMapEncodeIm2col",
         )
-    return bytes((ctypes.c_char * 128).from_address(tmap.getPtr()))
+    return bytes((ctypes.c_char * TMAP_BYTES).from_address(tmap.getPtr()))

@@ -12,8 +12,7 @@ from .. import ir
 from ..errors import Note, Span
 from .effects import bar, effect, issuers, op_name, smem, val
 from .facts import Facts, Report, text
-from .remote import MULTICAST
-from .threads import BarRef, Visit, child_blocks, walk
+from .threads import BarRef, Visit
 from .values import Evaluator
 
 _FOLD = Evaluator((1, 1, 1))
@@ -75,7 +74,7 @@ def _copy_bytes(s: ir.Op) -> int | None:
 
 def check_expect_tx(facts: Facts, out: Report) -> None:
     """`mbarrier_arrive_expect_tx(b, N); copy(..., b)...` in one block: N = bytes copied."""
-    blocks = [facts.kernel.body] + [b for s in walk(facts.kernel.body) for b in child_blocks(s)]
+    blocks = [facts.kernel.body] + [b for s in ir.walk(facts.kernel.body) for b in ir.blocks(s)]
     for block in blocks:
         _expect_tx_block(block, out)
 
@@ -109,7 +108,7 @@ def _expect_tx_block(block: tuple[ir.Stmt, ...], out: Report) -> None:
 
     multicast = False  # peers deliver to this CTA's barriers too: the block can't tell totals
     for s in block:
-        if isinstance(s, MULTICAST):
+        if effect(s).multicast:
             multicast = True
             for armed_seg in armed.values():
                 armed_seg.partial = True
@@ -139,7 +138,7 @@ def _expect_tx_block(block: tuple[ir.Stmt, ...], out: Report) -> None:
             for k in [k for k in early if _free_names(k) & names]:
                 del early[k]
         else:
-            for inner in (x for b in child_blocks(s) for x in walk(b)):
+            for inner in (x for b in ir.blocks(s) for x in ir.walk(b)):
                 ie = effect(inner)
                 ikey = getattr(inner, ie.expect or ie.complete or "", None)
                 if ikey is not None:
@@ -462,7 +461,7 @@ class _Init:
 
 def is_cta_sync(v: Visit, n: int) -> bool:
     s = v.stmt
-    if isinstance(s, (ir.ClusterSync, ir.ClusterWait)):  # every thread of the cluster
+    if effect(s).cluster_wait:  # every thread of the cluster
         return True
     if not isinstance(s, ir.BarSync):
         return False

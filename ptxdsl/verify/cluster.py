@@ -13,16 +13,11 @@ from math import prod
 
 from .. import ir
 from ..errors import Note
-from .effects import issuers
+from .effects import effect, issuers
 from .facts import Facts, Report
 from .multicast import check_multicast_coverage
-from .ranks import RankEval, guarded, holds
-from .remote import MULTICAST as _MULTICAST
+from .ranks import RankEval, holds
 from .remote import peer_facts, peers_of, remote_barriers, remote_uses, root, touches_peers
-
-_ARRIVES = (ir.MBarrierArrive, ir.MBarrierArriveExpectTx)
-_CLUSTER_BARRIERS = (ir.ClusterSync, ir.ClusterWait)
-
 
 # ----------------------------------------------------------------------------- ranks, masks
 
@@ -33,9 +28,9 @@ def check_ranks_and_masks(facts: Facts, out: Report) -> None:
     k = facts.kernel
     n = prod(k.cluster or (1, 1, 1))
     ev = RankEval(k)
-    for s, path in guarded(k.body):
+    for s, path, _ in ir.sites(k.body):
         peers = peers_of(s)
-        if not peers and not isinstance(s, _MULTICAST):
+        if not peers and not effect(s).multicast:
             continue
         ranks = [r for r in range(n)
                  if all(holds(ev, c, r) is not (not want) for c, want in path)]
@@ -45,13 +40,13 @@ def check_ranks_and_masks(facts: Facts, out: Report) -> None:
                     out.error(f"peer rank {v} (in the CTA of cluster rank {r}) is outside the "
                               f"cluster of {n} CTA(s)", p.rank.loc or p.loc or s.loc)
                     break
-        if isinstance(s, _MULTICAST):
-            for r, v in ev.over_cluster(s.mask, ranks):
+        if effect(s).multicast:
+            for r, v in ev.over_cluster(s.mask, ranks):  # type: ignore[attr-defined]
                 if v == 0 or v >> n:
                     out.error(f"multicast mask {v:#06x} (in the CTA of cluster rank {r}) names "
                               f"CTAs outside the cluster of {n} (ranks 0..{n - 1})"
                               if v else "multicast mask 0 delivers to no CTA",
-                              s.mask.loc or s.loc)
+                              s.mask.loc or s.loc)  # type: ignore[attr-defined]
                     break
 
 
@@ -66,17 +61,18 @@ def check_remote_arrivals(facts: Facts, out: Report) -> None:
     local: dict[str, int] = {}
     remote: dict[str, list[tuple[ir.Stmt, int]]] = {}
     for v in facts.trace.visits:
-        s = v.stmt
-        if not isinstance(s, _ARRIVES) or not v.counted or not v.certain:
+        s, e = v.stmt, effect(v.stmt)
+        if e.arrive is None or not v.counted or not v.certain:
             continue
-        name = root(s.bar)
+        where = getattr(s, e.arrive)
+        name = root(where)
         if name not in decls or "." in name:  # pipeline barriers: counts derived by lowering
             continue
-        cnt = getattr(s, "count", None)
+        cnt = getattr(s, e.count) if e.count else None
         per = 1 if cnt is None else (cnt.value if isinstance(cnt, ir.Const) else None)
         if per is None:
             return
-        if isinstance(s.bar, ir.Peer):
+        if isinstance(where, ir.Peer):
             remote.setdefault(name, []).append((s, issuers(v) * int(per)))
         else:
             local[name] = local.get(name, 0) + issuers(v) * int(per)
@@ -109,7 +105,7 @@ def check_cluster_init(facts: Facts, out: Report) -> set[int]:
         fence = next((i for i in range(init, len(stmts))
                       if isinstance(stmts[i], ir.FenceMBarrierInit)), None)
         sync = next((i for i in range(fence, len(stmts))
-                     if isinstance(stmts[i], _CLUSTER_BARRIERS)), None) if fence else None
+                     if effect(stmts[i]).cluster_wait), None) if fence else None
         first = uses[0]
         if fence is None or fence > first:
             why = "no fence_mbarrier_init() publishes its initialisation at cluster scope"
@@ -174,8 +170,8 @@ class _Started:
 
     def remote(self, s: ir.Stmt) -> bool:
         """Whether a statement may reach the shared memory or mbarriers of another CTA."""
-        if isinstance(s, _MULTICAST):
-            own = [(r, v) for r, v in self.ev.over_cluster(s.mask, list(range(self.n)))]
+        if effect(s).multicast:
+            own = [(r, v) for r, v in self.ev.over_cluster(s.mask, list(range(self.n)))]  # type: ignore[attr-defined]
             return not own or any(v != 1 << r for r, v in own)
         for p in peers_of(s):
             ranks = self.ev.over_cluster(p.rank, list(range(self.n)))
@@ -200,14 +196,14 @@ def check_peers_started(facts: Facts, out: Report, reported: set[int]) -> None:
     walk = _Started(k)
     # Unlowered, a cluster pipeline's derived init sync is not in the body yet; it comes first.
     derived = any(isinstance(s, ir.PipelineDecl) for s in k.body) and \
-        any(isinstance(s, _MULTICAST) for s in ir.walk(k.body))
+        any(effect(s).multicast for s in ir.walk(k.body))
     walk.block(k.body, _SYNCED if derived else _NONE)
     if walk.first is None or id(walk.first[0]) in reported:
         return
     s, state = walk.first
     stmts = facts.statements
     at = next(i for i, x in enumerate(stmts) if x is s)  # equal statements may repeat
-    later = next((x for x in stmts[at:] if isinstance(x, _CLUSTER_BARRIERS)), None)
+    later = next((x for x in stmts[at:] if effect(x).cluster_wait), None)
     if state == _ARRIVED:
         why = "this thread has arrived on the cluster barrier but not waited (cluster_wait())"
     elif state == _LOOPED:
@@ -215,8 +211,7 @@ def check_peers_started(facts: Facts, out: Report, reported: set[int]) -> None:
     else:
         why = "no cluster barrier (cluster_sync(), or cluster_arrive() then cluster_wait()) " \
             "precedes it on every path"
-    earlier = [x for x in stmts[:at] if isinstance(x, (*_CLUSTER_BARRIERS, ir.ClusterArrive,
-                                                       ir.ClusterArriveRelaxed))]
+    earlier = [x for x in stmts[:at] if effect(x).cluster_barrier]
     if earlier and state == _LOOPED:
         note = Note("this cluster barrier is in that loop", earlier[-1].loc)
     elif earlier and state == _NONE:
@@ -248,7 +243,7 @@ def check_cluster_exit(facts: Facts, out: Report) -> None:
             last = i
     if last is None:
         return
-    if any(isinstance(s, _CLUSTER_BARRIERS) for s in body[last + 1 :]):
+    if any(effect(s).cluster_wait for s in body[last + 1 :]):
         return
     site = next(x for x in reversed(list(ir.walk((body[last],)))) if touches_peers(x))
     out.error("a CTA can exit while a peer may still access its shared memory or mbarriers: "
@@ -260,8 +255,7 @@ def check_cluster_exit(facts: Facts, out: Report) -> None:
 
 def check_clusters(facts: Facts, out: Report) -> None:
     if not peer_facts(facts.kernel).touched and not any(
-            isinstance(s, (*_CLUSTER_BARRIERS, ir.ClusterArrive))
-            for s in ir.walk(facts.kernel.body)):
+            effect(s).cluster_barrier for s in ir.walk(facts.kernel.body)):
         return
     check_ranks_and_masks(facts, out)
     check_remote_arrivals(facts, out)

@@ -93,8 +93,7 @@ class _Scan:
                 if sel.any():
                     w.state = np.where(sel, FENCED, w.state).astype(np.int8)
                     w.fence = v
-        if isinstance(s, (ir.BarSync, ir.BarArrive, ir.RoleSync, ir.MBarrierArrive,
-                          ir.MBarrierArriveExpectTx)):
+        if e.publishes:
             for w in self.writes:
                 w.state = np.where(v.may & (w.state == FENCED), PUBLISHED, w.state).astype(np.int8)
         if (src := smem(v, e.async_read)) is not None:
@@ -124,10 +123,7 @@ class _Scan:
         """A release (a semaphore increment, a flag store): the thread's bulk stores and
         reductions into global memory must be complete, or whoever acquires the value may
         read the memory before they land."""
-        for st in self.stores:
-            if not isinstance(st.visit.stmt, (ir.BulkStore, ir.TensorStore, ir.BulkReduce,
-                                              ir.TensorReduce)):
-                continue
+        for st in self.stores:  # every one reads shared memory into global (its async_read)
             pending = v.may & (st.group >= -1) & ~st.written  # type: ignore[operator]
             if not pending.any():
                 continue

@@ -22,7 +22,7 @@ from .. import types as T
 from ..errors import Note
 from .effects import bar, effect, issuers, op_name, val
 from .facts import Facts, Report, text
-from .threads import Visit, walk
+from .threads import Visit
 from .unroll import free_names
 from .values import Evaluator, Val, const
 
@@ -58,7 +58,7 @@ class _Bounds:
     def __init__(self, k: ir.Kernel, samples: list[Sample]):
         self.defs: dict[str, ir.Expr | None] = {}
         assigned: set[str] = set()
-        for s in walk(k.body):
+        for s in ir.walk(k.body):
             if isinstance(s, ir.Let):
                 self.defs[s.name] = None if s.name in self.defs else s.value
             elif isinstance(s, (ir.Assign, ir.SetElem)):

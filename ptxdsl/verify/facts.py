@@ -9,7 +9,7 @@ from ..codegen.layout import Layout, layout_kernel
 from ..errors import Diagnostic, DiagnosticBag, Note, Span
 from ..printer import expr_text
 from ..target import Target
-from .threads import Trace, interpret, walk
+from .threads import Trace, interpret
 from .unroll import Unroller
 
 
@@ -18,7 +18,7 @@ class Facts:
         self.kernel = k
         self.target = target
         self.n = k.nthreads
-        asm = " ".join(s.template for s in walk(k.body) if isinstance(s, ir.Asm))
+        asm = " ".join(s.template for s in ir.walk(k.body) if isinstance(s, ir.Asm))
         # Raw PTX may arrive on barriers or commit bulk groups behind the checks' back.
         self.asm_barriers = "mbarrier" in asm
         self.asm_bulk = "cp.async.bulk" in asm
@@ -30,7 +30,7 @@ class Facts:
     @functools.cached_property
     def statements(self) -> list[ir.Stmt]:
         """Every statement of the body, nested ones included, in source order."""
-        return list(walk(self.kernel.body))
+        return list(ir.walk(self.kernel.body))
 
     @functools.cached_property
     def trace(self) -> Trace:

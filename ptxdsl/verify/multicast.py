@@ -21,11 +21,10 @@ from math import prod
 from .. import ir
 from .. import types as T
 from ..errors import Note
+from .effects import effect
 from .facts import Facts, Report, text
-from .ranks import RankEval, Unknown, holds
-from .remote import MULTICAST, root
-
-_EXPECTS = (ir.MBarrierArriveExpectTx, ir.MBarrierExpectTx)
+from .ranks import RankEval, holds
+from .remote import root
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ def _place(e: ir.Expr, decl: ir.SharedDecl, ev: RankEval, rank: int) -> _Place |
     for idx, stride in zip(indices, strides, strict=False):
         try:
             v = ev.value(idx, rank)
-        except (Unknown, ZeroDivisionError):
+        except (ir.Unknown, ZeroDivisionError):
             key.append(idx)
             continue
         key.append(None)
@@ -82,19 +81,6 @@ def _place(e: ir.Expr, decl: ir.SharedDecl, ev: RankEval, rank: int) -> _Place |
     nbytes = decl.elem.nbytes * prod(e.type.shape)
     name = decl.name
     return _Place(name, tuple(key), lo, nbytes, f"{name}[{', '.join(shown)}]" if shown else name)
-
-
-def _statements(stmts: tuple[ir.Stmt, ...], path: tuple = (), loop: ir.Stmt | None = None):
-    """Every statement with the conditions around it and its innermost loop."""
-    for s in stmts:
-        yield s, path, loop
-        if isinstance(s, ir.If):
-            yield from _statements(s.then, (*path, (s.cond, True)), loop)
-            yield from _statements(s.orelse, (*path, (s.cond, False)), loop)
-        elif isinstance(s, (ir.For, ir.While)):
-            yield from _statements(s.body, path, s)
-        elif isinstance(s, ir.Role):
-            yield from _statements(s.body, path, loop)
 
 
 def _reads(x: object, name: str, out: list[ir.Expr], skip: object) -> None:
@@ -116,7 +102,7 @@ def _reads(x: object, name: str, out: list[ir.Expr], skip: object) -> None:
 
 
 def check_multicast_coverage(facts: Facts, out: Report) -> None:
-    if not any(isinstance(s, MULTICAST) for s in ir.walk(facts.kernel.body)):
+    if not any(effect(s).multicast for s in ir.walk(facts.kernel.body)):
         return
     _check(facts, out)
 
@@ -126,7 +112,7 @@ def _check(facts: Facts, out: Report) -> None:
     n = prod(k.cluster or (1, 1, 1))
     ev = RankEval(k)
     decls = {s.name: s for s in k.body if isinstance(s, ir.SharedDecl)}
-    stmts = list(_statements(k.body))
+    stmts = list(ir.sites(k.body))
 
     def ranks(path: tuple) -> list[int]:
         return [r for r in range(n) if all(holds(ev, c, r) is not (not want) for c, want in path)]
@@ -134,19 +120,19 @@ def _check(facts: Facts, out: Report) -> None:
     # (target rank, copy): every multicast, in every CTA that runs it, into every CTA it names
     into: dict[int, list[_Copy]] = {t: [] for t in range(n)}
     for s, path, loop in stmts:
-        if not isinstance(s, MULTICAST):
+        if not effect(s).multicast:
             continue
-        decl = decls.get(root(s.dst) or "")
+        decl = decls.get(root(s.dst) or "")  # type: ignore[attr-defined]
         if decl is None:
             return
         for r in ranks(path):
-            mask = ev.over_cluster(s.mask, [r])
-            place = _place(s.dst, decl, ev, r)
+            mask = ev.over_cluster(s.mask, [r])  # type: ignore[attr-defined]
+            place = _place(s.dst, decl, ev, r)  # type: ignore[attr-defined]
             if not mask or place is None:
                 return  # decided only when every copy is known in every CTA
             for t in range(n):
                 if mask[0][1] >> t & 1:
-                    into[t].append(_Copy(s, r, place, root(s.bar) or "", loop))
+                    into[t].append(_Copy(s, r, place, root(s.bar) or "", loop))  # type: ignore[attr-defined]
     if _check_bytes(facts, out, stmts, ranks, into, n):
         return
     for buf in sorted({c.place.buf for cs in into.values() for c in cs}):
@@ -166,7 +152,7 @@ def _check_buffer(out: Report, buf: str, decl: ir.SharedDecl, stmts, ranks, ev, 
     reads: dict[int, list[tuple[int, int, ir.Stmt]]] = {t: [] for t in range(n)}
     for s, path, _ in stmts:
         places: list[ir.Expr] = []
-        _reads(s, buf, places, getattr(s, "dst", None) if isinstance(s, MULTICAST) else None)
+        _reads(s, buf, places, getattr(s, "dst", None) if effect(s).multicast else None)
         if isinstance(s, ir.Store) and root(s.ref) == buf:
             places = [p for p in places if p is not s.ref]
         for p in places:
@@ -234,13 +220,12 @@ def _check_bytes(facts: Facts, out: Report, stmts, ranks, into, n) -> bool:
     (constant expect_tx counts, in the loop of the copies); True if a problem is reported."""
     threads: dict[int, int] = {}
     for v in facts.trace.visits:
-        if isinstance(v.stmt, _EXPECTS) and v.counted:
+        if effect(v.stmt).expect and v.counted:
             threads[id(v.stmt)] = int(v.may.sum())
     for bar in sorted({c.bar for cs in into.values() for c in cs}):
         loops = {c.loop for cs in into.values() for c in cs if c.bar == bar}
         expects = [(s, path, loop) for s, path, loop in stmts
-                   if isinstance(s, (*_EXPECTS, ir.TensorLoad, ir.BulkLoad))
-                   and root(s.bar) == bar]
+                   if (effect(s).expect or effect(s).loads_global) and root(s.bar) == bar]
         if len(loops) != 1 or any(isinstance(s.bar, ir.Peer) for s, _, _ in expects) or \
                 any(loop not in loops for _, _, loop in expects):
             continue
@@ -250,7 +235,7 @@ def _check_bytes(facts: Facts, out: Report, stmts, ranks, into, n) -> bool:
             for s, path, _ in expects:
                 if t not in ranks(path):
                     continue
-                if isinstance(s, (ir.TensorLoad, ir.BulkLoad)):
+                if effect(s).loads_global:
                     nb = getattr(s, "nbytes", None)  # a tensor copy moves its whole view
                     if not isinstance(s.dst.type, T.SharedRef) or \
                             nb is not None and not isinstance(nb, ir.Const):

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import Note
+from .effects import effect
 from .facts import Facts, Report
 from .threads import Visit
 
@@ -45,9 +46,10 @@ def check_named_counts(facts: Facts, out: Report) -> None:
     counts: dict[int, dict[int, Visit]] = {}
     arrived: set[int] = set()  # ids that some bar_arrive uses: a hand-off between threads
     for v in facts.trace.visits:
-        if not isinstance(v.stmt, (ir.BarSync, ir.BarArrive)):
+        role = effect(v.stmt).named_barrier
+        if role is None:
             continue
-        ids = _per_thread(v, "id", n)
+        ids = _per_thread(v, role, n)
         cnt = getattr(v.args.get("nthreads"), "known", None)
         if ids is None or not isinstance(cnt, int):
             continue  # an unknown id or count, or bar_sync(id): every thread of the CTA
@@ -76,7 +78,7 @@ def check_named_counts(facts: Facts, out: Report) -> None:
         arrives = who - syncs
         parts = [f"{_warps(syncs)} wait on it"] if syncs else []
         parts += [f"{_warps(arrives)} arrive on it"] if arrives else []
-        effect = "completes its generations early, ordering nothing" if count < len(who) \
+        outcome = "completes its generations early, ordering nothing" if count < len(who) \
             else "never completes"
         out.error(f"named barrier {bid} counts {count} threads, but {len(who)} threads use it "
-                  f"({' and '.join(parts)}): it {effect}; give {len(who)}", v.stmt.loc)
+                  f"({' and '.join(parts)}): it {outcome}; give {len(who)}", v.stmt.loc)

@@ -25,7 +25,7 @@ from .barriers import is_cta_sync
 from .effects import bar, effect, op_name, smem
 from .facts import Facts, Report, text
 from .remote import root
-from .threads import Visit, _assigned, child_blocks, walk
+from .threads import Visit, _assigned
 from .unroll import free_names
 
 
@@ -136,7 +136,7 @@ class _Walk:
     def waits_in(self, body: tuple[ir.Stmt, ...]) -> set[str]:
         key = id(body)
         if key not in self._waits_in:
-            self._waits_in[key] = {_name(s.bar) for s in walk(body)  # type: ignore[attr-defined]
+            self._waits_in[key] = {_name(s.bar) for s in ir.walk(body)  # type: ignore[attr-defined]
                                    if isinstance(s, ir.MBarrierWait)}
         return self._waits_in[key]
 
@@ -182,7 +182,7 @@ class _Walk:
             return _State(st.waited, st.released | inner.released,
                           st.maybe | inner.maybe | inner.waited)
         else:
-            for body in child_blocks(s):
+            for body in ir.blocks(s):
                 st = self.block(body, st)
         return st
 
@@ -205,7 +205,7 @@ class _Walk:
         if (ring.full, idx) in st.waited or any(k[0] == ring.full for k in st.waited):
             return
         loop = next(lp for lp, fulls in reversed(self.loops) if ring.full in fulls)
-        wait = next(x for x in walk((loop,)) if isinstance(x, ir.MBarrierWait)
+        wait = next(x for x in ir.walk((loop,)) if isinstance(x, ir.MBarrierWait)
                     and _name(x.bar) == ring.full)
         self.out.error(f"'{_shown(whole)}' is read before this iteration waits on "
                        f"'{ring.full}' for its stage: the copy into '{name}' may still be "

@@ -8,11 +8,6 @@ from collections.abc import Callable
 
 from .. import ir
 
-
-class Unknown(Exception):
-    pass
-
-
 _OPS: dict[str, Callable[[int, int], int]] = {
         "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
         "div": lambda a, b: a // b, "rem": lambda a, b: a % b, "and": lambda a, b: a & b,
@@ -46,25 +41,14 @@ class RankEval:
             return self.value(e.x, rank) & ((1 << (e.type.nbytes * 8)) - 1)  # type: ignore[attr-defined]
         elif isinstance(e, ir.Binary) and e.op in _OPS:
             return _OPS[e.op](self.value(e.a, rank), self.value(e.b, rank))
-        raise Unknown
+        raise ir.Unknown
 
     def over_cluster(self, e: ir.Expr, ranks: list[int]) -> list[tuple[int, int]]:
         """(rank, value) for each of `ranks`; none if the value depends on more."""
         try:
             return [(r, self.value(e, r)) for r in ranks]
-        except (Unknown, ZeroDivisionError):
+        except (ir.Unknown, ZeroDivisionError):
             return []
-
-
-def guarded(stmts: tuple[ir.Stmt, ...], path: tuple = ()):
-    """Every statement with the (condition, polarity) pairs of the ifs around it."""
-    for s in stmts:
-        yield s, path
-        if isinstance(s, ir.If):
-            yield from guarded(s.then, (*path, (s.cond, True)))
-            yield from guarded(s.orelse, (*path, (s.cond, False)))
-        elif isinstance(s, (ir.For, ir.While, ir.Role)):
-            yield from guarded(s.body, path)
 
 
 _COMPARE = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
@@ -76,7 +60,7 @@ def holds(ev: RankEval, e: ir.Expr, rank: int) -> bool | None:
     if isinstance(e, ir.Compare):
         try:
             return bool(_COMPARE[e.op](ev.value(e.a, rank), ev.value(e.b, rank)))
-        except (Unknown, ZeroDivisionError):
+        except (ir.Unknown, ZeroDivisionError):
             return None
     if isinstance(e, ir.Unary) and e.op == "not":
         x = holds(ev, e.x, rank)

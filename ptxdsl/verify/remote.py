@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from .. import types as T
-
-MULTICAST = (ir.TensorLoadMulticast, ir.BulkLoadMulticast)
+from ..opdef import effect
 
 
 def root(e: ir.Expr) -> str | None:
@@ -46,7 +45,7 @@ def remote_uses(s: ir.Stmt, peers: list[ir.Peer] | None = None) -> list[str]:
         peers = peers_of(s)
     out = [n for p in peers if isinstance(p.type, T.PeerBarrier) and
            (n := root(p.ref)) is not None]
-    if isinstance(s, MULTICAST) and (n := root(s.bar)) is not None:
+    if effect(s).multicast and (n := root(s.bar)) is not None:  # type: ignore[attr-defined]
         out.append(n)
     return out
 
@@ -71,7 +70,7 @@ def peer_facts(k: ir.Kernel) -> PeerFacts:
     for s in ir.walk(k.body):
         peers = peers_of(s)
         names.update(remote_uses(s, peers))
-        touched = touched or bool(peers) or isinstance(s, _PEER_STATEMENTS)
+        touched = touched or bool(peers) or effect(s).peer
     facts = PeerFacts(frozenset(names), touched)
     if len(_SCANNED) > 64:
         _SCANNED.clear()
@@ -84,8 +83,5 @@ def remote_barriers(k: ir.Kernel) -> frozenset[str]:
     return peer_facts(k).barriers
 
 
-_PEER_STATEMENTS = (*MULTICAST, ir.BulkCopyCluster, ir.StAsync)
-
-
 def touches_peers(s: ir.Stmt) -> bool:
-    return isinstance(s, _PEER_STATEMENTS) or ir.has_expr(s, ir.Peer)
+    return effect(s).peer or ir.has_expr(s, ir.Peer)

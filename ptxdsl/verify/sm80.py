@@ -1,28 +1,22 @@
-"""Ampere (sm_80) forms in the verifier: cp.async.mbarrier.arrive.noinc is an arrival on its
-barrier (counted against the barrier's expected count), the test_wait loop is a wait, and
-cp.async copies must be waited for (a wait_group/wait_all, or an mbarrier arrive-on)."""
+"""Ampere (sm_80) forms in the verifier: cp.async copies must be waited for (a
+wait_group/wait_all, or an mbarrier arrive-on). The arrive-on and the test_wait loop are an
+arrival and a wait through their effects (`ptxdsl.ops.sm80`)."""
 
 from __future__ import annotations
 
 from .. import ir
 from ..errors import DiagnosticBag, Note
 from ..target import Target
-from .effects import EFFECTS, Effect, bar, effect, issuers
+from .effects import bar, effect, issuers
 from .facts import Facts, Report
-
-EFFECTS[ir.CpAsyncArriveNoinc] = Effect(arrive="bar")
-EFFECTS[ir.MBarrierTestWait] = Effect(wait="bar", parity="parity")
-
-_COPIES = (ir.CpAsync, ir.CpAsyncCg)
-_WAITS = (ir.CpAsyncWait, ir.CpAsyncWaitAll, ir.CpAsyncArrive, ir.CpAsyncArriveNoinc)
 
 
 def check_cp_async(facts: Facts, out: Report) -> None:
     """Copies that nothing waits for, and group waits with no group ever committed."""
     stmts = list(ir.walk(facts.kernel.body))
-    copies = [s for s in stmts if isinstance(s, _COPIES)]
-    if copies and not any(isinstance(s, _WAITS) for s in stmts):
-        out.error(f"this {copies[0].syntax} is never waited for: follow the copies with "
+    copies = [s for s in stmts if effect(s).cp_async == "copy"]
+    if copies and not any(effect(s).cp_async == "completes" for s in stmts):
+        out.error(f"this {copies[0].syntax} is never waited for: follow the copies with "  # type: ignore[attr-defined]
                   "cp_async_commit() and cp_async_wait(n) / cp_async_wait_all(), or with "
                   "cp_async_mbarrier_arrive[_noinc](bar) and a wait on bar", copies[0].loc)
     waits = [s for s in stmts if isinstance(s, ir.CpAsyncWait)]

@@ -150,27 +150,6 @@ class _Mode:
         return _Mode(**{**self.__dict__, **kw})
 
 
-_BLOCK_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def child_blocks(s: ir.Stmt):
-    """The nested statement lists of a statement (if/else bodies, loop bodies, roles...)."""
-    names = _BLOCK_FIELDS.get(type(s))
-    if names is None:
-        names = tuple(f.name for f in fields(s) if "Stmt, ..." in str(f.type))
-        _BLOCK_FIELDS[type(s)] = names
-    for name in names:
-        yield getattr(s, name)
-
-
-def walk(stmts: tuple[ir.Stmt, ...]):
-    """Every statement, nested ones included, in source order."""
-    for s in stmts:
-        yield s
-        for body in child_blocks(s):
-            yield from walk(body)
-
-
 _OP_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -183,7 +162,7 @@ def _op_fields(s: ir.Stmt) -> tuple[str, ...]:
 
 def _assigned(stmts: tuple[ir.Stmt, ...]) -> set[str]:
     names: set[str] = set()
-    for s in walk(stmts):
+    for s in ir.walk(stmts):
         if isinstance(s, (ir.Assign, ir.SetElem)):
             names.add(s.name)
         elif isinstance(s, ir.Asm):
@@ -199,7 +178,7 @@ class Interpreter:
         self.shared = {s.name: s for s in k.body if isinstance(s, ir.SharedDecl)}
         # the release operations of each statement (st_release, atomics with release order),
         # found once: the trace visits a loop body many times
-        self.releases = {id(s): r for s in walk(k.body) if (r := ir.releases(s))}
+        self.releases = {id(s): r for s in ir.walk(k.body) if (r := ir.releases(s))}
         hidden = remote_barriers(k)  # checked by verify/cluster.py
         self.barriers = {s.name: s for s in k.body
                          if isinstance(s, ir.BarrierDecl) and s.name not in hidden}
@@ -453,7 +432,7 @@ class Interpreter:
         key = id(body)
         if key not in self._recordable:
             self._recordable[key] = any(isinstance(x, (ir.Op, ir.Store, ir.Return, ir.Asm))
-                                        for x in walk(body))
+                                        for x in ir.walk(body))
         return self._recordable[key]
 
     def generic_flow(self, s: ir.For | ir.While, f: _Flow, env_in: dict[str, Val],

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import ir
 from .effects import bar, effect
-from .threads import Interpreter, Trace, Visit, _Flow, _trips, child_blocks, walk
+from .threads import Interpreter, Trace, Visit, _Flow, _trips
 from .values import Val, top
 
 
@@ -68,7 +68,7 @@ def _slice(stmts: tuple[ir.Stmt, ...], need: set[str], keep=_is_barrier_op
         elif isinstance(s, ir.Return) or keep(s):
             out.append(s)
             need |= free_names(s)
-        elif any(True for _ in child_blocks(s)):
+        elif ir.blocks(s):
             names = [f for f in s.__dataclass_fields__  # type: ignore[attr-defined]
                      if isinstance(getattr(s, f), tuple) and getattr(s, f) and
                      isinstance(getattr(s, f)[0], ir.Stmt)]
@@ -177,4 +177,4 @@ class Unroller:
 
 def loops_of(body: tuple[ir.Stmt, ...]):
     """Every loop statement, nested ones included."""
-    return [s for s in walk(body) if isinstance(s, (ir.For, ir.While))]
+    return [s for s in ir.walk(body) if isinstance(s, (ir.For, ir.While))]

@@ -31,7 +31,7 @@ from ..errors import Note, Span
 from ..opdef import const_int
 from .effects import effect, op_name
 from .facts import Facts, Report, text
-from .remote import MULTICAST, root
+from .remote import root
 from .threads import _assigned
 from .unroll import free_names
 from .wgmma_smem import (
@@ -42,7 +42,6 @@ from .wgmma_smem import (
     release_message,
 )
 
-WGMMA_OPS = (ir.Wgmma, ir.WgmmaFence, ir.WgmmaCommit, ir.WgmmaWait)
 _NEVER = ""  # the pseudo-array "no wgmma_fence yet"
 _MAX_GROUPS = 8
 _RESERVED_REGS = 8  # addresses, loop counters and predicates beside the register arrays
@@ -206,7 +205,7 @@ class _Hazards:
             place, how = getattr(s, field_), f"this {op_name(s)} writes"
         if not isinstance(place.type, (T.SharedRef, T.PeerShared)) or not st.pending():
             return
-        if isinstance(place, ir.Peer) or isinstance(s, MULTICAST):
+        if isinstance(place, ir.Peer) or effect(s).multicast:
             return  # lands in other CTAs too: their wgmmas are not this thread's
         target = stage_of(place, self.rings.stages)
         if target is not None:
@@ -370,7 +369,7 @@ def _written(s: ir.Stmt) -> str | None:
 
 
 def _uses_wgmma(k: ir.Kernel) -> bool:
-    return any(isinstance(s, WGMMA_OPS) for s in ir.walk(k.body))
+    return any(effect(s).wgmma for s in ir.walk(k.body))
 
 
 def check_wgmma_hazards(facts: Facts, out: Report) -> None:
@@ -390,7 +389,7 @@ def check_wgmma_issuers(facts: Facts, out: Report) -> None:
         return
     n = facts.n
     for v in facts.trace.visits:
-        if not isinstance(v.stmt, WGMMA_OPS) or not v.certain or not v.may.any():
+        if not effect(v.stmt).wgmma or not v.certain or not v.may.any():
             continue
         for g in range(0, n, 128):
             part = v.may[g : g + 128]

@@ -23,8 +23,8 @@ from ..opdef import const_int
 from .effects import bar, effect, smem
 from .facts import Facts, Report, text
 from .order import _empties, _rings
-from .remote import MULTICAST, root
-from .threads import BarRef, SmemRef, Visit, walk
+from .remote import root
+from .threads import BarRef, SmemRef, Visit
 
 
 @dataclass
@@ -95,7 +95,7 @@ def _keep(s: ir.Stmt) -> bool:
 def check_unrolled_overwrites(facts: Facts, out: Report, rings: Rings) -> None:
     loops = [s for s in facts.statements if isinstance(s, (ir.For, ir.While))
              and any(isinstance(x, ir.WgmmaWait) and (const_int(x.n) or 0) > 0
-                     for x in walk(s.body))
+                     for x in ir.walk(s.body))
              and _may_overwrite(s, rings)]
     turns = 2 * max(rings.stages.values(), default=1) + 2
     for loop in loops:
@@ -106,7 +106,7 @@ def _may_overwrite(loop: ir.Stmt, rings: Rings) -> bool:
     """Whether the loop writes, or hands back through a hand-written ring, a buffer that its
     wgmmas read: the replay has nothing to find otherwise (a pipeline's releases are the
     count walk's)."""
-    body = list(walk(loop.body))  # type: ignore[attr-defined]
+    body = list(ir.walk(loop.body))  # type: ignore[attr-defined]
     read = {root(getattr(x, f)) for x in body if isinstance(x, ir.Wgmma) for f in ("a", "b")}
     for x in body:
         if isinstance(x, ir.Store):
@@ -168,7 +168,7 @@ def _writes(v: Visit, rings: Rings):
             yield (*p, "this store writes")
         return
     e = effect(s)
-    if e.async_write and not isinstance(s, MULTICAST):
+    if e.async_write and not effect(s).multicast:
         p = _place(v, smem(v, e.async_write), rings)
         if p is not None:
             yield (*p, f"this {getattr(s, 'syntax', '')} writes")
