@@ -342,4 +342,4 @@ def test_a_rank_that_never_launches_is_a_named_error(layer, spin):
     assert re.search(r"spun more than 2000 ms in spin loop `while \(*ld_acquire\(|"
                      r"waited more than 2000 ms for parity \d of mbarrier "
                      r"(\w+\.full\[|zready )", out), out[-4000:]
-    assert f"samples/{spin}:" in out, out[-4000:]
+    assert f"ptxdsl/kernels/{spin}:" in out, out[-4000:]
