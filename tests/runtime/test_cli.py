@@ -71,6 +71,25 @@ def test_missing_file():
     assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_an_input_that_cannot_be_read_is_exit_1(tmp_path):
+    r = cli("check", str(tmp_path))  # a folder
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr == f"error: cannot read '{tmp_path}': Is a directory\n"
+
+
+def test_an_output_that_cannot_be_written_is_exit_1_and_leaves_nothing(tmp_path):
+    src = str(SAMPLES / "add_one.ptxdsl")
+    for out, reason in ((tmp_path / "missing" / "a.ptx", "No such file or directory"),
+                        (tmp_path, "Is a directory")):
+        r = cli("compile", src, "-o", str(out))
+        assert (r.returncode, r.stderr) == (1, f"error: cannot write '{out}': {reason}\n")
+    assert list(tmp_path.iterdir()) == []  # no .tmp left behind
+    (tmp_path / "file").write_text("")
+    r = cli("kernels", "--build", "gemm", "-o", str(tmp_path / "file" / "out"))
+    assert (r.returncode, r.stderr) == (
+        1, f"error: cannot write '{tmp_path / 'file' / 'out'}': Not a directory\n")
+
+
 def test_debug_switch_shows_traceback(tmp_path):
     f = tmp_path / "bad.ptxdsl"
     f.write_text("kernel k() threads(32) { let x = y; }")
