@@ -242,8 +242,9 @@ def _kernels(args: argparse.Namespace) -> int:
         try:
             built = fams[name].build().program(args.arch).ptx_module
         except CompileError as e:  # a Hopper-only family has no sm_80 form
-            print(f"ptxdsl kernels: {name}: skipped, no {args.arch} form "
-                  f"({e.diagnostics[0].message})", file=sys.stderr)
+            why = e.diagnostics[0].message
+            print(f"ptxdsl kernels: {name}: skipped" + (f", no {args.arch} form ({why})"
+                  if args.arch else f": {why}"), file=sys.stderr)
             continue
         _write(built.ptx, str(out / f"{name}.ptx"))
         print(f"{out / f'{name}.ptx'}: {name} ({built.arch})")

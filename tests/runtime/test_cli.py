@@ -264,6 +264,24 @@ def test_kernels_build_skips_a_family_without_the_target_and_refuses_unknown_nam
     assert cli("kernels", "--build", "gemm").returncode == 1  # no -o
 
 
+def test_kernels_build_names_the_target_of_a_skip_only_where_one_was_given(tmp_path,
+                                                                             monkeypatch):
+    import ptxdsl.kernels
+    from ptxdsl.errors import CompileError
+
+    class Broken:  # a family whose default build fails whatever the target
+        def build(self):
+            raise CompileError("bn=7 does not divide the tile")
+
+    monkeypatch.setattr(ptxdsl.kernels, "families", lambda: {"broken": Broken()})
+    r = cli("kernels", "--build", "broken", "-o", str(tmp_path))
+    assert (r.returncode, r.stderr) == (
+        1, "ptxdsl kernels: broken: skipped: bn=7 does not divide the tile\n")
+    r = cli("kernels", "--build", "broken", "--arch", "sm_90", "-o", str(tmp_path))
+    assert r.stderr == ("ptxdsl kernels: broken: skipped, no sm_90 form (bn=7 does not divide "
+                        "the tile)\n")
+
+
 @pytest.mark.skipif(not os.environ.get("PTXDSL_DEEP"), reason="seconds: PTXDSL_DEEP=1 (CI)")
 def test_kernels_build_all(tmp_path):
     from ptxdsl.kernels import families
