@@ -49,7 +49,7 @@ def _what(s: ir.Stmt) -> str:
 
 def _refuse(what: str, missing: frozenset[str], t: Target, loc: Span | None) -> CompileError:
     feature = sorted(missing)[0]
-    having = " or ".join(n for n in names() if feature in target(n).features) or "no"
+    having = " or ".join(n for n in names() if feature in target(n).features)
     return CompileError(Diagnostic(f"{what} needs the {having} target (its {feature} "
                                    f"feature), but the module is compiled for {t.name}", loc))
 
