@@ -1,4 +1,4 @@
-"""Long-row norms on a thread-block cluster (samples/longrow.py) against torch and Triton,
+"""Long-row norms on a thread-block cluster (ptxdsl/kernels/longrow.py) against torch and Triton,
 side by side in one process on the GPU.
 
     python -m bench longrow [--kind rmsnorm,softmax] [--n 65536,262144] [--sweep] [--quick]

@@ -3,7 +3,7 @@
     python -m bench.profile_norm SPEC [SPEC ...]
 
 SPEC is kind:dtype:impl[:key=value,...], impl one of
-  row     the one-row-per-CTA form (samples/norms.py make_norm_row; keys warps, minctas),
+  row     the one-row-per-CTA form (ptxdsl/kernels/norms.py make_norm_row; keys warps, minctas),
           one CTA per row;
   tma     the TMA ring form (make_norm; keys stages, warps), every CTA resident;
   triton  the one-row-per-program Triton kernels of bench/refs.py (key warps).

@@ -10,7 +10,7 @@ from typing import Any
 from . import ir
 from .api import build_kernel
 from .bounds import stack_room
-from .codegen.ptx import features_used
+from .codegen.features import features_used
 from .errors import CompileError
 from .frontend import parse, read_source
 from .kernelinfo import KernelInfo, PtxModule

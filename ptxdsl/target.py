@@ -63,8 +63,8 @@ _TARGETS = {t.name: t for t in (
            wgmma=False, clusters=False, multicast=False, setmaxnreg=False, elect=False,
            griddepcontrol=False, fp8_cvt=False, jit=True, passes=_SM80_PASSES),
     # sm_90 lacks what PTX reserves for sm_90a (wgmma, setmaxnreg); multicast copies
-    # assemble for it with ptxas's advice to use sm_90a, so a compile naming no target
-    # picks sm_90a for them too (`default_target`)
+    # assemble for it only with ptxas's advice to use sm_90a, so sm_90 refuses them too and
+    # a compile naming no target picks sm_90a for them (`default_target`)
     replace(_SM_90A, name="sm_90", wgmma=False, multicast=False, setmaxnreg=False),
     _SM_90A,
 )}

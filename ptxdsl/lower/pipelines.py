@@ -164,7 +164,7 @@ class _Lowerer:
         return g
 
     def copy_bytes(self, s) -> int:
-        if isinstance(s, (ir.TensorLoad, ir.TensorLoadMulticast)):
+        if effect(s).tma:  # a tensor copy moves its whole box, the shared view
             return s.dst.type.nbytes  # type: ignore[attr-defined]
         if isinstance(s.nbytes, ir.Const):
             return int(s.nbytes.value)

@@ -173,6 +173,9 @@ class _Sm80:
     def __init__(self, k: ir.Kernel, diags: DiagnosticBag, target: Target):
         self.k, self.diags = k, diags
         self.arch = target.name  # named in messages
+        # a kernel in clusters of several CTAs on a target without them: refused once, at
+        # the kernel, and not again at what its clusters made
+        self.clustered = not target.clusters and k.cluster is not None and prod(k.cluster) > 1
         self.model = ThreadModel(k.threads)
         assigned = {s.name for s in ir.walk(k.body) if isinstance(s, ir.Assign)}
         for s in ir.walk(k.body):
@@ -185,8 +188,7 @@ class _Sm80:
 
     def error(self, what: str, loc: Span | None, *notes: Note) -> None:
         if loc is None:  # a statement the compiler added: say it at the kernel, once
-            clustered = self.k.cluster is not None and prod(self.k.cluster) > 1
-            if clustered or self.unlocated:
+            if self.clustered or self.unlocated:
                 return  # what made it was reported (a cluster), or this was
             self.unlocated, loc = True, self.k.loc
         self.diags.error(f"{what} has no {self.arch} form (it needs sm_90 / Hopper); "
@@ -203,8 +205,8 @@ class _Sm80:
 
     def run(self) -> ir.Kernel:
         k = self.k
-        if k.cluster is not None and prod(k.cluster) > 1:
-            self.error(f"a cluster of {prod(k.cluster)} CTAs (kernel '{k.name}')", k.loc)
+        if self.clustered:
+            self.error(f"a cluster of {prod(k.cluster or ())} CTAs (kernel '{k.name}')", k.loc)
         body = self.block(k.body, [], None)
         descs = tuple(ir.TensorDescFields(tmap=t, prefix=f"{name}.desc", loc=t.loc)
                       for name, t in self.descs.items())

@@ -273,7 +273,7 @@ def _mask_reg(e: Any, mask: ir.Expr) -> str:
 @register
 class TensorLoadMulticast(OpDef):
     node = ir.TensorLoadMulticast
-    effect = Effect(multicast=True, peer=True)
+    effect = Effect(multicast=True, peer=True, tma=True)
     needs = "multicast"
     operands = (("dst", "smem", False), ("tmap", "tmap", False), ("coords", "coords", False),
                 ("mask", "u16", False), ("bar", "bar", True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -129,9 +130,19 @@ def _write(text: str, output: str | None) -> None:
         sys.stdout.write(text)
         return
     tmp = output + ".tmp"
-    with open(tmp, "w") as fh:  # written whole, then renamed: never a half-written file
-        fh.write(text)
-    os.replace(tmp, output)
+    try:
+        with open(tmp, "w") as fh:  # written whole, then renamed: never a half-written file
+            fh.write(text)
+        os.replace(tmp, output)
+    except OSError as e:
+        with contextlib.suppress(OSError):  # the half-written file, where there is one
+            os.unlink(tmp)
+        raise _cannot_write(output, e) from None
+
+
+def _cannot_write(path: object, e: OSError) -> PtxdslError:
+    """An output path the system refuses (missing folder, no permission): the user's to mend."""
+    return PtxdslError(f"cannot write '{path}': {e.strerror or e}")
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -222,14 +233,18 @@ def _kernels(args: argparse.Namespace) -> int:
               f"families are: {', '.join(fams)} (or 'all')", file=sys.stderr)
         return 1
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _cannot_write(out, e) from None
     written = 0
     for name in names:
         try:
             built = fams[name].build().program(args.arch).ptx_module
         except CompileError as e:  # a Hopper-only family has no sm_80 form
-            print(f"ptxdsl kernels: {name}: skipped, no {args.arch} form "
-                  f"({e.diagnostics[0].message})", file=sys.stderr)
+            why = e.diagnostics[0].message
+            print(f"ptxdsl kernels: {name}: skipped" + (f", no {args.arch} form ({why})"
+                  if args.arch else f": {why}"), file=sys.stderr)
             continue
         _write(built.ptx, str(out / f"{name}.ptx"))
         print(f"{out / f'{name}.ptx'}: {name} ({built.arch})")

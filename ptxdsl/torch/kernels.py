@@ -14,8 +14,6 @@ from functools import cache
 from ..compiler import KernelDef
 from ..tools.precompile import Recipe
 
-# the norms are not in the library yet: built from the checkout's samples/norms.py
-
 # gemm: (bn, stages) pairs whose shared memory fits a CTA (bm = 128: bn 256 and 224 hold 3
 # stages, bn 128 up to 6), each with and without a 2 x 1 cluster; the default (first) is the
 # benchmarked 128 x 256 x 64, 3-stage kernel; last, that kernel on a stream-K walk (the

@@ -147,11 +147,12 @@ class _Started:
         return state
 
     def stmt(self, s: ir.Stmt, state: int) -> int:
-        if isinstance(s, ir.ClusterSync):
+        barrier = effect(s).cluster_barrier
+        if barrier == "sync":
             return _SYNCED
-        if isinstance(s, (ir.ClusterArrive, ir.ClusterArriveRelaxed)):
+        if barrier == "arrive":
             return max(state, _ARRIVED)
-        if isinstance(s, ir.ClusterWait):
+        if barrier == "wait":
             return _SYNCED if state == _ARRIVED else state
         if isinstance(s, ir.Return):
             return _UNREACHED

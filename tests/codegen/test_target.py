@@ -159,3 +159,53 @@ def test_no_module_outside_target_compares_architectures():
              for path in sorted(PKG.rglob("*.py")) if path != PKG / "target.py"
              for line, what in arch_comparisons(path.read_text())]
     assert found == [], "ask ptxdsl.target's flags and limits instead:\n" + "\n".join(found)
+
+
+# ----------------------------------------------------------------------------- features
+
+ROLES = """\
+kernel roles(out: ptr<u32>) threads(256) {
+    role producer warps 0 .. 4 regs 40 {
+        out[%tid.x] = 1;
+    }
+    role consumer warps 4 .. 8 regs 232 {
+        out[%tid.x] = 2;
+    }
+}
+"""
+
+
+def test_setmaxnreg_on_sm90_is_a_located_error():
+    """A role's register count is setmaxnreg, which PTX reserves for sm_90a: named there
+    rather than left to ptxas. A compile naming no target picks sm_90a for it."""
+    assert ".target sm_90a\n" in ptxdsl.compile(ROLES).ptx
+    with pytest.raises(CompileError) as e:
+        ptxdsl.compile_module(ptxdsl.parse(ROLES, "roles.ptxdsl"), arch="sm_90")
+    assert e.value.render() == (
+        "roles.ptxdsl:2:10: error: this role's register count (setmaxnreg.dec 40) needs the "
+        "sm_90a target (its setmaxnreg feature), but the module is compiled for sm_90\n"
+        "    role producer warps 0 .. 4 regs 40 {\n"
+        "         ^~~~~~~~")
+
+
+MULTICAST = (Path(__file__).parents[2] / "samples" / "multicast_pipeline.ptxdsl").read_text()
+
+
+def test_a_multicast_copy_on_sm90_is_a_located_error():
+    with pytest.raises(CompileError) as e:
+        ptxdsl.compile_module(ptxdsl.parse(MULTICAST, "mc.ptxdsl"), arch="sm_90")
+    first = e.value.render().splitlines()[0]
+    assert first == ("mc.ptxdsl:19:17: error: tma_load_multicast needs the sm_90a target (its "
+                     "multicast feature), but the module is compiled for sm_90")
+
+
+def test_a_cluster_on_a_target_without_clusters_is_a_located_error():
+    """`Target.clusters` is asked, not the target's name: a made-up target with Hopper's
+    passes and no clusters refuses a clustered kernel at the kernel."""
+    flat = dataclasses.replace(target("sm_90a"), name="sm_flat", clusters=False)
+    with pytest.raises(CompileError) as e:
+        emit(lower(ptxdsl.parse(MULTICAST, "mc.ptxdsl"), flat), flat)
+    assert e.value.render().splitlines()[0] == (
+        "mc.ptxdsl:10:8: error: kernel 'multicast_pipeline' with its cluster of 4 CTAs needs "
+        "the sm_90 or sm_90a target (its clusters feature), but the module is compiled for "
+        "sm_flat")

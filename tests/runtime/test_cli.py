@@ -71,6 +71,25 @@ def test_missing_file():
     assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_an_input_that_cannot_be_read_is_exit_1(tmp_path):
+    r = cli("check", str(tmp_path))  # a folder
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr == f"error: cannot read '{tmp_path}': Is a directory\n"
+
+
+def test_an_output_that_cannot_be_written_is_exit_1_and_leaves_nothing(tmp_path):
+    src = str(SAMPLES / "add_one.ptxdsl")
+    for out, reason in ((tmp_path / "missing" / "a.ptx", "No such file or directory"),
+                        (tmp_path, "Is a directory")):
+        r = cli("compile", src, "-o", str(out))
+        assert (r.returncode, r.stderr) == (1, f"error: cannot write '{out}': {reason}\n")
+    assert list(tmp_path.iterdir()) == []  # no .tmp left behind
+    (tmp_path / "file").write_text("")
+    r = cli("kernels", "--build", "gemm", "-o", str(tmp_path / "file" / "out"))
+    assert (r.returncode, r.stderr) == (
+        1, f"error: cannot write '{tmp_path / 'file' / 'out'}': Not a directory\n")
+
+
 def test_debug_switch_shows_traceback(tmp_path):
     f = tmp_path / "bad.ptxdsl"
     f.write_text("kernel k() threads(32) { let x = y; }")
@@ -243,6 +262,24 @@ def test_kernels_build_skips_a_family_without_the_target_and_refuses_unknown_nam
     assert "gemm_splitk" in bad.stderr and "Traceback" not in bad.stderr
     assert list(tmp_path.iterdir()) == []
     assert cli("kernels", "--build", "gemm").returncode == 1  # no -o
+
+
+def test_kernels_build_names_the_target_of_a_skip_only_where_one_was_given(tmp_path,
+                                                                             monkeypatch):
+    import ptxdsl.kernels
+    from ptxdsl.errors import CompileError
+
+    class Broken:  # a family whose default build fails whatever the target
+        def build(self):
+            raise CompileError("bn=7 does not divide the tile")
+
+    monkeypatch.setattr(ptxdsl.kernels, "families", lambda: {"broken": Broken()})
+    r = cli("kernels", "--build", "broken", "-o", str(tmp_path))
+    assert (r.returncode, r.stderr) == (
+        1, "ptxdsl kernels: broken: skipped: bn=7 does not divide the tile\n")
+    r = cli("kernels", "--build", "broken", "--arch", "sm_90", "-o", str(tmp_path))
+    assert r.stderr == ("ptxdsl kernels: broken: skipped, no sm_90 form (bn=7 does not divide "
+                        "the tile)\n")
 
 
 @pytest.mark.skipif(not os.environ.get("PTXDSL_DEEP"), reason="seconds: PTXDSL_DEEP=1 (CI)")

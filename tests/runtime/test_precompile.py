@@ -1,4 +1,5 @@
-"""ptxdsl.precompile: recipes built in worker processes and adopted here (no GPU, no torch)."""
+"""ptxdsl.tools.precompile: recipes built in worker processes and adopted here (no GPU or
+torch)."""
 
 from __future__ import annotations
 
