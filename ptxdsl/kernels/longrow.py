@@ -207,8 +207,9 @@ def example(rng: np.random.Generator, kernel: str = "longrow_rmsnorm", rows: int
 FAMILY = Family(
     name="longrow",
     summary="RMSNorm and softmax over bf16 rows split across a cluster (65536 and longer), "
-            "partial results exchanged with st.async",
+            "partial results exchanged with st.async; the default is the module's and "
+            "longrow.ptxdsl's cluster of 4 (BENCHMARKS.md's fastest at 65536: cluster=2)",
     factory=make_longrow,
-    defaults={"kind": "rmsnorm", "n": 65536, "cluster": 2, "stages": 2, "consumer_warps": 8},
+    defaults={"kind": "rmsnorm", "n": 65536, "cluster": 4, "stages": 2, "consumer_warps": 8},
     source="longrow.ptxdsl",
 )
