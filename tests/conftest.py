@@ -217,11 +217,16 @@ def ops(torch):
 
 
 @pytest.fixture(scope="module")
-def bench(torch, request):
-    """The bench/ module that the test module names in BENCH (its launcher and its check
-    against an f32 reference); skipped without a CUDA GPU."""
+def cuda(torch):
+    """Skips without a CUDA GPU (a GPU module's `pytest.mark.usefixtures("cuda")`)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
+
+
+@pytest.fixture(scope="module")
+def bench(cuda, request):
+    """The bench/ module that the test module names in BENCH (its launcher and its check
+    against an f32 reference); skipped without a CUDA GPU."""
     return importlib.import_module(f"bench.{request.module.BENCH}")
 
 
