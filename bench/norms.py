@@ -10,7 +10,7 @@ Every result is checked against torch first; GB/s count bytes read plus written.
 `--batch 1` times each launch alone, as an eager caller sees it). ptxdsl's kernels come from
 ptxdsl.kernels.norms: at n = 8192 the one-row-per-CTA form in its three best shapes (`--sweep`
 adds every variant of both forms, the TMA ring too); at other n the candidates the torch ops
-tune over (ptxdsl.torch.norms: masked rows, or two sweeps for rows too long for registers)."""
+tune over (ptxdsl.torch.kernels: masked rows, or two sweeps for rows too long for registers)."""
 
 from __future__ import annotations
 
@@ -162,14 +162,15 @@ def measure(kind: str, dtype: Any, x: Any, w: Any, b: Any, reps: int,
         variant(f"one row per CTA, {warps} warps{f', minctas {minctas}' if minctas else ''}",
                 kd, lambda k: rows)
     if n != 8192:  # what the torch op tunes over for this n
-        from ptxdsl.torch import norms as op
+        from ptxdsl.torch import kernels as table
+        from ptxdsl.torch.norms import norm_grid
 
-        vec = op.norm_width(n, dtype)
-        for config in op.norm_configs(n, dtype, vec):
-            recipe = op.norm_recipe(kind, n, dtype, eps, vec, config)
+        vec = table.norm_width(n, dtype)
+        for config in table.norm_configs(n, dtype, vec):
+            recipe = table.norm_recipe(kind, n, dtype, eps, vec, config)
             form = {"make_norm_row": "one row per CTA", "make_norm_masked": "one row per CTA, "
                     "masked", "make_norm_loop": "two sweeps"}[recipe.factory]
-            grid = op.norm_grid(config, rows, n * x.element_size(), x.device.index)
+            grid = norm_grid(config, rows, n * x.element_size(), x.device.index)
             variant(f"{form}, {config['warps']} warps", recipe.build(), lambda k, g=grid: g)
     for stages, warps in RING_FORMS if a.sweep and n == 8192 else ():
         if stages * n * x.element_size() <= 200 * 1024:

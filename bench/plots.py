@@ -71,6 +71,24 @@ def source_line(runs: Iterable[dict[str, Any]]) -> str:
     return "; ".join(seen)
 
 
+def panel(ax: Any, points: list[dict[str, Any]], lines: dict[str, str], x: str, metric: str,
+          xlabel: str, ylabel: str) -> None:
+    """A line per contender in `lines` measured at `points` (sorted by `x`): point[metric][key]
+    over point[x] on a log2 axis ticked at the points, from 0 up."""
+    for key, label in lines.items():
+        xy = [(p[x], p[metric][key]) for p in points if key in p[metric]]
+        if xy:
+            ax.plot(*zip(*xy, strict=True), marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([p[x] for p in points], [str(p[x]) for p in points])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if points:
+        ax.legend(fontsize=8)
+
+
 def draw_attention(runs: list[dict[str, Any]], out: Path) -> Path:
     """TFLOP/s over S, a panel per (D, causal), a line per contender measured."""
     plt = pyplot()
@@ -83,19 +101,8 @@ def draw_attention(runs: list[dict[str, Any]], out: Path) -> Path:
             ax = axes[row][col]
             mine = sorted((p for p in points if (p["d"], p["causal"]) == (d, causal)),
                           key=lambda p: p["s"])
-            for key, label in ATTENTION_LINES.items():
-                xy = [(p["s"], p["tflops"][key]) for p in mine if key in p["tflops"]]
-                if xy:
-                    ax.plot(*zip(*xy, strict=True), marker="o", label=label)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks([p["s"] for p in mine], [str(p["s"]) for p in mine])
+            panel(ax, mine, ATTENTION_LINES, "s", "tflops", "sequence length", "TFLOP/s")
             ax.set_title(f"head dim {d}, {'causal' if causal else 'not causal'}")
-            ax.set_xlabel("sequence length")
-            ax.set_ylabel("TFLOP/s")
-            ax.set_ylim(bottom=0)
-            ax.grid(alpha=0.3)
-            if mine:
-                ax.legend(fontsize=8)
     fig.suptitle(f"Attention forward, bf16, 16 heads, 32768 tokens ({source_line(runs)})")
     fig.tight_layout()
     return save(plt, fig, out / "attention.png")
@@ -109,18 +116,8 @@ def draw_decode(run: dict[str, Any], out: Path) -> Path:
     fig, axes = plt.subplots(1, len(shapes), figsize=(5.5 * len(shapes), 3.8), squeeze=False)
     for ax, (n, k) in zip(axes[0], shapes, strict=True):
         mine = sorted((p for p in points if (p["n"], p["k"]) == (n, k)), key=lambda p: p["m"])
-        for key, label in DECODE_LINES.items():
-            xy = [(p["m"], p["gbps"][key]) for p in mine if key in p["gbps"]]
-            if xy:
-                ax.plot(*zip(*xy, strict=True), marker="o", label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([p["m"] for p in mine], [str(p["m"]) for p in mine])
+        panel(ax, mine, DECODE_LINES, "m", "gbps", "M (tokens)", "GB/s")
         ax.set_title(f"N x K = {n} x {k}")
-        ax.set_xlabel("M (tokens)")
-        ax.set_ylabel("GB/s")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
     fig.suptitle(f"Decode GEMM, bf16, from a CUDA graph ({source_line([run])})")
     fig.tight_layout()
     return save(plt, fig, out / "decode_gemm.png")

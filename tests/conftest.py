@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import io
 import os
 import sys
@@ -213,6 +214,20 @@ def ops(torch):
     import ptxdsl.torch as ops
 
     return ops
+
+
+@pytest.fixture(scope="module")
+def cuda(torch):
+    """Skips without a CUDA GPU (a GPU module's `pytest.mark.usefixtures("cuda")`)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+
+
+@pytest.fixture(scope="module")
+def bench(cuda, request):
+    """The bench/ module that the test module names in BENCH (its launcher and its check
+    against an f32 reference); skipped without a CUDA GPU."""
+    return importlib.import_module(f"bench.{request.module.BENCH}")
 
 
 @pytest.fixture

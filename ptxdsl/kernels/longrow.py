@@ -23,9 +23,7 @@ import numpy as np
 import ptxdsl
 from ptxdsl import bf16, f32, ptr, u32
 from ptxdsl.kernels.family import Family
-
-LOG2E = 1.4426950408889634
-NEG_BIG = -3.0e38
+from ptxdsl.kernels.norms import LOG2E, NEG_BIG, combine_softmax
 
 
 def make_longrow(kind: str, n: int = 65536, cluster: int = 4, stages: int = 2,
@@ -145,19 +143,10 @@ def make_longrow(kind: str, n: int = 65536, cluster: int = 4, stages: int = 2,
                         red[slot, 0, wid] = mx
                         red[slot, 1, wid] = sm
                     k.role_sync()
-                    k.assign(mx, red[slot, 0, 0])
-                    with k.for_("q", 1, consumer_warps, unroll=True) as q:
-                        k.assign(mx, k.max(mx, red[slot, 0, q]))
-                    k.assign(sm, 0.0)
-                    with k.for_("q", 0, consumer_warps, unroll=True) as q:
-                        k.assign(sm, sm + red[slot, 1, q] * k.ex2((red[slot, 0, q] - mx) * LOG2E))
+                    combine_softmax(k, mx, sm, consumer_warps,
+                                    lambda q: (red[slot, 0, q], red[slot, 1, q]))
                     xs = exchange(k.f32x2(mx, sm))
-                    k.assign(mx, part[xs, 0, 0])
-                    with k.for_("q", 1, cluster, unroll=True) as q:
-                        k.assign(mx, k.max(mx, part[xs, q, 0]))
-                    k.assign(sm, 0.0)
-                    with k.for_("q", 0, cluster, unroll=True) as q:
-                        k.assign(sm, sm + part[xs, q, 1] * k.ex2((part[xs, q, 0] - mx) * LOG2E))
+                    combine_softmax(k, mx, sm, cluster, lambda q: (part[xs, q, 0], part[xs, q, 1]))
                     inv = k.let("inv", k.rcp(sm))
                     with k.for_("i", 0, per_thread, unroll=True) as i:
                         off = k.let("off", (i * nc + c) * 8)
@@ -218,8 +207,9 @@ def example(rng: np.random.Generator, kernel: str = "longrow_rmsnorm", rows: int
 FAMILY = Family(
     name="longrow",
     summary="RMSNorm and softmax over bf16 rows split across a cluster (65536 and longer), "
-            "partial results exchanged with st.async",
+            "partial results exchanged with st.async; the default is the module's and "
+            "longrow.ptxdsl's cluster of 4 (BENCHMARKS.md's fastest at 65536: cluster=2)",
     factory=make_longrow,
-    defaults={"kind": "rmsnorm", "n": 65536, "cluster": 2, "stages": 2, "consumer_warps": 8},
+    defaults={"kind": "rmsnorm", "n": 65536, "cluster": 4, "stages": 2, "consumer_warps": 8},
     source="longrow.ptxdsl",
 )

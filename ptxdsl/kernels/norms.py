@@ -35,6 +35,28 @@ NEG_BIG = -3.0e38  # below any finite bf16/f32 row value: the identity of max
 STATS = {"rmsnorm": 1, "softmax": 2, "layernorm": 2}  # values a thread reduces per row
 
 
+def combine_softmax(k, mx, sm, count: int, pair, var: str = "q") -> tuple:
+    """Fold `count` (max, sum of exp) pairs, pair(q) = (max_q, sum_q), into mx (the largest
+    max) and sm (the sums rescaled to it), as online softmax does, and return (mx, sm). Each
+    is an f32 register, or the name of a new one (made where its first value is, which keeps
+    the PTX's register numbering); `var` names the unrolled loops' counter."""
+
+    def put(reg, value):
+        if isinstance(reg, str):
+            return k.let(reg, value, type=f32)
+        k.assign(reg, value)
+        return reg
+
+    mx = put(mx, pair(0)[0])
+    with k.for_(var, 1, count, unroll=True) as q:
+        k.assign(mx, k.max(mx, pair(q)[0]))
+    sm = put(sm, 0.0)
+    with k.for_(var, 0, count, unroll=True) as q:
+        m, total = pair(q)
+        k.assign(sm, sm + total * k.ex2((m - mx) * LOG2E))
+    return mx, sm
+
+
 class _Row:
     """The per-row math of one consumer thread over `e` elements held in register array
     `xr` (element t of the thread is column (t // width * threads + c) * width + t % width)
@@ -107,12 +129,8 @@ class _Row:
             k.assign(slot, slot ^ 1)
             return [k.let("inv", k.rsqrt(ss * (1.0 / self.n) + self.eps))]
         if self.kind == "softmax":
-            big = k.let("big", red[slot, 0, 0])
-            with k.for_("q", 1, w, unroll=True) as q:
-                k.assign(big, k.max(big, red[slot, 0, q]))
-            total = k.let("total", 0.0, type=f32)
-            with k.for_("q", 0, w, unroll=True) as q:
-                k.assign(total, total + red[slot, 1, q] * k.ex2((red[slot, 0, q] - big) * LOG2E))
+            big, total = combine_softmax(k, "big", "total", w,
+                                         lambda q: (red[slot, 0, q], red[slot, 1, q]))
             k.assign(slot, slot ^ 1)
             return [k.let("scale", k.ex2((self.tmax - big) * LOG2E) * k.rcp(total))]
         mean = k.let("mu", red[slot, 0, 0])
@@ -202,6 +220,16 @@ def make_norm(kind: str, n: int = 8192, dtype=bf16, stages: int = 3,
                          name=name)
 
 
+def _row_start(k, kind: str, e: int, warps: int, eps: float, n: int) -> tuple:
+    """The one-row-per-CTA kernels' start: the warps' statistics in shared memory (two slots,
+    alternating rows), the thread's index c, its warp wid, the slot, and the row's math."""
+    red = k.shared("red", f32, [2, STATS[kind], warps], align=16)
+    c = k.let("c", k.tid.x)
+    wid = k.let("wid", c >> 5)
+    slot = k.let("slot", 0)
+    return red, c, wid, slot, _Row(k, kind, e, warps, eps, lambda: k.bar_sync(0), n)
+
+
 def make_norm_row(kind: str, n: int = 8192, dtype=bf16, warps: int = 8, eps: float = 1e-5,
                   name: str | None = None, minctas: int | None = None) -> ptxdsl.KernelDef:
     """Without TMA or a pipeline: CTA c normalises rows c, c + gridDim, ... (launch one CTA
@@ -218,11 +246,7 @@ def make_norm_row(kind: str, n: int = 8192, dtype=bf16, warps: int = 8, eps: flo
         name = f"{kind}_row_{dtype}_{n}" if (dtype, n) != (bf16, 8192) else f"{kind}_row"
 
     def body(k, x, y, rows, w=None, b=None):
-        red = k.shared("red", f32, [2, STATS[kind], warps], align=16)
-        c = k.let("c", k.tid.x)
-        wid = k.let("wid", c >> 5)
-        slot = k.let("slot", 0)
-        row = _Row(k, kind, e, warps, eps, lambda: k.bar_sync(0), n)
+        red, c, wid, slot, row = _row_start(k, kind, e, warps, eps, n)
         with k.for_("r", k.ctaid.x, rows, k.nctaid.x) as r:
             xr = k.let("xr", type=array(f32, e))
             with k.for_("i", 0, per_thread, unroll=True) as i:
@@ -311,11 +335,7 @@ def make_norm_masked(kind: str, n: int, dtype=bf16, warps: int = 8, vec: int | N
     name = name or f"{kind}_masked_{dtype}_{n}_w{warps}_v{width}"
 
     def body(k, x, y, rows, w=None, b=None):
-        red = k.shared("red", f32, [2, STATS[kind], warps], align=16)
-        c = k.let("c", k.tid.x)
-        wid = k.let("wid", c >> 5)
-        slot = k.let("slot", 0)
-        row = _Row(k, kind, e, warps, eps, lambda: k.bar_sync(0), n)
+        red, c, wid, slot, row = _row_start(k, kind, e, warps, eps, n)
         with k.for_("r", k.ctaid.x, rows, k.nctaid.x) as r:
             base = k.let("base", r * n)
             xr = k.let("xr", type=array(f32, e))
@@ -421,12 +441,8 @@ def make_norm_loop(kind: str, n: int, dtype=bf16, warps: int = 16, vec: int | No
                     red[slot, 0, wid] = mx
                     red[slot, 1, wid] = sm
                 k.bar_sync(0)
-                k.assign(mx, red[slot, 0, 0])
-                with k.for_("p", 1, warps, unroll=True) as p:
-                    k.assign(mx, k.max(mx, red[slot, 0, p]))
-                k.assign(sm, 0.0)
-                with k.for_("p", 0, warps, unroll=True) as p:
-                    k.assign(sm, sm + red[slot, 1, p] * k.ex2((red[slot, 0, p] - mx) * LOG2E))
+                combine_softmax(k, mx, sm, warps, lambda p: (red[slot, 0, p], red[slot, 1, p]),
+                                var="p")
                 k.assign(sm, k.rcp(sm))
             else:
                 _cta_sums(k, [a, q], red, slot, wid, warps)

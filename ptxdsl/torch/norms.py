@@ -25,76 +25,14 @@ from typing import Any
 import torch
 
 from .. import types as T
-from ..compiler import KernelDef
-from ..kernels import norms as family
-from ..tools.precompile import Recipe
 from . import autotune
+from .kernels import norm_configs, norm_kernel, norm_recipe, norm_width
 from .opspec import Args, OpSpec, ScalarParam, TensorParam, dtype_name, register
 
 _ELEM = {torch.bfloat16: T.bf16, torch.float32: T.f32}
 _DTYPES = tuple(_ELEM)
 _MAX_GRID = 2**31 - 1  # the kernel strides over rows by the grid, so the grid may be smaller
 DEFAULT_EPS = 1e-5
-
-# one row per CTA in registers: warps per CTA, 8 first (the benchmarked default). A thread
-# holds its share of the row in registers; more than NORM_MAX_PER_THREAD elements would
-# spill. A warp count whose first round of loads is half masked or more is left out (but
-# for a row that short the fewest warps stay).
-NORM_WARPS = (8, 4, 16, 2)
-NORM_MAX_PER_THREAD = 64
-# longer rows (two sweeps): warps per CTA, 16 first, each thread LOOP_UNROLL loads a step
-LOOP_WARPS = (16, 32, 8)
-LOOP_UNROLL = 4
-_SOURCE = family.__name__  # the module a Recipe (and a worker process) imports
-
-
-def norm_width(n: int, dtype: T.Scalar, addresses: tuple[int, ...] = ()) -> int:
-    """The elements a load takes: a 16-byte vector where n and every address (bytes) allow,
-    else the widest power of two that divides them."""
-    width = 16 // dtype.nbytes
-    while width > 1 and (n % width or any(a % (width * dtype.nbytes) for a in addresses)):
-        width //= 2
-    return width
-
-
-def norm_configs(n: int, dtype: T.Scalar, vec: int | None = None) -> tuple[dict[str, int], ...]:
-    """The candidates for rows of n `dtype` elements loaded `vec` at a time (default: as
-    norm_width(n, dtype)): {"warps": w} held in registers, or {"loop": 1, "warps": w}."""
-    vec = vec or norm_width(n, dtype)
-
-    def held(w: int) -> int:  # elements a thread holds
-        return -(-n // (32 * w * vec)) * vec
-
-    fit = [w for w in NORM_WARPS if held(w) <= NORM_MAX_PER_THREAD]
-    row = [w for w in fit if 32 * w * vec < 2 * n]
-    if not row and fit:  # a row under half the fewest warps' loads: those, masked
-        row = [min(fit)]
-    if row:
-        return tuple({"warps": w} for w in row)
-    return tuple({"loop": 1, "warps": w} for w in LOOP_WARPS)
-
-
-def norm_recipe(kind: str, n: int, dtype: T.Scalar, eps: float, vec: int,
-                config: dict[str, int]) -> Recipe:
-    """The normalisation `kind` ("rmsnorm", "layernorm" or "softmax", which ignores eps) of
-    rows of n elements, one row per CTA, for one of norm_configs' candidates."""
-    w = config["warps"]
-    tag = f"w{w}_e{eps:.3g}".replace(".", "p").replace("-", "m")
-    if config.get("loop"):
-        return Recipe.of(_SOURCE, "make_norm_loop", kind=kind, n=n, dtype=dtype, warps=w,
-                         vec=vec, unroll=LOOP_UNROLL, eps=eps,
-                         name=f"{kind}_loop_{dtype}_{n}_v{vec}_{tag}")
-    if vec == 16 // dtype.nbytes and n % (32 * w * vec) == 0:  # the benchmarked kernels
-        return Recipe.of(_SOURCE, "make_norm_row", kind=kind, n=n, dtype=dtype, warps=w,
-                         eps=eps, name=f"{kind}_row_{dtype}_{n}_{tag}")
-    return Recipe.of(_SOURCE, "make_norm_masked", kind=kind, n=n, dtype=dtype, warps=w,
-                     vec=vec, eps=eps, name=f"{kind}_masked_{dtype}_{n}_v{vec}_{tag}")
-
-
-@cache
-def norm_kernel(kind: str, n: int, dtype: T.Scalar, eps: float, vec: int,
-                config: tuple[tuple[str, int], ...]) -> KernelDef:
-    return norm_recipe(kind, n, dtype, eps, vec, dict(config)).build()
 
 
 def norm_grid(config: Any, rows: int, row_bytes: int, device: int) -> int:

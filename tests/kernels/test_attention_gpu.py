@@ -6,15 +6,7 @@ import pytest
 
 from bench.common import twin as sample_twin
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    return torch
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda")]
 
 
 def run(torch, d, s, causal, b=2, h=4, kvh=4, seed=0, pingpong=False, skv=None, hold=True,

@@ -11,18 +11,7 @@ from bench.common import twin as sample_twin
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def bench():
-    """bench/gemm.py: the GEMM launcher and its check against an f32 reference."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    from bench import gemm
-
-    return gemm
-
+BENCH = "gemm"  # the conftest fixture `bench`: bench/gemm.py
 
 SHAPES = [(256, 256, 256), (128, 256, 64), (1000, 1528, 1000), (4096, 4096, 4096),
           (333, 520, 72), (2048, 2048, 8200), (8, 8, 8), (3000, 256, 4096), (130, 4104, 136)]

@@ -11,16 +11,7 @@ from conftest import LIBRARY
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def grouped():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    from bench import grouped
-
-    return grouped
+BENCH = "grouped"  # the conftest fixture `bench`: bench/grouped.py
 
 
 def _data(e, total, n, k, seed):
@@ -40,18 +31,18 @@ def _data(e, total, n, k, seed):
     ([128] * 16, 2048, 4096),               # many experts, whole tiles
     ([17, 250, 3, 0, 511, 1000, 128, 129], 4104, 200),  # ragged N and K too
 ])
-def test_contiguous_matches_torch(grouped, rows, n, k):
+def test_contiguous_matches_torch(bench, rows, n, k):
     import torch
 
     total = sum(rows)
     a, b, c = _data(len(rows), total, n, k, seed=total + n + k)
     starts = [sum(rows[:g]) for g in range(len(rows))]
-    ref = grouped.reference(a, b, starts, rows)
-    run = grouped.Grouped(a, b, c, rows)
+    ref = bench.reference(a, b, starts, rows)
+    run = bench.Grouped(a, b, c, rows)
     run()
     torch.cuda.synchronize()
     if total:
-        assert grouped.error(c, ref, k) <= 1.0
+        assert bench.error(c, ref, k) <= 1.0
 
 
 @pytest.mark.parametrize("counts, cap, n, k", [
@@ -59,29 +50,29 @@ def test_contiguous_matches_torch(grouped, rows, n, k):
     ([200, 5, 129], 130, 264, 520),           # counts over the capacity are cut to it
 ])
 @pytest.mark.parametrize("variant", ["tma", "registers"])
-def test_masked_matches_torch_and_leaves_other_rows(grouped, counts, cap, n, k, variant):
+def test_masked_matches_torch_and_leaves_other_rows(bench, counts, cap, n, k, variant):
     import torch
 
     e = len(counts)
     a, b, c = _data(e, e * cap, n, k, seed=cap + n)
     used = [min(x, cap) for x in counts]
     starts = [g * cap for g in range(e)]
-    ref = grouped.reference(a, b, starts, used)
+    ref = bench.reference(a, b, starts, used)
     kdef = None
     if variant == "registers":  # decoding's variant: 4 stages, every tile from registers
         from bench.common import twin
 
         kdef = twin("grouped_gemm").make_grouped(masked=True, stages=4, tma_epilogue=False)
-    grouped.Grouped(a, b, c, counts, masked=True, cap=cap, kdef=kdef)()
+    bench.Grouped(a, b, c, counts, masked=True, cap=cap, kdef=kdef)()
     torch.cuda.synchronize()
     owned = torch.zeros(e * cap, dtype=torch.bool, device="cuda")
     for s0, u in zip(starts, used, strict=True):
         owned[s0:s0 + u] = True
-    assert grouped.error(c, ref, k, owned) <= 1.0
+    assert bench.error(c, ref, k, owned) <= 1.0
     assert c[~owned].isnan().all(), "a row no expert owns was written"
 
 
-def test_grouped_sample_text_runs(grouped):
+def test_grouped_sample_text_runs(bench):
     from ptxdsl.tools.runner import run_sample
 
     for _, results in run_sample(LIBRARY / "grouped_gemm.ptxdsl", seed=0):

@@ -13,17 +13,7 @@ from bench.common import gemm_error
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def bench():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    from bench import splitk
-
-    return splitk
-
+BENCH = "splitk"  # the conftest fixture `bench`: bench/splitk.py
 
 SHAPES = [(512, 512, 8192, None), (256, 256, 4096, 3), (333, 520, 4104, 5),
           (130, 4104, 2056, 4), (1000, 200, 16384, 16), (128, 256, 128, 2), (64, 72, 1000, 7)]

@@ -108,9 +108,7 @@ def test_every_config_assembles(ops):
 
 
 @pytest.fixture(scope="module")
-def gpu(torch, tmp_path_factory):
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
+def gpu(cuda, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("PTXDSL_CACHE_DIR", str(tmp_path_factory.mktemp("ptxdsl-cache")))
     yield

@@ -6,16 +6,9 @@ import pytest
 
 from bench.common import twin
 
-pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::DeprecationWarning:torch"),
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning:torch"),
               pytest.mark.filterwarnings("ignore:TensorFloat32 tensor cores")]
-
-
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    return torch
 
 
 @pytest.fixture(scope="module")

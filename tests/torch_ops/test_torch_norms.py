@@ -23,29 +23,6 @@ def test_any_row_length_is_accepted(ops, torch, fake, op, n):
     assert tuple(y.shape) == (3, n) and y.dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("n, dtype, form", [
-    (8192, "bf16", "make_norm_row"), (1000, "bf16", "make_norm_masked"),
-    (1001, "f32", "make_norm_masked"), (128256, "bf16", "make_norm_loop"),
-    (151936, "f32", "make_norm_loop")])
-def test_the_form_follows_the_row_length(ops, n, dtype, form):
-    import ptxdsl
-    from ptxdsl.torch.norms import norm_configs, norm_recipe, norm_width
-
-    elem = ptxdsl.types.SCALARS[dtype]
-    recipe = norm_recipe("rmsnorm", n, elem, 1e-5, norm_width(n, elem), norm_configs(n, elem)[0])
-    assert recipe.factory == form
-
-
-def test_misaligned_tensors_take_narrower_loads(ops):
-    import ptxdsl
-    from ptxdsl.torch.norms import norm_width
-
-    assert norm_width(1000, ptxdsl.bf16, (256, 4096)) == 8
-    assert norm_width(1000, ptxdsl.bf16, (256, 4098)) == 1  # 2 bytes past a 16-byte boundary
-    assert norm_width(1000, ptxdsl.f32, (8, 16)) == 2
-    assert norm_width(1001, ptxdsl.f32, (256,)) == 1
-
-
 # ----------------------------------------------------------------------------- GPU
 
 

@@ -155,7 +155,7 @@ def test_every_gemm_config_compiles(ops):
                                              (128256, "bf16", (16, 32, 8))])
 def test_norm_configs(ops, n, dtype, warps):
     import ptxdsl
-    from ptxdsl.torch.norms import norm_configs, norm_kernel, norm_width
+    from ptxdsl.torch.kernels import norm_configs, norm_kernel, norm_width
 
     elem = ptxdsl.types.SCALARS[dtype]
     configs = norm_configs(n, elem)
@@ -643,7 +643,7 @@ def test_small_norm_configs_run_in_the_interpreter(ops, kind, n, dtype):
     import ptxdsl
     from ptxdsl.interp.run import run
     from ptxdsl.kernels.norms import reference
-    from ptxdsl.torch.norms import norm_configs, norm_kernel, norm_width
+    from ptxdsl.torch.kernels import norm_configs, norm_kernel, norm_width
 
     elem = ptxdsl.types.SCALARS[dtype]
     rng = np.random.default_rng(0)
