@@ -16,6 +16,7 @@ from .. import types as T
 from ..builder import SPECIAL_REGS, VALUE_FUNCTIONS, KernelBuilder, Lit, Operand
 from ..builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
 from ..builder.common import describe, ptx_name_ok
+from ..builder.hints import function_hint
 from ..builder.literals import int_fits_error
 from ..errors import CompileError, Diagnostic, Note, Span
 from ..opdef import BY_SYNTAX
@@ -163,7 +164,7 @@ class KernelContext:
                 ops = [self._operand(a, words=name in ATOMIC_FUNCTIONS) for a in args]
                 return Value(self, self._b.call(name, ops, loc))
             return fn
-        raise AttributeError(f"ptxdsl kernels have no '{name}'")
+        raise AttributeError(f"ptxdsl kernels have no '{name}'{function_hint(name)}")
 
     # -- declarations
     def shared(self, name: str, elem: T.Scalar, shape: int | list[int] | tuple[int, ...],

@@ -7,12 +7,12 @@ Layers, each a module of one concept: `scope` (state and names) <- `exprs` (typi
 expressions) <- `decls` (declarations, pipeline regions, roles) <- `stmts` (statements and
 the finished kernel) <- `schedule` (tile schedules, desugared into statements; the
 `KernelBuilder` of both frontends). `operands` checks the operands of intrinsic operations
-against their OpDef. `atomic` and `cluster` sit above `exprs`: they register their built-in
-functions (and `peer()` views) with it, which never imports them.
+against their OpDef. `atomic`, `cluster` and `fastmath` sit above `exprs`: they register their
+built-in functions (and `peer()` views) with it, which never imports them.
 """
 
 # The function families register with the expression builder (exprs.CALLS) when imported.
-from . import atomic, cluster, fragments, vectors  # noqa: F401
+from . import atomic, cluster, fastmath, fragments, vectors  # noqa: F401
 from .common import (
     BINARY_SYMBOL,
     COMPARE_SYMBOL,

@@ -45,9 +45,11 @@ SPECIAL_REGS: dict[str, T.Scalar] = {
 
 # Value intrinsics: name -> (number of arguments, kinds accepted for the first argument).
 FLOAT_UNARY = {"ex2", "lg2", "rsqrt", "sqrt", "rcp", "sin", "cos", "tanh"}
+# composed from FLOAT_UNARY and arithmetic (fastmath.py); erf only says what to write instead
+MATH_FUNCTIONS = {"exp", "exp2", "log", "log2", "sigmoid", "silu", "gelu", "erf"}
 SHUFFLES = {"shfl_xor", "shfl_down", "shfl_up", "shfl_idx"}
-VALUE_FUNCTIONS = FLOAT_UNARY | SHUFFLES | {"abs", "min", "max", "fma", "elect", "select",
-                                            "vload", "sizeof", "frag"}
+VALUE_FUNCTIONS = FLOAT_UNARY | MATH_FUNCTIONS | SHUFFLES
+VALUE_FUNCTIONS |= {"abs", "min", "max", "fma", "elect", "select", "vload", "sizeof", "frag"}
 VALUE_FUNCTIONS |= {"peer", "cta_mask", "cluster_mask", "cluster_row_mask", "cluster_col_mask"}
 VALUE_FUNCTIONS |= ir.ATOMIC_FUNCTIONS
 

@@ -32,7 +32,7 @@ from .common import (
     is_int,
     untyped,
 )
-from .hints import convert, convert_hint, name_hint
+from .hints import convert, convert_hint, function_hint, name_hint
 from .literals import (
     LiteralError,
     float_fits,
@@ -569,7 +569,7 @@ class Expressions(Scope):
                 return Lit(0, loc)
             elems = tuple(self.value(a, vt.elem) for a in args)
             return ir.Pack(elems=elems, type=vt, loc=loc)
-        return self.error(f"unknown function '{fn}'", loc)
+        return self.error(f"unknown function '{fn}'{function_hint(fn)}", loc)
 
 
 def _byte(t: T.Type) -> bool:

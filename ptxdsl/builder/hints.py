@@ -4,12 +4,14 @@ from C, CUDA and Python."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
 from .. import ir
 from .. import types as T
 from ..errors import Source, Span
+from .common import FLOAT_UNARY, MATH_FUNCTIONS, VALUE_FUNCTIONS
 
 # type names from C / CUDA / Python / numpy and the ptxdsl name they mean
 TYPE_ALIASES = {
@@ -42,6 +44,17 @@ def name_hint(name: str) -> str:
     if alias:
         return f"; did you mean '{alias}'?"
     return ""
+
+
+def function_hint(name: str) -> str:
+    """'; did you mean 'exp'?' (the closest known functions) and the math functions, for an
+    unknown function `name` (`expf`, `sigmod`, `__expf`)."""
+    close = difflib.get_close_matches(name.strip("_").removesuffix("f") or name,
+                                      sorted(VALUE_FUNCTIONS), n=3, cutoff=0.6)
+    close = close or difflib.get_close_matches(name, sorted(VALUE_FUNCTIONS), n=3, cutoff=0.6)
+    mean = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    maths = " ".join(sorted((FLOAT_UNARY | MATH_FUNCTIONS) - {"erf"}))
+    return f"{mean} (the math functions: {maths})"
 
 
 def source_text(loc: Span | None) -> str | None:

@@ -11,7 +11,19 @@ from .. import types as T
 from ..errors import DiagnosticBag, Note, Span
 from ..opdef import BY_SYNTAX
 from ..target import PORTABLE_CLUSTER
-from .common import KEYWORDS, REGION_CLOSER, REGION_OPENER, VALUE_FUNCTIONS, Frame, Symbol
+from .common import (
+    KEYWORDS,
+    MATH_FUNCTIONS,
+    REGION_CLOSER,
+    REGION_OPENER,
+    VALUE_FUNCTIONS,
+    Frame,
+    Symbol,
+)
+
+# names a kernel cannot declare; the math functions' (`log`, `exp`) stay free: a call is
+# told from a name by its parentheses, and `log` is a common buffer name
+RESERVED = KEYWORDS | (VALUE_FUNCTIONS - MATH_FUNCTIONS) | set(BY_SYNTAX)
 
 
 class Scope:
@@ -87,7 +99,7 @@ class Scope:
             self.diags.error(f"'{name}' is already declared", sym.loc,
                              Note(f"'{name}' was declared here", prev.loc))
             return False
-        if name in KEYWORDS or name in VALUE_FUNCTIONS or name in BY_SYNTAX:
+        if name in RESERVED:
             self.diags.error(f"'{name}' is a built-in name and cannot be declared", sym.loc)
             return False
         self.frames[-1].names[name] = sym

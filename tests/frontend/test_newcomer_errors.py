@@ -39,3 +39,13 @@ def test_python_api_hints_are_spelled_in_python():
         "n.to(ptxdsl.f32)\n"
         "            x[0] = h * n\n"
         "                   ^~~~~")
+
+
+def test_python_api_unknown_function_says_the_closest_and_the_math_functions():
+    with pytest.raises(AttributeError) as e:
+        @ptxdsl.kernel(threads=32)
+        def k(k, x: ptxdsl.ptr(ptxdsl.f32)):
+            x[0] = k.sigmod(x[1])
+    assert str(e.value) == (
+        "ptxdsl kernels have no 'sigmod'; did you mean 'sigmoid'? (the math functions: cos ex2 "
+        "exp exp2 gelu lg2 log log2 rcp rsqrt sigmoid silu sin sqrt tanh)")
