@@ -4,10 +4,16 @@ verifier, interpreter and emitter see only nodes they already know. f16 and bf16
 compute in f32 and convert back to their type; `rsqrt` and `tanh` are the intrinsics
 themselves (exprs.py).
 
-Accuracy (f32, the PTX ISA's bounds of the instructions, plus the f32 rounding of the scaling
-multiply that feeds them): ex2.approx about 2 ulp (relative 2^-22); lg2.approx absolute
-2^-22.6 for x in [0.5, 2], relative 2^-22 elsewhere; rcp.approx 1 ulp; tanh.approx about
-2^-11. The composite bounds are in docs/language.md."""
+Accuracy in f32 (the PTX ISA's bounds of the instructions, plus the rounding of the scaling
+multiply that feeds them; docs/language.md has the table):
+- exp2(x) = ex2.approx.ftz(x): 2 ulp; a result below 2^-126 is 0.
+- exp(x) = ex2(x log2 e): relative about 2^-22 + |x| 2^-24.
+- log2(x) = lg2.approx(x); log(x) = lg2(x) ln 2: absolute 2^-22 for x in (0.5, 2), else
+  relative 2^-22.
+- sigmoid(x) = rcp.approx(1 + ex2(-x log2 e)), silu(x) = x sigmoid(x): relative about
+  2^-21 + |x| 2^-24; exactly 0 / 1 far out.
+- gelu(x) = x/2 (1 + tanh.approx(sqrt(2/pi) (x + 0.044715 x^3))) (the tanh form): absolute
+  |x| 2^-12, from tanh.approx's relative 2^-11."""
 
 from __future__ import annotations
 
