@@ -31,16 +31,16 @@ GELU_K0 = math.sqrt(2.0 / math.pi)  # gelu(x) = x/2 (1 + tanh(K0 (x + 0.044715 x
 GELU_K1 = GELU_K0 * 0.044715
 
 
-def _sigmoid(b: Expressions, x: ir.Expr, loc: Span | None) -> Operand:
+def _sigmoid(b: Expressions, x: Operand, loc: Span | None) -> Operand:
     """1 / (1 + 2^(-x log2 e)): ex2 overflows to inf for x below about -88 and rcp makes
     that 0; below -87.3 (ex2 flushing) it is exactly 1."""
     e = b.call("ex2", [b.binary("mul", x, Lit(-LOG2E, loc), loc)], loc)
     return b.call("rcp", [b.binary("add", Lit(1.0, loc), e, loc)], loc)
 
 
-def _compose(b: Expressions, fn: str, x: ir.Expr, loc: Span | None) -> Operand:
-    """`fn(x)` for an f32 `x`. `x` is a tree, repeated where the formula repeats it (silu,
-    gelu): ptxas computes a repeated pure expression once."""
+def _compose(b: Expressions, fn: str, x: Operand, loc: Span | None) -> Operand:
+    """`fn(x)` for an f32 `x` or constant. `x` is a tree, repeated where the formula repeats
+    it (silu, gelu); ptxas merges the copies (docs/language.md)."""
     if fn == "exp2":
         return b.call("ex2", [x], loc)
     if fn == "log2":
@@ -74,8 +74,8 @@ def math_call(b: Expressions, fn: str, args: list[Operand], loc: Span | None) ->
     if x.type not in (T.f32, T.f16, T.bf16):
         return b.error(f"{fn}() takes f32, f16 or bf16 (the last two compute in f32), got "
                        f"{x.type}", loc)
-    if x.type == T.f32:
-        return _compose(b, fn, x, loc)
+    if x.type == T.f32:  # a constant stays one, so its arithmetic folds as the printed IR's
+        return _compose(b, fn, args[0] if isinstance(args[0], Lit) else x, loc)
     r = b.value(_compose(b, fn, ir.Cast(x=x, type=T.f32, loc=x.loc), loc))
     return r if is_err(r.type) else ir.Cast(x=r, type=x.type, loc=loc)
 

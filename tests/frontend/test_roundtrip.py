@@ -31,6 +31,8 @@ def test_python_twin_roundtrip(name):
     "for i in 10 .. 0 step -2 as s32 { }",
     "for i in 0 as s32 .. 4 { }",
     "let q = shfl_xor(%laneid as f32, 16); let r = ex2(q) + rsqrt(q) + tanh(q);",
+    "let f: f32 = 0.5; let g = exp(f) + log(f) + sigmoid(f) + silu(f) + gelu(f) + exp(2.0);",
+    "let b: bf16 = 1.5; let c = gelu(b) + sigmoid(b) + log2(b) + exp2(b);",
     "let x = 1; if x == 0 { x = 2; } else if x == 1 { x = 3; } else { x = 4; }",
     "let x = 0; while x < 10 { x += 3; }",
     'let t: u32 = 0; asm "mov.u32 {0}, %clock; // \\"quoted\\"" : t;',

@@ -190,3 +190,20 @@ def test_math_names_stay_free_for_variables():
     y = np.zeros(N, np.float32)
     run(k, 1, {"x": x, "y": y})
     np.testing.assert_allclose(y, np.log(x.astype(np.float64)), rtol=2e-6, atol=1e-7)
+
+
+def test_constant_arguments_fold_their_scaling():
+    """`exp(2.0)` folds 2 log2(e) at compile time and still computes e^2 (f32-rounded)."""
+    k = ptxdsl.parse(textwrap.dedent("""
+    kernel k(y: ptr<f32>) threads(1) {
+        y[0] = exp(2.0);
+        y[1] = log(10.0);
+        y[2] = gelu(1.0);
+        y[3] = silu(-3.0);
+    }
+    """), "consts.ptxdsl").kernel()
+    y = np.zeros(4, np.float32)
+    run(k, 1, {"y": y})
+    want = [math.exp(2.0), math.log(10.0),
+            0.5 * (1 + math.tanh(SQRT_2_OVER_PI * 1.044715)), -3.0 / (1 + math.exp(3.0))]
+    np.testing.assert_allclose(y, want, rtol=2e-6)
