@@ -74,9 +74,11 @@ def math_call(b: Expressions, fn: str, args: list[Operand], loc: Span | None) ->
     if x.type not in (T.f32, T.f16, T.bf16):
         return b.error(f"{fn}() takes f32, f16 or bf16 (the last two compute in f32), got "
                        f"{x.type}", loc)
-    if x.type == T.f32:  # a constant stays one, so its arithmetic folds as the printed IR's
-        return _compose(b, fn, args[0] if isinstance(args[0], Lit) else x, loc)
-    r = b.value(_compose(b, fn, ir.Cast(x=x, type=T.f32, loc=x.loc), loc))
+    # a constant stays one, so its arithmetic folds as the printed IR's does when reparsed
+    src = args[0] if isinstance(args[0], Lit) else x
+    if x.type == T.f32:
+        return _compose(b, fn, src, loc)
+    r = b.value(_compose(b, fn, b.cast(src, T.f32, x.loc), loc))
     return r if is_err(r.type) else ir.Cast(x=r, type=x.type, loc=loc)
 
 

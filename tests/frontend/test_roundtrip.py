@@ -33,6 +33,7 @@ def test_python_twin_roundtrip(name):
     "let q = shfl_xor(%laneid as f32, 16); let r = ex2(q) + rsqrt(q) + tanh(q);",
     "let f: f32 = 0.5; let g = exp(f) + log(f) + sigmoid(f) + silu(f) + gelu(f) + exp(2.0);",
     "let b: bf16 = 1.5; let c = gelu(b) + sigmoid(b) + log2(b) + exp2(b);",
+    "const h: f16 = 1.5; let d = exp(h) + silu(h);",
     "let x = 1; if x == 0 { x = 2; } else if x == 1 { x = 3; } else { x = 4; }",
     "let x = 0; while x < 10 { x += 3; }",
     'let t: u32 = 0; asm "mov.u32 {0}, %clock; // \\"quoted\\"" : t;',
