@@ -64,7 +64,7 @@ def api_kernel(fn: str):
 
 def inputs(fn: str) -> np.ndarray:
     lo, hi = REFERENCE[fn][1]
-    rng = np.random.default_rng()  # fresh inputs every run: the seed is in a failure's report
+    rng = np.random.default_rng()  # fresh inputs every run: a failure lists them
     return rng.uniform(lo, hi, N).astype(np.float32)
 
 
