@@ -29,6 +29,7 @@ LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
 GELU_K0 = math.sqrt(2.0 / math.pi)  # gelu(x) = x/2 (1 + tanh(K0 (x + 0.044715 x^3)))
 GELU_K1 = GELU_K0 * 0.044715
+REPEATS = frozenset({"silu", "gelu"})  # the formulas that use their argument more than once
 
 
 def _sigmoid(b: Expressions, x: Operand, loc: Span | None) -> Operand:
@@ -74,6 +75,11 @@ def math_call(b: Expressions, fn: str, args: list[Operand], loc: Span | None) ->
     if x.type not in (T.f32, T.f16, T.bf16):
         return b.error(f"{fn}() takes f32, f16 or bf16 (the last two compute in f32), got "
                        f"{x.type}", loc)
+    if fn in REPEATS and ir.has_expr(x, (ir.Atomic, ir.AtomicLoad)):
+        # the formula evaluates its argument more than once: an atomic would run twice
+        return b.error(f"{fn}() evaluates its argument more than once, and this one holds an "
+                       f"atomic access, which would run as often: bind it first (let v = ...; "
+                       f"{fn}(v))", loc)
     # a constant stays one, so its arithmetic folds as the printed IR's does when reparsed
     src = args[0] if isinstance(args[0], Lit) else x
     if x.type == T.f32:

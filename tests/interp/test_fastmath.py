@@ -176,6 +176,18 @@ def test_wrong_type_and_arity():
     ]
 
 
+def test_a_repeated_argument_with_an_atomic_is_refused():
+    """silu and gelu use their argument more than once: an atomic in it would run as often."""
+    msg = errors("""
+    kernel k(x: ptr<f32>, c: ptr<u32>) threads(32) {
+        x[0] = silu(atomic_add(x[1], 1.0));
+        x[2] = exp(atomic_add(x[3], 1.0));
+    }
+    """)
+    assert msg == ("silu() evaluates its argument more than once, and this one holds an atomic "
+                   "access, which would run as often: bind it first (let v = ...; silu(v))")
+
+
 def test_math_names_stay_free_for_variables():
     """`log` is a common buffer name: declaring it does not hide the function `log(...)`."""
     k = ptxdsl.parse(textwrap.dedent(f"""
