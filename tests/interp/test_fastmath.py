@@ -219,3 +219,33 @@ def test_constant_arguments_fold_their_scaling():
     want = [math.exp(2.0), math.log(10.0),
             0.5 * (1 + math.tanh(SQRT_2_OVER_PI * 1.044715)), -3.0 / (1 + math.exp(3.0))]
     np.testing.assert_allclose(y, want, rtol=2e-6)
+
+
+# the hardware's bounds (docs/language.md's table, with margin): (relative, absolute)
+GPU_TOLERANCE = {
+    "exp": (1e-5, 0.0), "exp2": (1e-6, 0.0), "log": (1e-6, 1e-6), "log2": (1e-6, 1e-6),
+    "sigmoid": (1e-5, 1e-7), "silu": (1e-5, 1e-6), "gelu": (0.0, 2.5e-3),
+    "rsqrt": (1e-6, 0.0), "tanh": (1e-3, 1e-6),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn", sorted(REFERENCE))
+def test_on_the_gpu_within_the_stated_accuracy(fn):
+    """The approx instructions on the device: each function within the accuracy the docs
+    state for it, against numpy in f64 on fresh inputs."""
+    from ptxdsl import runtime as rt
+
+    x = inputs(fn)
+    prog = ptxdsl.compile(text_source(fn))
+    dx, dy = rt.to_device(x), rt.empty(N, "f32")
+    try:
+        prog[1](dx, dy)
+        rt.synchronize()
+        y = dy.copy_to_host()
+    finally:
+        dx.free()
+        dy.free()
+    rtol, atol = GPU_TOLERANCE[fn]
+    want = REFERENCE[fn][0](x.astype(np.float64))
+    np.testing.assert_allclose(y, want, rtol=rtol, atol=atol, err_msg=f"{fn} on {x.tolist()}")
