@@ -4,8 +4,9 @@ variables is itself compile-time there, so it may index a register array.
 
 Such an expression folds in each unrolled copy of the body; where a compile-time value is
 needed the name is replaced by its expression, so `let a = q / 2; tv[a]` builds the IR of
-`tv[q / 2]`. A `let` stays a register for every other use (its PTX does not change); a
-`const` is its expression everywhere.
+`tv[q / 2]`. A `let` stays a register for every other use (its PTX does not change), and
+one that served only as compile-time values is dropped when its block ends (no register, no
+`mov`); a `const` is its expression everywhere.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import Note, Span
-from .common import Symbol
+from ..ir.walk import node_fields
+from .common import Frame, Symbol
 from .hints import source_text
 
 Lookup = Callable[[str], Symbol | None]
@@ -101,3 +103,37 @@ def inline(e: ir.Expr, lookup: Lookup, use: Span | None) -> ir.Expr:
         a, b = inline(e.a, lookup, use), inline(e.b, lookup, use)
         return e if a is e.a and b is e.b else dataclasses.replace(e, a=a, b=b)
     return e
+
+
+def unread_lets_dropped(frame: Frame) -> tuple[ir.Stmt, ...]:
+    """The statements of a finished block, less the `let`s that served only as compile-time
+    values: read nowhere as registers (each use became its expression), and used as an index
+    or named in such a dropped `let`. A `let` no index ever used stays, as it was."""
+    known = {n: s.decl for n, s in frame.names.items()
+             if isinstance(s.decl, LetValue) and s.decl.value is not None}
+    dropped: set[str] = set()
+    while known:
+        kept: set[str] = set()
+        by_dropped: set[str] = set()
+        for s in frame.stmts:
+            into = by_dropped if isinstance(s, ir.Let) and s.name in dropped else kept
+            for t in ir.walk((s,)):
+                _read(t, into)
+        more = {n for n, v in known.items() if n not in dropped and n not in kept
+                and (v.used is not None or n in by_dropped)}
+        if not more:
+            break
+        dropped |= more
+    return tuple(s for s in frame.stmts if not (isinstance(s, ir.Let) and s.name in dropped))
+
+
+def _read(x: object, out: set[str]) -> None:
+    """The names of the variables that node `x` (or a tuple of nodes) reads, into `out`."""
+    if isinstance(x, tuple):
+        for y in x:
+            _read(y, out)
+    elif isinstance(x, ir.Var):
+        out.add(x.name)
+    elif isinstance(x, ir.Node):
+        for name in node_fields(x):
+            _read(getattr(x, name), out)

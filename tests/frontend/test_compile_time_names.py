@@ -94,7 +94,6 @@ def test_named_index_builds_the_ir_of_the_written_out_index():
         kernel k(y: ptr<u32>) threads(32) {
             let tv: u32[8] = 0;
             for d in 0 .. 3 unroll { for q in 0 .. 4 unroll {
-                let a = q / (4 >> d) * (8 >> d) + q % (4 >> d);
                 tv[q / (4 >> d) * (8 >> d) + q % (4 >> d)] =
                     tv[q / (4 >> d) * (8 >> d) + q % (4 >> d)] + 1;
             } }
@@ -201,3 +200,22 @@ def test_python_let_of_a_register_is_refused_at_the_users_line():
                          "'unroll' loop variables; 'a' is a 'let' that is not compile-time: "
                          "'%tid.x' is a special register, read when the kernel runs")
     assert d.span.source.name == __file__
+
+
+def test_a_let_read_as_a_value_too_stays_a_register():
+    """Only a let that served as compile-time values alone is dropped when its block ends."""
+    text = ptxdsl.print_module(ptxdsl.parse("""
+        kernel k(y: ptr<u32>) threads(32) {
+            let tv: u32[8] = 0;
+            for q in 0 .. 4 unroll {
+                let a = q * 2;
+                let b = q + 1;
+                let unused = q;
+                tv[a] = a;
+                tv[b] = 1;
+            }
+            y[0] = tv[7];
+        }"""))
+    assert "let a: u32 = q * 2;" in text and "tv[q * 2] = a;" in text
+    assert "let b" not in text and "tv[q + 1] = 1;" in text
+    assert "let unused: u32 = q;" in text  # no index used it: it stays as written
