@@ -55,7 +55,7 @@ class CompileTime(Declarations):
                              f"{why}", bad.loc or loc, *notes)
         elif ty is not None and ty != value.type:
             self.diags.error(f"constant '{name}' is declared {ty}, but its value is "
-                             f"{value.type}", loc)
+                             f"{value.type} (convert it with 'as {ty}')", loc)
         else:
             self._declare(name, Symbol("const", value.type, loc, inline(value, self.lookup,
                                                                          None)))

@@ -152,6 +152,13 @@ def test_const_of_a_parameter_and_of_a_plain_loop_variable():
               "kernel parameter, known only when the kernel runs")
 
 
+def test_a_const_of_loop_variables_has_their_type():
+    assert first_line("""kernel k(y: ptr<u32>) threads(32) {
+        for q in 0 .. 4 unroll { const A: s32 = q * 2; y[0] = 1; }
+    }""") == ("c.ptxdsl:2:34: error: constant 'A' is declared s32, but its value is u32 "
+              "(convert it with 'as s32')")
+
+
 def test_a_let_that_reads_a_register_is_no_index_and_the_message_says_why():
     assert first_line("""kernel k(x: ptr<u32>, y: ptr<u32>) threads(32) {
         let tv: u32[4] = 0;
