@@ -112,7 +112,7 @@ def unread_lets_dropped(frame: Frame) -> tuple[ir.Stmt, ...]:
     known = {n: s.decl for n, s in frame.names.items()
              if isinstance(s.decl, LetValue) and s.decl.value is not None}
     dropped: set[str] = set()
-    while known:
+    while any(v.used is not None for v in known.values()):  # else nothing served as one
         kept: set[str] = set()
         by_dropped: set[str] = set()
         for s in frame.stmts:
