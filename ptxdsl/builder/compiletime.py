@@ -16,6 +16,7 @@ from .common import Lit, Operand, Symbol, describe
 from .decls import Declarations
 from .hints import source_text
 from .literals import LiteralError, float_literal, int_literal
+from .named import ALLOWED, inline, reason, runtime_operand
 
 
 class CompileTime(Declarations):
@@ -23,7 +24,11 @@ class CompileTime(Declarations):
 
     def const(self, name: str, ty: T.Type | None, value: Operand, loc: Span | None = None
               ) -> Lit | None:
-        """Declare constant `name`; its value must fold at compile time."""
+        """Declare constant `name`; its value must fold at compile time, or (inside `unroll`
+        loops) be an expression of their variables, which folds in each unrolled copy."""
+        if isinstance(value, ir.Expr) and not isinstance(value.type, T.ErrorType):
+            self.const_expr(name, ty, value, loc)
+            return None
         lit = self.folded(value, f"the value of constant '{name}'", loc)
         if lit is not None and ty is not None:
             if not isinstance(ty, T.Scalar):
@@ -38,6 +43,24 @@ class CompileTime(Declarations):
         lit = Lit(lit.value, loc, lit.type)
         self._declare(name, Symbol("const", lit.type or T.void, loc, lit))
         return lit
+
+    def const_expr(self, name: str, ty: T.Type | None, value: ir.Expr, loc: Span | None
+                   ) -> None:
+        """`const NAME = expr;` of a value not folded: compile-time if it uses only constants
+        and `unroll` loop variables (each use is the expression), else said why not."""
+        bad = runtime_operand(value, self.lookup)
+        if bad is not None:
+            why, notes = reason(bad, self.lookup)
+            self.diags.error(f"const {name} must be computable at compile time: {ALLOWED}; "
+                             f"{why}", bad.loc or loc, *notes)
+        elif ty is not None and ty != value.type:
+            self.diags.error(f"constant '{name}' is declared {ty}, but its value is "
+                             f"{value.type} (convert it with 'as {ty}')", loc)
+        else:
+            self._declare(name, Symbol("const", value.type, loc, inline(value, self.lookup,
+                                                                         None)))
+            return
+        self.poison(name, loc)
 
     def folded(self, value: Operand, what: str, loc: Span | None) -> Lit | None:
         """`value` as a constant, or None after saying why it is not one."""

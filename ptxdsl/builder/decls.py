@@ -19,6 +19,7 @@ from .common import (
     is_err,
 )
 from .exprs import Expressions
+from .named import let_value
 
 
 class Declarations(Expressions):
@@ -318,6 +319,8 @@ class Declarations(Expressions):
         if isinstance(ty, (T.SharedRef, T.GlobalRef, T.BarrierRef, T.TensorMap, T.Void)):
             self.diags.error(f"a local variable cannot hold a {ty}", loc)
             ty = T.error
-        self._declare(name, Symbol("local", ty, loc))
+        known = let_value(init, self.lookup) \
+            if init is not None and isinstance(ty, T.Scalar) else None
+        self._declare(name, Symbol("local", ty, loc, known))
         self.emit(ir.Let(name=name, var_type=ty, value=init, loc=loc))
         return ir.Var(name=name, type=ty, loc=loc)

@@ -4,6 +4,7 @@ functions. An expression that failed gets the error type, so one mistake gives o
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from collections.abc import Callable, Iterable
@@ -42,6 +43,7 @@ from .literals import (
     show_int,
     show_value,
 )
+from .named import inline, reason, runtime_operand
 from .scope import Scope
 
 # Families of built-in functions kept in modules of their own (atomic.py, cluster.py), and
@@ -83,6 +85,8 @@ class Expressions(Scope):
         if sym.kind == "const":
             if sym.decl is None:  # its value was wrong, and said so
                 return ir.Const(value=0, type=T.error, loc=loc)
+            if isinstance(sym.decl, ir.Expr):  # an expression of 'unroll' loop variables
+                return dataclasses.replace(sym.decl, loc=loc)
             return Lit(sym.decl.value, loc, sym.decl.type)
         if sym.kind == "async":
             return ir.AsyncObj(name=name, type=sym.type, loc=loc)
@@ -422,8 +426,10 @@ class Expressions(Scope):
             if isinstance(vx, Lit) and isinstance(vx.value, int) and 0 <= vx.value < ty.n:
                 return ir.Extract(vec=base, index=self.lit_expr(vx, T.u32), type=ty.elem,
                                   loc=loc)
-            if vx is not None and not isinstance(vx, Lit) and self._unrolled(vx):
-                return ir.Extract(vec=base, index=self.value(vx, T.u32), type=ty.elem, loc=loc)
+            if vx is not None and not isinstance(vx, Lit):
+                ix = self.unrolled_index(vx, ty.n, loc, "", "a vector element index")
+                return ix if is_err(ix.type) else \
+                    ir.Extract(vec=base, index=ix, type=ty.elem, loc=loc)
             return self.error(f"a vector element index must be a constant in [0, {ty.n - 1}] "
                               "or an expression of 'unroll' loop variables", loc)
         e = self.rvalue(base)
@@ -441,10 +447,14 @@ class Expressions(Scope):
                 return self.error(out_of_range.format(v=repr(v)), x.loc or loc)
             return self.lit_expr(x, T.u32)
         e = self.value(x, T.u32)
-        if not is_err(e.type) and not self._unrolled(e):
+        if is_err(e.type):
+            return e
+        bad = runtime_operand(e, self.lookup)
+        if bad is not None:
+            why, notes = reason(bad, self.lookup)
             return self.error(f"{what} must be a constant or an expression of 'unroll' loop "
-                              "variables", x.loc or loc)
-        return e
+                              f"variables; {why}", x.loc or loc, *notes)
+        return inline(e, self.lookup, x.loc or loc)
 
     def reg_element(self, base: ir.Expr, ty: T.RegArray, idx: list[Operand],
                     loc: Span | None) -> ir.Expr:
@@ -469,17 +479,6 @@ class Expressions(Scope):
                                    type=T.u32)
                 flat = ir.Binary(op="add", a=scaled, b=e, type=T.u32)
         return ir.Extract(vec=base, index=flat, type=ty.elem, loc=loc)  # type: ignore[arg-type]
-
-    def _unrolled(self, e: ir.Expr) -> bool:
-        """Whether `e` depends only on constants and variables of unrolled loops."""
-        if isinstance(e, ir.Const):
-            return True
-        if isinstance(e, ir.Var):
-            sym = self.lookup(e.name)
-            return sym is not None and sym.kind == "loopvar" and sym.decl == "unroll"
-        if isinstance(e, ir.Binary):
-            return self._unrolled(e.a) and self._unrolled(e.b)
-        return False
 
     def _index_value(self, x: Operand) -> ir.Expr:
         e = self.value(x, T.u32 if untyped(x) else None)

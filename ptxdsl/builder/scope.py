@@ -20,6 +20,7 @@ from .common import (
     Frame,
     Symbol,
 )
+from .named import unread_lets_dropped
 
 # names a kernel cannot declare; the math functions' (`log`, `exp`) stay free: a call is
 # told from a name by its parentheses, and `log` is a common buffer name
@@ -117,7 +118,7 @@ class Scope:
             for loc in locs:
                 self.diags.error(f"{REGION_OPENER[side]}({pipe}) is not closed by "
                                  f"{REGION_CLOSER[side]}({pipe}) in the same block", loc)
-        return tuple(frame.stmts)
+        return unread_lets_dropped(frame)
 
     @property
     def at_top(self) -> bool:

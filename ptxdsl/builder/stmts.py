@@ -22,6 +22,7 @@ from .common import (
     is_err,
     is_int,
 )
+from .named import LetValue
 from .operands import check_op
 from .turns import Turns
 
@@ -55,8 +56,24 @@ class Statements(Turns):
             self.diags.error(f"register array '{name}' is assigned element by element "
                              f"({name}[i] = ...)", name_loc or loc)
             return
+        if not self.runtime_from_here(name, sym, name_loc or loc):
+            return
         v = self.value(value, sym.type)
         self.emit(ir.Assign(name=name, value=v, loc=loc))
+
+    def runtime_from_here(self, name: str, sym: Symbol, loc: Span | None) -> bool:
+        """A write to local `name` at `loc`: from here on it is not compile-time; False (and
+        said why) if it already served as a compile-time value."""
+        known = sym.decl
+        if not isinstance(known, LetValue):
+            return True
+        if known.used is not None:
+            self.diags.error(f"cannot assign to '{name}': it is used as a compile-time value "
+                             "(an index of registers), which must not change; assign a new "
+                             "variable instead", loc, Note(f"'{name}' is used here", known.used))
+            return False
+        sym.decl = LetValue(None, "it is assigned", loc)
+        return True
 
     def store(self, place: ir.Expr, value: Operand, loc: Span | None = None) -> None:
         ty = place.type
@@ -118,6 +135,8 @@ class Statements(Turns):
             if sym is None or sym.kind != "local" or not isinstance(sym.type, T.Scalar):
                 self.diags.error(f"asm output '{name}' must be a local scalar variable",
                                  nloc or loc)
+            else:
+                self.runtime_from_here(name, sym, nloc or loc)
             names.append(name)
         vals = tuple(self.value(x) for x in ins)
         for v in vals:

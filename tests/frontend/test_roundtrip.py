@@ -37,6 +37,10 @@ def test_python_twin_roundtrip(name):
     "let x = 1; if x == 0 { x = 2; } else if x == 1 { x = 3; } else { x = 4; }",
     "let x = 0; while x < 10 { x += 3; }",
     'let t: u32 = 0; asm "mov.u32 {0}, %clock; // \\"quoted\\"" : t;',
+    # named compile-time indices: the IR holds each use as the expression it names
+    "let tv: u32[8] = 0; for d in 0 .. 3 unroll { for q in 0 .. 4 unroll { "
+    "let a = q / (4 >> d) * (8 >> d) + q % (4 >> d); const B = a + (4 >> d); "
+    "tv[a] = min(tv[a], tv[B]); } }",
 ])
 def test_expression_roundtrip(body):
     m = ptxdsl.parse(f"kernel k() threads(32) {{ {body} }}")
