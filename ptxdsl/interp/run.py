@@ -250,7 +250,11 @@ def bind(k: ir.Kernel, args: dict[str, Any],
                 values.append(place(p.name, v))
                 continue
         elif isinstance(t, T.TensorMap):
-            if not isinstance(v, TensorMapModel):
+            if isinstance(v, np.ndarray):  # a twin without its tensor_maps entry, often
+                problems.append(f"argument '{p.name}' ({t}) is a numpy array; a tensor map "
+                                f"wraps one: TensorMapModel(array, box=...), or the entry "
+                                f"\"{p.name}\": {{\"box\": (...)}} of a twin's tensor_maps")
+            elif not isinstance(v, TensorMapModel):
                 problems.append(f"argument '{p.name}' ({t}) must be a TensorMapModel, got "
                                 f"{type(v).__name__}")
             elif v.array.ndim != t.rank or not (compatible(t.elem, v.elem)

@@ -1,0 +1,114 @@
+"""The twin's example() dict checked against the kernel before a run (docs/twins.md).
+
+The GPU runner and the interpreter would otherwise meet a bad dict deep inside a launch
+("must be a TensorMapModel, got ndarray", or a deadlock); here each problem names the twin
+file, the key and the form it expects, and all of them are reported at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import ir
+from .. import types as T
+from ..errors import Diagnostic, LaunchError, Note, Span, python_source
+from ..interp.tensormap import TensorMapModel
+from ..opdef import effect
+
+BOX_FORM = '{"box": (rows, cols), "swizzle": "none"}'  # a 2D entry, as the docs show it
+_MODEL_OPTIONS = ("box", "swizzle", "oob_fill")  # what the interpreter's model checks
+
+
+def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
+    """LaunchError listing every way `ex` (what the twin's function `example` returned) does
+    not fit `kernel`: a missing key, a tensor-map parameter with no `tensor_maps` entry, a box
+    the encoder refuses, a box whose bytes differ from the stage buffer a derived expect_tx
+    counts. Each is located at the twin's `def example`."""
+    at = _def_span(example)
+    if not isinstance(ex, dict):
+        raise LaunchError(Diagnostic(f"example() returned a {type(ex).__name__}; expected a "
+                                     'dict with "grid", "inputs", "outputs" and "expected"', at))
+    problems: list[Diagnostic] = []
+    if "grid" not in ex:
+        problems.append(Diagnostic('example() returned no "grid"; expected "grid": n or '
+                                   "(x, y, z)", at))
+    for key in ("inputs", "outputs", "expected", "tensor_maps"):
+        if not isinstance(ex.get(key, {}), dict):
+            problems.append(Diagnostic(f'"{key}" is a {type(ex[key]).__name__}; expected a '
+                                       "dict keyed by parameter name", at))
+    if problems:
+        raise LaunchError(problems)
+    arrays = {**ex.get("inputs", {}), **ex.get("outputs", {})}
+    maps = ex.get("tensor_maps", {})
+    for p in kernel.params:
+        if isinstance(p.type, T.TensorMap):
+            problems += _map_problems(p.name, p.type, kernel, arrays.get(p.name),
+                                      maps.get(p.name), at)
+    for name in maps:
+        if not any(p.name == name and isinstance(p.type, T.TensorMap) for p in kernel.params):
+            problems.append(Diagnostic(
+                f"tensor_maps['{name}'] names no tensor map parameter of kernel "
+                f"'{kernel.name}' (its tensor maps: {_tmaps(kernel) or 'none'})", at))
+    if problems:
+        raise LaunchError(problems)
+
+
+def _def_span(example: Any) -> Span | None:
+    """The line `def example(...)` of the twin, where its problems are reported."""
+    code = getattr(example, "__code__", None)
+    if code is None:
+        return None
+    src = python_source(code.co_filename)
+    start = src.offset(code.co_firstlineno, 0)
+    return Span(src, start, start + len(src.line_text(code.co_firstlineno)))
+
+
+def _tmaps(kernel: ir.Kernel) -> str:
+    return ", ".join(p.name for p in kernel.params if isinstance(p.type, T.TensorMap))
+
+
+def _map_problems(name: str, t: T.TensorMap, kernel: ir.Kernel, array: Any, opts: Any,
+                  at: Span | None) -> list[Diagnostic]:
+    if opts is None:
+        return [Diagnostic(f"tensor map parameter '{name}' of kernel '{kernel.name}' has no "
+                           "entry in this twin's tensor_maps; expected "
+                           f'"tensor_maps": {{"{name}": {BOX_FORM}}}, the box outermost first',
+                           at)]
+    if not isinstance(opts, dict) or "box" not in opts:
+        return [Diagnostic(f"tensor_maps['{name}'] is {opts!r}; expected {BOX_FORM}, the box "
+                           "outermost first", at)]
+    if array is None:
+        return [Diagnostic(f"tensor_maps['{name}'] has no array: the map wraps the array of "
+                           'the same name in "inputs" or "outputs"', at)]
+    try:
+        model = TensorMapModel(array, dtype=t.elem,
+                               **{o: v for o, v in opts.items() if o in _MODEL_OPTIONS})
+    except (LaunchError, TypeError, ValueError) as e:
+        why = "; ".join(d.message for d in e.diagnostics) if isinstance(e, LaunchError) \
+            else str(e)
+        return [Diagnostic(f"tensor_maps['{name}'] (box {opts['box']!r}, outermost first, for "
+                           f"a {getattr(array, 'shape', '?')} array): {why}", at)]
+    return [_box_mismatch(name, model, s, at) for s in _derived_loads(kernel.body, name)
+            if s.dst.type.nbytes != model.nbytes]
+
+
+def _derived_loads(body: tuple[ir.Stmt, ...], name: str) -> list[Any]:
+    """The tensor loads of map `name` whose expect_tx the compiler derives (a pipeline stage
+    or an `async` block): it counts their destination's bytes, so the box must match."""
+    def derived(s: Any) -> bool:
+        return (effect(s).tma and isinstance(getattr(s, "dst", None), ir.Expr)
+                and isinstance(getattr(s, "tmap", None), ir.Var) and s.tmap.name == name
+                and isinstance(getattr(s, "bar", None), (ir.StageBarrier, ir.AsyncBarrier))
+                and isinstance(s.dst.type, T.SharedRef))
+
+    return [s for s in ir.walk(body) if derived(s)]
+
+
+def _box_mismatch(name: str, model: TensorMapModel, s: Any, at: Span | None) -> Diagnostic:
+    dst: T.SharedRef = s.dst.type
+    return Diagnostic(
+        f"tensor_maps['{name}'] has box {model.box}, {model.nbytes} bytes, but a {s.syntax} "
+        f"of '{name}' fills a buffer of {dst.nbytes} bytes ({dst}); the expect_tx the compiler "
+        "derives counts the buffer's bytes, so the stage would never complete: expected box "
+        f"{dst.shape} or another of {dst.nbytes} bytes", at,
+        (Note(f"the {s.syntax} filling the {dst.nbytes}-byte buffer", s.loc),))
