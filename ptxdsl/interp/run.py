@@ -24,7 +24,7 @@ from .cta import CTA
 from .errors import InterpError
 from .memory import GlobalMemory
 from .program import Program
-from .tensormap import TensorMapModel
+from .tensormap import TensorMapModel, short_box_message, short_boxes
 
 DEFAULT_MAX_STEPS = 1_000_000
 
@@ -276,6 +276,11 @@ def bind(k: ir.Kernel, args: dict[str, Any],
             problems.append(f"kernel '{k.name}' has no parameter '{name}'")
     if problems:
         raise LaunchError([Diagnostic(m) for m in problems])
+    short = [Diagnostic(short_box_message(f"tensor map '{p.name}'", v, s), s.loc)
+             for p, v in zip(k.params, values, strict=True) if isinstance(v, TensorMapModel)
+             for s in short_boxes(k, p.name, v)]
+    if short:
+        raise LaunchError(short)
     return values
 
 

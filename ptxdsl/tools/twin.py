@@ -12,8 +12,7 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..errors import Diagnostic, LaunchError, Note, Span, python_source
-from ..interp.tensormap import TensorMapModel
-from ..opdef import effect
+from ..interp.tensormap import TensorMapModel, short_box_message, short_boxes
 
 BOX_FORM = '{"box": (rows, cols), "swizzle": "none"}'  # a 2D entry, as the docs show it
 _MODEL_OPTIONS = ("box", "swizzle", "oob_fill")  # what the interpreter's model checks
@@ -88,27 +87,10 @@ def _map_problems(name: str, t: T.TensorMap, kernel: ir.Kernel, array: Any, opts
             else str(e)
         return [Diagnostic(f"tensor_maps['{name}'] (box {opts['box']!r}, outermost first, for "
                            f"a {getattr(array, 'shape', '?')} array): {why}", at)]
-    return [_box_mismatch(name, model, s, at) for s in _derived_loads(kernel.body, name)
-            if s.dst.type.nbytes != model.nbytes]
-
-
-def _derived_loads(body: tuple[ir.Stmt, ...], name: str) -> list[Any]:
-    """The tensor loads of map `name` whose expect_tx the compiler derives (a pipeline stage
-    or an `async` block): it counts their destination's bytes, so the box must match."""
-    def derived(s: Any) -> bool:
-        return (effect(s).tma and isinstance(getattr(s, "dst", None), ir.Expr)
-                and isinstance(getattr(s, "tmap", None), ir.Var) and s.tmap.name == name
-                and isinstance(getattr(s, "bar", None), (ir.StageBarrier, ir.AsyncBarrier))
-                and isinstance(s.dst.type, T.SharedRef))
-
-    return [s for s in ir.walk(body) if derived(s)]
+    return [_box_mismatch(name, model, s, at) for s in short_boxes(kernel, name, model)]
 
 
 def _box_mismatch(name: str, model: TensorMapModel, s: Any, at: Span | None) -> Diagnostic:
-    dst: T.SharedRef = s.dst.type
-    return Diagnostic(
-        f"tensor_maps['{name}'] has box {model.box}, {model.nbytes} bytes, but a {s.syntax} "
-        f"of '{name}' fills a buffer of {dst.nbytes} bytes ({dst}); the expect_tx the compiler "
-        "derives counts the buffer's bytes, so the stage would never complete: expected box "
-        f"{dst.shape} or another of {dst.nbytes} bytes", at,
-        (Note(f"the {s.syntax} filling the {dst.nbytes}-byte buffer", s.loc),))
+    return Diagnostic(short_box_message(f"tensor_maps['{name}']", model, s), at,
+                      (Note(f"the {s.syntax} filling the {s.dst.type.nbytes}-byte buffer",
+                            s.loc),))

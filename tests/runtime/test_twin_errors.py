@@ -100,7 +100,7 @@ def test_a_box_smaller_than_its_buffer_is_reported_before_it_deadlocks(tmp_path,
     rc, out = scale_rows(tmp_path, monkeypatch, capsys, '{"box": (8, 64)}')
     assert rc == 1
     assert out == (
-        "k.py:4:1: error: tensor_maps['x'] has box (8, 64), 2048 bytes, but a tma_load of 'x' "
+        "k.py:4:1: error: tensor_maps['x'] has box (8, 64), 2048 bytes, but a tma_load of it "
         "fills a buffer of 4096 bytes (shared f32[16][64]); the expect_tx the compiler derives "
         "counts the buffer's bytes, so the stage would never complete: expected box (16, 64) "
         "or another of 4096 bytes\n" + DEF_LINE + "\n"
