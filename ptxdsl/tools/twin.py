@@ -16,6 +16,7 @@ from ..interp.tensormap import TensorMapModel, short_box_message, short_boxes
 
 BOX_FORM = '{"box": (rows, cols), "swizzle": "none"}'  # a 2D entry, as the docs show it
 _MODEL_OPTIONS = ("box", "swizzle", "oob_fill")  # what the interpreter's model checks
+OPTIONS = (*_MODEL_OPTIONS, "l2_promotion", "interleave")  # the GPU's TensorMap takes these too
 
 
 def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
@@ -39,6 +40,17 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
         raise LaunchError(problems)
     arrays = {**ex.get("inputs", {}), **ex.get("outputs", {})}
     maps = ex.get("tensor_maps", {})
+    for p in kernel.params:
+        if p.name not in arrays:
+            where = "an array in" if isinstance(p.type, (T.Ptr, T.TensorMap)) else "a value in"
+            problems.append(Diagnostic(f"parameter '{p.name}' ({p.type}) of kernel "
+                                       f"'{kernel.name}' has no value; expected {where} "
+                                       '"inputs" (or "outputs", where the kernel writes it)', at))
+    for name in ex.get("expected", {}):
+        if name not in arrays:
+            problems.append(Diagnostic(f"expected['{name}'] names no array of \"inputs\" or "
+                                       '"outputs": a reference is compared with the array of '
+                                       "its name after the run", at))
     for p in kernel.params:
         if isinstance(p.type, T.TensorMap):
             problems += _map_problems(p.name, p.type, kernel, arrays.get(p.name),
@@ -76,9 +88,12 @@ def _map_problems(name: str, t: T.TensorMap, kernel: ir.Kernel, array: Any, opts
     if not isinstance(opts, dict) or "box" not in opts:
         return [Diagnostic(f"tensor_maps['{name}'] is {opts!r}; expected {BOX_FORM}, the box "
                            "outermost first", at)]
+    unknown = [o for o in opts if o not in OPTIONS]
+    if unknown:
+        return [Diagnostic(f"tensor_maps['{name}'] has option {', '.join(map(repr, unknown))}; "
+                           f"the options are {', '.join(OPTIONS)}", at)]
     if array is None:
-        return [Diagnostic(f"tensor_maps['{name}'] has no array: the map wraps the array of "
-                           'the same name in "inputs" or "outputs"', at)]
+        return []  # reported as a parameter with no value
     try:
         model = TensorMapModel(array, dtype=t.elem,
                                **{o: v for o, v in opts.items() if o in _MODEL_OPTIONS})

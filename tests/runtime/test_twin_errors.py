@@ -172,3 +172,21 @@ def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, capsys, box, ok
     assert '"box": (16, 64)' in twin
     rc, out = interp(tmp_path, monkeypatch, capsys, kernel, twin.replace("(16, 64)", box))
     assert (rc, out.startswith("PASS scale_rows: out")) == ((0, True) if ok else (1, False))
+
+
+def test_a_parameter_without_a_value_a_stray_reference_and_an_unknown_option(tmp_path,
+                                                                            monkeypatch,
+                                                                            capsys):
+    twin = TWIN.replace('"outputs": {"out": np.empty_like(x)}', '"outputs": {}') \
+        .replace('"expected": {"out": x * 0.5}', '"expected": {"y": x}') \
+        .replace("@MAPS@", '{"box": (16, 64), "swizle": "128B"}')
+    rc, out = interp(tmp_path, monkeypatch, capsys, KERNEL, twin)
+    assert rc == 1
+    assert out == (
+        "k.py:4:1: error: parameter 'out' (ptr<f32>) of kernel 'scale_rows' has no value; "
+        "expected an array in \"inputs\" (or \"outputs\", where the kernel writes it)\n"
+        + DEF_LINE + "\n"
+        "k.py:4:1: error: expected['y'] names no array of \"inputs\" or \"outputs\": a reference "
+        "is compared with the array of its name after the run\n" + DEF_LINE + "\n"
+        "k.py:4:1: error: tensor_maps['x'] has option 'swizle'; the options are box, swizzle, "
+        "oob_fill, l2_promotion, interleave\n" + DEF_LINE + "\n3 errors generated.\n")
