@@ -1,6 +1,7 @@
 """Run a sample end to end on the GPU and check it against its numpy reference.
 
-A sample's Python twin provides `example(rng, ...) -> dict` with:
+A sample's Python twin (docs/twins.md; checked by `twin.check_example`) provides
+`example(rng, ...) -> dict` with:
   grid          launch grid
   inputs        {param: numpy array or scalar}: arrays go to the device (bf16 as ml_dtypes'
                 bfloat16 arrays, or uint16 bit patterns)

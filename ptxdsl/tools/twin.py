@@ -12,9 +12,9 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..errors import Diagnostic, LaunchError, Note, Span, python_source
+from ..interp.run import grid_dims
 from ..interp.tensormap import TensorMapModel, short_box_message, short_boxes
 
-BOX_FORM = '{"box": (rows, cols), "swizzle": "none"}'  # a 2D entry, as the docs show it
 _MODEL_OPTIONS = ("box", "swizzle", "oob_fill")  # what the interpreter's model checks
 OPTIONS = (*_MODEL_OPTIONS, "l2_promotion", "interleave")  # the GPU's TensorMap takes these too
 
@@ -32,6 +32,12 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
     if "grid" not in ex:
         problems.append(Diagnostic('example() returned no "grid"; expected "grid": n or '
                                    "(x, y, z)", at))
+    else:
+        try:
+            grid_dims(ex["grid"])
+        except LaunchError:
+            problems.append(Diagnostic(f'"grid" is {ex["grid"]!r}; expected n or (x, y, z), '
+                                       "1 to 3 positive integers", at))
     for key in ("inputs", "outputs", "expected", "tensor_maps"):
         if not isinstance(ex.get(key, {}), dict):
             problems.append(Diagnostic(f'"{key}" is a {type(ex[key]).__name__}; expected a '
@@ -78,16 +84,23 @@ def _tmaps(kernel: ir.Kernel) -> str:
     return ", ".join(p.name for p in kernel.params if isinstance(p.type, T.TensorMap))
 
 
+def _box_form(rank: int) -> str:
+    """The form of a tensor_maps entry of a rank-`rank` map, its box outermost first."""
+    dims = {1: "n,", 2: "rows, cols"}.get(rank) or ", ".join(f"d{i}" for i in range(rank))
+    return f'{{"box": ({dims}), "swizzle": "none"}}'
+
+
 def _map_problems(name: str, t: T.TensorMap, kernel: ir.Kernel, array: Any, opts: Any,
                   at: Span | None) -> list[Diagnostic]:
     if opts is None:
         return [Diagnostic(f"tensor map parameter '{name}' of kernel '{kernel.name}' has no "
                            "entry in this twin's tensor_maps; expected "
-                           f'"tensor_maps": {{"{name}": {BOX_FORM}}}, the box outermost first',
+                           f'"tensor_maps": {{"{name}": {_box_form(t.rank)}}}, the box outermost '
+                           "first",
                            at)]
     if not isinstance(opts, dict) or "box" not in opts:
-        return [Diagnostic(f"tensor_maps['{name}'] is {opts!r}; expected {BOX_FORM}, the box "
-                           "outermost first", at)]
+        return [Diagnostic(f"tensor_maps['{name}'] is {opts!r}; expected "
+                           f"{_box_form(t.rank)}, the box outermost first", at)]
     unknown = [o for o in opts if o not in OPTIONS]
     if unknown:
         return [Diagnostic(f"tensor_maps['{name}'] has option {', '.join(map(repr, unknown))}; "

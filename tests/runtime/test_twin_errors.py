@@ -190,3 +190,11 @@ def test_a_parameter_without_a_value_a_stray_reference_and_an_unknown_option(tmp
         "is compared with the array of its name after the run\n" + DEF_LINE + "\n"
         "k.py:4:1: error: tensor_maps['x'] has option 'swizle'; the options are box, swizzle, "
         "oob_fill, l2_promotion, interleave\n" + DEF_LINE + "\n3 errors generated.\n")
+
+
+def test_a_grid_that_is_no_grid(tmp_path, monkeypatch, capsys):
+    rc, out = interp(tmp_path, monkeypatch, capsys, KERNEL,
+                     TWIN.replace('"grid": blocks', '"grid": (blocks, 0)')
+                     .replace("@MAPS@", '{"box": (16, 64)}'))
+    assert (rc, out) == (1, "k.py:4:1: error: \"grid\" is (2, 0); expected n or (x, y, z), 1 to 3 "
+                            "positive integers\n" + DEF_LINE + "\n")
