@@ -175,7 +175,11 @@ def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,
     for n, opts in example.get("tensor_maps", {}).items():
         t = types.get(n)
         elem = t.elem if isinstance(t, T.TensorMap) else None
-        opts = {o: v for o, v in opts.items() if o != "l2_promotion"}  # a cache hint only
+        if opts.get("interleave", "none") != "none":
+            raise LaunchError(f"tensor map '{n}': the interpreter models no interleaved layout "
+                              f"(interleave={opts['interleave']!r}); ptxdsl run does")
+        # l2_promotion is a cache hint only
+        opts = {o: v for o, v in opts.items() if o not in ("l2_promotion", "interleave")}
         arrays[n] = TensorMapModel(arrays[n], dtype=elem, **opts)
     run(k, example["grid"], arrays, seed=seed, arch=arch, max_steps=max_steps)
     # inputs a kernel updates in place (a reduction's target) are results too

@@ -55,3 +55,16 @@ def test_a_box_short_of_its_buffer_is_refused_at_the_load():
     run(ptxdsl.parse(KERNEL, "k.ptxdsl").kernels[0], 2,
         {"x": TensorMapModel(x, box=(16, 64)), "out": out})
     assert np.array_equal(out, x)
+
+
+def test_run_sample_takes_the_gpu_only_options_it_can_ignore_and_refuses_interleave():
+    k = ptxdsl.parse(KERNEL, "k.ptxdsl").kernels[0]
+    x = np.arange(32 * 64, dtype=np.float32).reshape(32, 64)
+    ex = {"grid": 2, "inputs": {"x": x}, "outputs": {"out": np.empty_like(x)},
+          "tensor_maps": {"x": {"box": (16, 64), "l2_promotion": "256B", "interleave": "none"}}}
+    assert np.array_equal(ptxdsl.interp.run_sample(k, ex)["out"], x)
+    ex["tensor_maps"]["x"]["interleave"] = "32B"
+    with pytest.raises(ptxdsl.LaunchError) as e:
+        ptxdsl.interp.run_sample(k, ex)
+    assert e.value.render() == ("error: tensor map 'x': the interpreter models no interleaved "
+                                "layout (interleave='32B'); ptxdsl run does")
