@@ -205,8 +205,9 @@ class CTA:
             where = th.loops[-1] if th.loops else (th.wait[0] if th.wait else None)
             fail("step-limit", f"step limit reached: CTA {self.label} ran {self.max_steps} "
                  f"steps without finishing; {th.name} is still running "
-                 f"{'this loop' if th.loops else 'here'} (an infinite loop? raise max_steps "
-                 "if not)", where)
+                 f"{'this loop' if th.loops else 'here'} (an infinite loop? If not, allow "
+                 "more with `ptxdsl interp --max-steps N` (max_steps= in Python), or give the "
+                 "twin a SMALL dict of smaller example() sizes)", where)
 
     def exit(self, th: Thread, node: Any) -> None:
         th.exited = True

@@ -24,7 +24,7 @@ from .cta import CTA
 from .errors import InterpError
 from .memory import GlobalMemory
 from .program import Program
-from .tensormap import TensorMapModel
+from .tensormap import TensorMapModel, short_box_message, short_boxes
 
 DEFAULT_MAX_STEPS = 1_000_000
 
@@ -175,7 +175,11 @@ def run_sample(kernel: Any, example: dict[str, Any], seed: int = 0,
     for n, opts in example.get("tensor_maps", {}).items():
         t = types.get(n)
         elem = t.elem if isinstance(t, T.TensorMap) else None
-        opts = {o: v for o, v in opts.items() if o != "l2_promotion"}  # a cache hint only
+        if opts.get("interleave", "none") != "none":
+            raise LaunchError(f"tensor map '{n}': the interpreter models no interleaved layout "
+                              f"(interleave={opts['interleave']!r}); ptxdsl run does")
+        # l2_promotion is a cache hint only
+        opts = {o: v for o, v in opts.items() if o not in ("l2_promotion", "interleave")}
         arrays[n] = TensorMapModel(arrays[n], dtype=elem, **opts)
     run(k, example["grid"], arrays, seed=seed, arch=arch, max_steps=max_steps)
     # inputs a kernel updates in place (a reduction's target) are results too
@@ -250,7 +254,11 @@ def bind(k: ir.Kernel, args: dict[str, Any],
                 values.append(place(p.name, v))
                 continue
         elif isinstance(t, T.TensorMap):
-            if not isinstance(v, TensorMapModel):
+            if isinstance(v, np.ndarray):  # a twin without its tensor_maps entry, often
+                problems.append(f"argument '{p.name}' ({t}) is a numpy array; a tensor map "
+                                f"wraps one: TensorMapModel(array, box=...), or the entry "
+                                f"\"{p.name}\": {{\"box\": (...)}} of a twin's tensor_maps")
+            elif not isinstance(v, TensorMapModel):
                 problems.append(f"argument '{p.name}' ({t}) must be a TensorMapModel, got "
                                 f"{type(v).__name__}")
             elif v.array.ndim != t.rank or not (compatible(t.elem, v.elem)
@@ -272,6 +280,11 @@ def bind(k: ir.Kernel, args: dict[str, Any],
             problems.append(f"kernel '{k.name}' has no parameter '{name}'")
     if problems:
         raise LaunchError([Diagnostic(m) for m in problems])
+    short = [Diagnostic(short_box_message(f"tensor map '{p.name}'", v, s), s.loc)
+             for p, v in zip(k.params, values, strict=True) if isinstance(v, TensorMapModel)
+             for s in short_boxes(k, p.name, v)]
+    if short:
+        raise LaunchError(short)
     return values
 
 

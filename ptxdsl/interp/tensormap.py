@@ -11,11 +11,14 @@ through the same index.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from .. import ir
 from .. import types as T
 from ..errors import Diagnostic, LaunchError
+from ..opdef import effect
 from ..runtime.dtypes import scalar_of
 from ..runtime.tensormap import TensorMapSpec, validate
 from ..swizzle import mask, tma_swizzle_bytes
@@ -106,3 +109,26 @@ class TensorMapModel:
             return None
         a = np.arange(addr, addr + self.nbytes, dtype=np.int64)
         return a ^ (((a >> 7) & mask(tma_swizzle_bytes(self.swizzle))) << 4)
+
+
+def short_boxes(kernel: ir.Kernel, name: str, model: TensorMapModel) -> list[Any]:
+    """The tensor loads of map `name` whose expect_tx the compiler derives (in a pipeline
+    stage or an `async` block) and whose destination's bytes, which it counts, differ from
+    the bytes of `model`'s box: each would leave its barrier waiting for bytes that never
+    land (a larger box is refused when it is copied)."""
+    def derived(s: Any) -> bool:
+        return (effect(s).tma and isinstance(getattr(s, "dst", None), ir.Expr)
+                and isinstance(getattr(s, "tmap", None), ir.Var) and s.tmap.name == name
+                and isinstance(getattr(s, "bar", None), (ir.StageBarrier, ir.AsyncBarrier))
+                and isinstance(s.dst.type, T.SharedRef) and s.dst.type.nbytes != model.nbytes)
+
+    return [s for s in ir.walk(kernel.body) if derived(s)]
+
+
+def short_box_message(name: str, model: TensorMapModel, s: Any) -> str:
+    """What is wrong with a load of `short_boxes`, for the map called `name`."""
+    dst: T.SharedRef = s.dst.type
+    return (f"{name} has box {model.box}, {model.nbytes} bytes, but a {s.syntax} of it fills "
+            f"a buffer of {dst.nbytes} bytes ({dst}); the expect_tx the compiler derives counts "
+            "the buffer's bytes, so the stage would never complete: expected box "
+            f"{dst.shape} or another of {dst.nbytes} bytes")

@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("file", metavar="FILE")
     i.add_argument("--kernel", help="run only this kernel")
     i.add_argument("--seed", type=int, default=0, help="schedule and input seed")
+    i.add_argument("--max-steps", metavar="N", type=int, default=None,
+                   help="steps one CTA may take before it is taken to loop forever (default "
+                        "1000000); the twin's SMALL sizes keep a run short")
     t = sub.add_parser("autotune", help="list (or clear) the autotuned configs on disk",
                        description="The launch configs the torch ops chose per shape, as "
                                    "cached in $PTXDSL_CACHE_DIR/autotune (default "
@@ -258,8 +261,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "run" and args.sanitize is not None:
         return _sanitize(args)
     if args.command == "interp":
+        if args.max_steps is not None and args.max_steps < 1:
+            raise PtxdslError(f"--max-steps {args.max_steps}: expected a positive number of "
+                              "steps, e.g. --max-steps 5000000")
         runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed,
-                             defines=_defines(args.defines), arch=args.arch)
+                             defines=_defines(args.defines), arch=args.arch,
+                             max_steps=args.max_steps)
     else:
         runs = run_sample(args.file, kernel=args.kernel, seed=args.seed, arch=args.arch,
                           watchdog_ms=max(0, args.watchdog), small=args.small,
@@ -269,6 +276,9 @@ def _run(args: argparse.Namespace) -> int:
         for r in results:
             status = "PASS" if r.ok else "FAIL"
             failed += not r.ok
+            if r.exact and not r.ok:  # an element-for-element mismatch has no error size
+                print(f"{status} {name}: {r.name}: {r.detail}")
+                continue
             extra = f": {r.detail}" if r.detail else ""
             print(f"{status} {name}: {r.name} max |err| {r.max_abs_err:.3g}, relative "
                   f"{r.max_rel_err:.3g}{extra}")

@@ -1,6 +1,7 @@
 """Run a sample end to end on the GPU and check it against its numpy reference.
 
-A sample's Python twin provides `example(rng, ...) -> dict` with:
+A sample's Python twin (docs/twins.md; checked by `twin.check_example`) provides
+`example(rng, ...) -> dict` with:
   grid          launch grid
   inputs        {param: numpy array or scalar}: arrays go to the device (bf16 as ml_dtypes'
                 bfloat16 arrays, or uint16 bit patterns)
@@ -31,6 +32,7 @@ from .. import kernels as library
 from .. import types as T
 from ..errors import LaunchError
 from ..runtime.dtypes import bf16_to_f32, f32_to_bf16, ml_float  # noqa: F401  (re-exported)
+from .twin import check_example
 
 LIBRARY = Path(library.__file__).resolve().parent  # the kernel library's directory
 
@@ -42,6 +44,7 @@ class CheckResult:
     max_abs_err: float
     max_rel_err: float
     detail: str = ""
+    exact: bool = False  # compared element for element (no tolerance): the errors mean nothing
 
 
 def import_twin(path: str | Path) -> ModuleType:
@@ -144,10 +147,17 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, t: T.Scalar | None,
     # a reference given in the output's own dtype (e.g. bf16 bit patterns) compares bit for bit
     g = got.reshape(w.shape) if w.dtype == got.dtype else _as_float(got.reshape(w.shape), t)
     if rtol == 0.0 and not np.any(atol):
-        bad = int(np.count_nonzero(g != w))
-        ok = bad == 0
-        return CheckResult(name, ok, 0.0 if ok else float("inf"), 0.0 if ok else float("inf"),
-                           "" if ok else f"{bad} of {w.size} elements differ")
+        differ = g != w
+        bad = int(np.count_nonzero(differ))
+        if not bad:
+            return CheckResult(name, True, 0.0, 0.0, exact=True)
+        first = np.unravel_index(int(np.argmax(differ)), w.shape) if w.ndim else ()
+        at = "" if not w.ndim else f" at index {list(map(int, first))}"
+        bits = t is not None and t.is_float and w.dtype.kind == "u"  # float bit patterns
+        got_v, want_v = (f"{int(v):#x}" if bits else str(v) for v in (g[first], w[first]))
+        return CheckResult(name, False, float("inf"), float("inf"),
+                           f"{bad} of {w.size} elements differ; the first{at}: got "
+                           f"{got_v}, want {want_v}", exact=True)
     g64, w64 = g.astype(np.float64), w.astype(np.float64)
     err = np.abs(g64 - w64)
     finite = np.isfinite(g64).all()
@@ -189,17 +199,20 @@ def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None 
     for name in names:
         ex = _example(mod, rng, defines, **sizes,
                       **({"kernel": name} if len(prog.kernels) > 1 else {}))
+        check_example(ex, prog.module.kernel(name), mod.example)
         ex.setdefault("kernel", name)
         out.append((name, run_example(prog, ex)))
     return out
 
 
 def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
-                  defines: dict | None = None, arch: str | None = None
-                  ) -> list[tuple[str, list[CheckResult]]]:
-    """Like run_sample, in the CPU interpreter, at the twin's SMALL example sizes."""
+                  defines: dict | None = None, arch: str | None = None,
+                  max_steps: int | None = None) -> list[tuple[str, list[CheckResult]]]:
+    """Like run_sample, in the CPU interpreter, at the twin's SMALL example sizes
+    (`max_steps`: the steps one CTA may take, `interp.run`'s default when None)."""
     from ..frontend import parse_file
     from ..interp import run_sample as interp_run
+    from ..interp.run import DEFAULT_MAX_STEPS
 
     module = parse_file(path, defines)
     mod = load_twin(path)
@@ -210,7 +223,9 @@ def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
     for name in names:
         ex = _example(mod, rng, defines, **small,
                       **({"kernel": name} if len(module.kernels) > 1 else {}))
-        got = interp_run(module.kernel(name), ex, seed=seed, arch=arch)
+        check_example(ex, module.kernel(name), mod.example)
+        got = interp_run(module.kernel(name), ex, seed=seed, arch=arch,
+                         max_steps=max_steps or DEFAULT_MAX_STEPS)
         types = {p.name: getattr(p.type, "elem", None) for p in module.kernel(name).params}
         out.append((name, [compare(o, got[o], want, types.get(o), ex.get("rtol", 0.0),
                                    ex.get("atol", 0.0))

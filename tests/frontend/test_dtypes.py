@@ -66,7 +66,8 @@ def test_runner_compares_bfloat16_and_bit_pattern_outputs():
     bits = np.array([0x7FC1, 0x3F80, 0xFFFF], np.uint16)
     assert compare("y", bits.view(ml_dtypes.bfloat16), bits, T.bf16, 0.0, 0.0).ok
     off = compare("y", bits.view(ml_dtypes.bfloat16), bits ^ 1, T.bf16, 0.0, 0.0)
-    assert not off.ok and off.detail == "3 of 3 elements differ"
+    assert not off.ok and off.detail == \
+        "3 of 3 elements differ; the first at index [0]: got 0x7fc1, want 0x7fc0"
 
 
 def test_bf16_scalar_arguments_may_be_ml_dtypes_scalars():
