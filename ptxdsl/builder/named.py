@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import Note, Span
-from ..ir.walk import node_fields
 from .common import Frame, Symbol
 from .hints import source_text
 
@@ -118,7 +117,7 @@ def unread_lets_dropped(frame: Frame) -> tuple[ir.Stmt, ...]:
         for s in frame.stmts:
             into = by_dropped if isinstance(s, ir.Let) and s.name in dropped else kept
             for t in ir.walk((s,)):
-                _read(t, into)
+                into |= ir.free_names(t)
         more = {n for n, v in known.items() if n not in dropped and n not in kept
                 and (v.used is not None or n in by_dropped)}
         if not more:
@@ -126,14 +125,3 @@ def unread_lets_dropped(frame: Frame) -> tuple[ir.Stmt, ...]:
         dropped |= more
     return tuple(s for s in frame.stmts if not (isinstance(s, ir.Let) and s.name in dropped))
 
-
-def _read(x: object, out: set[str]) -> None:
-    """The names of the variables that node `x` (or a tuple of nodes) reads, into `out`."""
-    if isinstance(x, tuple):
-        for y in x:
-            _read(y, out)
-    elif isinstance(x, ir.Var):
-        out.add(x.name)
-    elif isinstance(x, ir.Node):
-        for name in node_fields(x):
-            _read(getattr(x, name), out)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 from typing import Any, TypeVar, get_type_hints
 
-from .core import Expr, For, If, Node, Stmt, While
+from .core import Expr, For, If, Node, Stmt, Var, While
 
 _S = TypeVar("_S", bound=Stmt)
 
@@ -95,3 +95,19 @@ def has_expr(x: object, cls: type | tuple[type, ...]) -> bool:
     if isinstance(x, cls):
         return True
     return any(has_expr(getattr(x, name), cls) for name in node_fields(x))
+
+
+def free_names(x: object) -> set[str]:
+    """The variables a node reads: an expression's, or a statement's own expressions (its
+    nested blocks left out), or those of a tuple of nodes."""
+    out: set[str] = set()
+    stack = [x]
+    while stack:
+        y = stack.pop()
+        if isinstance(y, Var):
+            out.add(y.name)
+        elif isinstance(y, tuple):
+            stack.extend(y)
+        elif isinstance(y, Node):
+            stack.extend(getattr(y, name) for name in node_fields(y))
+    return out

@@ -50,20 +50,6 @@ class _Armed:
     partial: bool = False
 
 
-def _free_names(e: ir.Expr) -> set[str]:
-    names: set[str] = set()
-    stack: list[object] = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ir.Var):
-            names.add(x.name)
-        if isinstance(x, ir.Expr):
-            stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f != "loc")
-        elif isinstance(x, tuple):
-            stack.extend(x)
-    return names
-
-
 def _copy_bytes(s: ir.Op) -> int | None:
     e = effect(s)
     if e.size is not None:
@@ -133,9 +119,9 @@ def _expect_tx_block(block: tuple[ir.Stmt, ...], out: Report) -> None:
                 early.setdefault(key, []).append(s)
         elif isinstance(s, (ir.Let, ir.Assign, ir.SetElem, ir.Asm)):
             names = set(s.outs) if isinstance(s, ir.Asm) else {s.name}
-            for k in [k for k in armed if _free_names(k) & names]:
+            for k in [k for k in armed if ir.free_names(k) & names]:
                 _compare(armed.pop(k), out)
-            for k in [k for k in early if _free_names(k) & names]:
+            for k in [k for k in early if ir.free_names(k) & names]:
                 del early[k]
         else:
             for inner in (x for b in ir.blocks(s) for x in ir.walk(b)):

@@ -23,7 +23,6 @@ from ..errors import Note
 from .effects import bar, effect, issuers, op_name, val
 from .facts import Facts, Report, text
 from .threads import Visit
-from .unroll import free_names
 from .values import Evaluator, Val, const
 
 PER_CTA = ("ctaid", "nctaid", "clusterid", "nclusterid", "cluster_ctaid", "cluster_nctaid",
@@ -99,7 +98,7 @@ class _Bounds:
         if not _comparable(e):
             return None
         env: dict[str, Val] = {}
-        for name in free_names(e):
+        for name in ir.free_names(e):
             v = self.var(name, si)
             if v is None:
                 return None
@@ -110,7 +109,7 @@ class _Bounds:
     def params_of(self, e: ir.Expr) -> frozenset[str]:
         """The parameters an expression depends on, through the definitions it uses."""
         out: set[str] = set()
-        for name in free_names(e):
+        for name in ir.free_names(e):
             if name in self.params:
                 out.add(name)
                 continue

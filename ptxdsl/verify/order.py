@@ -26,7 +26,6 @@ from .effects import bar, effect, op_name, smem
 from .facts import Facts, Report, text
 from .remote import root
 from .threads import Visit, _assigned
-from .unroll import free_names
 
 
 @dataclass(frozen=True)
@@ -225,7 +224,7 @@ def _names_of(e: ir.Expr) -> set[str]:
     if hit is None or hit[0] is not e:
         if len(_NAMES) > 4096:
             _NAMES.clear()
-        hit = _NAMES[id(e)] = (e, free_names(e))
+        hit = _NAMES[id(e)] = (e, ir.free_names(e))
     return hit[1]
 
 

@@ -19,7 +19,7 @@ from . import absint
 from .effects import bar, effect
 from .facts import Facts, Report, text
 from .threads import BarRef, SmemRef, Visit
-from .unroll import Iteration, free_names
+from .unroll import Iteration
 from .values import Val
 
 
@@ -145,8 +145,8 @@ def _stage(e: ir.Expr) -> ir.Expr:
 
 
 def _guarded(v: Visit, index: ir.Expr) -> bool:
-    names = free_names(index)
-    return any(free_names(g) & names for g in v.guards)
+    names = ir.free_names(index)
+    return any(ir.free_names(g) & names for g in v.guards)
 
 
 def _outside(val: Val, v: Visit, size: int) -> int | None:

@@ -29,27 +29,6 @@ class Iteration:
     var: Val | None  # the loop variable
 
 
-def _names(x: object, out: set[str]) -> None:
-    if isinstance(x, ir.Var):
-        out.add(x.name)
-    elif isinstance(x, tuple):
-        for y in x:
-            _names(y, out)
-    elif isinstance(x, ir.Node):
-        for f in ir.node_fields(x):
-            v = getattr(x, f)
-            if isinstance(v, (ir.Node, tuple)):
-                _names(v, out)
-
-
-def free_names(x: object) -> set[str]:
-    """The variables an expression (or the expressions of a statement, nested bodies left
-    out) reads."""
-    out: set[str] = set()
-    _names(x, out)
-    return out
-
-
 def _is_barrier_op(s: ir.Stmt) -> bool:
     return bool(effect(s).barrier_fields)
 
@@ -62,12 +41,12 @@ def _slice(stmts: tuple[ir.Stmt, ...], need: set[str], keep=_is_barrier_op
             if s.name in need:
                 out.append(s)
                 if s.value is not None:
-                    need |= free_names(s.value)
+                    need |= ir.free_names(s.value)
         elif isinstance(s, ir.Asm) and need & set(s.outs):
             out.append(s)
         elif isinstance(s, ir.Return) or keep(s):
             out.append(s)
-            need |= free_names(s)
+            need |= ir.free_names(s)
         elif ir.blocks(s):
             names = [f for f in s.__dataclass_fields__  # type: ignore[attr-defined]
                      if isinstance(getattr(s, f), tuple) and getattr(s, f) and
@@ -75,7 +54,7 @@ def _slice(stmts: tuple[ir.Stmt, ...], need: set[str], keep=_is_barrier_op
             parts = {f: _slice(getattr(s, f), need, keep) for f in names}
             if any(parts.values()):
                 out.append(replace(s, **parts))  # type: ignore[arg-type]
-                need |= free_names(s)
+                need |= ir.free_names(s)
     return tuple(out)
 
 

@@ -33,7 +33,6 @@ from .effects import effect, op_name
 from .facts import Facts, Report, text
 from .remote import root
 from .threads import _assigned
-from .unroll import free_names
 from .wgmma_smem import (
     Rings,
     check_unrolled_overwrites,
@@ -64,9 +63,9 @@ class _Op:
 
     def moved(self, names: set[str]) -> _Op:
         """This op once a variable of `names` changed: stage indices using it are unknown."""
-        if not any(e is not None and free_names(e) & names for _, e in self.stages):
+        if not any(e is not None and ir.free_names(e) & names for _, e in self.stages):
             return self
-        stages = frozenset((b, MOVED if e is not None and free_names(e) & names else e)
+        stages = frozenset((b, MOVED if e is not None and ir.free_names(e) & names else e)
                            for b, e in self.stages)
         return dataclasses.replace(self, stages=stages)
 
