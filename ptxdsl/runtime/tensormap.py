@@ -9,6 +9,7 @@ be tested without a GPU, and its messages use the same numpy-order indices the c
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 from typing import Any
 
@@ -49,7 +50,7 @@ class TensorMap:
     be reachable from it (its own, VMM memory mapped for it, or a peer's with peer access
     enabled) and PeerAccessError names the fix otherwise; see peer.check_reachable."""
 
-    __slots__ = ("spec", "raw", "sig", "device", "_buffer", "_key")
+    __slots__ = ("spec", "raw", "sig", "device", "_buffer", "_key", "_moved")
     _key: Any  # the cache key while building, then _BUILT
 
     def __new__(cls, source: Any, box: Any = None, **options: Any) -> TensorMap:
@@ -127,11 +128,38 @@ class TensorMap:
         self.raw: bytes = _encode(spec)
         self.sig = (elem.name, rank, swizzle)  # what a kernel's tmap parameter checks at once
         self._buffer: np.ndarray | None = None
+        self._moved: dict[int, TensorMap] | None = None
         key, self._key = self._key, _BUILT
         if key is not None:
             if len(_maps) >= _CACHE_SIZE:
                 _maps.clear()
             _maps[key] = self
+
+    def at(self, address: int) -> TensorMap:
+        """This map over memory of the same layout at `address` (a torch op's next output,
+        or its next input of the same shape and strides): the driver re-points a copy
+        (`cuTensorMapReplaceAddress`) instead of encoding again, and each address's copy is
+        kept, so a caller cycling through a few buffers pays a dictionary lookup.
+
+        Raises LaunchError for an address the map's rules refuse (alignment)."""
+        moved = self._moved
+        if moved is None:
+            moved = self._moved = {}
+        hit = moved.get(address)
+        if hit is not None:
+            return hit
+        spec = dataclasses.replace(self.spec, address=address)
+        errors = validate(spec, box_given=spec.mode == "tiled")
+        if errors:
+            raise LaunchError([Diagnostic(m) for m in errors])
+        other = object.__new__(TensorMap)
+        other.spec, other.sig, other.device = spec, self.sig, self.device
+        other.raw = _repoint(self.raw, address)
+        other._buffer, other._moved, other._key = None, None, _BUILT
+        if len(moved) >= _MOVED_PER_MAP:
+            moved.clear()
+        moved[address] = other
+        return other
 
     @property
     def dtype(self) -> T.Scalar:
@@ -172,6 +200,7 @@ class TensorMap:
 
 
 _CACHE_SIZE = 4096
+_MOVED_PER_MAP = 64  # re-pointed copies kept per map (see TensorMap.at)
 _BUILT = object()  # TensorMap._key once the map is built
 _maps: dict[tuple, TensorMap] = {}  # (source layout, box, options) -> map
 _encodings: dict[TensorMapSpec, bytes] = {}  # spec -> the driver's 128 bytes
@@ -275,6 +304,16 @@ def _encode(spec: TensorMapSpec) -> bytes:
         _encodings.clear()
     _encodings[spec] = raw
     return raw
+
+
+def _repoint(raw: bytes, address: int) -> bytes:
+    """The 128 bytes of map `raw` with its global address replaced by the driver."""
+    drv = driver()
+    tmap = drv.CUtensorMap()
+    ctypes.memmove(tmap.getPtr(), raw, TMAP_BYTES)
+    check(drv.cuTensorMapReplaceAddress(tmap, address), "cuTensorMapReplaceAddress")
+    _stats[1] += 1
+    return bytes((ctypes.c_char * TMAP_BYTES).from_address(tmap.getPtr()))
 
 
 def _driver_encode(spec: TensorMapSpec) -> bytes:

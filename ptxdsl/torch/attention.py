@@ -26,8 +26,9 @@ from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas
 from ..runtime.tensormap import TensorMap
 from . import autotune
+from .dispatch import register
 from .kernels import ATTENTION_HEAD_DIMS, attention_configs, attention_kernel, attention_recipe
-from .opspec import Args, OpSpec, ScalarParam, TensorParam, register
+from .opspec import Args, OpSpec, Run, ScalarParam, TensorParam
 
 BLOCK = 128  # keys of a block; query rows of a tile: 64 per consumer warpgroup
 _S32 = 2**31
@@ -98,38 +99,48 @@ def packed(q: torch.Tensor, out: torch.Tensor, kv_heads: int,
     return q.view(shape), out.view(shape)  # out is contiguous
 
 
-def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
+def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     q, k, v, causal = args["q"], args["k"], args["v"], bool(args["causal"])
     d = q.shape[3]
     kvh, skv = k.shape[1], k.shape[2]
     scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
     stacked = packed(q, out, kvh, causal)
-    if stacked is not None:
+    if stacked is not None:  # views of the same memory: the maps take their shapes
         q, out = stacked
         causal = False  # S = 1 or not causal
     b, h, s, _ = q.shape
     device = q.device.index
-    kv_maps = [_map(x, BLOCK) for x in (k, v)]
-    lse = torch.empty(b * h * s, device=q.device, dtype=torch.float32)
+    km, vm = _map(k, BLOCK), _map(v, BLOCK)
+    lse_size = b * h * s
+    log2_scale = scale * math.log2(math.e)
 
-    def run(config: Any, o: torch.Tensor) -> None:
+    def runner(config: Any, o: torch.Tensor) -> Run:
         nwg = config["nwg"]
         kernel, resident = _loaded(d, causal, config["pingpong"], config["hold"], nwg, device)
-        tiles = -(-s // (64 * nwg)) * b * h
-        kernel[min(tiles, resident), None, stream](
-            _map(q, 64 * nwg), *kv_maps, _map(o, 64), lse, s, skv, h, kvh, b,
-            scale * math.log2(math.e))
+        grid = min(-(-s // (64 * nwg)) * b * h, resident)
+        qm, om = _map(q, 64 * nwg), _map(o, 64)
+
+        def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+            tq, tk, tv = tensors
+            lse = tq.new_empty(lse_size, dtype=torch.float32)
+            kernel[grid, None, stream](qm.at(tq.data_ptr()), km.at(tk.data_ptr()),
+                                       vm.at(tv.data_ptr()), om.at(out.data_ptr()), lse, s, skv,
+                                       h, kvh, b, log2_scale)
+
+        return run
+
+    tensors = (args["q"], k, v)
 
     def trial(config: Any) -> torch.Tensor:
         o = torch.empty_like(out)
-        run(config, o)
+        runner(config, o)(tensors, o, stream)
         return o
 
     # lengths rounded up to powers of two: sequences vary, the best choice barely does
     shape = (b * h, h // kvh, 1 << (s - 1).bit_length(), 1 << (skv - 1).bit_length())
     config = _tuner(d, causal).choose(shape, trial, autotune.close(2**-6), device=device,
                                       tune=autotune.tuning_allowed())
-    run(config, out)
+    return runner(config, out)
 
 
 SPEC = OpSpec(
@@ -143,11 +154,8 @@ SPEC = OpSpec(
     ),
     check=check,
     output=output,
-    launch=_launch,
+    plan=_plan,
 )
-
-attention = register(SPEC)
-
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float | None) -> torch.Tensor:
@@ -182,4 +190,4 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return dq, dk, dv, None, None
 
 
-attention.register_autograd(_backward, setup_context=_setup)
+attention = register(SPEC, backward=_backward, setup_context=_setup)

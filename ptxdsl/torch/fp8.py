@@ -15,9 +15,10 @@ import torch
 from ..compiler import KernelDef
 from ..runtime.tensormap import TensorMap
 from . import autotune
+from .dispatch import register
 from .gemm import check_operands, launchable, output_c, persistent_grid
 from .kernels import FP8_CONFIGS, GEMM_BM, fp8_kernel, fp8_recipe
-from .opspec import Args, OpSpec, TensorParam, register
+from .opspec import Args, OpSpec, Run, TensorParam
 
 BK = 128  # K per stage: a 128-byte swizzle row of fp8
 
@@ -33,8 +34,8 @@ def _recipe(config: Any) -> Any:
 TUNER = autotune.tuner("ptxdsl::scaled_mm_fp8", FP8_CONFIGS, _recipe)
 
 
-def _run(config: Any, args: Args, c: torch.Tensor, stream: int) -> None:
-    a, b = args["a"], args["b"]
+def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Run:
+    """The run of `config` over a, b and C's layouts (maps re-pointed at each call)."""
     kernel, resident = launchable(_kernel, tuple(config.items()), a.device.index)
     bn, cluster = config["bn"], config["cluster"]
     m, k = a.shape
@@ -42,24 +43,32 @@ def _run(config: Any, args: Args, c: torch.Tensor, stream: int) -> None:
     ta = TensorMap(a, box=(GEMM_BM, BK), swizzle="128B")
     tb = TensorMap(b, box=(bn // cluster, BK), swizzle="128B")
     tc = TensorMap(c, box=(64, 64), swizzle="128B")
-    kernel[persistent_grid(resident, m, n, bn, cluster), None, stream](
-        ta, tb, tc, args["scale_a"], args["scale_b"], m, n, k)
+    grid = persistent_grid(resident, m, n, bn, cluster)
+
+    def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+        x, w, sx, sw = tensors
+        kernel[grid, None, stream](ta.at(x.data_ptr()), tb.at(w.data_ptr()),
+                                   tc.at(out.data_ptr()), sx, sw, m, n, k)
+
+    return run
 
 
-def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
-    m, k = args["a"].shape
-    n = args["b"].shape[0]
+def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
+    a, b = args["a"], args["b"]
+    m, k = a.shape
+    n = b.shape[0]
+    tensors = (a, b, args["scale_a"], args["scale_b"])
 
     def trial(config: Any) -> torch.Tensor:
         c = torch.empty_like(out)
-        _run(config, args, c, stream)
+        _runner(config, a, b, c)(tensors, c, stream)
         return c
 
     # M is rounded up to a power of two: batch sizes vary, the best tiling barely does
     shape = (1 << (m - 1).bit_length(), n, k)
-    config = TUNER.choose(shape, trial, autotune.close(2**-6), device=args["a"].device.index,
+    config = TUNER.choose(shape, trial, autotune.close(2**-6), device=a.device.index,
                           tune=autotune.tuning_allowed())
-    _run(config, args, out, stream)
+    return _runner(config, a, b, out)
 
 
 SPEC = OpSpec(
@@ -72,7 +81,7 @@ SPEC = OpSpec(
     ),
     check=check_operands,
     output=output_c,
-    launch=_launch,
+    plan=_plan,
 )
 
 scaled_mm_fp8 = register(SPEC)

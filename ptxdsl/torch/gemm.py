@@ -18,8 +18,9 @@ from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
 from ..runtime.tensormap import TensorMap
 from ..swizzle import chunk_box
 from . import autotune
+from .dispatch import register
 from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel, gemm_recipe
-from .opspec import Args, OpSpec, TensorParam, register
+from .opspec import Args, OpSpec, Run, TensorParam
 
 
 def _kernel(config: Any) -> KernelDef:
@@ -65,7 +66,10 @@ def persistent_grid(resident: int, m: int, n: int, bn: int, cluster: int) -> int
     return tile_grid(resident, m, n, GEMM_BM, bn, cluster)
 
 
-def _run(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, stream: int) -> None:
+def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+            stream: int) -> Run:
+    """The run of `config` over a, b and C's layouts: the maps are templates re-pointed at each
+    call's addresses (a, b and C of the plan's shapes and strides)."""
     kernel, resident = launchable(_kernel, tuple(config.items()), a.device.index)
     bn, cluster = config["bn"], config["cluster"]
     m, k = a.shape
@@ -75,16 +79,28 @@ def _run(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, stream:
     cbox, cswizzle = chunk_box(64, bn, 2)  # the kernel's C chunks (make_gemm)
     tc = TensorMap(c, box=cbox, swizzle=cswizzle)
     if not config.get("streamk"):
-        kernel[persistent_grid(resident, m, n, bn, cluster), None, stream](ta, tb, tc, m, n, k)
-        return
+        grid = persistent_grid(resident, m, n, bn, cluster)
+
+        def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+            x, w = tensors
+            kernel[grid, None, stream](ta.at(x.data_ptr()), tb.at(w.data_ptr()),
+                                       tc.at(out.data_ptr()), m, n, k)
+
+        return run
     # stream-K over every resident CTA: f32 slots for the parts of shared tiles and a
     # semaphore per warpgroup and shared tile, zero before the launch; both fresh each call
-    # and allocated on the launch's stream (torch's allocator orders their reuse after it)
+    # and allocated on torch's current stream, the launch's (its allocator orders their
+    # reuse after it)
     size, nsem, slots = streamk_workspace(m, n, k, resident, GEMM_BM, bn)
-    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=a.device)):
-        ws = torch.empty(size, device=a.device, dtype=torch.float32)
-        sem = torch.zeros(nsem, device=a.device, dtype=torch.uint32)
-    kernel[resident, None, stream](ta, tb, tc, m, n, k, ws, sem, slots)
+
+    def run_streamk(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+        x, w = tensors
+        ws = x.new_empty(size, dtype=torch.float32)
+        sem = x.new_zeros(nsem, dtype=torch.uint32)
+        kernel[resident, None, stream](ta.at(x.data_ptr()), tb.at(w.data_ptr()),
+                                       tc.at(out.data_ptr()), m, n, k, ws, sem, slots)
+
+    return run_streamk
 
 
 def wave_fill(m: int, n: int, device: int) -> int:
@@ -95,14 +111,14 @@ def wave_fill(m: int, n: int, device: int) -> int:
     return 0 if tiles % sms == 0 else 1 + (tiles % sms) * 8 // sms
 
 
-def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
+def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     a, b = args["a"], args["b"]
     m, k = a.shape
     n = b.shape[0]
 
     def trial(config: Any) -> torch.Tensor:
         c = torch.empty_like(out)
-        _run(config, a, b, c, stream)
+        _runner(config, a, b, c, stream)((a, b), c, stream)
         return c
 
     # M is rounded up to a power of two: batch sizes vary, the best tiling barely does; the
@@ -110,7 +126,7 @@ def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
     shape = (1 << (m - 1).bit_length(), n, k, wave_fill(m, n, a.device.index))
     config = TUNER.choose(shape, trial, autotune.close(2**-6), device=a.device.index,
                           tune=autotune.tuning_allowed())
-    _run(config, a, b, out, stream)
+    return _runner(config, a, b, out, stream)
 
 
 SPEC = OpSpec(
@@ -121,7 +137,7 @@ SPEC = OpSpec(
     ),
     check=check_operands,
     output=output_c,
-    launch=_launch,
+    plan=_plan,
 )
 
 gemm = register(SPEC)

@@ -18,8 +18,9 @@ import torch
 
 from ..runtime.launch import Kernel
 from ..runtime.tensormap import TensorMap
+from .dispatch import register
 from .kernels import grouped_kernel
-from .opspec import Args, OpSpec, TensorParam, register
+from .opspec import Args, OpSpec, Run, TensorParam
 
 _U32 = 2**32
 
@@ -55,19 +56,25 @@ def _loaded(device: int) -> tuple[Kernel, int]:
     return kernel, torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
-    a, b, offs = args["a"], args["b"], args["offs"]
+def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
+    a, b = args["a"], args["b"]
     t, k = a.shape
     e, n, _ = b.shape
     kernel, sms = _loaded(a.device.index)
-    # the kernel reads E + 1 non-decreasing row offsets from 0 to at most T (made on torch's
-    # stream, as is the launch: a bad offset cannot make a row count wrap around)
-    ends = torch.cummax(offs.clamp(0, t), dim=0).values
-    bounds = torch.cat([offs.new_zeros(1), ends]).view(torch.uint32)
-    maps = (TensorMap(a, box=(128, 64), swizzle="128B"),
-            TensorMap(b, box=(1, 256, 64), swizzle="128B"),
-            TensorMap(out, box=(64, 64), swizzle="128B"))
-    kernel[sms, None, stream](*maps, out, bounds, e, 0, n, k, t)
+    ma = TensorMap(a, box=(128, 64), swizzle="128B")
+    mb = TensorMap(b, box=(1, 256, 64), swizzle="128B")
+    mc = TensorMap(out, box=(64, 64), swizzle="128B")
+
+    def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+        ta, tb, offs = tensors
+        # the kernel reads E + 1 non-decreasing row offsets from 0 to at most T (made on
+        # torch's stream, as is the launch: a bad offset cannot make a row count wrap around)
+        ends = torch.cummax(offs.clamp(0, t), dim=0).values
+        bounds = torch.cat([offs.new_zeros(1), ends]).view(torch.uint32)
+        kernel[sms, None, stream](ma.at(ta.data_ptr()), mb.at(tb.data_ptr()),
+                                  mc.at(out.data_ptr()), out, bounds, e, 0, n, k, t)
+
+    return run
 
 
 SPEC = OpSpec(
@@ -79,7 +86,7 @@ SPEC = OpSpec(
     ),
     check=check_operands,
     output=output_c,
-    launch=_launch,
+    plan=_plan,
 )
 
 grouped_mm = register(SPEC)

@@ -26,8 +26,9 @@ import torch
 
 from .. import types as T
 from . import autotune
+from .dispatch import register
 from .kernels import norm_configs, norm_kernel, norm_recipe, norm_width
-from .opspec import Args, OpSpec, ScalarParam, TensorParam, dtype_name, register
+from .opspec import Args, OpSpec, Run, ScalarParam, TensorParam, dtype_name
 
 _ELEM = {torch.bfloat16: T.bf16, torch.float32: T.f32}
 _DTYPES = tuple(_ELEM)
@@ -79,46 +80,33 @@ def _tuner(op: str, kind: str, n: int, elem: T.Scalar, eps: float, vec: int) -> 
     return autotune.tuner(f"ptxdsl::{op}", norm_configs(n, elem, vec), recipe)
 
 
-def _launcher(op: str, kind: str, params: tuple[str, ...]) -> Callable[[Args, torch.Tensor, int],
-                                                                       None]:
-    """The launch of `kind`'s kernel, whose arguments are (x, *params, y, rows)."""
+def _planner(op: str, kind: str,
+             params: tuple[str, ...]) -> Callable[[Args, torch.Tensor, int], Run]:
+    """The launch plans of `kind`'s kernel, whose arguments are (x, *params, y, rows)."""
 
-    ready: dict[tuple, Any] = {}  # (rows, n, dtype, load width, eps, device, stream) -> launcher
-
-    def launch(args: Args, out: torch.Tensor, stream: int) -> None:
+    def plan(args: Args, out: torch.Tensor, stream: int) -> Run:
         x, eps = args["x"], float(args.get("eps", DEFAULT_EPS))
         ws = [args[p] for p in params]
         n = x.shape[-1]
         rows = x.numel() // n
-        vec = norm_width(n, _ELEM[x.dtype], tuple(t.data_ptr() for t in (x, *ws, out)))
-        device = x.device.index
-        key = (rows, n, x.dtype, vec, eps, device, stream, autotune.enabled())
-        bound = ready.get(key)
-        if bound is None:
-            bound = _choose(rows, n, vec, x, ws, eps, out, stream)
-            if autotune.tuning_allowed():  # a choice made while capturing is not kept
-                if len(ready) >= 1024:
-                    ready.clear()
-                ready[key] = bound
-        bound(x, *ws, out, rows)
-
-    def _choose(rows: int, n: int, vec: int, x: torch.Tensor, ws: list, eps: float,
-                out: torch.Tensor, stream: int) -> Any:
-        """The launcher of the config tuned (or remembered) for this shape."""
         elem = _ELEM[x.dtype]
+        # the addresses' alignment is part of the plan's signature, so is the load width
+        vec = norm_width(n, elem, tuple(t.data_ptr() for t in (x, *ws, out)))
         device = x.device.index
 
-        def bound(config: Any) -> Any:
+        def runner(config: Any) -> Run:
             kdef = norm_kernel(kind, n, elem, eps, vec, tuple(sorted(config.items())))
+            kernel = kdef.program().kernel(device=device)
             grid = norm_grid(config, rows, n * x.element_size(), device)
-            return kdef.program().kernel(device=device)[grid, None, stream]
 
-        def run(config: Any, y: torch.Tensor) -> None:
-            bound(config)(x, *ws, y, rows)
+            def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+                kernel[grid, None, stream](*tensors, out, rows)
+
+            return run
 
         def trial(config: Any) -> torch.Tensor:
             y = torch.empty_like(out)
-            run(config, y)
+            runner(config)((x, *ws), y, stream)
             return y
 
         # rows rounded up to a power of two: batch sizes vary, the best warp count barely does
@@ -127,9 +115,9 @@ def _launcher(op: str, kind: str, params: tuple[str, ...]) -> Callable[[Args, to
             shape += (f"v{vec}",)
         config = _tuner(op, kind, n, elem, eps, vec).choose(
             shape, trial, autotune.close(2**-6), device=device, tune=autotune.tuning_allowed())
-        return bound(config)
+        return runner(config)
 
-    return launch
+    return plan
 
 
 def _spec(op: str, kind: str, params: tuple[str, ...], eps: bool) -> OpSpec:
@@ -138,7 +126,7 @@ def _spec(op: str, kind: str, params: tuple[str, ...], eps: bool) -> OpSpec:
     tensors += [TensorParam(name=p, dtypes=_DTYPES, rank=1, aligned=False) for p in params]
     scalars = [ScalarParam(name="eps", type="float", default=DEFAULT_EPS)] if eps else []
     return OpSpec(name=op, params=(*tensors, *scalars), check=_checker(params), output=_output,
-                  launch=_launcher(op, kind, params))
+                  plan=_planner(op, kind, params))
 
 
 def _eps(ctx: Any, rest: list) -> None:
@@ -171,8 +159,10 @@ def _rms_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return dx, dw, None
 
 
-rms_norm = register(_spec("rms_norm", "rmsnorm", ("weight",), eps=True))
-rms_norm.register_autograd(_rms_backward, setup_context=_rms_setup)
+rms_norm = register(_spec("rms_norm", "rmsnorm", ("weight",), eps=True),
+                    backward=_rms_backward, setup_context=_rms_setup)
+
+
 
 
 # ----------------------------------------------------------------------------- layer_norm
@@ -206,8 +196,10 @@ def _layer_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return dx, dw, db, None
 
 
-layer_norm = register(_spec("layer_norm", "layernorm", ("weight", "bias"), eps=True))
-layer_norm.register_autograd(_layer_backward, setup_context=_layer_setup)
+layer_norm = register(_spec("layer_norm", "layernorm", ("weight", "bias"), eps=True),
+                      backward=_layer_backward, setup_context=_layer_setup)
+
+
 
 
 # ----------------------------------------------------------------------------- softmax
@@ -229,5 +221,4 @@ def _softmax_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
 
 
 SOFTMAX = _spec("softmax", "softmax", (), eps=False)
-softmax = register(SOFTMAX)
-softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+softmax = register(SOFTMAX, backward=_softmax_backward, setup_context=_softmax_setup)

@@ -1,10 +1,7 @@
-"""A torch custom op from a declarative description (`OpSpec`): its parameters and the checks
-they get, the rule that allocates its output, and the function that launches its kernel.
+"""A torch op from a declarative description (`OpSpec`): its parameters and the checks they
+get, the rule that allocates its output, and the launch plan of its kernels.
 
-`register(spec)` makes `torch.ops.ptxdsl.<name>` with `torch.library.custom_op`: the CUDA
-implementation checks the inputs, allocates the output and launches on torch's current
-stream (so CUDA graphs capture it); the fake implementation, which torch.compile traces,
-runs the same checks and allocates the same output on fake tensors. Bad inputs raise
+`register(spec)` (ptxdsl/torch/dispatch.py) makes `torch.ops.ptxdsl.<name>`. Bad inputs raise
 TypeError or ValueError naming the op, the argument and what was expected, before any
 launch."""
 
@@ -17,6 +14,8 @@ from typing import Any
 import torch
 
 Args = dict[str, Any]  # the op's arguments by name, defaults filled in
+# A launch plan's run: (the call's tensors in parameter order, its output, the CUstream handle)
+Run = Callable[[tuple, torch.Tensor, int], None]
 
 _TORCH_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 
@@ -60,14 +59,32 @@ class OpSpec:
     `check(args)`: the relations between arguments (shapes that must agree, sizes the
     kernel supports); returns what is wrong as "<arg> must ..., got ..." or None.
     `output(args)`: the (shape, dtype) of the one output, allocated on the first tensor's
-    device. `launch(args, out, stream)`: runs the kernel(s) on the CUstream handle `stream`;
-    called only for a non-empty output."""
+    device.
+
+    `plan(args, out, stream)`: the launch plan of one signature (every tensor's dtype, shape,
+    strides, device and address alignment, and every scalar), made at the first call with
+    that signature (only for a non-empty output): it may tune (launching trials on the
+    CUstream handle `stream`), loads the kernels, works out grids and tensor-map templates,
+    and returns the `run(tensors, out, stream)` that launches this call and every later one
+    of the signature. A run reads from its tensors only what the signature leaves free:
+    their addresses (tensor maps re-pointed with `TensorMap.at`). Tensor parameters come
+    before scalars."""
 
     name: str
     params: tuple[TensorParam | ScalarParam, ...]
     check: Callable[[Args], str | None]
     output: Callable[[Args], tuple[tuple[int, ...], torch.dtype]]
-    launch: Callable[[Args, torch.Tensor, int], None]
+    plan: Callable[[Args, torch.Tensor, int], Run]
+
+    def __post_init__(self) -> None:
+        kinds = [isinstance(p, TensorParam) for p in self.params]
+        if not kinds or not kinds[0] or kinds != sorted(kinds, reverse=True):
+            raise ValueError(f"{self.name}: tensor parameters come first, then scalars")
+
+    @property
+    def tensors(self) -> int:
+        """How many tensor parameters the op has (they come first)."""
+        return sum(isinstance(p, TensorParam) for p in self.params)
 
     @property
     def schema(self) -> str:
@@ -105,20 +122,6 @@ class OpSpec:
             raise ValueError(f"{self.name}: {problem}")
         for p, t in tensors:
             _check_layout(self.name, p, t, real)
-
-    def signature(self, raw: tuple) -> tuple:
-        """What the checks depend on, except the addresses: each tensor's dtype, shape,
-        strides and device, and the scalars (raises TypeError for an unhashable argument)."""
-        sig = tuple((a.dtype, a.shape, a.stride(), a.device) if isinstance(a, torch.Tensor)
-                    else (type(a), a) for a in raw)
-        hash(sig)
-        return sig
-
-    def check_addresses(self, args: Args) -> None:
-        """The per-call part of the checks of a signature already checked: alignment."""
-        for p in self.params:
-            if isinstance(p, TensorParam) and p.aligned and args[p.name].data_ptr() % 16:
-                _check_layout(self.name, p, args[p.name], True)
 
 
 def _check_kind(op: str, p: TensorParam, t: Any) -> None:
@@ -171,66 +174,3 @@ def _check_layout(op: str, p: TensorParam, t: Any, real: bool) -> None:
             f"{op}: {p.name}'s address must be 16-byte aligned, got 0x{t.data_ptr():x} "
             f"(a view at an offset of {t.storage_offset()} elements); call .clone() first"
         )
-
-
-_SIGNATURES = 4096  # checked signatures kept per op
-
-
-def raw_stream(device: torch.device) -> int:
-    """The CUstream handle of torch's current stream on `device` (inductor's own accessor,
-    several microseconds cheaper than torch.cuda.current_stream)."""
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if get is not None:
-        return int(get(device.index))
-    return int(torch.cuda.current_stream(device).cuda_stream)
-
-
-def register(spec: OpSpec) -> Any:
-    """`torch.ops.ptxdsl.<spec.name>`: the CustomOpDef (its `register_autograd` adds a
-    backward)."""
-    first = next(p.name for p in spec.params if isinstance(p, TensorParam))
-
-    def allocate(args: Args) -> torch.Tensor:
-        shape, dtype = spec.output(args)
-        return args[first].new_empty(shape, dtype=dtype)
-
-    checked: set[tuple] = set()  # signatures whose checks passed: a call repeats only the
-    # address checks (the host cost of an op call is most of a small kernel's time)
-
-    def cuda_impl(*raw: Any) -> torch.Tensor:
-        args = spec.bind(raw)
-        try:
-            sig: tuple | None = spec.signature(raw)
-        except TypeError:
-            sig = None
-        if sig is not None and sig in checked:
-            spec.check_addresses(args)
-        else:
-            spec.validate(args, real=True)
-            if sig is not None:
-                if len(checked) >= _SIGNATURES:
-                    checked.clear()
-                checked.add(sig)
-        out = allocate(args)
-        if out.numel():
-            spec.launch(args, out, raw_stream(args[first].device))
-        return out
-
-    def fake_impl(*raw: Any) -> torch.Tensor:
-        args = spec.bind(raw)
-        spec.validate(args, real=False)
-        return allocate(args)
-
-    def misplaced(*raw: Any) -> torch.Tensor:
-        # inputs on the CPU reach this instead of the CUDA implementation: the checks name
-        # the argument that is not on the GPU
-        spec.validate(spec.bind(raw), real=False)
-        raise AssertionError(f"{spec.name}: the checks let a CPU tensor through")
-
-    op = torch.library.custom_op(
-        f"ptxdsl::{spec.name}", cuda_impl, mutates_args=(), device_types="cuda",
-        schema=spec.schema,
-    )
-    op.register_fake(fake_impl)
-    op.register_kernel("cpu", misplaced)
-    return op

@@ -305,7 +305,7 @@ def test_a_module_that_needs_torch_is_read_from_its_source(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails, as without it
     for mod in [m for m in sys.modules if m.startswith("ptxdsl.torch")]:
         monkeypatch.delitem(sys.modules, mod)
-    assert resolve("ptxdsl.torch.opspec.register") is None
+    assert resolve("ptxdsl.torch.dispatch.register") is None
     assert resolve("ptxdsl.torch.opspec.OpSpec") is None
     assert resolve("ptxdsl.torch") is None
     assert "defines no nonesuch" in resolve("ptxdsl.torch.opspec.nonesuch")
