@@ -84,6 +84,38 @@ def make_grouped(masked: bool = False, stages: int = 3, tma_epilogue: bool = Tru
 
 grouped_gemm = make_grouped()
 
+
+def make_bounds() -> ptxdsl.KernelDef:
+    """`grouped_bounds(ends, offs, experts, tokens)`: the E + 1 row offsets the grouped GEMM
+    reads, made safe from E int32 row ends as torch's grouped GEMMs take them: 0 first, then
+    each end clamped to 0 .. tokens and raised to the running maximum (a decreasing end owns
+    no rows), so that no row count can wrap around. One warp, a max-scan over 32 ends at a
+    time with shuffles."""
+
+    def grouped_bounds(k, ends: ptr(s32), offs: ptr(u32), experts: u32, tokens: u32):
+        lane = k.let("lane", k.laneid)
+        carry = k.let("carry", 0, type=s32)  # the running maximum of the chunks before
+        with k.if_(lane == 0):
+            offs[0] = 0
+        with k.for_("c", 0, (experts + 31) / 32) as c:
+            g = k.let("g", c * 32 + lane)
+            v = k.let("v", 0, type=s32)
+            with k.if_(g < experts):
+                k.assign(v, k.min(k.max(ends[g], 0), tokens.to(s32)))
+            with k.for_("s", 0, 5, unroll=True) as s:
+                up = k.let("up", k.shfl_up(v, 1 << s))
+                with k.if_(lane >= (1 << s)):
+                    k.assign(v, k.max(v, up))
+            k.assign(v, k.max(v, carry))
+            with k.if_(g < experts):
+                offs[g + 1] = v.to(u32)
+            k.assign(carry, k.shfl_idx(v, 31))
+
+    return ptxdsl.kernel(threads=32, name="grouped_bounds")(grouped_bounds)
+
+
+grouped_bounds = make_bounds()
+
 SMS = 132  # H100 / H200
 SMALL = {"rows": [130, 0, 7], "n": 136, "k": 64}
 

@@ -19,7 +19,7 @@ import torch
 from ..runtime.launch import Kernel
 from ..runtime.tensormap import TensorMap
 from .dispatch import register
-from .kernels import grouped_kernel
+from .kernels import bounds_kernel, grouped_kernel
 from .opspec import Args, OpSpec, Run, TensorParam
 
 _U32 = 2**32
@@ -49,28 +49,29 @@ def output_c(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
 
 
 @cache
-def _loaded(device: int) -> tuple[Kernel, int]:
-    """The grouped GEMM loaded on `device`, and the SMs its persistent grid covers (one CTA
-    each; CTAs past the tile count find no work)."""
+def _loaded(device: int) -> tuple[Kernel, Kernel, int]:
+    """The grouped GEMM and its offsets kernel loaded on `device`, and the SMs the GEMM's
+    persistent grid covers (one CTA each; CTAs past the tile count find no work)."""
     kernel = grouped_kernel().program().kernel(device=device)
-    return kernel, torch.cuda.get_device_properties(device).multi_processor_count
+    bounds = bounds_kernel().program().kernel(device=device)
+    return kernel, bounds, torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     a, b = args["a"], args["b"]
     t, k = a.shape
     e, n, _ = b.shape
-    kernel, sms = _loaded(a.device.index)
+    kernel, bounds_of, sms = _loaded(a.device.index)
     ma = TensorMap(a, box=(128, 64), swizzle="128B")
     mb = TensorMap(b, box=(1, 256, 64), swizzle="128B")
     mc = TensorMap(out, box=(64, 64), swizzle="128B")
 
     def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
         ta, tb, offs = tensors
-        # the kernel reads E + 1 non-decreasing row offsets from 0 to at most T (made on
-        # torch's stream, as is the launch: a bad offset cannot make a row count wrap around)
-        ends = torch.cummax(offs.clamp(0, t), dim=0).values
-        bounds = torch.cat([offs.new_zeros(1), ends]).view(torch.uint32)
+        # the kernel reads E + 1 non-decreasing row offsets from 0 to at most T, made from
+        # offs on the launch's stream: a bad offset cannot make a row count wrap around
+        bounds = offs.new_empty(e + 1, dtype=torch.uint32)
+        bounds_of[1, None, stream](offs, bounds, e, t)
         kernel[sms, None, stream](ma.at(ta.data_ptr()), mb.at(tb.data_ptr()),
                                   mc.at(out.data_ptr()), out, bounds, e, 0, n, k, t)
 

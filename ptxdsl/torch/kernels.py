@@ -97,6 +97,12 @@ def grouped_kernel() -> KernelDef:
     return Recipe.of("ptxdsl.kernels.grouped_gemm", "make_grouped").build()
 
 
+@cache
+def bounds_kernel() -> KernelDef:
+    """The grouped GEMM's row offsets from torch's row ends (ptxdsl.kernels.grouped_gemm)."""
+    return Recipe.of("ptxdsl.kernels.grouped_gemm", "make_bounds").build()
+
+
 # norms, one row per CTA in registers: warps per CTA, 8 first (the benchmarked default). A
 # thread holds its share of the row in registers; more than NORM_MAX_PER_THREAD elements
 # would spill. A warp count whose first round of loads is half masked or more is left out
