@@ -217,6 +217,19 @@ def ops(torch):
 
 
 @pytest.fixture(scope="module")
+def gpu_cache(tmp_path_factory):
+    """A fresh autotune (and cubin) cache for the GPU tests, shared with subprocesses."""
+    path = tmp_path_factory.mktemp("ptxdsl-cache")
+    old = os.environ.get("PTXDSL_CACHE_DIR")
+    os.environ["PTXDSL_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        del os.environ["PTXDSL_CACHE_DIR"]
+    else:
+        os.environ["PTXDSL_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
 def cuda(torch):
     """Skips without a CUDA GPU (a GPU module's `pytest.mark.usefixtures("cuda")`)."""
     if not torch.cuda.is_available():

@@ -130,11 +130,56 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
     _LIB.impl(spec.name, cuda_impl, "CUDA")
     _LIB.impl(spec.name, misplaced, "CPU")
     torch.library.register_fake(f"ptxdsl::{spec.name}", fake_impl, lib=_LIB)
-    if backward is None:
-        backward, setup_context = _no_backward(spec.name), None
-    torch.library.register_autograd(f"ptxdsl::{spec.name}", backward,
-                                    setup_context=setup_context, lib=_LIB)
+    op = getattr(torch.ops.ptxdsl, spec.name).default
+    autograd = _autograd_kernel(spec, op, cuda_impl, backward or _no_backward(spec.name),
+                                setup_context)
+    _LIB.impl(spec.name, autograd, "Autograd", with_keyset=True)
     return Op(spec, plans)
+
+
+_BELOW_AUTOGRAD = torch._C._after_autograd_keyset
+_CUDA = torch._C.DispatchKey.CUDA
+_VIEWS = torch._C.DispatchKey.ADInplaceOrView  # a fallthrough for a functional op
+
+
+def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., torch.Tensor],
+                     backward: Callable[..., Any],
+                     setup_context: Callable[..., Any] | None) -> Callable[..., torch.Tensor]:
+    """The op's kernel for the Autograd key. A call that needs no gradient on plain CUDA
+    tensors goes straight to `cuda_impl` (what the dispatcher would reach, one Python
+    trampoline sooner: torch.library.register_autograd's kernel redispatches, about 6 us a
+    call on the H200 host); fake tensors, dispatch modes and subclasses redispatch; a call
+    that needs a gradient records `backward` through an autograd.Function."""
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, keyset: Any, *args: Any) -> torch.Tensor:
+            with torch._C._AutoDispatchBelowAutograd():
+                out = op.redispatch(keyset & _BELOW_AUTOGRAD, *args)
+            ctx.nargs = len(args)
+            if setup_context is not None:  # it sees every argument, defaults filled in
+                filled = tuple(spec.bind(args)[p.name] for p in spec.params)
+                setup_context(ctx, filled, out)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+            grads = backward(ctx, grad)
+            grads = grads if isinstance(grads, tuple) else (grads,)
+            return (None, *grads[:ctx.nargs])
+
+    Function.__name__ = Function.__qualname__ = f"{spec.name}_backward"
+
+    def kernel(keyset: Any, *args: Any) -> torch.Tensor:
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            return Function.apply(keyset, *args)
+        below = keyset & _BELOW_AUTOGRAD
+        if below.remove(_VIEWS).highestPriorityTypeId() == _CUDA:
+            return cuda_impl(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(below, *args)
+
+    return kernel
 
 
 def _no_backward(name: str) -> Callable[..., Any]:

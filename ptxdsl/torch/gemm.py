@@ -66,8 +66,7 @@ def persistent_grid(resident: int, m: int, n: int, bn: int, cluster: int) -> int
     return tile_grid(resident, m, n, GEMM_BM, bn, cluster)
 
 
-def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
-            stream: int) -> Run:
+def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Run:
     """The run of `config` over a, b and C's layouts: the maps are templates re-pointed at each
     call's addresses (a, b and C of the plan's shapes and strides)."""
     kernel, resident = launchable(_kernel, tuple(config.items()), a.device.index)
@@ -118,7 +117,7 @@ def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
 
     def trial(config: Any) -> torch.Tensor:
         c = torch.empty_like(out)
-        _runner(config, a, b, c, stream)((a, b), c, stream)
+        _runner(config, a, b, c)((a, b), c, stream)
         return c
 
     # M is rounded up to a power of two: batch sizes vary, the best tiling barely does; the
@@ -126,7 +125,7 @@ def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     shape = (1 << (m - 1).bit_length(), n, k, wave_fill(m, n, a.device.index))
     config = TUNER.choose(shape, trial, autotune.close(2**-6), device=a.device.index,
                           tune=autotune.tuning_allowed())
-    return _runner(config, a, b, out, stream)
+    return _runner(config, a, b, out)
 
 
 SPEC = OpSpec(

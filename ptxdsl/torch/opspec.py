@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 Args = dict[str, Any]  # the op's arguments by name, defaults filled in
-# A launch plan's run: (the call's tensors in parameter order, its output, the CUstream handle)
+# A launch plan's run: (the call's tensors in parameter order, its output, the CUstream handle
+# of torch's current stream, where it allocates any workspace)
 Run = Callable[[tuple, torch.Tensor, int], None]
 
 _TORCH_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import cuda_empty as cuda
-from test_torch_ops import gpu_cache, rand  # noqa: F401 (gpu_cache: the GPU tests' fixture)
+from test_torch_ops import rand
 
 SIZES = (1, 1000, 1001, 2880, 4096, 128256, 151936)
 OPS = ("rms_norm", "layer_norm", "softmax")

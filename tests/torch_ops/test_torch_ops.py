@@ -328,19 +328,6 @@ def test_softmax_backward_matches_autograd(ops, torch):
 # ----------------------------------------------------------------------------- GPU
 
 
-@pytest.fixture(scope="module")
-def gpu_cache(tmp_path_factory):
-    """A fresh autotune (and cubin) cache for the GPU tests, shared with subprocesses."""
-    path = tmp_path_factory.mktemp("ptxdsl-cache")
-    old = os.environ.get("PTXDSL_CACHE_DIR")
-    os.environ["PTXDSL_CACHE_DIR"] = str(path)
-    yield path
-    if old is None:
-        del os.environ["PTXDSL_CACHE_DIR"]
-    else:
-        os.environ["PTXDSL_CACHE_DIR"] = old
-
-
 def rand(torch, *shape, dtype=None, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     return torch.randn(*shape, device="cuda", generator=g).to(dtype or torch.bfloat16)
@@ -372,8 +359,9 @@ def test_gemm_matches_torch(ops, torch, gpu_cache, m, n, k):
 @pytest.mark.parametrize("m, n, k", [(2432, 1792, 1024), (300, 520, 136)])
 def test_gemm_stream_k_config_matches_torch(ops, torch, gpu_cache, m, n, k):
     """The tuner's stream-K config run directly, on the current stream and on a side stream
-    (results only: the stream its workspace is allocated on is not observable here)."""
-    from ptxdsl.torch.gemm import GEMM_CONFIGS, _run
+    made current (results only: the stream its workspace is allocated on is not observable
+    here)."""
+    from ptxdsl.torch.gemm import GEMM_CONFIGS, _runner
 
     config = GEMM_CONFIGS[-1]
     assert config.get("streamk")
@@ -382,7 +370,8 @@ def test_gemm_stream_k_config_matches_torch(ops, torch, gpu_cache, m, n, k):
         s = torch.cuda.Stream() if side else torch.cuda.current_stream()
         c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         s.wait_stream(torch.cuda.current_stream())
-        _run(config, a, b, c, s.cuda_stream)  # a side stream: not the current one
+        with torch.cuda.stream(s):  # a run launches on torch's current stream
+            _runner(config, a, b, c)((a, b), c, s.cuda_stream)
         s.synchronize()
         check_gemm(torch, c, a, b)
 
