@@ -196,6 +196,17 @@ def interleaved_ms(fns: dict[str, Callable[[], Any]], reps: int, rounds: int = 3
     return best
 
 
+def op_over_kernel(op: Callable[[], Any], kernel: Callable[[], Any], reps: int) -> float:
+    """The throughput of a torch op's calls as a fraction of its kernel's launched directly,
+    both queued 10 deep (GPU time per call, as a model's layers run): 1.0 when the op's host
+    path keeps up with the GPU."""
+    ms = interleaved_ms({"op": op, "kernel": kernel}, reps, batch=10)
+    return ms["kernel"] / ms["op"]
+
+
+OP_THROUGHPUT_MIN = 4096**3  # M N K from which the op's throughput is reported
+
+
 def queued_ms(fn: Callable[[], Any], reps: int, stream: Any, batches: int = 3) -> float:
     """Per-call milliseconds of `reps` calls queued back to back on `stream` (a torch stream)
     behind a sleep kernel, so the host has queued all of them before the GPU reaches the

@@ -21,7 +21,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import BenchError, Row, Section, interleaved_ms, tile_grid, twin
+from .common import (
+    OP_THROUGHPUT_MIN,
+    BenchError,
+    Row,
+    Section,
+    check_close,
+    interleaved_ms,
+    op_over_kernel,
+    tile_grid,
+    twin,
+)
 from .gemm import shapes
 
 SHAPES = "8192x8192x8192,4096x4096x4096,4096x14336x4096,16384x4096x14336"
@@ -217,6 +227,16 @@ def measure_shape(a: argparse.Namespace, m: int, n: int, k: int) -> tuple[list[R
                 0.9)]
     err = "; ".join(f"{name} {e[1]:.2e} / {e[2]:.2e}" for name, e in errs.items()
                     if name in ("cuBLASLt", "cuBLASLt fast accum", pt, bl))
+    if m * n * k >= OP_THROUGHPUT_MIN:
+        import ptxdsl.torch  # noqa: F401  (registers torch.ops.ptxdsl)
+
+        def op() -> Any:
+            return torch.ops.ptxdsl.scaled_mm_fp8(p.a8, p.b8, p.sa, p.sb)
+
+        fns[pt]()  # the best per-tensor kernel's output, in `out`
+        check_close("torch.ops.ptxdsl.scaled_mm_fp8", op(), out, 2**-6)
+        frac = op_over_kernel(op, fns[pt], 10)
+        err += f"; through `torch.ops.ptxdsl.scaled_mm_fp8` {frac:.3f} of {pt}'s throughput"
     return rows, f"{case}: {err}"
 
 
