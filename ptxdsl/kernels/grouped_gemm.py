@@ -113,9 +113,6 @@ def make_bounds() -> ptxdsl.KernelDef:
 
     return ptxdsl.kernel(threads=32, name="grouped_bounds")(grouped_bounds)
 
-
-grouped_bounds = make_bounds()
-
 SMS = 132  # H100 / H200
 SMALL = {"rows": [130, 0, 7], "n": 136, "k": 64}
 
