@@ -170,14 +170,21 @@ def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., torch.Tenso
 
     Function.__name__ = Function.__qualname__ = f"{spec.name}_backward"
 
+    straight: dict[int, bool] = {}  # a keyset's bits -> whether nothing stands between the
+    # Autograd key and the CUDA kernel (keyset arithmetic costs microseconds from Python)
+
     def kernel(keyset: Any, *args: Any) -> torch.Tensor:
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
             return Function.apply(keyset, *args)
-        below = keyset & _BELOW_AUTOGRAD
-        if below.remove(_VIEWS).highestPriorityTypeId() == _CUDA:
+        bits = keyset.raw_repr()
+        direct = straight.get(bits)
+        if direct is None:
+            below = (keyset & _BELOW_AUTOGRAD).remove(_VIEWS)
+            direct = straight[bits] = below.highestPriorityTypeId() == _CUDA
+        if direct:
             return cuda_impl(*args)
         with torch._C._AutoDispatchBelowAutograd():
-            return op.redispatch(below, *args)
+            return op.redispatch(keyset & _BELOW_AUTOGRAD, *args)
 
     return kernel
 
