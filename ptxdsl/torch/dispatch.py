@@ -39,11 +39,15 @@ def raw_stream_getter() -> Callable[[int], int]:
 raw_stream = raw_stream_getter()
 
 
-def signature(raw: tuple) -> tuple:
-    """What a plan depends on: each tensor's dtype, shape, strides, device and address modulo
-    16, and the scalars."""
-    return tuple((a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr() & 15)
-                 if isinstance(a, torch.Tensor) else a for a in raw)
+def signer(tensors: int) -> Callable[[tuple], tuple]:
+    """`signature(raw)` of an op whose first `tensors` arguments are tensors (the schema makes
+    them so): what a plan depends on, each tensor's dtype, shape, strides, device and address
+    modulo 16, then the scalars; generated flat, as it runs at every call."""
+    parts = "".join(f"r[{i}].dtype, r[{i}].shape, r[{i}].stride(), r[{i}].get_device(), "
+                    f"r[{i}].data_ptr() & 15, " for i in range(tensors))
+    env: dict[str, Any] = {}
+    exec(f"def signature(r):\n    return ({parts}r[{tensors}:])", env)  # noqa: S102
+    return env["signature"]
 
 
 class Plan:
@@ -88,6 +92,7 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
     without a backward raises when autograd reaches it, not a silent zero gradient)."""
     plans: dict[tuple, Plan] = {}
     nt = spec.tensors
+    signature = signer(nt)
 
     def build(raw: tuple) -> Plan:
         args = spec.bind(raw)

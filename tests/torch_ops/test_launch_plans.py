@@ -13,8 +13,9 @@ from test_torch_ops import check_gemm, rand, ref_rms_norm
 
 
 def test_a_signature_holds_what_a_plan_depends_on(ops, torch):
-    from ptxdsl.torch.dispatch import signature
+    from ptxdsl.torch.dispatch import signer
 
+    signature = signer(1)
     a = torch.empty(64, 64, dtype=torch.bfloat16)
     base = signature((a, 1e-5))
     assert signature((a.clone(), 1e-5)) == base  # another tensor alike: the same plan
@@ -22,8 +23,11 @@ def test_a_signature_holds_what_a_plan_depends_on(ops, torch):
     assert signature((a[:, :32], 1e-5)) != base  # shape
     assert signature((a.t(), 1e-5)) != base  # strides
     assert signature((a, 1e-6)) != base  # a scalar
+    assert signature((a,)) != base  # a scalar left to its default
     off = a.view(-1)[1:65].view(1, 64)
-    assert signature((off, 1e-5))[0][4] == 2  # the address's alignment (2 bytes past)
+    assert signature((off, 1e-5))[4] == 2  # the address's alignment (2 bytes past)
+    two = signer(2)((a, off))
+    assert len(two) == 11 and two[9] == 2 and two[-1] == ()
 
 
 @pytest.mark.gpu
