@@ -99,4 +99,4 @@ def test_an_op_without_a_backward_says_so(ops, torch, gpu_cache):
     c = torch.ops.ptxdsl.gemm(a, b)
     with pytest.raises(RuntimeError, match="ptxdsl.gemm has no backward"):
         c.float().sum().backward()
-    assert math.isfinite(float(c.float().sum()))
+    assert math.isfinite(float(c.detach().float().sum()))
