@@ -32,7 +32,7 @@ from .. import kernels as library
 from .. import types as T
 from ..errors import LaunchError
 from ..runtime.dtypes import bf16_to_f32, f32_to_bf16, ml_float  # noqa: F401  (re-exported)
-from .twin import check_example
+from .twin import check_example, check_launches
 
 LIBRARY = Path(library.__file__).resolve().parent  # the kernel library's directory
 
@@ -89,6 +89,13 @@ def _as_float(a: np.ndarray, t: T.Scalar | None) -> np.ndarray:
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
 
+def poisoned(template: np.ndarray) -> np.ndarray:
+    """An output array of the template's shape and dtype filled with 0xFF bytes, so that
+    every element a kernel fails to write shows up."""
+    t = np.ascontiguousarray(template)
+    return np.full(t.nbytes, 0xFF, np.uint8).view(t.dtype).reshape(t.shape)
+
+
 def run_example(program: Any, ex: dict, *, stream: Any = None) -> list[CheckResult]:
     """Launch `program` (a Program or KernelDef) on `ex` and compare with the reference."""
     from ..runtime import TensorMap, synchronize, to_device
@@ -111,9 +118,8 @@ def run_example(program: Any, ex: dict, *, stream: Any = None) -> list[CheckResu
             args.append(value)
             continue
         host = np.ascontiguousarray(value)
-        if p.name in outputs:  # poison: every element the kernel fails to write shows up
-            host = np.full(host.nbytes, 0xFF, np.uint8).view(host.dtype).reshape(host.shape)
-            dev = to_device(host, dtype=p.dtype)
+        if p.name in outputs:
+            dev = to_device(poisoned(host), dtype=p.dtype)
         elif id(value) in shared:  # parameters given one array share its buffer (a map and
             dev = shared[id(value)]  # a pointer to the same workspace, say)
         else:
@@ -199,6 +205,9 @@ def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None 
     for name in names:
         ex = _example(mod, rng, defines, **sizes,
                       **({"kernel": name} if len(prog.kernels) > 1 else {}))
+        if isinstance(ex, dict) and "launches" in ex:
+            raise LaunchError(f"{mod.__file__}: example() returns \"launches\", which only "
+                              f"the interpreter runs so far: ptxdsl interp {path}")
         check_example(ex, prog.module.kernel(name), mod.example)
         ex.setdefault("kernel", name)
         out.append((name, run_example(prog, ex)))
@@ -209,7 +218,11 @@ def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
                   defines: dict | None = None, arch: str | None = None,
                   max_steps: int | None = None) -> list[tuple[str, list[CheckResult]]]:
     """Like run_sample, in the CPU interpreter, at the twin's SMALL example sizes
-    (`max_steps`: the steps one CTA may take, `interp.run`'s default when None)."""
+    (`max_steps`: the steps one CTA may take, `interp.run`'s default when None). A twin
+    whose example() returns "launches" runs them in order over its shared arrays; in a file
+    of several kernels, an example() without a `kernel` argument is called once, for them."""
+    import inspect
+
     from ..frontend import parse_file
     from ..interp import run_sample as interp_run
     from ..interp.run import DEFAULT_MAX_STEPS
@@ -217,17 +230,54 @@ def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
     module = parse_file(path, defines)
     mod = load_twin(path)
     rng = np.random.default_rng(seed)
-    names = [kernel] if kernel else [k.name for k in module.kernels]
+    several = len(module.kernels) > 1
+    names: list[str | None] = [kernel] if kernel else [k.name for k in module.kernels]
+    if several and "kernel" not in inspect.signature(mod.example).parameters:
+        names = [None]
     out = []
     small = getattr(mod, "SMALL", {})
+    steps = max_steps or DEFAULT_MAX_STEPS
     for name in names:
-        ex = _example(mod, rng, defines, **small,
-                      **({"kernel": name} if len(module.kernels) > 1 else {}))
+        ex = _example(mod, rng, defines, **small, **({"kernel": name} if several and name
+                                                     else {}))
+        if isinstance(ex, dict) and "launches" in ex:
+            out.append(_interp_launches(module, ex, mod.example, seed, arch, steps))
+            continue
+        if name is None:
+            raise LaunchError(f"{mod.__file__}: example() takes no kernel=, so it is the one "
+                              f"example of the file's {len(module.kernels)} kernels; it returns "
+                              'their "launches" (docs/twins.md)')
         check_example(ex, module.kernel(name), mod.example)
-        got = interp_run(module.kernel(name), ex, seed=seed, arch=arch,
-                         max_steps=max_steps or DEFAULT_MAX_STEPS)
+        got = interp_run(module.kernel(name), ex, seed=seed, arch=arch, max_steps=steps)
         types = {p.name: getattr(p.type, "elem", None) for p in module.kernel(name).params}
         out.append((name, [compare(o, got[o], want, types.get(o), ex.get("rtol", 0.0),
                                    ex.get("atol", 0.0))
                            for o, want in ex.get("expected", {}).items()]))
     return out
+
+
+def _interp_launches(module: Any, ex: dict, example: Any, seed: int, arch: str | None,
+                     max_steps: int) -> tuple[str, list[CheckResult]]:
+    """Run a chained example's launches in the interpreter, each reading what the ones
+    before it wrote, and compare the shared arrays with the reference after the last."""
+    from ..interp import run_sample as interp_run
+
+    launches = check_launches(ex, module, example)
+    arrays = {n: v.copy() if isinstance(v, np.ndarray) else v
+              for n, v in ex.get("inputs", {}).items()}
+    arrays |= {n: poisoned(v) for n, v in ex.get("outputs", {}).items()}
+    types: dict[str, Any] = {}
+    for launch in launches:
+        k = module.kernel(launch.kernel)
+        for p in k.params:
+            types.setdefault(launch.arrays.get(p.name, ""), getattr(p.type, "elem", None))
+        inputs = {**{p: arrays[a] for p, a in launch.arrays.items()}, **launch.values}
+        # every array comes back: the next launch reads what this one wrote
+        got = interp_run(k, {"grid": launch.grid, "inputs": inputs, "tensor_maps": launch.maps,
+                             "expected": dict.fromkeys(launch.arrays)},
+                         seed=seed, arch=arch, max_steps=max_steps)
+        for p, a in launch.arrays.items():
+            arrays[a] = got[p]
+    name = " -> ".join(launch.kernel for launch in launches)
+    return name, [compare(o, arrays[o], want, types.get(o), ex.get("rtol", 0.0),
+                          ex.get("atol", 0.0)) for o, want in ex.get("expected", {}).items()]
