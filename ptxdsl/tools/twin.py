@@ -39,10 +39,7 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
         except LaunchError:
             problems.append(Diagnostic(f'"grid" is {ex["grid"]!r}; expected n or (x, y, z), '
                                        "1 to 3 positive integers", at))
-    for key in ("inputs", "outputs", "expected", "tensor_maps"):
-        if not isinstance(ex.get(key, {}), dict):
-            problems.append(Diagnostic(f'"{key}" is a {type(ex[key]).__name__}; expected a '
-                                       "dict keyed by parameter name", at))
+    problems += _dicts(ex, "parameter", at)
     if problems:
         raise LaunchError(problems)
     arrays = {**ex.get("inputs", {}), **ex.get("outputs", {})}
@@ -53,11 +50,7 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
             problems.append(Diagnostic(f"parameter '{p.name}' ({p.type}) of kernel "
                                        f"'{kernel.name}' has no value; expected {where} "
                                        '"inputs" (or "outputs", where the kernel writes it)', at))
-    for name in ex.get("expected", {}):
-        if name not in arrays:
-            problems.append(Diagnostic(f"expected['{name}'] names no array of \"inputs\" or "
-                                       '"outputs": a reference is compared with the array of '
-                                       "its name after the run", at))
+    problems += _unnamed_references(ex, arrays, "the run", at)
     for p in kernel.params:
         if isinstance(p.type, T.TensorMap):
             problems += _map_problems(p.name, p.type, kernel, arrays.get(p.name),
@@ -69,6 +62,22 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
                 f"'{kernel.name}' (its tensor maps: {_tmaps(kernel) or 'none'})", at))
     if problems:
         raise LaunchError(problems)
+
+
+def _dicts(ex: dict, keyed_by: str, at: Span | None) -> list[Diagnostic]:
+    """A problem for each of the dict's keys that should hold a dict and does not."""
+    return [Diagnostic(f'"{key}" is a {type(ex[key]).__name__}; expected a dict keyed by '
+                       f"{keyed_by} name", at)
+            for key in ("inputs", "outputs", "expected", "tensor_maps")
+            if not isinstance(ex.get(key, {}), dict)]
+
+
+def _unnamed_references(ex: dict, arrays: dict, after: str, at: Span | None
+                        ) -> list[Diagnostic]:
+    """A problem for each reference of `expected` that names none of `arrays`."""
+    return [Diagnostic(f"expected['{name}'] names no array of \"inputs\" or \"outputs\": a "
+                       f"reference is compared with the array of its name after {after}", at)
+            for name in ex.get("expected", {}) if name not in arrays]
 
 
 def _def_span(example: Any) -> Span | None:
@@ -154,19 +163,11 @@ def check_launches(ex: dict, module: ir.Module, example: Any) -> list[Launch]:
         raise LaunchError(Diagnostic('"launches" is a list of dicts, one per launch in order: '
                                      '{"kernel": name, "grid": n or (x, y, z)} (and "args", '
                                      '"tensor_maps" where needed)', at))
-    problems: list[Diagnostic] = []
-    for key in ("inputs", "outputs", "expected", "tensor_maps"):
-        if not isinstance(ex.get(key, {}), dict):
-            problems.append(Diagnostic(f'"{key}" is a {type(ex[key]).__name__}; expected a '
-                                       "dict keyed by array name", at))
+    problems = _dicts(ex, "array", at)
     if problems:
         raise LaunchError(problems)
     shared = {**ex.get("inputs", {}), **ex.get("outputs", {})}
-    for name in ex.get("expected", {}):
-        if name not in shared:
-            problems.append(Diagnostic(f"expected['{name}'] names no array of \"inputs\" or "
-                                       '"outputs": a reference is compared with the array of '
-                                       "its name after the last launch", at))
+    problems += _unnamed_references(ex, shared, "the last launch", at)
     out = []
     for i, step in enumerate(steps):
         launch = _launch(i, step, module, shared, ex.get("tensor_maps", {}), at, problems)

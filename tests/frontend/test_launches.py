@@ -1,7 +1,7 @@
 """Chained launches: a twin's example() returning "launches" runs them in order over its
-shared arrays in `ptxdsl interp`, so a two-kernel algorithm (partial sums, then their
-combination) is checked end to end; a launch that does not fit its kernel is a located
-error naming the launch."""
+shared arrays in `ptxdsl interp` (and `ptxdsl run` on the GPU), so a two-kernel algorithm
+(partial sums, then their combination) is checked end to end; a launch that does not fit its
+kernel is a located error naming the launch."""
 
 import textwrap
 
@@ -68,3 +68,15 @@ def test_a_launch_that_does_not_fit_is_named(tmp_path):
                          "expected an array 'count' in \"inputs\" or \"outputs\", or \"args\": "
                          "{'n': the name of one, or a value}")
     assert d.span is not None and d.span.source.name.endswith("sum2.py")
+
+
+@pytest.mark.gpu
+def test_two_kernels_chained_on_the_gpu(tmp_path):
+    from ptxdsl.tools.runner import run_sample
+
+    (tmp_path / "all").mkdir()
+    (tmp_path / "short").mkdir()
+    [(name, [result])] = run_sample(sample(tmp_path / "all"))
+    assert name == "partials -> combine" and result.ok
+    [(_, [short])] = run_sample(sample(tmp_path / "short", args=', "args": {"n": 3}'))
+    assert not short.ok
