@@ -93,7 +93,7 @@ class FunctionWalker:
     consts: KernelBuilder
     functions: dict[str, FnDef]
     _inline: _Inline | None
-    _calls: list[tuple[str, Span | None]]  # the calls being inlined, outermost first
+    _active: list[str]  # the functions being inlined, outermost first
     _ncalls: int
     _reported: set[tuple[str, int, int]]  # body messages already given at an earlier call
     _noted: set[Diagnostic]  # the messages given their call notes
@@ -112,16 +112,13 @@ class FunctionWalker:
     def type(self, tree: lark.Tree) -> T.Type | None:  # provided by the walker
         raise NotImplementedError
 
-    def s_return_stmt(self, t: lark.Tree) -> None:  # provided by the walker
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ definitions
 
     def define_functions(self, tree: lark.Tree) -> None:
         """Read every `fn` of the file (a kernel may call one defined after it)."""
         self.functions = {}
         self._inline = None
-        self._calls = []
+        self._active = []
         self._ncalls = 0
         self._reported = set()
         self._noted = set()
@@ -253,7 +250,7 @@ class FunctionWalker:
             self.diags.error(f"a function call in {self.no_calls} would run once, before the "
                              "loop; compute it in the loop's body", loc)
             return err
-        active = [c for c, _ in self._calls]
+        active = self._active
         if fn.name in active:
             path = " -> ".join(active[active.index(fn.name):] + [fn.name])
             self.diags.error(f"function '{fn.name}' calls itself ({path}); functions are "
@@ -272,7 +269,7 @@ class FunctionWalker:
         outer, first = self._inline, len(self.diags.items)
         self._ncalls += 1
         self._inline = _Inline(fn, self._ncalls)
-        self._calls.append((fn.name, loc))
+        active.append(fn.name)
         try:
             for p, a, v in zip(fn.params, args, values, strict=True):
                 self.bind(fn, p, v, self.span(a))
@@ -281,7 +278,7 @@ class FunctionWalker:
             result = self.result(fn, fn.result, loc) if fn.result is not None else None
         finally:
             self.located(fn, self._inline, first, loc)
-            self._calls.pop()
+            active.pop()
             self._inline = outer
         return result
 

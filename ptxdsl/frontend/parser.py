@@ -447,11 +447,11 @@ class _Walker(FunctionWalker, CompileTimeWalker):
 
     def s_while_stmt(self, t: lark.Tree) -> None:
         cond, body = t.children
-        self.no_calls = "a 'while' condition"
+        outer, self.no_calls = self.no_calls, "a 'while' condition"
         try:
             c = self.b.value(self.expr(cond), T.pred)
         finally:
-            self.no_calls = None
+            self.no_calls = outer
         self.b.while_stmt(c, self.body(body), self.span(t))
 
     def s_return_stmt(self, t: lark.Tree) -> None:
