@@ -51,3 +51,13 @@ def test_topk_on_the_gpu_against_torch(rows, n, data):
     want = torch.topk(x, K, dim=1)
     assert torch.equal(values, want.values)
     check_topk(x.cpu().numpy(), values.cpu().numpy(), indices.cpu().numpy())
+
+
+@pytest.mark.gpu
+def test_topk_twin_runs_on_the_gpu():
+    """`ptxdsl run samples/topk.ptxdsl`: the twin's example at its default sizes."""
+    from ptxdsl.tools.runner import run_sample
+
+    [(_, results)] = run_sample(SAMPLES / "topk.ptxdsl")
+    assert [r.name for r in results] == ["values", "indices"]
+    assert all(r.ok for r in results), [r.detail for r in results]
