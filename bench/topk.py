@@ -1,11 +1,11 @@
 """Row top-8 (samples/topk.ptxdsl, a warp-level bitonic sort and merge in registers) against
 torch.topk, in one process on the same inputs.
 
-    python -m bench topk [--n 8192] [--rows 16384] [--batch 20] [--quick]
+    python -m bench topk [--n 8192] [--dtype f32,bf16] [--rows 16384] [--batch 20] [--quick]
 
-f32 rows; every result is checked first: the values equal torch.topk's exactly and each index
-points at its value (ties may pick other columns). GB/s count the bytes read plus written;
-by default 20 launches run back to back per timed interval (GPU time)."""
+f32 and bf16 rows; every result is checked first: the values equal torch.topk's exactly and
+each index points at its value (ties may pick other columns). GB/s count the bytes read plus
+written; by default 20 launches run back to back per timed interval (GPU time)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ from .common import BenchError, Row, Section, median_ms
 
 K = 8
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "topk.ptxdsl"
-ABOUT = ("f32, 16384 rows of 8192, top 8 of each row with its columns, sorted largest first; "
-         "ptxdsl's sample samples/topk.ptxdsl (one warp per row, a bitonic sort and merge in "
-         "registers, written with `fn`) against torch.topk; every result checked first (values "
-         "exact, indices pointing at them); GB/s = bytes read + written / time, 20 launches "
-         "back to back per CUDA-event interval.")
+ABOUT = ("f32 and bf16, 16384 rows of 8192, top 8 of each row with its columns, sorted "
+         "largest first; ptxdsl's sample samples/topk.ptxdsl (one warp per row, a bitonic "
+         "sort and merge in registers, written with `fn`) against torch.topk; every result "
+         "checked first (values exact, indices pointing at them); GB/s = bytes read + "
+         "written / time, 20 launches back to back per CUDA-event interval.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", default="8192", help="comma-separated row lengths (multiples of 256)")
+    p.add_argument("--dtype", default="f32,bf16", help="comma-separated: f32, bf16")
     p.add_argument("--rows", type=int, default=16384, help="rows of each matrix")
     p.add_argument("--batch", type=int, default=20, help="launches per timed interval")
     p.add_argument("--quick", action="store_true", help="4096 rows, fewer runs")
@@ -34,11 +35,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> list[Section]:
     s = Section("topk", "Row top-k", ABOUT)
     for n in map(int, a.n.split(",")):
-        row = measure(4096 if a.quick else a.rows, n, 20 if a.quick else 100, a.batch)
-        row.command = f"python -m bench topk --n {n}" + \
-            (f" --rows {a.rows}" if a.rows != 16384 and not a.quick else "") + \
-            (f" --batch {a.batch}" if a.batch != 20 else "")
-        s.rows.append(row)
+        for dt in a.dtype.split(","):
+            row = measure(4096 if a.quick else a.rows, n, dt, 20 if a.quick else 100, a.batch)
+            row.command = f"python -m bench topk --n {n} --dtype {dt}" + \
+                (f" --rows {a.rows}" if a.rows != 16384 and not a.quick else "") + \
+                (f" --batch {a.batch}" if a.batch != 20 else "")
+            s.rows.append(row)
     return [s]
 
 
@@ -59,22 +61,24 @@ def check(x: Any, values: Any, indices: Any, want: Any) -> None:
         raise BenchError("ptxdsl topk: a row takes a column twice")
 
 
-def measure(rows: int, n: int, reps: int, batch: int) -> Row:
+def measure(rows: int, n: int, dt: str, reps: int, batch: int) -> Row:
     import torch
 
     import ptxdsl
 
     if n % 256:
         raise BenchError(f"--n {n}: the sample reads rows in chunks of 256 columns")
-    x = torch.randn(rows, n, device="cuda")
-    values = torch.full((rows, K), float("nan"), device="cuda")
+    if dt not in ("f32", "bf16"):
+        raise BenchError(f"--dtype {dt}: the sample takes f32 or bf16")
+    x = torch.randn(rows, n, device="cuda").to(torch.bfloat16 if dt == "bf16" else torch.float32)
+    values = torch.full((rows, K), float("nan"), device="cuda", dtype=x.dtype)
     indices = torch.full((rows, K), -1, dtype=torch.int32, device="cuda")
-    launch = ptxdsl.compile(SAMPLE, defines={"N": n}).kernel("topk")[(rows + 3) // 4]
+    launch = ptxdsl.compile(SAMPLE, defines={"N": n, "T": dt}).kernel()[(rows + 3) // 4]
     launch(x, values, indices, rows)
     torch.cuda.synchronize()
     check(x, values, indices, torch.topk(x, K, dim=1))
-    nbytes = x.numel() * 4 + rows * K * 8
+    nbytes = (x.numel() + rows * K) * x.element_size() + rows * K * 4
     ours = median_ms(lambda: launch(x, values, indices, rows), reps, batch=batch)
     ref = median_ms(lambda: torch.topk(x, K, dim=1), reps, batch=batch)
-    return Row(f"top-{K} f32 {rows} x {n}", "samples/topk.ptxdsl, one warp per row",
+    return Row(f"top-{K} {dt} {rows} x {n}", "samples/topk.ptxdsl, one warp per row",
                nbytes / ours / 1e6, "torch.topk", nbytes / ref / 1e6, "GB/s", "")

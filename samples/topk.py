@@ -7,6 +7,8 @@ import numpy as np
 
 import ptxdsl
 from ptxdsl import f32, ptr, s32, u32
+from ptxdsl import types as T
+from ptxdsl.runtime.dtypes import bf16_to_f32
 
 K = 8  # the k of top-k
 N = 8192  # columns (the text's compile-time parameter N)
@@ -65,35 +67,42 @@ def merge(k, calls: Calls, tv, ti, nv, ni) -> None:
             order(k, calls, tv, ti, a, a + (4 >> d))
 
 
-@ptxdsl.kernel(threads=32 * ROWS_PER_CTA)
-def topk(k, x: ptr(f32), values: ptr(f32), indices: ptr(s32), rows: u32):
-    calls = Calls()
-    row = k.let("row", k.ctaid.x * ROWS_PER_CTA + k.warp)
-    with k.if_(row < rows):
-        base = k.let("base", row * N + k.laneid)
-        tv = k.let("tv", type=ptxdsl.array(f32, K))
-        ti = k.let("ti", type=ptxdsl.array(u32, K))
-        with k.for_("e", 0, K, unroll=True) as e:
-            tv[e] = x[base + e * 32]
-            ti[e] = k.laneid + e * 32
-        sort(k, calls, tv, ti)
-        nv = k.let("nv", type=ptxdsl.array(f32, K))
-        ni = k.let("ni", type=ptxdsl.array(u32, K))
-        with k.for_("c", 1, N // 256) as c:
+def make_topk(n: int = N, dtype: T.Scalar = f32) -> ptxdsl.KernelDef:
+    """The kernel for rows of n values of dtype (f32 or bf16; compared as f32)."""
+
+    def topk(k, x: ptr(dtype), values: ptr(dtype), indices: ptr(s32), rows: u32):
+        calls = Calls()
+        row = k.let("row", k.ctaid.x * ROWS_PER_CTA + k.warp)
+        with k.if_(row < rows):
+            base = k.let("base", row * n + k.laneid)
+            tv = k.let("tv", type=ptxdsl.array(f32, K))
+            ti = k.let("ti", type=ptxdsl.array(u32, K))
             with k.for_("e", 0, K, unroll=True) as e:
-                nv[e] = x[base + c * 256 + e * 32]
-                ni[e] = k.laneid + c * 256 + e * 32
-            sort(k, calls, nv, ni)
-            merge(k, calls, tv, ti, nv, ni)
-        with k.for_("r", 0, 5, unroll=True) as r:
-            with k.for_("e", 0, K, unroll=True) as e:
-                nv[e] = k.shfl_xor(tv[e], 16 >> r)
-                ni[e] = k.shfl_xor(ti[e], 16 >> r)
-            merge(k, calls, tv, ti, nv, ni)
-        with k.if_(k.laneid == 0):
-            with k.for_("e", 0, K, unroll=True) as e:
-                values[row * K + e] = tv[e]
-                indices[row * K + e] = ti[e].to(s32)
+                tv[e] = x[base + e * 32].to(f32)
+                ti[e] = k.laneid + e * 32
+            sort(k, calls, tv, ti)
+            nv = k.let("nv", type=ptxdsl.array(f32, K))
+            ni = k.let("ni", type=ptxdsl.array(u32, K))
+            with k.for_("c", 1, n // 256) as c:
+                with k.for_("e", 0, K, unroll=True) as e:
+                    nv[e] = x[base + c * 256 + e * 32].to(f32)
+                    ni[e] = k.laneid + c * 256 + e * 32
+                sort(k, calls, nv, ni)
+                merge(k, calls, tv, ti, nv, ni)
+            with k.for_("r", 0, 5, unroll=True) as r:
+                with k.for_("e", 0, K, unroll=True) as e:
+                    nv[e] = k.shfl_xor(tv[e], 16 >> r)
+                    ni[e] = k.shfl_xor(ti[e], 16 >> r)
+                merge(k, calls, tv, ti, nv, ni)
+            with k.if_(k.laneid == 0):
+                with k.for_("e", 0, K, unroll=True) as e:
+                    values[row * K + e] = tv[e].to(dtype)
+                    indices[row * K + e] = ti[e].to(s32)
+
+    return ptxdsl.kernel(topk, threads=32 * ROWS_PER_CTA)
+
+
+topk = make_topk()
 
 
 # example() sizes small enough for the CPU interpreter (ptxdsl interp, tests); the text's N
@@ -109,13 +118,22 @@ def reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def example(rng: np.random.Generator, rows: int = 4096, defines: dict | None = None) -> dict:
-    """x is [rows, N] f32 (N from -D N=..., else 8192); values and indices are [rows, K].
-    Distinct values (a permutation of a grid) make the columns unique, so both compare
-    exactly."""
+    """x is [rows, N] of T (N and T from -D, else 8192 and f32); values and indices are
+    [rows, K]. Each row is a permutation of N distinct values, so that the columns are unique
+    and both outputs compare exactly: multiples of 1/8 in f32; for bf16, N/2 consecutive bf16
+    magnitudes of either sign, given and compared as bit patterns."""
     n = int((defines or {}).get("N", N))
-    x = (rng.permuted(np.tile(np.arange(n, dtype=np.float32), (rows, 1)), axis=1) - n / 2) / 8
-    values, cols = reference(x)
+    bf16 = (defines or {}).get("T", "f32") == "bf16"
+    if bf16:
+        mags = 0x3800 + np.arange(n // 2, dtype=np.uint16)
+        pattern = np.concatenate([mags, mags | 0x8000]).astype(np.uint16)
+    else:
+        pattern = (np.arange(n, dtype=np.float32) - n / 2) / 8
+    x = rng.permuted(np.tile(pattern, (rows, 1)), axis=1)
+    values, cols = reference(bf16_to_f32(x) if bf16 else x)
+    if bf16:
+        values = np.take_along_axis(x, cols.astype(np.int64), axis=1)
     return {"grid": (rows + ROWS_PER_CTA - 1) // ROWS_PER_CTA, "inputs": {"x": x, "rows": rows},
-            "outputs": {"values": np.zeros((rows, K), np.float32),
+            "outputs": {"values": np.zeros((rows, K), x.dtype),
                         "indices": np.zeros((rows, K), np.int32)},
             "expected": {"values": values, "indices": cols}}
