@@ -31,6 +31,7 @@ from .. import types as T
 from ..builder import VALUE_FUNCTIONS, Lit
 from ..builder.common import KEYWORDS, describe
 from ..builder.named import ALLOWED, inline, reason, runtime_operand
+from ..builder.scope import RESERVED
 from ..errors import Diagnostic, Note, Span
 from ..opdef import BY_SYNTAX
 
@@ -207,7 +208,7 @@ class FunctionWalker:
     def declare(self, name: str) -> str:
         """The IR name of a name being declared: itself in a kernel; in a function body, a
         name unique in the kernel."""
-        if self._inline is None:
+        if self._inline is None or name in RESERVED:  # the builder refuses a reserved one
             return name
         fresh = self.fresh(f"_{self._inline.fn.name}{self._inline.n}_{name}")
         self._inline.scopes[-1][name] = fresh

@@ -234,3 +234,10 @@ kernel k(y: ptr<u32>) threads(1) {{ {body} }}"""
         ptxdsl.parse(text)
     else:
         assert errors(text).splitlines()[0] == message
+
+
+def test_a_body_cannot_declare_a_built_in_name():
+    text = errors("""fn f(x: u32) -> u32 { let min = x; return x; }
+kernel k(y: ptr<u32>) threads(1) { y[0] = f(1); }""")
+    assert text.splitlines()[0] == ("f.ptxdsl:1:23: error: 'min' is a built-in name and cannot "
+                                    "be declared")
