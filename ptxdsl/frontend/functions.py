@@ -258,13 +258,14 @@ class FunctionWalker:
                              "inlined, so they cannot recurse", loc,
                              Note(f"'{fn.name}' is defined here", fn.loc))
             return err
-        if len(args) != len(fn.params):
-            names = ", ".join(p.name for p in fn.params)
-            self.diags.error(f"function '{fn.name}' takes {len(fn.params)} argument(s) "
-                             f"({names}), got {len(args)}", loc,
-                             Note(f"'{fn.name}' is defined here", fn.loc))
-            return err
-        if not fn.ok:
+        if len(args) != len(fn.params) or not fn.ok:
+            for a in args:  # their own mistakes
+                self.expr(a)
+            if fn.ok:
+                names = f" ({', '.join(p.name for p in fn.params)})" if fn.params else ""
+                self.diags.error(f"function '{fn.name}' takes {len(fn.params)} argument(s)"
+                                 f"{names}, got {len(args)}", loc,
+                                 Note(f"'{fn.name}' is defined here", fn.loc))
             return err
         values = [self.expr(a) for a in args]  # in the caller's names
         outer, first = self._inline, len(self.diags.items)
