@@ -36,6 +36,7 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "op-launch": ("op_launch", {}),
     "norms": ("norms", {}),
     "longrow": ("longrow", {}),
+    "topk": ("topk", {}),
     "gemm": ("gemm", {"cluster": False}),
     "cluster-gemm": ("gemm", {"cluster": True}),
     "decode-gemm": ("decode_gemm", {}),

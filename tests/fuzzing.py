@@ -191,3 +191,17 @@ EXTREME_TEXT = ["\0", "\u00e9", "\u4e2d", "\U0001f600", "\u202e", "\ufeff", "\u0
                 "\x7f", "\r", "\t", "\\", "\"", "'", "`", "$", "@", "#", "?", "{", "}", "(",
                 ")", "[", "]", ";", ",", ":", "..", "<", ">", "%tid.x", "%bogus.q", "as",
                 "unroll"]
+
+# Functions a mutant or a generated kernel may call, well formed, at the start of its file;
+# and pieces of the newer syntax a mutation splices in anywhere: definitions, calls with right
+# and wrong arguments, named compile-time indices, a recursion, returns.
+FUNCTIONS = ("fn f(x: u32) -> u32 { return x + 1; } "
+             "fn g(tv: f32[4], const i: u32) { tv[i] = tv[3 - i] * 2.0; } "
+             "fn h(const n: u32, tv: f32[n]) -> f32 { let s = tv[0]; return s + tv[n - 1]; } ")
+SNIPPETS = [
+    "let q = f(1);", "g(tv, 1);", "let e = h(4, tv);", "f();", "f(1, 2);", "g(tv, %tid.x);",
+    "h(3, tv);", "let tv: f32[4] = 0.0;", "let tw: f32[2];", "g(tw, 0);", "let z = g(tv, 0);",
+    "for u in 0 .. 4 unroll { let a = u * 3 % 4; const B = a ^ 1; tv[a] = tv[B]; g(tv, a); }",
+    "fn r(x: u32) -> u32 { return r(x); }", "fn d(x: u32) { return; }", "fn", "->", "const",
+    "return 1;", "fn k(x: f32) -> f32 { return x; }", "fn s(t: u32) { shared b: u32[4]; }",
+]

@@ -61,7 +61,7 @@ HALF_OK = {"add", "sub", "mul", "min", "max"}
 KEYWORDS = {"kernel", "ptr", "tmap", "shared", "align", "mbarrier", "count", "let", "if", "else",
             "for", "in", "step", "while", "return", "asm", "as", "true", "false", "pipeline",
             "stages", "role", "warps", "regs", "unroll", "const", "async", "assert",
-            "turn", "schedule"}
+            "turn", "schedule", "fn"}
 
 BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&",
                  "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "land": "&&", "lor": "||",

@@ -13,13 +13,14 @@ import lark
 from .. import ir
 from .. import types as T
 from ..bounds import MAX_NESTING, MAX_SOURCE_BYTES, stack_room
-from ..builder import BINARY_SYMBOL, KernelBuilder, Lit
+from ..builder import BINARY_SYMBOL, VALUE_FUNCTIONS, KernelBuilder, Lit
 from ..builder.atomic import ATOMIC_FUNCTIONS, WORD_OPS, WORDS, word
 from ..builder.common import ptx_name_ok
 from ..builder.hints import type_hint
 from ..builder.literals import LiteralError, float_literal, int_literal
 from ..errors import CompileError, Diagnostic, DiagnosticBag, Note, Source, Span
 from ..opdef import BY_SYNTAX
+from .functions import FunctionWalker
 from .generics import CompileTimeWalker
 from .syntax import syntax_error
 
@@ -124,7 +125,7 @@ _COMPOUND = {"+=": "add", "-=": "sub", "*=": "mul", "/=": "div", "%=": "rem", "&
              "|=": "or", "^=": "xor", "<<=": "shl", ">>=": "shr"}
 
 
-class _Walker(CompileTimeWalker):
+class _Walker(FunctionWalker, CompileTimeWalker):
     def __init__(self, source: Source, diags: DiagnosticBag,
                  defines: dict[str, object] | None = None):
         self.source = source
@@ -157,7 +158,10 @@ class _Walker(CompileTimeWalker):
     def module(self, tree: lark.Tree) -> ir.Module:
         kernels = []
         seen: dict[str, Span | None] = {}
+        self.define_functions(tree)
         for k in tree.children:
+            if k.data == "function":
+                continue
             if k.data in ("const_decl", "static_assert"):
                 self._builder = self.consts
                 getattr(self, "s_" + k.data)(k)
@@ -263,8 +267,9 @@ class _Walker(CompileTimeWalker):
     # ------------------------------------------------------------------ statements
 
     def block(self, tree: lark.Tree) -> None:
-        for s in tree.children:
-            getattr(self, "s_" + s.data)(s)
+        with self.names():
+            for s in tree.children:
+                getattr(self, "s_" + s.data)(s)
 
     def body(self, tree: lark.Tree) -> tuple[ir.Stmt, ...]:
         assert self.b is not None
@@ -327,7 +332,7 @@ class _Walker(CompileTimeWalker):
         const_type = self.type(ty) if ty is not None else None
         if ty is not None and const_type is None:
             return
-        self.b.const(str(name), const_type, self.expr(value), self.span(t))
+        self.b.const(self.declare(str(name)), const_type, self.expr(value), self.span(t))
 
     def s_static_assert(self, t: lark.Tree) -> None:
         cond, message = t.children
@@ -353,14 +358,15 @@ class _Walker(CompileTimeWalker):
         var_type = self.type(ty) if ty is not None else None
         if ty is not None and var_type is None:
             var_type = T.error
-        self.b.let(str(name), var_type, self.expr(value) if value is not None else None,
-                   self.span(t))
+        init = self.expr(value) if value is not None else None
+        self.b.let(self.declare(str(name)), var_type, init, self.span(t))
 
     def s_assign(self, t: lark.Tree) -> None:
         target, value = t.children
         if target.data == "name":
-            self.b.assign(str(target.children[0]), self.expr(value), self.span(t),
-                          self.span(target))
+            name = self.use(str(target.children[0]), self.span(target))
+            if name is not None:
+                self.b.assign(name, self.expr(value), self.span(t), self.span(target))
         else:
             self.b.store(self.place(target), self.expr(value), self.span(t))
 
@@ -369,7 +375,9 @@ class _Walker(CompileTimeWalker):
         op = _COMPOUND[str(op_tok)]
         loc = self.span(t)
         if target.data == "name":
-            name = str(target.children[0])
+            name = self.use(str(target.children[0]), self.span(target))
+            if name is None:
+                return
             cur = self.b.name(name, self.span(target))
             self.b.assign(name, self.b.binary(op, cur, self.expr(value), loc), loc,
                           self.span(target))
@@ -384,8 +392,13 @@ class _Walker(CompileTimeWalker):
                              self.span(t))
             return
         name, args = call.children
-        from ..builder import VALUE_FUNCTIONS
-
+        if str(name) in self.functions:
+            self.call_function(self.functions[str(name)], _children(args), self.span(call))
+            return
+        if str(name) not in BY_SYNTAX and (fn := self.close_function(str(name))) is not None:
+            self.diags.error(f"unknown operation '{name}'; did you mean '{fn}' (a function of "
+                             "this file)?", self.span(call))
+            return
         if str(name) in VALUE_FUNCTIONS:
             self.diags.error(f"the value of '{name}(...)' is unused", self.span(call))
             return
@@ -407,11 +420,14 @@ class _Walker(CompileTimeWalker):
 
     def s_for_stmt(self, t: lark.Tree) -> None:
         var, start, stop, step, unroll, body = t.children
-        header = self.b.for_header(str(var), self.expr(start), self.expr(stop),
-                                   self.expr(step) if step is not None else None,
-                                   self.span(var), unroll=unroll is not None)
-        self.block(body)
-        self.b.for_stmt(str(var), header, self.span(t))
+        first, last = self.expr(start), self.expr(stop)
+        by = self.expr(step) if step is not None else None
+        with self.names():
+            name = self.declare(str(var))
+            header = self.b.for_header(name, first, last, by, self.span(var),
+                                       unroll=unroll is not None)
+            self.block(body)
+            self.b.for_stmt(name, header, self.span(t))
 
     def s_work_stmt(self, t: lark.Tree) -> None:
         var, sched, body = t.children
@@ -431,16 +447,25 @@ class _Walker(CompileTimeWalker):
 
     def s_while_stmt(self, t: lark.Tree) -> None:
         cond, body = t.children
-        c = self.b.value(self.expr(cond), T.pred)
+        outer, self.no_calls = self.no_calls, "a 'while' condition"
+        try:
+            c = self.b.value(self.expr(cond), T.pred)
+        finally:
+            self.no_calls = outer
         self.b.while_stmt(c, self.body(body), self.span(t))
 
     def s_return_stmt(self, t: lark.Tree) -> None:
+        if t.children[0] is not None:
+            self.diags.error("a kernel returns no value ('return value;' ends a function)",
+                             self.span(t))
+            return
         self.b.emit(ir.Return(loc=self.span(t)))
 
     def s_asm_stmt(self, t: lark.Tree) -> None:
         template, outs, args = t.children
         text = _unescape(str(template)[1:-1])
-        out_names = [(str(o), self.span(o)) for o in outs.children] if outs is not None else []
+        out_names = [(self.use(str(o), self.span(o)) or str(o), self.span(o))
+                     for o in outs.children] if outs is not None else []
         self.b.asm(text, out_names, self.args(args), self.span(t))
 
     # ------------------------------------------------------------------ expressions
@@ -468,7 +493,7 @@ class _Walker(CompileTimeWalker):
         out = []
         for c in tree.children:
             if isinstance(c, lark.Tree) and c.data == "name" and str(c.children[0]) in WORDS \
-                    and self.b.lookup(str(c.children[0])) is None:
+                    and not self.visible(str(c.children[0])):
                 out.append(word(str(c.children[0]), self.span(c)))
             else:
                 out.append(self.expr(c, lists))
@@ -510,7 +535,8 @@ class _Walker(CompileTimeWalker):
                 self.diags.error(f"'{t.children[0]}' is a type, not a value (sizeof("
                                  f"{t.children[0]}) is its size in bytes)", loc)
                 return ir.Const(value=0, type=T.error)
-            return b.name(str(t.children[0]), loc)
+            var = self.use(str(t.children[0]), loc)
+            return b.name(var, loc) if var is not None else ir.Const(value=0, type=T.error)
         if data == "sreg":
             return b.sreg(str(t.children[0])[1:], loc)
         if data in ("int", "float"):
@@ -542,8 +568,24 @@ class _Walker(CompileTimeWalker):
                 return ir.Const(value=0, type=T.error)
             if str(name) == "sizeof" and (size := self.sizeof_type(args)) is not None:
                 return Lit(size, loc)
+            if str(name) in self.functions:
+                value = self.call_function(self.functions[str(name)], _children(args), loc)
+                if value is None:
+                    self.diags.error(f"function '{name}' returns no value (it has no "
+                                     "'-> type')", loc)
+                    return ir.Const(value=0, type=T.error)
+                return value
+            if str(name) not in VALUE_FUNCTIONS and T.parse_type_name(str(name)) is None and \
+                    (fn := self.close_function(str(name))) is not None:
+                self.diags.error(f"unknown function '{name}'; did you mean '{fn}' (a function "
+                                 "of this file)?", loc)
+                return ir.Const(value=0, type=T.error)
             return b.call(str(name), self.call_args(str(name), args), loc)
         raise AssertionError(f"unhandled expression {data}")
+
+
+def _children(args: lark.Tree | None) -> list:
+    return list(args.children) if args is not None else []
 
 
 def _unescape(s: str) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -32,7 +33,7 @@ from .. import kernels as library
 from .. import types as T
 from ..errors import LaunchError
 from ..runtime.dtypes import bf16_to_f32, f32_to_bf16, ml_float  # noqa: F401  (re-exported)
-from .twin import check_example
+from .twin import Launch, check_example, check_launches
 
 LIBRARY = Path(library.__file__).resolve().parent  # the kernel library's directory
 
@@ -89,6 +90,13 @@ def _as_float(a: np.ndarray, t: T.Scalar | None) -> np.ndarray:
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
 
+def poisoned(template: np.ndarray) -> np.ndarray:
+    """An output array of the template's shape and dtype filled with 0xFF bytes, so that
+    every element a kernel fails to write shows up."""
+    t = np.ascontiguousarray(template)
+    return np.full(t.nbytes, 0xFF, np.uint8).view(t.dtype).reshape(t.shape)
+
+
 def run_example(program: Any, ex: dict, *, stream: Any = None) -> list[CheckResult]:
     """Launch `program` (a Program or KernelDef) on `ex` and compare with the reference."""
     from ..runtime import TensorMap, synchronize, to_device
@@ -111,9 +119,8 @@ def run_example(program: Any, ex: dict, *, stream: Any = None) -> list[CheckResu
             args.append(value)
             continue
         host = np.ascontiguousarray(value)
-        if p.name in outputs:  # poison: every element the kernel fails to write shows up
-            host = np.full(host.nbytes, 0xFF, np.uint8).view(host.dtype).reshape(host.shape)
-            dev = to_device(host, dtype=p.dtype)
+        if p.name in outputs:
+            dev = to_device(poisoned(host), dtype=p.dtype)
         elif id(value) in shared:  # parameters given one array share its buffer (a map and
             dev = shared[id(value)]  # a pointer to the same workspace, say)
         else:
@@ -182,27 +189,98 @@ def _example(mod: Any, rng: np.random.Generator, defines: dict | None, **kw: Any
     return mod.example(rng, **kw)
 
 
+def _examples(mod: Any, rng: np.random.Generator, defines: dict | None, sizes: dict,
+              kernels: list[str], kernel: str | None) -> Iterator[tuple[str | None, Any]]:
+    """(kernel name, example dict) of each run: one per kernel (or only `kernel`), called
+    with kernel= in a file of several. In such a file an example() without a `kernel`
+    argument is called once, for them all (name None), and returns their "launches"."""
+    import inspect
+
+    several = len(kernels) > 1
+    names: list[str | None] = [kernel] if kernel else list(kernels)
+    if several and "kernel" not in inspect.signature(mod.example).parameters:
+        names = [None]
+    for name in names:
+        ex = _example(mod, rng, defines, **sizes, **({"kernel": name} if several and name
+                                                     else {}))
+        if name is None and not chained(ex):
+            raise LaunchError(f"{mod.__file__}: example() takes no kernel=, so it is the one "
+                              f"example of the file's {len(kernels)} kernels; it returns "
+                              'their "launches" (docs/twins.md)')
+        yield name, ex
+
+
+def chained(ex: Any) -> bool:
+    """Whether an example dict describes several launches (docs/twins.md)."""
+    return isinstance(ex, dict) and "launches" in ex
+
+
 def run_sample(path: str | Path, *, kernel: str | None = None, seed: int | None = None,
                arch: str | None = None, watchdog_ms: int = 0, defines: dict | None = None,
                small: bool = False
                ) -> list[tuple[str, list[CheckResult]]]:
     """Compile a .ptxdsl sample and run each of its kernels (or `kernel`) on fresh inputs
-    (at the twin's SMALL interpreter sizes with `small`, as sanitizer runs want)."""
+    (at the twin's SMALL interpreter sizes with `small`, as sanitizer runs want); a chained
+    example's launches run in order."""
     from ..compiler import compile as compile_source
 
     prog = compile_source(Path(path), arch=arch, watchdog_ms=watchdog_ms, defines=defines)
     mod = load_twin(path)
     rng = np.random.default_rng(seed)
-    names = [kernel] if kernel else [k.name for k in prog.kernels]
-    out = []
     sizes = getattr(mod, "SMALL", {}) if small else {}
-    for name in names:
-        ex = _example(mod, rng, defines, **sizes,
-                      **({"kernel": name} if len(prog.kernels) > 1 else {}))
+    out = []
+    for name, ex in _examples(mod, rng, defines, sizes, [k.name for k in prog.kernels],
+                              kernel):
+        if chained(ex):
+            out.append(run_launches(prog, ex, check_launches(ex, prog.module, mod.example)))
+            continue
+        assert name is not None  # _examples names the kernel of every one-launch example
         check_example(ex, prog.module.kernel(name), mod.example)
         ex.setdefault("kernel", name)
         out.append((name, run_example(prog, ex)))
     return out
+
+
+def run_launches(program: Any, ex: dict, launches: list[Launch], *, stream: Any = None
+                 ) -> tuple[str, list[CheckResult]]:
+    """Launch a chained example's launches in order on the GPU, over one device buffer per
+    shared array, and compare with the reference after the last."""
+    from ..runtime import TensorMap, synchronize, to_device
+
+    prog = program.program() if hasattr(program, "program") else program
+    shared = {**ex.get("inputs", {}), **ex.get("outputs", {})}
+    device: dict[str, Any] = {}  # shared array name -> its device buffer
+    own: list[Any] = []  # the buffers of arrays one launch is given in its "args"
+    types: dict[str, Any] = {}
+    for launch in launches:
+        info = prog.ptx_module.kernel(launch.kernel)
+        args: list[Any] = []
+        for p in info.params:
+            value = launch.values.get(p.name, shared.get(launch.arrays.get(p.name, "")))
+            if p.kind == "scalar":
+                args.append(value)
+                continue
+            if p.name in launch.values:
+                dev = to_device(np.ascontiguousarray(value), dtype=p.dtype)
+                own.append(dev)
+            else:
+                name = launch.arrays[p.name]
+                types.setdefault(name, p.dtype)
+                if name not in device:
+                    host = np.ascontiguousarray(value)
+                    device[name] = to_device(poisoned(host) if name in ex.get("outputs", {})
+                                             else host, dtype=p.dtype)
+                dev = device[name]
+            args.append(TensorMap(dev, dtype=p.dtype, **launch.maps.get(p.name, {}))
+                        if p.kind == "tmap" else dev)
+        prog.kernel(info.name)[launch.grid, None, stream](*args)
+    synchronize()
+    results = [compare(o, device[o].copy_to_host() if o in device else np.asarray(shared[o]),
+                       want, types.get(o), ex.get("rtol", 0.0), ex.get("atol", 0.0))
+               for o, want in ex.get("expected", {}).items()]
+    for dev in [*device.values(), *own]:
+        dev.free()
+    return " -> ".join(launch.kernel for launch in launches), results
 
 
 def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
@@ -217,17 +295,47 @@ def interp_sample(path: str | Path, *, kernel: str | None = None, seed: int = 0,
     module = parse_file(path, defines)
     mod = load_twin(path)
     rng = np.random.default_rng(seed)
-    names = [kernel] if kernel else [k.name for k in module.kernels]
     out = []
-    small = getattr(mod, "SMALL", {})
-    for name in names:
-        ex = _example(mod, rng, defines, **small,
-                      **({"kernel": name} if len(module.kernels) > 1 else {}))
-        check_example(ex, module.kernel(name), mod.example)
-        got = interp_run(module.kernel(name), ex, seed=seed, arch=arch,
-                         max_steps=max_steps or DEFAULT_MAX_STEPS)
-        types = {p.name: getattr(p.type, "elem", None) for p in module.kernel(name).params}
+    steps = max_steps or DEFAULT_MAX_STEPS
+    for name, ex in _examples(mod, rng, defines, getattr(mod, "SMALL", {}),
+                              [k.name for k in module.kernels], kernel):
+        if chained(ex):
+            out.append(_interp_launches(module, ex, mod.example, seed, arch, steps))
+            continue
+        assert name is not None  # _examples names the kernel of every one-launch example
+        k = module.kernel(name)
+        check_example(ex, k, mod.example)
+        got = interp_run(k, ex, seed=seed, arch=arch, max_steps=steps)
+        types = {p.name: getattr(p.type, "elem", None) for p in k.params}
         out.append((name, [compare(o, got[o], want, types.get(o), ex.get("rtol", 0.0),
                                    ex.get("atol", 0.0))
                            for o, want in ex.get("expected", {}).items()]))
     return out
+
+
+def _interp_launches(module: Any, ex: dict, example: Any, seed: int, arch: str | None,
+                     max_steps: int) -> tuple[str, list[CheckResult]]:
+    """Run a chained example's launches in the interpreter, each reading what the ones
+    before it wrote, and compare the shared arrays with the reference after the last."""
+    from ..interp import run_sample as interp_run
+
+    launches = check_launches(ex, module, example)
+    arrays = {n: v.copy() if isinstance(v, np.ndarray) else v
+              for n, v in ex.get("inputs", {}).items()}
+    arrays |= {n: poisoned(v) for n, v in ex.get("outputs", {}).items()}
+    types: dict[str, Any] = {}
+    for launch in launches:
+        k = module.kernel(launch.kernel)
+        for p in k.params:
+            if p.name in launch.arrays:
+                types.setdefault(launch.arrays[p.name], getattr(p.type, "elem", None))
+        inputs = {**{p: arrays[a] for p, a in launch.arrays.items()}, **launch.values}
+        # every array comes back: the next launch reads what this one wrote
+        got = interp_run(k, {"grid": launch.grid, "inputs": inputs, "tensor_maps": launch.maps,
+                             "expected": dict.fromkeys(launch.arrays)},
+                         seed=seed, arch=arch, max_steps=max_steps)
+        for p, a in launch.arrays.items():
+            arrays[a] = got[p]
+    name = " -> ".join(launch.kernel for launch in launches)
+    return name, [compare(o, arrays[o], want, types.get(o), ex.get("rtol", 0.0),
+                          ex.get("atol", 0.0)) for o, want in ex.get("expected", {}).items()]

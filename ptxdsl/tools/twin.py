@@ -7,6 +7,7 @@ file, the key and the form it expects, and all of them are reported at once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import ir
@@ -38,10 +39,7 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
         except LaunchError:
             problems.append(Diagnostic(f'"grid" is {ex["grid"]!r}; expected n or (x, y, z), '
                                        "1 to 3 positive integers", at))
-    for key in ("inputs", "outputs", "expected", "tensor_maps"):
-        if not isinstance(ex.get(key, {}), dict):
-            problems.append(Diagnostic(f'"{key}" is a {type(ex[key]).__name__}; expected a '
-                                       "dict keyed by parameter name", at))
+    problems += _dicts(ex, "parameter", at)
     if problems:
         raise LaunchError(problems)
     arrays = {**ex.get("inputs", {}), **ex.get("outputs", {})}
@@ -52,11 +50,7 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
             problems.append(Diagnostic(f"parameter '{p.name}' ({p.type}) of kernel "
                                        f"'{kernel.name}' has no value; expected {where} "
                                        '"inputs" (or "outputs", where the kernel writes it)', at))
-    for name in ex.get("expected", {}):
-        if name not in arrays:
-            problems.append(Diagnostic(f"expected['{name}'] names no array of \"inputs\" or "
-                                       '"outputs": a reference is compared with the array of '
-                                       "its name after the run", at))
+    problems += _unnamed_references(ex, arrays, "the run", at)
     for p in kernel.params:
         if isinstance(p.type, T.TensorMap):
             problems += _map_problems(p.name, p.type, kernel, arrays.get(p.name),
@@ -68,6 +62,22 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
                 f"'{kernel.name}' (its tensor maps: {_tmaps(kernel) or 'none'})", at))
     if problems:
         raise LaunchError(problems)
+
+
+def _dicts(ex: dict, keyed_by: str, at: Span | None) -> list[Diagnostic]:
+    """A problem for each of the dict's keys that should hold a dict and does not."""
+    return [Diagnostic(f'"{key}" is a {type(ex[key]).__name__}; expected a dict keyed by '
+                       f"{keyed_by} name", at)
+            for key in ("inputs", "outputs", "expected", "tensor_maps")
+            if not isinstance(ex.get(key, {}), dict)]
+
+
+def _unnamed_references(ex: dict, arrays: dict, after: str, at: Span | None
+                        ) -> list[Diagnostic]:
+    """A problem for each reference of `expected` that names none of `arrays`."""
+    return [Diagnostic(f"expected['{name}'] names no array of \"inputs\" or \"outputs\": a "
+                       f"reference is compared with the array of its name after {after}", at)
+            for name in ex.get("expected", {}) if name not in arrays]
 
 
 def _def_span(example: Any) -> Span | None:
@@ -122,3 +132,100 @@ def _box_mismatch(name: str, model: TensorMapModel, s: Any, at: Span | None) -> 
     return Diagnostic(short_box_message(f"tensor_maps['{name}']", model, s), at,
                       (Note(f"the {s.syntax} filling the {s.dst.type.nbytes}-byte buffer",
                             s.loc),))
+
+
+# ----------------------------------------------------------------------------- launches
+
+_LAUNCH_KEYS = ("kernel", "grid", "args", "tensor_maps")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a chained example: its kernel and grid, each parameter's shared array
+    (`arrays`: parameter -> a name of the example's "inputs" or "outputs") or own value
+    (`values`), and the tensor-map options of its map parameters."""
+
+    kernel: str
+    grid: Any
+    arrays: dict[str, str]
+    values: dict[str, Any]
+    maps: dict[str, dict]
+
+
+def check_launches(ex: dict, module: ir.Module, example: Any) -> list[Launch]:
+    """The launches of a chained example (`"launches": [...]` over the shared arrays of its
+    "inputs" and "outputs"), or a LaunchError listing every way they do not fit the module's
+    kernels: each launch is checked as a one-launch example, its messages prefixed with
+    `launches[i]`."""
+    at = _def_span(example)
+    steps = ex["launches"]
+    if not isinstance(steps, list) or not steps or not all(isinstance(s, dict) for s in steps):
+        raise LaunchError(Diagnostic('"launches" is a list of dicts, one per launch in order: '
+                                     '{"kernel": name, "grid": n or (x, y, z)} (and "args", '
+                                     '"tensor_maps" where needed)', at))
+    problems = _dicts(ex, "array", at)
+    if problems:
+        raise LaunchError(problems)
+    shared = {**ex.get("inputs", {}), **ex.get("outputs", {})}
+    problems += _unnamed_references(ex, shared, "the last launch", at)
+    out = []
+    for i, step in enumerate(steps):
+        launch = _launch(i, step, module, shared, ex.get("tensor_maps", {}), at, problems)
+        if launch is None:
+            continue
+        one = {"grid": launch.grid, "tensor_maps": launch.maps,
+               "inputs": {**{p: shared[a] for p, a in launch.arrays.items()}, **launch.values}}
+        try:
+            check_example(one, module.kernel(launch.kernel), example)
+        except LaunchError as e:
+            problems += [replace(d, message=f"launches[{i}] (kernel '{launch.kernel}'): "
+                                 f"{d.message}") for d in e.diagnostics]
+        out.append(launch)
+    if problems:
+        raise LaunchError(problems)
+    return out
+
+
+def _launch(i: int, step: dict, module: ir.Module, shared: dict, maps: dict,
+            at: Span | None, problems: list[Diagnostic]) -> Launch | None:
+    """Launch `i` of a chained example, its parameters resolved; None after a problem."""
+    where = f"launches[{i}]"
+    unknown = [k for k in step if k not in _LAUNCH_KEYS]
+    if unknown:
+        problems.append(Diagnostic(f"{where} has key {', '.join(map(repr, unknown))}; a launch "
+                                   f"takes {', '.join(_LAUNCH_KEYS)}", at))
+        return None
+    names = [k.name for k in module.kernels]
+    name = step.get("kernel", names[0] if len(names) == 1 else None)
+    if name not in names:
+        problems.append(Diagnostic(f"{where} names kernel {name!r}; expected \"kernel\": one of "
+                                   f"{', '.join(names)}", at))
+        return None
+    if "grid" not in step:
+        problems.append(Diagnostic(f'{where} (kernel \'{name}\') has no "grid"; expected '
+                                   '"grid": n or (x, y, z)', at))
+        return None
+    args = step.get("args", {})
+    if not isinstance(args, dict):
+        problems.append(Diagnostic(f'{where}: "args" is a {type(args).__name__}; expected '
+                                   "{param: the name of a shared array, or a value}", at))
+        return None
+    kernel = module.kernel(name)
+    arrays, values = {}, {}
+    for p in kernel.params:
+        given = args.get(p.name, p.name)
+        if isinstance(given, str) and given in shared:
+            arrays[p.name] = given
+        elif not isinstance(given, str):
+            values[p.name] = given
+        else:
+            problems.append(Diagnostic(
+                f"{where}: parameter '{p.name}' ({p.type}) of kernel '{name}' has no value; "
+                f"expected an array '{given}' in \"inputs\" or \"outputs\", or \"args\": "
+                f"{{'{p.name}': the name of one, or a value}}", at))
+            return None
+    tmaps = {p.name for p in kernel.params if isinstance(p.type, T.TensorMap)}
+    own = step.get("tensor_maps", {})
+    opts = {p: own.get(p, maps.get(arrays.get(p, p))) for p in tmaps}
+    return Launch(name, step["grid"], arrays, values,
+                  {p: o for p, o in opts.items() if o is not None})

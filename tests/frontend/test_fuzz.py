@@ -19,7 +19,9 @@ from conftest import assemble
 from fuzzing import (
     EXTREME_NUMBERS,
     EXTREME_TEXT,
+    FUNCTIONS,
     SETTINGS,
+    SNIPPETS,
     Escape,
     examples,
     is_space,
@@ -51,12 +53,13 @@ def assembled(o, tmp_path) -> None:
 
 # ----------------------------------------------------------------------------- mutations
 
-MUTATIONS = ("delete", "duplicate", "swap", "number", "text", "truncate")
+MUTATIONS = ("delete", "duplicate", "swap", "number", "text", "truncate", "splice")
 
 
 @st.composite
 def mutants(draw) -> tuple[str, str]:
-    """A sample with one to three mutations: (sample name, mutated text)."""
+    """A sample with one to three mutations: (sample name, mutated text). A splice puts a
+    piece of function or named-index syntax before a token, and the file's functions first."""
     name = draw(st.sampled_from(sorted(SOURCES)))
     toks = tokens(SOURCES[name])
     real = [i for i, t in enumerate(toks) if not is_space(t)]
@@ -76,6 +79,9 @@ def mutants(draw) -> tuple[str, str]:
         elif kind == "text":
             junk = draw(st.sampled_from(EXTREME_TEXT) | st.text(min_size=1, max_size=3))
             toks[i] = draw(st.sampled_from([junk, toks[i] + junk, junk + toks[i]]))
+        elif kind == "splice":
+            toks[i] = f"{draw(st.sampled_from(SNIPPETS))} {toks[i]}"
+            toks[0] = FUNCTIONS + toks[0] if not toks[0].startswith(FUNCTIONS) else toks[0]
         elif kind == "truncate":
             text = "".join(toks)
             return name, text[: draw(st.integers(0, len(text)))]
@@ -105,7 +111,8 @@ def _vocabulary() -> list[str]:
     return sorted(set(BY_SYNTAX) | VALUE_FUNCTIONS | set(T.SCALARS) | set(WORDS) |
                   {"u32x4", "f32x2", "bf16x2", "threads", "cluster", "maxnreg", "minctas",
                    "nonportable", "type", "tile", "ring", "a", "b", "i", "n", "x", "N",
-                   "full", "empty", "mn", "reg", "param", "global", "entry"})
+                   "full", "empty", "mn", "reg", "param", "global", "entry", "f", "g", "h",
+                   "tv"})
 
 
 def grammar_programs(start: str = "start") -> st.SearchStrategy[str]:
@@ -137,10 +144,12 @@ def grammar_programs(start: str = "start") -> st.SearchStrategy[str]:
     return from_lark(_parser(), start=start, explicit=explicit)
 
 
-# A kernel header with parameters of each kind, around a generated body.
-HEADER = ("kernel k(a: u32, f: f32, p: ptr<f32>, q: ptr<u32>, t: tmap<f32, 2>) threads(128) "
+# A kernel header with parameters of each kind, around a generated body (which may call the
+# functions before it).
+HEADER = (FUNCTIONS +
+          "kernel k(a: u32, f: f32, p: ptr<f32>, q: ptr<u32>, t: tmap<f32, 2>) threads(128) "
           "{ shared tile: f32[16][32]; mbarrier full count 1; pipeline ring stages 2 "
-          "{ x: f32[256]; } let n: u32 = a; let x: f32 = f; ")
+          "{ x: f32[256]; } let n: u32 = a; let x: f32 = f; let tv: f32[4] = 0.0; ")
 
 
 def kernel_bodies() -> st.SearchStrategy[str]:

@@ -62,9 +62,9 @@ def assert_outputs(kd, ex: dict, max_steps: int | None = None) -> None:
 
 # samples whose interpreter runs take seconds: a second seed (another start order and
 # interleaving of warps) only with PTXDSL_DEEP=1; test_inflight, test_wgmma and test_sm80 run
-# them again in other forms
+# them again in other forms (tests/runtime/test_topk.py: topk)
 SLOW = {"ag_gemm", "attention", "colsum", "gemm", "gemm_fp8", "gemm_rs", "gemm_splitk",
-        "grouped_gemm", "longrow", "multicast_pipeline", "norms"}
+        "grouped_gemm", "longrow", "multicast_pipeline", "norms", "topk"}
 DEEP = bool(os.environ.get("PTXDSL_DEEP"))
 
 
