@@ -1,5 +1,5 @@
 """Tensor-core rules: wgmma's asynchronous register and shared-memory hazards, who issues
-it, its operands against the buffers' declared layouts, and the register budget.
+it, and its operands against the buffers' declared layouts.
 
 The hazard check is a flow-sensitive walk of the lowered body (loops until a fixed point,
 both arms of a branch joined): it tracks register arrays written since the last
@@ -29,6 +29,7 @@ from .. import ir
 from .. import types as T
 from ..errors import Note, Span
 from ..opdef import const_int
+from ..swizzle import undeclared_layout
 from .effects import effect, op_name
 from .facts import Facts, Report, text
 from .remote import root
@@ -43,7 +44,6 @@ from .wgmma_smem import (
 
 _NEVER = ""  # the pseudo-array "no wgmma_fence yet"
 _MAX_GROUPS = 8
-_RESERVED_REGS = 8  # addresses, loop counters and predicates beside the register arrays
 
 
 MOVED = ir.Const(value=-1, type=T.u32)  # a stage index whose variables changed since
@@ -422,10 +422,7 @@ def check_wgmma_operands(facts: Facts, out: Report) -> None:
             assert isinstance(decl, ir.SharedDecl)
             shown = name.split(".")[-1]
             if not decl.swizzle:
-                out.error(f"the wgmma {which} operand is in buffer '{shown}', which declares no "
-                          f"swizzle; declare its layout ('swizzle 128' with rows of 128 bytes, "
-                          "or 64 / 32, or 16 for the unswizzled core-matrix layout) so that TMA "
-                          "and the descriptor agree", place.loc or s.loc)
+                out.error(undeclared_layout(which, shown), place.loc or s.loc)
                 continue
             idx = _indices(place)
             row, col = idx[-2] if len(idx) >= 2 else None, idx[-1] if idx else None
@@ -503,34 +500,3 @@ def _indices(place: ir.Expr) -> list[ir.Expr]:
         out = list(place.indices) + out
         place = place.base
     return out
-
-
-def check_register_arrays(facts: Facts, out: Report) -> None:
-    """The register arrays a thread declares fit the budget of its role (setmaxnreg) or of
-    the kernel (maxnreg, else 255)."""
-    k = facts.kernel
-    base = k.maxnreg or 255
-    _budget(k.body, base, out, ir.fragment_arrays(k.body))
-
-
-def _budget(stmts: tuple[ir.Stmt, ...], budget: int, out: Report, packed: set[str]) -> int:
-    used = 0
-    for s in stmts:
-        if isinstance(s, ir.SetMaxNReg):
-            budget = s.regs
-        elif isinstance(s, ir.Let) and isinstance(s.var_type, T.RegArray):
-            # 32-bit registers: 64-bit elements take two; the 16-bit elements of an array read
-            # as wgmma A fragments are kept packed two to one (codegen), others take one each
-            n, size = s.var_type.n, s.var_type.elem.nbytes
-            used += n * 2 if size == 8 else -(-n * size // 4) if s.name in packed else n
-            if used + _RESERVED_REGS > budget:
-                out.error(f"register array '{s.name}' brings this thread's register arrays to "
-                          f"{used} registers, more than its budget of {budget} allows (keep "
-                          f"{_RESERVED_REGS} for addresses and counters); raise the role's "
-                          "regs or shrink the tile", s.loc)
-        elif isinstance(s, ir.If):
-            used += max(_budget(s.then, budget, out, packed),
-                        _budget(s.orelse, budget, out, packed))
-        elif isinstance(s, (ir.For, ir.While)):
-            used += _budget(s.body, budget, out, packed)
-    return used

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import sample_kernel_defs, sample_names, sample_path
 
@@ -619,3 +620,28 @@ def test_register_budget_counts_fragment_arrays_two_to_a_register(tmp_path):
     kd = sample_module("attention").make_attention(64, nwg=3)
     assert ptxdsl.ir.fragment_arrays(kd.ir.body) == {"p"}
     assert_no_spills(assemble(kd.ptx(), tmp_path))
+
+
+def test_register_element_index_past_the_array_in_an_unrolled_iteration():
+    """An element index of unrolled loop variables is decided for every iteration (codegen
+    would refuse it in the one it emits; the interpreter reports it where it runs)."""
+    text = """kernel k(out: ptr<f32>) threads(32) {
+    let acc: f32[8] = 1.0;
+    for j in 0 .. 4 unroll {
+        for i in 0 .. 2 unroll {
+            acc[4 * j + i] = 2.0;
+        }
+    }
+    out[%tid.x] = acc[0];
+}
+"""
+    [err] = errors_of(text, "k.ptxdsl")
+    assert err.span.line == 5 and err.message == (
+        "element index 4 * j + i of 'acc' (f32[8]) is 8 in the unrolled iteration j = 2, "
+        "i = 0, out of range [0, 8)"), err.message
+    assert verify_text(text.replace("0 .. 4 unroll", "0 .. 2 unroll")) == []
+    with pytest.raises(ptxdsl.interp.InterpError) as e:
+        ptxdsl.interp.run(ptxdsl.parse(text, "k.ptxdsl").kernels[0], 1,
+                          {"out": np.zeros(32, np.float32)})
+    assert "k.ptxdsl:5:" in str(e.value) and "element index 8 is out of range [0, 8)" in \
+        str(e.value), str(e.value)
