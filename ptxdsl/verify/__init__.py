@@ -17,7 +17,6 @@ from ..errors import CompileError, Diagnostic, DiagnosticBag
 from ..target import Target, target
 from .barriers import (
     check_arrival_counts,
-    check_expect_tx,
     check_init_visibility,
     check_stage_rotation,
     check_waits,
@@ -25,6 +24,7 @@ from .barriers import (
 from .cluster import check_clusters
 from .copies import check_asm_reductions, check_bulk_stores, check_issuers
 from .counts import check_phase_counts
+from .expect_tx import check_expect_tx
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
 from .named import check_named_counts
