@@ -645,3 +645,25 @@ def test_register_element_index_past_the_array_in_an_unrolled_iteration():
                           {"out": np.zeros(32, np.float32)})
     assert "k.ptxdsl:5:" in str(e.value) and "element index 8 is out of range [0, 8)" in \
         str(e.value), str(e.value)
+
+
+def test_release_by_some_threads_of_another_release_is_located():
+    """Releases by other threads add up on a stage's empty barrier, by the same threads they
+    arrive once; one whose threads are part of another's has no derivable count."""
+    text = (Path(__file__).parents[1] / "decided" / "valid" /
+            "pipeline_shared_by_two_roles.ptxdsl").read_text()
+    text = text.replace("""            acc += ring.tile[c];
+            release(ring);
+""", """            acc += ring.tile[c];
+            release(ring);
+            if %warp == 1 {
+                wait(ring);
+                release(ring);
+            }
+""")
+    errors = errors_of(text, "k.ptxdsl")
+    assert [(e.span.line, e.message) for e in errors] == [(26, (
+        "this release(ring) is run by some threads of another release(ring) and not by "
+        "others, so the arrivals on a stage cannot be derived; release with the same threads, "
+        "or with threads of their own"))]
+    assert errors[0].notes[0].span.line == 23
