@@ -121,6 +121,7 @@ class Wgmma(OpDef):
 
         def issue(th: Thread, quad: dict | None = None) -> None:
             st = W.state(th)
+            W.issued(th, n)
             if not st.fenced:
                 fail("wgmma", f"{th.name}: wgmma without a wgmma_fence() before it", n)
             if name in st.dirty:

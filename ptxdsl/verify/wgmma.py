@@ -33,7 +33,8 @@ from ..swizzle import undeclared_layout
 from .effects import effect, op_name
 from .facts import Facts, Report, text
 from .remote import root
-from .threads import _assigned
+from .threads import Visit, _assigned
+from .warpgroup import SPLIT
 from .wgmma_smem import (
     Rings,
     check_unrolled_overwrites,
@@ -388,7 +389,10 @@ def check_wgmma_issuers(facts: Facts, out: Report) -> None:
         return
     n = facts.n
     for v in facts.trace.visits:
-        if not effect(v.stmt).wgmma or not v.certain or not v.may.any():
+        if not effect(v.stmt).wgmma or not v.may.any():
+            continue
+        if not v.certain:
+            _split_guards(v, out)
             continue
         for g in range(0, n, 128):
             part = v.may[g : g + 128]
@@ -400,6 +404,25 @@ def check_wgmma_issuers(facts: Facts, out: Report) -> None:
                           "collective: all 128 threads of whole, aligned warpgroups (warps "
                           "4g .. 4g + 4) must execute it together", v.stmt.loc)
                 break
+
+
+def _split_guards(v: Visit, out: Report) -> None:
+    """A wgmma that only some threads of the trace may reach: the guards around it that
+    split a warpgroup (an error), or that may (a warning)."""
+    for cond, how in v.splits:
+        what = f"{v.stmt.syntax} is under '{text(cond)}', which "  # type: ignore[attr-defined]
+        rule = ("; it is warpgroup-collective: all 128 threads of whole, aligned warpgroups "
+                "(warps 4g .. 4g + 4) must execute it together")
+        if how == SPLIT:
+            out.error(what + "differs between the threads of a warpgroup" + rule, v.stmt.loc,
+                      Note("the condition is here", cond.loc))
+            return
+    for cond, _ in v.splits:
+        out.warning(f"{v.stmt.syntax} is under '{text(cond)}', which may differ between the "  # type: ignore[attr-defined]
+                    "threads of a warpgroup (it is warpgroup-collective); make the condition "
+                    "the same for the 128 threads of each warpgroup (a role, %warp / 4, a "
+                    "kernel parameter)", v.stmt.loc, Note("the condition is here", cond.loc))
+        return
 
 
 def check_wgmma_operands(facts: Facts, out: Report) -> None:

@@ -96,6 +96,7 @@ def test_every_rule_has_a_broken_case():
         "release(ring) hands the stage back",  # ... a pipeline's release
         "k is 4 in the unrolled iteration kk = 4",  # frag(p, k) past its register array
         "which declares no swizzle",  # a wgmma operand without a layout
+        "which differs between the threads of a warpgroup",  # wgmma under a per-warp guard
     ):
         assert part in text, part
 

@@ -667,3 +667,24 @@ def test_release_by_some_threads_of_another_release_is_located():
         "others, so the arrivals on a stage cannot be derived; release with the same threads, "
         "or with threads of their own"))]
     assert errors[0].notes[0].span.line == 23
+
+
+@pytest.mark.parametrize("guard, verdict", [
+    ("%warp == first", "error"),  # holds in one warp at most
+    ("elect()", "error"),  # one thread a warp
+    ("%tid.x < first", "warning"),  # whole warpgroups only if first is a multiple of 128
+    ("src[%tid.x] > 0.0", "warning"),  # data
+    ("%warp / 4 == first % 2", None),  # the warpgroup
+    ("first > 2", None),  # the same in every thread
+])
+def test_wgmma_guard_is_decided_warpgroup_uniform(guard, verdict):
+    text = (Path(__file__).parents[1] / "decided" / "valid" /
+            "wgmma_per_warpgroup_guard.ptxdsl").read_text()
+    text = text.replace("if %warp / 4 == first % 2 {", f"if {guard} {{")
+    try:
+        found = verify_text(text)
+    except ptxdsl.CompileError as e:
+        found = e.diagnostics
+    wgmma = [d for d in found if d.message.startswith("wgmma is ")]
+    assert [d.severity for d in wgmma] == ([verdict] if verdict else []), \
+        [d.render() for d in found]
