@@ -85,6 +85,15 @@ def lbo_field(decl_shape: tuple[int, ...], esz: int, major: str, swizzle: int = 
     return (decl_shape[-2] * decl_shape[-1] * esz) >> 4
 
 
+def undeclared_layout(which: str, buffer: str) -> str:
+    """What a wgmma operand in a buffer declared without a swizzle is told (the verifier and
+    the interpreter, which runs unverified kernels, say the same): wgmma's descriptor needs
+    one of the layouts above."""
+    return (f"the wgmma {which} operand is in buffer '{buffer}', which declares no swizzle; "
+            "declare its layout ('swizzle 128' with rows of 128 bytes, or 64 / 32, or 16 for "
+            "the unswizzled core-matrix layout) so that TMA and the descriptor agree")
+
+
 def desc_lo(addr: int, lbo: int = LBO_FIELD) -> int:
     """Low word of a descriptor: start address and leading byte offset field."""
     return ((addr & 0x3FFFF) >> 4) | (lbo << 16)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Diagnostic
 from .copies import AsyncLoad, AsyncStore, BulkGroups
-from .errors import InterpError, fail, note
+from .errors import InterpError, fail, note, threads_phrase
 from .hb import Clocks
 from .mbarrier import MBarrier
 from .memory import GlobalMemory, SharedMemory
@@ -222,10 +222,29 @@ class CTA:
         if self.cluster is not None:
             self.cluster.exited(th, node)
         if not self.live:
+            self.check_warpgroups()
             loads = [c for c in self.inflight if isinstance(c, AsyncLoad)]
             if loads:
                 fail("copy", f"every thread of CTA {self.label} has exited while this "
                      f"{loads[0].op} into shared memory is still in flight", loads[0].node)
+
+    def check_warpgroups(self) -> None:
+        """wgmma is warpgroup-collective: each wgmma statement was issued as many times by
+        every thread of a warpgroup (the hardware runs it once for the 128 of them)."""
+        for g in range(0, len(self.threads), 128):
+            group = self.threads[g:g + 128]
+            sites: dict[int, tuple[Any, dict[int, int]]] = {}
+            for t in group:
+                for key, (node, n) in (t.wgmma.issued.items() if t.wgmma else ()):
+                    sites.setdefault(key, (node, {}))[1][t.tid] = n
+            for node, counts in sites.values():
+                most = max(counts.values())
+                fewer = [t.tid for t in group if counts.get(t.tid, 0) < most]
+                if fewer:
+                    fail("wgmma", f"CTA {self.label}: wgmma is warpgroup-collective, but "
+                         f"{threads_phrase(fewer)} of warpgroup {g // 128} issued it here "
+                         f"fewer times than the others ({most}): the 128 threads of a "
+                         "warpgroup must issue it together", node)
 
     # ------------------------------------------------------------------ deadlock report
 

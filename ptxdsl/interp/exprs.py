@@ -161,9 +161,28 @@ def _pack(c: KernelCode, src: Source, e: ir.Pack) -> str:
 
 def _extract(c: KernelCode, src: Source, e: ir.Extract) -> str:
     v = render(c, src, e.vec)
+    i = element_index(c, src, e.index, e.vec.type.n, e)  # type: ignore[attr-defined]
     if isinstance(e.vec.type, T.RegArray):
-        return f"{owned(src, v, e)}[{render(c, src, e.index)}]"
-    return f"{v}[{render(c, src, e.index)}]"
+        return f"{owned(src, v, e)}[{i}]"
+    return f"{v}[{i}]"
+
+
+def element_index(c: KernelCode, src: Source, index: ir.Expr, n: int, node: ir.Node) -> str:
+    """Source of a register or vector element index, checked against the `n` elements
+    unless it is a constant (which the builder checked): one computed from unrolled loop
+    variables is a located error here, not a Python IndexError (or a negative index that
+    wraps around)."""
+    i = render(c, src, index)
+    if isinstance(index, ir.Const):
+        return i
+    t = src.temp()
+    return f"({t} if 0 <= ({t} := {i}) < {n} else {src.bind(_element_out_of_range)}(th, {t}, " \
+        f"{n}, {src.bind(node)}))"
+
+
+def _element_out_of_range(th: Thread, i: int, n: int, node: ir.Node) -> NoReturn:
+    fail("bounds", f"{th.name}: element index {i} is out of range [0, {n}) of this register "
+         "array or vector", node)
 
 
 def owned(src: Source, arr: str, node: ir.Node) -> str:

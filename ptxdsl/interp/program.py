@@ -33,6 +33,7 @@ from .exprs import (
     barrier_place,
     check_aligned,
     compile_expr,
+    element_index,
     global_address,
     global_place,
     peer_place,
@@ -112,6 +113,8 @@ class Program:
                                for s in ir.walk(kernel.body))
         self.reg_arrays = {s.name for s in ir.walk(kernel.body)
                            if isinstance(s, ir.Let) and isinstance(s.var_type, T.RegArray)}
+        self.nelems = {s.name: s.var_type.n for s in ir.walk(kernel.body) if isinstance(s, ir.Let)
+                       and isinstance(s.var_type, (T.RegArray, T.Vector))}
         self.body = as_gen(*self.function(kernel.body))
 
     def scratch(self) -> list[Any]:
@@ -263,7 +266,8 @@ def _set_elem(c: Program, code: Code, s: ir.SetElem) -> None:
     slot, src = c.slots[s.name], code.src
     # an accumulator that a wgmma still owns is reported before the value and then the
     # index (Python's order for `a[i] = v`) are evaluated
-    i, v = render(c, src, s.index), render(c, src, s.value)
+    i = element_index(c, src, s.index, c.nelems[s.name], s)
+    v = render(c, src, s.value)
     t = src.temp()
     if s.name in c.reg_arrays:
         code.line(f"{t} = regs[{slot}]")

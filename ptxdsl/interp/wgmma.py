@@ -30,13 +30,15 @@ from .errors import fail, note
 class WgmmaState:
     """A thread's wgmma bookkeeping: writes since the last fence, open and committed groups."""
 
-    __slots__ = ("dirty", "fenced", "open", "groups")
+    __slots__ = ("dirty", "fenced", "open", "groups", "issued")
 
     def __init__(self) -> None:
         self.dirty: dict[str, Any] = {}  # register array -> the statement that wrote it
         self.fenced = False
         self.open: list[tuple[Pending, Callable[[], None]]] = []
         self.groups: list[list[tuple[Pending, Callable[[], None]]]] = []
+        # wgmmas this thread issued, by statement: the warpgroup must issue them together
+        self.issued: dict[int, tuple[Any, int]] = {}
 
 
 def state(th: Thread) -> WgmmaState:
@@ -58,6 +60,11 @@ class Pending:
         fail("wgmma", f"{th.name}: accumulator '{self.name}' is accessed while a wgmma that "
              "writes it is still in flight; wgmma_commit() and wgmma_wait(n) must complete it "
              "first", node, note("the wgmma was issued here", self.site))
+
+
+def issued(th: Thread, node: Any) -> None:
+    st = state(th)
+    st.issued[id(node)] = (node, st.issued.get(id(node), (node, 0))[1] + 1)
 
 
 def fence(th: Thread) -> None:

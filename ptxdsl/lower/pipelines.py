@@ -56,7 +56,8 @@ def _cmp(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
 class _PipeFacts:
     decl: ir.PipelineDecl
     commit_threads: dict[int, tuple[int, Span | None]] = field(default_factory=dict)
-    release_threads: dict[int, tuple[int, Span | None]] = field(default_factory=dict)
+    # the threads that run each release, and where it is
+    release_threads: dict[int, tuple[frozenset[int], Span | None]] = field(default_factory=dict)
     release_per_warp: dict[int, bool] = field(default_factory=dict)
     commit_bytes: dict[int, int] = field(default_factory=dict)
     mask: ir.Expr | None = None  # multicast group of a cluster pipeline (see multicast.py)
@@ -130,8 +131,7 @@ class _Lowerer:
                 per_warp = bool(threads) and all(
                     all(w * 32 + i in threads for i in range(32)) for w in warps)
                 facts.release_per_warp[id(s)] = per_warp
-                n = len(warps) if per_warp else len(threads)
-                facts.release_threads[id(s)] = (n, s.loc)
+                facts.release_threads[id(s)] = (threads, s.loc)
             elif (effect(s).loads_global or effect(s).multicast) and \
                     isinstance(s.bar, ir.StageBarrier):  # type: ignore[attr-defined]
                 name = s.bar.pipe  # type: ignore[attr-defined]
@@ -221,6 +221,36 @@ class _Lowerer:
         if n == 0:
             loc = next(iter(facts.values()))[1]
             self.diags.error(f"no thread runs this {what}({pipe})", loc)
+            return 1
+        return n
+
+    def releases(self, facts: _PipeFacts, pipe: str) -> int:
+        """The arrivals on a stage's empty barrier per phase. Every thread's cursor visits
+        every stage in turn, so the threads of each release arrive on every stage: releases
+        run by other threads (another role, other warps) add up, while those run by the same
+        threads (the arms of a branch) arrive once between them; a whole warp arrives once."""
+        sites: dict[frozenset[int], tuple[int, Span | None]] = {}
+        for key, (threads, loc) in facts.release_threads.items():
+            per_warp = facts.release_per_warp[key]
+            sites.setdefault(threads, (len({t // 32 for t in threads}) if per_warp
+                                       else len(threads), loc))
+        if not sites:
+            return 1
+        seen: dict[int, Span | None] = {}
+        for threads, (_, loc) in sites.items():
+            shared = threads & seen.keys()
+            if shared:
+                other = seen[min(shared)]
+                self.diags.error(f"this release({pipe}) is run by some threads of another "
+                                 f"release({pipe}) and not by others, so the arrivals on a "
+                                 "stage cannot be derived; release with the same threads, or "
+                                 "with threads of their own", loc,
+                                 Note("the other release is here", other))
+            seen.update(dict.fromkeys(threads, loc))
+        n = sum(count for count, _ in sites.values())
+        if n == 0:
+            self.diags.error(f"no thread runs this release({pipe})",
+                             next(iter(sites.values()))[1])
             return 1
         return n
 
@@ -391,7 +421,7 @@ class _Lowerer:
         for name, facts in self.pipes.items():
             d = facts.decl
             full = self.arrivals(facts.commit_threads, "commit", name)
-            empty = self.arrivals(facts.release_threads, "release", name) * facts.group
+            empty = self.releases(facts, name) * facts.group
             for b in d.buffers:
                 top.append(dataclasses.replace(b, name=f"{name}.{b.name}",
                                                shape=(d.stages, *b.shape)))

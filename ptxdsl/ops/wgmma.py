@@ -20,7 +20,7 @@ from ..interp.errors import fail, note
 from ..interp.program import GEN, PLAIN, Program, Step
 from ..interp.sync import collective
 from ..opdef import Effect, ErrorFn, OpDef, const_int, register
-from ..swizzle import desc_hi, lbo_field
+from ..swizzle import desc_hi, lbo_field, undeclared_layout
 
 _INPUTS = {"bf16": "bf16", "f16": "f16", "f32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2"}
 
@@ -107,20 +107,21 @@ class Wgmma(OpDef):
         kind, kdim, esz = _INPUTS[elem.name], k_of(elem), elem.nbytes
         kind_a = _INPUTS[n.a.type.elem.name]  # type: ignore[attr-defined]
         ncols = 2 * n.d.type.n  # type: ignore[attr-defined]
-        b_off, b_layout = operand_place(c, n.b)
+        b_off, b_layout = operand_place(c, n.b, "B")
         a_reg = isinstance(n.a.type, T.RegArray)
         if a_reg:
             whole = n.a.vec if isinstance(n.a, ir.Fragment) else n.a
             a_slot = c.slots[whole.name]  # type: ignore[attr-defined]
             a_k = c.expr(n.a.k) if isinstance(n.a, ir.Fragment) else (lambda th: 0)
         else:
-            a_off, a_layout = operand_place(c, n.a)
+            a_off, a_layout = operand_place(c, n.a, "A")
         acc = c.expr(n.accumulate) if n.accumulate is not None else (lambda th: True)
         sign = np.float32((-1.0 if n.neg_a is not None and const_int(n.neg_a) else 1.0)
                           * (-1.0 if n.neg_b is not None and const_int(n.neg_b) else 1.0))
 
         def issue(th: Thread, quad: dict | None = None) -> None:
             st = W.state(th)
+            W.issued(th, n)
             if not st.fenced:
                 fail("wgmma", f"{th.name}: wgmma without a wgmma_fence() before it", n)
             if name in st.dirty:
@@ -168,6 +169,9 @@ class Wgmma(OpDef):
             if not isinstance(frag, list):
                 frag.touched(th, n)
             k0 = 8 * int(a_k(th))
+            if not 0 <= k0 <= len(frag) - 8:
+                fail("bounds", f"{th.name}: frag(p, k): k is {k0 // 8}, out of range "
+                     f"[0, {len(frag) // 8}) of '{whole.name}'", n.a)  # type: ignore[attr-defined]
             quad = yield from collective(th, site, "gather", (list(frag)[k0:k0 + 8],), n)
             issue(th, quad)
 
@@ -187,11 +191,15 @@ def fragment_regs(e: Any, a: ir.Expr) -> list[str]:
     return regs[4 * k:4 * k + 4]
 
 
-def operand_place(c: Program, place: ir.Expr):
-    """(logical shared offset closure, layout) of a wgmma shared-memory operand; the layout
-    is (swizzle, major, bytes between blocks along M / N for MN-major rows)."""
+def operand_place(c: Program, place: ir.Expr, which: str):
+    """(logical shared offset closure, layout) of the wgmma shared-memory operand `which`
+    ("A" or "B"); the layout is (swizzle, major, bytes between blocks along M / N for
+    MN-major rows)."""
     buf = buffer_of(place)
     decl = c.decls[buf.name]  # type: ignore[attr-defined]
+    if not decl.swizzle:  # type: ignore[union-attr]
+        fail("wgmma", undeclared_layout(which, buf.name.split(".")[-1]),  # type: ignore[attr-defined]
+             place)
     off, _ = c.shared_place(place, logical=True)
     lbo = lbo_field(decl.shape, decl.elem.nbytes, decl.major,  # type: ignore[union-attr]
                     decl.swizzle) << 4  # type: ignore[union-attr]

@@ -186,6 +186,9 @@ def _example(mod: Any, rng: np.random.Generator, defines: dict | None, **kw: Any
             raise LaunchError(f"-D is given, but the example() of {mod.__file__} takes no "
                               "defines= to size its data for them")
         kw["defines"] = defines
+    if "kernel" in kw and "kernel" not in inspect.signature(mod.example).parameters:
+        raise LaunchError(f"the sample has several kernels, but the example() of {mod.__file__} "
+                          "takes no kernel= to say which one it sets up")
     return mod.example(rng, **kw)
 
 

@@ -17,7 +17,6 @@ from ..errors import CompileError, Diagnostic, DiagnosticBag
 from ..target import Target, target
 from .barriers import (
     check_arrival_counts,
-    check_expect_tx,
     check_init_visibility,
     check_stage_rotation,
     check_waits,
@@ -25,15 +24,16 @@ from .barriers import (
 from .cluster import check_clusters
 from .copies import check_asm_reductions, check_bulk_stores, check_issuers
 from .counts import check_phase_counts
+from .expect_tx import check_expect_tx
 from .facts import Facts, Report
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
 from .named import check_named_counts
 from .order import check_inval, check_stage_order
 from .phases import check_early_waits
+from .registers import check_register_arrays, check_register_indices
 from .rings import check_indices, check_ring_phases
 from .sm80 import check_cp_async
 from .wgmma import (
-    check_register_arrays,
     check_wgmma_hazards,
     check_wgmma_issuers,
     check_wgmma_operands,
@@ -63,6 +63,7 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_cp_async,
     check_clusters,
     check_named_counts,
+    check_register_indices,
     check_wgmma_hazards, check_wgmma_issuers, check_wgmma_operands, check_register_arrays,
 )
 

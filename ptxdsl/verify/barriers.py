@@ -1,5 +1,6 @@
-"""mbarrier checks: expect_tx bytes, arrival counts, waits that cannot return, initialisation
-made visible before use, stage barriers that do not rotate with their buffers."""
+"""mbarrier checks: arrival counts, waits that cannot return, initialisation made visible
+before use, stage barriers that do not rotate with their buffers (expect_tx bytes:
+`expect_tx.py`)."""
 
 from __future__ import annotations
 
@@ -36,120 +37,6 @@ def _label(b: BarRef, element: int | None = None) -> str:
 
 def _declared(d: ir.BarrierDecl) -> Note:
     return Note(f"'{d.name}' is declared here with count {d.count}", d.loc)
-
-
-# ----------------------------------------------------------------------------- expect_tx
-
-
-@dataclass
-class _Armed:
-    """Byte counts armed on one barrier expression and the copies that follow in a block."""
-
-    expects: list[ir.Op]
-    copies: list[ir.Op]
-    partial: bool = False
-
-
-def _copy_bytes(s: ir.Op) -> int | None:
-    e = effect(s)
-    if e.size is not None:
-        return constant(getattr(s, e.size))
-    view = getattr(s, e.async_write or "", None)
-    return getattr(view.type, "nbytes", None) if view is not None else None
-
-
-def check_expect_tx(facts: Facts, out: Report) -> None:
-    """`mbarrier_arrive_expect_tx(b, N); copy(..., b)...` in one block: N = bytes copied."""
-    blocks = [facts.kernel.body] + [b for s in ir.walk(facts.kernel.body) for b in ir.blocks(s)]
-    for block in blocks:
-        _expect_tx_block(block, out)
-
-
-def _may_alias(a: ir.Expr, b: ir.Expr) -> bool:
-    """Whether two barrier expressions may name the same barrier."""
-    if a == b:
-        return True
-    roots = []
-    for e in (a, b):
-        while isinstance(e, ir.Index):
-            e = e.base
-        roots.append(getattr(e, "name", None))
-    if roots[0] != roots[1]:
-        return False
-    ia = constant(a.indices[0]) if isinstance(a, ir.Index) else None
-    ib = constant(b.indices[0]) if isinstance(b, ir.Index) else None
-    return ia is None or ib is None or ia == ib
-
-
-def _expect_tx_block(block: tuple[ir.Stmt, ...], out: Report) -> None:
-    armed: dict[ir.Expr, _Armed] = {}
-    early: dict[ir.Expr, list[ir.Op]] = {}  # copies issued before the arming, same block
-
-    def touched(key: ir.Expr, nested: bool) -> None:
-        # Another expression for the same barrier (or copies in a nested block): this block
-        # alone does not tell the total.
-        for k, seg in armed.items():
-            if (nested or k != key) and _may_alias(k, key):
-                seg.partial = True
-
-    multicast = False  # peers deliver to this CTA's barriers too: the block can't tell totals
-    for s in block:
-        if effect(s).multicast:
-            multicast = True
-            for armed_seg in armed.values():
-                armed_seg.partial = True
-            continue
-        e = effect(s)
-        key = getattr(s, e.expect or e.complete or "", None)
-        if key is not None:
-            touched(key, nested=False)
-        if isinstance(s, ir.Op) and e.expect and key is not None:
-            seg = armed.get(key)
-            if seg is not None and not seg.copies:
-                seg.expects.append(s)
-            else:
-                if seg is not None:
-                    _compare(seg, out)
-                armed[key] = _Armed([s], early.pop(key, []))
-                armed[key].partial = multicast
-        elif isinstance(s, ir.Op) and e.complete and key is not None:
-            if key in armed:
-                armed[key].copies.append(s)
-            else:
-                early.setdefault(key, []).append(s)
-        elif isinstance(s, (ir.Let, ir.Assign, ir.SetElem, ir.Asm)):
-            names = set(s.outs) if isinstance(s, ir.Asm) else {s.name}
-            for k in [k for k in armed if ir.free_names(k) & names]:
-                _compare(armed.pop(k), out)
-            for k in [k for k in early if ir.free_names(k) & names]:
-                del early[k]
-        else:
-            for inner in (x for b in ir.blocks(s) for x in ir.walk(b)):
-                ie = effect(inner)
-                ikey = getattr(inner, ie.expect or ie.complete or "", None)
-                if ikey is not None:
-                    touched(ikey, nested=True)
-    for seg in armed.values():
-        _compare(seg, out)
-
-
-def _compare(seg: _Armed, out: Report) -> None:
-    if seg.partial or not seg.copies:
-        return
-    armed = [constant(getattr(s, effect(s).size or "", None)) for s in seg.expects]
-    moved = [_copy_bytes(c) for c in seg.copies]
-    if None in armed or None in moved:
-        return
-    want, got = sum(armed), sum(moved)  # type: ignore[arg-type]
-    if want == got:
-        return
-    first = seg.expects[0]
-    b = getattr(first, effect(first).expect or "")
-    where = getattr(first, effect(first).size or "").loc or first.loc
-    notes = [Note(f"{op_name(c)} delivers {n} bytes to '{text(b)}' here", c.loc)
-             for c, n in zip(seg.copies, moved, strict=True)]
-    out.error(f"{op_name(first)} expects {want} bytes on '{text(b)}', but the copies that "
-              f"complete on it deliver {got} bytes", where, *notes)
 
 
 # ----------------------------------------------------------------------------- arrivals

@@ -23,6 +23,7 @@ from .. import types as T
 from . import absint
 from .remote import remote_barriers
 from .values import Evaluator, Val, const, join, top
+from .warpgroup import UNIFORM, verdict
 
 # Each loop level runs its body up to 2 + FIXPOINT_ROUNDS times; below MAX_LOOP_DEPTH only
 # twice (no first iteration, one widening pass), which bounds the work on deep nests.
@@ -95,6 +96,9 @@ class Visit:
     loops: tuple[ir.Stmt, ...]
     guards: tuple[ir.Expr, ...]  # conditions of the enclosing branches
     index: int
+    # in a kernel with wgmma: the enclosing conditions that split a warpgroup (or may), each
+    # with its verdict (verify/warpgroup.py)
+    splits: tuple[tuple[ir.Expr, str], ...] = ()
 
     @property
     def certain(self) -> bool:
@@ -145,6 +149,7 @@ class _Mode:
     record: bool = True  # False while widening loop variables
     loops: tuple[ir.Stmt, ...] = ()
     guards: tuple[ir.Expr, ...] = ()
+    splits: tuple[tuple[ir.Expr, str], ...] = ()
 
     def but(self, **kw) -> _Mode:
         return _Mode(**{**self.__dict__, **kw})
@@ -189,6 +194,7 @@ class Interpreter:
         self._recordable: dict[int, bool] = {}
         self.none = np.zeros(self.n, dtype=bool)
         self.all = np.ones(self.n, dtype=bool)
+        self.wgmma = any(isinstance(s, ir.Wgmma) for s in ir.walk(k.body))
 
     def run(self) -> Trace:
         env: dict[str, Val] = {}
@@ -275,7 +281,7 @@ class Interpreter:
             return
         must = f.must if m.certain else self.none
         self.visits.append(Visit(s, must, f.may, args, m.first, m.counted, m.loops, m.guards,
-                                 len(self.visits)))
+                                 len(self.visits), m.splits))
 
     def block(self, stmts: tuple[ir.Stmt, ...], f: _Flow, m: _Mode) -> None:
         seen = None  # masks are replaced, never changed in place: test each new one once
@@ -322,6 +328,9 @@ class Interpreter:
     def branch(self, cond: ir.Expr | None, c: Val, then: tuple[ir.Stmt, ...],
                orelse: tuple[ir.Stmt, ...], f: _Flow, m: _Mode) -> None:
         guards = m.guards + ((cond,) if cond is not None else ())
+        if cond is not None and self.wgmma and \
+                (v := verdict(self.ev, cond, f.env, f.must, f.may)) != UNIFORM:
+            m = m.but(splits=m.splits + ((cond, v),))
         if c.known is not None:
             ck = np.broadcast_to(np.asarray(c.known) != 0, (self.n,))
             t = f.fork(f.must & ck, f.may & ck, share=True)

@@ -1,5 +1,5 @@
 """Tensor-core rules: wgmma's asynchronous register and shared-memory hazards, who issues
-it, its operands against the buffers' declared layouts, and the register budget.
+it, and its operands against the buffers' declared layouts.
 
 The hazard check is a flow-sensitive walk of the lowered body (loops until a fixed point,
 both arms of a branch joined): it tracks register arrays written since the last
@@ -29,10 +29,12 @@ from .. import ir
 from .. import types as T
 from ..errors import Note, Span
 from ..opdef import const_int
+from ..swizzle import undeclared_layout
 from .effects import effect, op_name
 from .facts import Facts, Report, text
 from .remote import root
-from .threads import _assigned
+from .threads import Visit, _assigned
+from .warpgroup import SPLIT
 from .wgmma_smem import (
     Rings,
     check_unrolled_overwrites,
@@ -43,7 +45,6 @@ from .wgmma_smem import (
 
 _NEVER = ""  # the pseudo-array "no wgmma_fence yet"
 _MAX_GROUPS = 8
-_RESERVED_REGS = 8  # addresses, loop counters and predicates beside the register arrays
 
 
 MOVED = ir.Const(value=-1, type=T.u32)  # a stage index whose variables changed since
@@ -388,7 +389,10 @@ def check_wgmma_issuers(facts: Facts, out: Report) -> None:
         return
     n = facts.n
     for v in facts.trace.visits:
-        if not effect(v.stmt).wgmma or not v.certain or not v.may.any():
+        if not effect(v.stmt).wgmma or not v.may.any():
+            continue
+        if not v.certain:
+            _split_guards(v, out)
             continue
         for g in range(0, n, 128):
             part = v.may[g : g + 128]
@@ -400,6 +404,25 @@ def check_wgmma_issuers(facts: Facts, out: Report) -> None:
                           "collective: all 128 threads of whole, aligned warpgroups (warps "
                           "4g .. 4g + 4) must execute it together", v.stmt.loc)
                 break
+
+
+def _split_guards(v: Visit, out: Report) -> None:
+    """A wgmma that only some threads of the trace may reach: the guards around it that
+    split a warpgroup (an error), or that may (a warning)."""
+    for cond, how in v.splits:
+        what = f"{v.stmt.syntax} is under '{text(cond)}', which "  # type: ignore[attr-defined]
+        rule = ("; it is warpgroup-collective: all 128 threads of whole, aligned warpgroups "
+                "(warps 4g .. 4g + 4) must execute it together")
+        if how == SPLIT:
+            out.error(what + "differs between the threads of a warpgroup" + rule, v.stmt.loc,
+                      Note("the condition is here", cond.loc))
+            return
+    for cond, _ in v.splits:
+        out.warning(f"{v.stmt.syntax} is under '{text(cond)}', which may differ between the "  # type: ignore[attr-defined]
+                    "threads of a warpgroup (it is warpgroup-collective); make the condition "
+                    "the same for the 128 threads of each warpgroup (a role, %warp / 4, a "
+                    "kernel parameter)", v.stmt.loc, Note("the condition is here", cond.loc))
+        return
 
 
 def check_wgmma_operands(facts: Facts, out: Report) -> None:
@@ -422,10 +445,7 @@ def check_wgmma_operands(facts: Facts, out: Report) -> None:
             assert isinstance(decl, ir.SharedDecl)
             shown = name.split(".")[-1]
             if not decl.swizzle:
-                out.error(f"the wgmma {which} operand is in buffer '{shown}', which declares no "
-                          f"swizzle; declare its layout ('swizzle 128' with rows of 128 bytes, "
-                          "or 64 / 32, or 16 for the unswizzled core-matrix layout) so that TMA "
-                          "and the descriptor agree", place.loc or s.loc)
+                out.error(undeclared_layout(which, shown), place.loc or s.loc)
                 continue
             idx = _indices(place)
             row, col = idx[-2] if len(idx) >= 2 else None, idx[-1] if idx else None
@@ -503,34 +523,3 @@ def _indices(place: ir.Expr) -> list[ir.Expr]:
         out = list(place.indices) + out
         place = place.base
     return out
-
-
-def check_register_arrays(facts: Facts, out: Report) -> None:
-    """The register arrays a thread declares fit the budget of its role (setmaxnreg) or of
-    the kernel (maxnreg, else 255)."""
-    k = facts.kernel
-    base = k.maxnreg or 255
-    _budget(k.body, base, out, ir.fragment_arrays(k.body))
-
-
-def _budget(stmts: tuple[ir.Stmt, ...], budget: int, out: Report, packed: set[str]) -> int:
-    used = 0
-    for s in stmts:
-        if isinstance(s, ir.SetMaxNReg):
-            budget = s.regs
-        elif isinstance(s, ir.Let) and isinstance(s.var_type, T.RegArray):
-            # 32-bit registers: 64-bit elements take two; the 16-bit elements of an array read
-            # as wgmma A fragments are kept packed two to one (codegen), others take one each
-            n, size = s.var_type.n, s.var_type.elem.nbytes
-            used += n * 2 if size == 8 else -(-n * size // 4) if s.name in packed else n
-            if used + _RESERVED_REGS > budget:
-                out.error(f"register array '{s.name}' brings this thread's register arrays to "
-                          f"{used} registers, more than its budget of {budget} allows (keep "
-                          f"{_RESERVED_REGS} for addresses and counters); raise the role's "
-                          "regs or shrink the tile", s.loc)
-        elif isinstance(s, ir.If):
-            used += max(_budget(s.then, budget, out, packed),
-                        _budget(s.orelse, budget, out, packed))
-        elif isinstance(s, (ir.For, ir.While)):
-            used += _budget(s.body, budget, out, packed)
-    return used

@@ -151,8 +151,8 @@ def test_unrolled_register_index_out_of_range_is_located():
     the emitter's list indexing failed (IndexError)."""
     text = error_at(body("    let acc: f32[8] = 0.0;\n    for j in 0 .. 3 unroll {\n"
                          "        q[j] = acc[4 * j];\n    }"),
-                    "this element index is 8, out of range [0, 8) in the unrolled iteration "
-                    "j = 2", 4, 16)
+                    "element index 4 * j of 'acc' (f32[8]) is 8 in the unrolled iteration j = 2, "
+                    "out of range [0, 8)", 4, 16)
     assert "acc[4 * j]" in text
 
 

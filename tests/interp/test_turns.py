@@ -190,7 +190,8 @@ def test_frag_selects_the_k_step_of_a_converted_accumulator():
 
 
 def test_frag_index_out_of_range_in_an_unrolled_iteration_is_located():
-    """k computed from an unroll variable is known only in the iteration being emitted."""
+    """k computed from an unroll variable is known only once the loop is unrolled: the
+    verifier tries every iteration."""
     text = FRAG.format(ty="bf16[32]", unroll="unroll ",
                        use="wgmma_fence(); wgmma(acc, frag(p, kk + 1), acc_b[0, 0])")
     text = text.replace("    let acc: f32[32];\n",
@@ -198,5 +199,6 @@ def test_frag_index_out_of_range_in_an_unrolled_iteration_is_located():
     with pytest.raises(ptxdsl.CompileError) as e:
         ptxdsl.compile_module(ptxdsl.parse(text, "k.ptxdsl"))
     d = e.value.diagnostics[0]
-    assert "k is 4 in this unrolled iteration, out of range [0, 4)" in d.message, str(e.value)
+    assert "k is 4 in the unrolled iteration kk = 3, out of range [0, 4)" in d.message, \
+        str(e.value)
     assert d.span is not None and d.span.line == 6

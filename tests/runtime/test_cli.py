@@ -289,3 +289,18 @@ def test_kernels_build_all(tmp_path):
     r = cli("kernels", "--build", "all", "-o", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert sorted(p.stem for p in tmp_path.glob("*.ptx")) == sorted(families())
+
+
+def test_interp_of_two_kernels_whose_twin_takes_no_kernel_argument(tmp_path):
+    """A file of two kernels calls example(rng, kernel=name); a twin without that parameter
+    is told so (it was an internal TypeError)."""
+    (tmp_path / "two.ptxdsl").write_text(
+        "kernel first(out: ptr<f32>) threads(32) {\n    out[%tid.x] = 1.0;\n}\n"
+        "kernel second(out: ptr<f32>) threads(32) {\n    out[%tid.x] = 2.0;\n}\n")
+    (tmp_path / "two.py").write_text(
+        "import numpy as np\n\n\ndef example(rng):\n    return {\"grid\": 1, \"outputs\": "
+        "{\"out\": np.zeros(32, np.float32)}, \"expected\": {\"out\": np.ones(32)}}\n")
+    r = cli("interp", "two.ptxdsl", cwd=tmp_path)
+    assert (r.returncode, r.stderr) == (
+        1, f"error: the sample has several kernels, but the example() of {tmp_path}/two.py "
+        "takes no kernel= to say which one it sets up\n")

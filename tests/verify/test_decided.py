@@ -3,12 +3,15 @@ happens-before inside a role (issue 16), and across a cluster and in-flight wgmm
 every kernel of tests/decided/ (a `.ptxdsl` file, or a `.py` file whose `kernel` the Python
 API builds) is compared with the whole rendering of its diagnostics (errors and warnings) in
 the `.expected` file next to it; every kernel of tests/decided/valid/ (tricky but correct)
-verifies without a diagnostic. Regenerate the goldens with `pytest --update-goldens` and
-review them like code."""
+verifies without a diagnostic and runs in the interpreter without an error. A broken kernel
+that the interpreter must refuse too says so in a header line, `// interp: <part of the
+message>`, and marks the line of the error with `// <- here`. Regenerate the goldens with
+`pytest --update-goldens` and review them like code."""
 
 from __future__ import annotations
 
 import os
+import re
 import runpy
 from pathlib import Path
 
@@ -16,7 +19,7 @@ import numpy as np
 import pytest
 
 import ptxdsl
-from ptxdsl.interp import run
+from ptxdsl.interp import InterpError, run
 from ptxdsl.lower import lower
 from ptxdsl.verify import verify_module
 
@@ -91,14 +94,17 @@ def test_every_rule_has_a_broken_case():
         "this bulk_load writes 'sa' while a wgmma",  # ... a copy into an operand
         "releases the stage of 'sa' while a wgmma",  # ... a hand-written ring's release
         "release(ring) hands the stage back",  # ... a pipeline's release
+        "k is 4 in the unrolled iteration kk = 4",  # frag(p, k) past its register array
+        "which declares no swizzle",  # a wgmma operand without a layout
+        "which differs between the threads of a warpgroup",  # wgmma under a per-warp guard
+        "before its cluster_arrive_relaxed(), which orders no memory",  # relaxed publication
     ):
         assert part in text, part
 
 
-@pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
-def test_correct_kernel_runs_in_the_interpreter(path):
-    """The correct kernels are correct: the interpreter (late, reordered copies) finds no
-    deadlock or race in them."""
+def interpret(path: Path) -> None:
+    """Runs the kernel of `path` on two CTAs (or clusters) with `src` random, every other
+    pointer zeros and every scalar 5."""
     k = kernel_ir(path)
     rng = np.random.default_rng(0)
     args: dict[str, object] = {}
@@ -110,3 +116,26 @@ def test_correct_kernel_runs_in_the_interpreter(path):
             args[p.name] = 5
     cluster = k.cluster or (1, 1, 1)
     run(k, (2 * cluster[0], cluster[1], cluster[2]), args, seed=1)
+
+
+@pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
+def test_correct_kernel_runs_in_the_interpreter(path):
+    """The correct kernels are correct: the interpreter (late, reordered copies) finds no
+    deadlock or race in them."""
+    interpret(path)
+
+
+INTERP = [p for p in BROKEN if "// interp: " in p.read_text()]
+
+
+@pytest.mark.parametrize("path", INTERP, ids=lambda p: p.name)
+def test_broken_kernel_fails_in_the_interpreter(path):
+    """The interpreter, which runs kernels the verifier has not checked, reports the bug too,
+    located at the marked line (never a Python exception)."""
+    text = path.read_text()
+    part = re.search(r"// interp: (.*\S)", text).group(1)
+    line = next(i for i, s in enumerate(text.split("\n"), 1) if s.rstrip().endswith("// <- here"))
+    with pytest.raises(InterpError) as e:
+        interpret(path)
+    assert part in str(e.value)
+    assert f"{path.name}:{line}:" in str(e.value)

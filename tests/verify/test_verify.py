@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import sample_kernel_defs, sample_names, sample_path
 
@@ -619,3 +620,71 @@ def test_register_budget_counts_fragment_arrays_two_to_a_register(tmp_path):
     kd = sample_module("attention").make_attention(64, nwg=3)
     assert ptxdsl.ir.fragment_arrays(kd.ir.body) == {"p"}
     assert_no_spills(assemble(kd.ptx(), tmp_path))
+
+
+def test_register_element_index_past_the_array_in_an_unrolled_iteration():
+    """An element index of unrolled loop variables is decided for every iteration (codegen
+    would refuse it in the one it emits; the interpreter reports it where it runs)."""
+    text = """kernel k(out: ptr<f32>) threads(32) {
+    let acc: f32[8] = 1.0;
+    for j in 0 .. 4 unroll {
+        for i in 0 .. 2 unroll {
+            acc[4 * j + i] = 2.0;
+        }
+    }
+    out[%tid.x] = acc[0];
+}
+"""
+    [err] = errors_of(text, "k.ptxdsl")
+    assert err.span.line == 5 and err.message == (
+        "element index 4 * j + i of 'acc' (f32[8]) is 8 in the unrolled iteration j = 2, "
+        "i = 0, out of range [0, 8)"), err.message
+    assert verify_text(text.replace("0 .. 4 unroll", "0 .. 2 unroll")) == []
+    with pytest.raises(ptxdsl.interp.InterpError) as e:
+        ptxdsl.interp.run(ptxdsl.parse(text, "k.ptxdsl").kernels[0], 1,
+                          {"out": np.zeros(32, np.float32)})
+    assert "k.ptxdsl:5:" in str(e.value) and "element index 8 is out of range [0, 8)" in \
+        str(e.value), str(e.value)
+
+
+def test_release_by_some_threads_of_another_release_is_located():
+    """Releases by other threads add up on a stage's empty barrier, by the same threads they
+    arrive once; one whose threads are part of another's has no derivable count."""
+    text = (Path(__file__).parents[1] / "decided" / "valid" /
+            "pipeline_shared_by_two_roles.ptxdsl").read_text()
+    text = text.replace("""            acc += ring.tile[c];
+            release(ring);
+""", """            acc += ring.tile[c];
+            release(ring);
+            if %warp == 1 {
+                wait(ring);
+                release(ring);
+            }
+""")
+    errors = errors_of(text, "k.ptxdsl")
+    assert [(e.span.line, e.message) for e in errors] == [(26, (
+        "this release(ring) is run by some threads of another release(ring) and not by "
+        "others, so the arrivals on a stage cannot be derived; release with the same threads, "
+        "or with threads of their own"))]
+    assert errors[0].notes[0].span.line == 23
+
+
+@pytest.mark.parametrize("guard, verdict", [
+    ("%warp == first", "error"),  # holds in one warp at most
+    ("elect()", "error"),  # one thread a warp
+    ("%tid.x < first", "warning"),  # whole warpgroups only if first is a multiple of 128
+    ("src[%tid.x] > 0.0", "warning"),  # data
+    ("%warp / 4 == first % 2", None),  # the warpgroup
+    ("first > 2", None),  # the same in every thread
+])
+def test_wgmma_guard_is_decided_warpgroup_uniform(guard, verdict):
+    text = (Path(__file__).parents[1] / "decided" / "valid" /
+            "wgmma_per_warpgroup_guard.ptxdsl").read_text()
+    text = text.replace("if %warp / 4 == first % 2 {", f"if {guard} {{")
+    try:
+        found = verify_text(text)
+    except ptxdsl.CompileError as e:
+        found = e.diagnostics
+    wgmma = [d for d in found if d.message.startswith("wgmma is ")]
+    assert [d.severity for d in wgmma] == ([verdict] if verdict else []), \
+        [d.render() for d in found]
