@@ -292,8 +292,9 @@ def test_kernels_build_all(tmp_path):
 
 
 def test_interp_of_two_kernels_whose_twin_takes_no_kernel_argument(tmp_path):
-    """A file of two kernels calls example(rng, kernel=name); a twin without that parameter
-    is told so (it was an internal TypeError)."""
+    """A file of two kernels calls example(rng, kernel=name), or an example() without that
+    parameter returns their chained "launches"; one that does neither is told so (it was an
+    internal TypeError)."""
     (tmp_path / "two.ptxdsl").write_text(
         "kernel first(out: ptr<f32>) threads(32) {\n    out[%tid.x] = 1.0;\n}\n"
         "kernel second(out: ptr<f32>) threads(32) {\n    out[%tid.x] = 2.0;\n}\n")
@@ -302,5 +303,5 @@ def test_interp_of_two_kernels_whose_twin_takes_no_kernel_argument(tmp_path):
         "{\"out\": np.zeros(32, np.float32)}, \"expected\": {\"out\": np.ones(32)}}\n")
     r = cli("interp", "two.ptxdsl", cwd=tmp_path)
     assert (r.returncode, r.stderr) == (
-        1, f"error: the sample has several kernels, but the example() of {tmp_path}/two.py "
-        "takes no kernel= to say which one it sets up\n")
+        1, f"error: {tmp_path}/two.py: example() takes no kernel=, so it is the one example of "
+        "the file's 2 kernels; it returns their \"launches\" (docs/twins.md)\n")
