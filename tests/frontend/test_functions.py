@@ -222,6 +222,7 @@ def test_definition_errors_are_reported_once_without_a_call(source, message):
     ("while f(1) > 0 { }", "f.ptxdsl:2:42: error: a function call in a 'while' condition "
                            "would run once, before the loop; compute it in the loop's body"),
     ("g(1);", None),
+    ("f(1);", None),  # a value dropped
     ("let v = g(1);", "f.ptxdsl:2:44: error: function 'g' returns no value (it has no "
                       "'-> type')"),
     ("return 1;", "f.ptxdsl:2:36: error: a kernel returns no value ('return value;' ends a "
