@@ -183,11 +183,9 @@ class FunctionWalker:
         body, its parameters, its own names and the file's constants only."""
         if self._inline is None:
             return name
-        for scope in reversed(self._inline.scopes):
-            if name in scope:
-                return scope[name]
-        if name in self.consts.frames[0].names:
-            return name
+        found = self.resolved(name)
+        if found is not None:
+            return found
         visible = [n for s in self._inline.scopes for n in s] + list(self.consts.frames[0].names)
         close = difflib.get_close_matches(name, visible, n=1)
         why = f"; did you mean '{close[0]}'?" if close else ""
@@ -198,18 +196,29 @@ class FunctionWalker:
                          loc)
         return None
 
+    def resolved(self, name: str) -> str | None:
+        """In a function body, the IR name of `name` where the body sees it, else None."""
+        assert self._inline is not None
+        for scope in reversed(self._inline.scopes):
+            if name in scope:
+                return scope[name]
+        return name if name in self.consts.frames[0].names else None
+
     def visible(self, name: str) -> bool:
         """Whether `name` names a variable here (else it may be a word such as `acq_rel`)."""
         if self._inline is None:
             return self.b.lookup(name) is not None
-        return any(name in s for s in self._inline.scopes) or \
-            name in self.consts.frames[0].names
+        return self.resolved(name) is not None
 
     def declare(self, name: str) -> str:
         """The IR name of a name being declared: itself in a kernel; in a function body, a
-        name unique in the kernel."""
-        if self._inline is None or name in RESERVED:  # the builder refuses a reserved one
+        name unique in the kernel. A name the body sees already, or a built-in one, keeps
+        the name the builder knows, which refuses it as in a kernel."""
+        if self._inline is None or name in RESERVED:
             return name
+        seen = self.resolved(name)
+        if seen is not None:
+            return seen
         fresh = self.fresh(f"_{self._inline.fn.name}{self._inline.n}_{name}")
         self._inline.scopes[-1][name] = fresh
         self._inline.source_names[fresh] = name
@@ -289,9 +298,7 @@ class FunctionWalker:
         ty = self.type(p.type)
         name = self.declare(p.name)
         defined = Note(f"parameter '{p.name}' of '{fn.name}' is declared here", p.loc)
-        if ty is None or isinstance(arg, list):
-            if isinstance(arg, list):
-                self.diags.error("a list is not a value here", at)
+        if ty is None:
             self.b.poison(name, p.loc)
             return
         if p.const:
@@ -325,7 +332,7 @@ class FunctionWalker:
                              f"{v.type}", at, defined)
             self.b.poison(name, p.loc)
             return
-        self.b.let(name, ty, v, at)
+        self.b.let(name, ty, v, p.loc)
 
     def result(self, fn: FnDef, result: lark.Tree, loc: Span | None) -> ir.Expr:
         """The call's value: a `let` of the value of the body's final `return`, of type

@@ -222,6 +222,7 @@ def test_definition_errors_are_reported_once_without_a_call(source, message):
     ("while f(1) > 0 { }", "f.ptxdsl:2:42: error: a function call in a 'while' condition "
                            "would run once, before the loop; compute it in the loop's body"),
     ("g(1);", None),
+    ("f(1);", None),  # a value dropped
     ("let v = g(1);", "f.ptxdsl:2:44: error: function 'g' returns no value (it has no "
                       "'-> type')"),
     ("return 1;", "f.ptxdsl:2:36: error: a kernel returns no value ('return value;' ends a "
@@ -241,3 +242,21 @@ def test_a_body_cannot_declare_a_built_in_name():
 kernel k(y: ptr<u32>) threads(1) { y[0] = f(1); }""")
     assert text.splitlines()[0] == ("f.ptxdsl:1:23: error: 'min' is a built-in name and cannot "
                                     "be declared")
+
+
+def test_a_body_cannot_declare_a_parameter_or_a_file_constant_again():
+    assert errors("""fn f(x: u32) -> u32 { let x = 1; return x; }
+kernel k(y: ptr<u32>) threads(1) { y[0] = f(1); }""") == """\
+f.ptxdsl:1:23: error: 'x' is already declared
+fn f(x: u32) -> u32 { let x = 1; return x; }
+                      ^~~~~~~~~~
+f.ptxdsl:1:6: note: 'x' was declared here
+fn f(x: u32) -> u32 { let x = 1; return x; }
+     ^~~~~~
+f.ptxdsl:2:43: note: in this call of 'f'
+kernel k(y: ptr<u32>) threads(1) { y[0] = f(1); }
+                                          ^~~~"""
+    assert errors("""const N = 4;
+fn f(x: u32) -> u32 { let N = x; return N; }
+kernel k(y: ptr<u32>) threads(1) { y[0] = f(1); }""").splitlines()[0] == \
+        "f.ptxdsl:2:23: error: 'N' is already declared"
