@@ -1,6 +1,8 @@
 """`torch.ops.ptxdsl.gemm(a, b)`: C = A @ B^T in bf16 (A is M x K, B is N x K, both with
 unit inner stride; f32 accumulation), the library's warp-specialised wgmma GEMM, its tile
-width, stage count, cluster pairing and walk (data-parallel or stream-K) tuned per shape."""
+width, stage count, cluster pairing and walk (data-parallel or stream-K) tuned per shape; up
+to SMALLM_MAX_M rows of A (decoding), the swap-AB split-K kernel (gemm_smallm), its weight
+tile tuned per shape."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 import torch
 
 from ..compiler import KernelDef
+from ..kernels import gemm_smallm
 from ..kernels.wgmma import tma_shape_error
 from ..runtime.driver import device_info
 from ..runtime.launch import Kernel
@@ -18,7 +21,16 @@ from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
 from ..runtime.tensormap import TensorMap
 from ..swizzle import chunk_box
 from . import autotune
-from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel, gemm_recipe
+from .kernels import (
+    GEMM_BM,
+    GEMM_CONFIGS,
+    SMALLM_CONFIGS,
+    SMALLM_MAX_M,
+    gemm_kernel,
+    gemm_recipe,
+    smallm_kernel,
+    smallm_recipe,
+)
 from .opspec import Args, OpSpec, TensorParam, register
 
 
@@ -95,10 +107,72 @@ def wave_fill(m: int, n: int, device: int) -> int:
     return 0 if tiles % sms == 0 else 1 + (tiles % sms) * 8 // sms
 
 
+@cache
+def smallm_tuner(mp: int) -> autotune.Autotuner:
+    """The tuner of the decode kernels for activation tiles of mp rows."""
+    return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", SMALLM_CONFIGS,
+                          lambda c: smallm_recipe(mp, c["bw"]))
+
+
+_SEMAPHORES: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def semaphores(device: int, stream: int, size: int) -> torch.Tensor:
+    """The decode kernel's split-K semaphores for launches on one stream (which run in turn):
+    zeroed once, left zero by every launch, replaced by a larger zeroed buffer when a launch
+    needs more (allocated on the stream, so the old one is reused only after it)."""
+    held = _SEMAPHORES.get((device, stream))
+    if held is None or len(held) < size:
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device)):
+            held = torch.zeros(size, device=device, dtype=torch.uint32)
+        _SEMAPHORES[(device, stream)] = held
+    return held
+
+
+def _smallm_kernel(config: Any) -> KernelDef:
+    return smallm_kernel(config["mp"], config["bw"])
+
+
+def _run_smallm(config: Any, mp: int, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                stream: int) -> None:
+    bw = config["bw"]
+    m, k = a.shape
+    n = b.shape[0]
+    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", 1), ("mp", mp)),
+                                  a.device.index)
+    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident)
+    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits)
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=a.device)):
+        ws = torch.empty(size, device=a.device, dtype=torch.float32)
+    sem = semaphores(a.device.index, stream, nsem)
+    tw = TensorMap(b, box=(bw, gemm_smallm.BK), swizzle="128B")
+    tx = TensorMap(a, box=(mp, gemm_smallm.BK), swizzle="128B")
+    grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident)
+    kernel[grid, None, stream](tw, tx, c, ws, sem, m, n, k, splits)
+
+
+def _launch_smallm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stream: int) -> None:
+    m, k = a.shape
+    n = b.shape[0]
+    mp = gemm_smallm.pad_m(m)
+
+    def trial(config: Any) -> torch.Tensor:
+        c = torch.empty_like(out)
+        _run_smallm(config, mp, a, b, c, stream)
+        return c
+
+    config = smallm_tuner(mp).choose((mp, n, k), trial, autotune.close(2**-6),
+                                     device=a.device.index, tune=autotune.tuning_allowed())
+    _run_smallm(config, mp, a, b, out, stream)
+
+
 def _launch(args: Args, out: torch.Tensor, stream: int) -> None:
     a, b = args["a"], args["b"]
     m, k = a.shape
     n = b.shape[0]
+    if m <= SMALLM_MAX_M:
+        _launch_smallm(a, b, out, stream)
+        return
 
     def trial(config: Any) -> torch.Tensor:
         c = torch.empty_like(out)
