@@ -54,6 +54,7 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
     stages = stages or stages_for(bw, mp)
     consumers = bw // 64
     nacc = mp // 2  # f32 accumulators per thread: an m64 x mp C^T tile
+    unroll = max(1, min(4, 128 // nacc))  # slots summed at a time: their loads take registers
     name = f"gemm_smallm_m{mp}_w{bw}_s{stages}"
 
     def gemm_smallm(k, w: tmap(bf16, 2), x: tmap(bf16, 2), c: ptr(bf16), ws: ptr(f32),
@@ -64,6 +65,8 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         # everything above is this CTA's own; C, the workspace and the semaphores may still
         # be in use by the grid before (and A is often its output)
         k.griddep_wait()
+        # the next grid may be scheduled now: it waits (griddep_wait) for this one to end
+        k.griddep_launch_dependents()
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
         work = k.schedule("work", ((n + (bw - 1)) / bw, (m + (mp - 1)) / mp), ksteps=ktiles,
                           splits=splits)
@@ -104,15 +107,19 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
             last[wg] = k.select(done, 1, 0)
         k.bar_sync(8 + wg, 128)
         total = k.let("sum", last[wg] != 0)
-        with k.if_(total):
+        with k.if_(total):  # every slot, `unroll` slots' loads in flight at a time
             with k.for_("e", 0, nacc, unroll=True) as e:
                 acc[e] = 0.0
-            with k.for_("s", 0, it.splits) as sl:
-                at = k.let("at", (tile * splits + sl) * plane + t * 4)
-                with k.for_("q2", 0, nacc // 4, unroll=True) as q:
-                    v = k.let("v", k.vload(ws[at + q * 512], 4))
-                    for e in range(4):
-                        acc[4 * q + e] = acc[4 * q + e] + v[e]
+            with k.for_("s0", 0, it.splits, unroll) as s0:
+                with k.for_("s", 0, unroll, unroll=True) as sl:
+                    # past the last slot, read this range's own slot again and add nothing
+                    here = k.let("here", s0 + sl < it.splits)
+                    at = k.let("at", k.select(here, (tile * splits + s0 + sl) * plane + t * 4,
+                                              mine))
+                    with k.for_("q2", 0, nacc // 4, unroll=True) as q:
+                        v = k.let("v", k.vload(ws[at + q * 512], 4))
+                        for e in range(4):
+                            acc[4 * q + e] = acc[4 * q + e] + k.select(here, v[e], 0.0)
         return total
 
     def store(k, it, acc, c, m, n, wg, row, col) -> None:

@@ -107,11 +107,19 @@ def wave_fill(m: int, n: int, device: int) -> int:
     return 0 if tiles % sms == 0 else 1 + (tiles % sms) * 8 // sms
 
 
+def smallm_configs(mp: int) -> tuple[dict[str, int], ...]:
+    """The candidates for up to mp rows of A: the decode kernel's, and from 128 rows on, where
+    the work nears the tensor cores' rate, the dense GEMM's as well."""
+    return SMALLM_CONFIGS + (GEMM_CONFIGS if mp >= 128 else ())
+
+
 @cache
 def smallm_tuner(mp: int) -> autotune.Autotuner:
-    """The tuner of the decode kernels for activation tiles of mp rows."""
-    return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", SMALLM_CONFIGS,
-                          lambda c: smallm_recipe(mp, c["bw"]))
+    """The tuner for up to mp rows of A, timing each candidate from a CUDA graph (a decode
+    GEMM takes microseconds, less than an eager launch)."""
+    return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", smallm_configs(mp),
+                          lambda c: _recipe(c) if "bn" in c else smallm_recipe(mp, c["bw"]),
+                          timer=autotune.graph_timer)
 
 
 _SEMAPHORES: dict[tuple[int, int], torch.Tensor] = {}
@@ -157,13 +165,21 @@ def _launch_smallm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stream: 
     mp = gemm_smallm.pad_m(m)
 
     def trial(config: Any) -> torch.Tensor:
+        # on the current stream, which graph_timer's capture makes its own (outside capture,
+        # the op's stream)
         c = torch.empty_like(out)
-        _run_smallm(config, mp, a, b, c, stream)
+        run_config(config, c, torch.cuda.current_stream(a.device).cuda_stream)
         return c
+
+    def run_config(config: Any, c: torch.Tensor, on: int) -> None:
+        if "bn" in config:
+            _run(config, a, b, c, on)
+        else:
+            _run_smallm(config, mp, a, b, c, on)
 
     config = smallm_tuner(mp).choose((mp, n, k), trial, autotune.close(2**-6),
                                      device=a.device.index, tune=autotune.tuning_allowed())
-    _run_smallm(config, mp, a, b, out, stream)
+    run_config(config, out, stream)
 
 
 def _launch(args: Args, out: torch.Tensor, stream: int) -> None:

@@ -69,3 +69,14 @@ def test_splits_fill_the_sms_once():
     assert gemm_smallm.pick_splits(1, 4096, 512, 128, 8) == 2
     assert gemm_smallm.workspace(1, 4096, 4096, 128, 8, 4) == (32 * 2 * 4 * 64 * 8, 64)
     assert gemm_smallm.workspace(64, 28672, 4096, 128, 64, 1) == (1, 448)
+
+
+def test_every_activation_tile_builds_and_fits():
+    """Each activation-tile height the gemm op may ask for (pad_m of M = 1 .. 256; the
+    tallest only, without PTXDSL_DEEP) with either weight tile builds, its ring within a CTA's
+    shared memory."""
+    mps = sorted({gemm_smallm.pad_m(m) for m in range(1, 257)})
+    for mp in mps if DEEP else mps[-1:]:
+        for bw in (64, 128):
+            info = gemm_smallm.make_smallm(mp=mp, bw=bw).program().kernels[0]
+            assert info.smem_bytes <= 232448
