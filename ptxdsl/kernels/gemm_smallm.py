@@ -11,8 +11,8 @@ are zero-filled by the tensor map and never stored.
 Split-K keeps every SM streaming weights when the N / bw tiles are fewer than SMs: the
 schedule (`k.schedule(..., splits=S)`) cuts each tile's K steps into S ranges, one work item
 each. A range that owns its whole tile stores C from its accumulators. Otherwise it stores its
-f32 partial into its slot of a workspace (`ws`: tiles x warpgroups x S slots x 64 x mp f32,
-each thread's values four at a time, coalesced), counts it on its warpgroup's semaphore
+f32 partial into its slot of a workspace (`ws`: tiles x warpgroups x S slots x its rows x mp
+f32, each thread's values four at a time, coalesced), counts it on its warpgroup's semaphore
 (`sem`, zero between launches), and the range that completes the count sums every slot in
 slot order into C (so the result does not depend on which range finishes last: repeated runs
 are bit-identical) and leaves the semaphore zero.
@@ -45,16 +45,24 @@ def stages_for(bw: int, mp: int) -> int:
 def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                 consumer_regs: int = 232) -> ptxdsl.KernelDef:
     """The swap-AB kernel for activation tiles of `mp` rows (8 to 256, a multiple of 8) and
-    weight tiles of `bw` rows (64 or 128: one consumer warpgroup per 64), with a `stages`-deep
-    TMA ring (default: as deep as shared memory allows, `stages_for`)."""
+    weight tiles of `bw` rows (64 or 128: one consumer warpgroup per 64; 256: two of 128 rows,
+    each two m64 accumulators, for mp up to 128), with a `stages`-deep TMA ring (default: as
+    deep as shared memory allows, `stages_for`). Taller weight tiles read each activation
+    tile for more weight rows: less shared-memory traffic from L2 as M grows."""
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"make_smallm: mp is a multiple of 8 from 8 to 256, got {mp}")
-    if bw not in (64, 128):
-        raise ValueError(f"make_smallm: bw is 64 or 128, got {bw}")
+    if bw not in (64, 128, 256):
+        raise ValueError(f"make_smallm: bw is 64, 128 or 256, got {bw}")
+    if bw == 256 and mp > 128:
+        raise ValueError(f"make_smallm: bw 256 holds two accumulators a thread, for mp up to "
+                         f"128 (registers), got mp {mp}")
     stages = stages or stages_for(bw, mp)
-    consumers = bw // 64
-    nacc = mp // 2  # f32 accumulators per thread: an m64 x mp C^T tile
-    unroll = max(1, min(4, 128 // nacc))  # slots summed at a time: their loads take registers
+    consumers = min(bw // 64, 2)
+    wm = bw // consumers  # weight rows per consumer warpgroup
+    mw = wm // 64  # its m64 accumulators
+    nacc = mp // 2  # f32 per thread of an m64 x mp C^T accumulator
+    # slots summed at a time: their loads take registers
+    unroll = max(1, min(4, 128 // (mw * nacc)))
     name = f"gemm_smallm_m{mp}_w{bw}_s{stages}"
 
     def gemm_smallm(k, w: tmap(bf16, 2), x: tmap(bf16, 2), c: ptr(bf16), ws: ptr(f32),
@@ -65,8 +73,6 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         # everything above is this CTA's own; C, the workspace and the semaphores may still
         # be in use by the grid before (and A is often its output)
         k.griddep_wait()
-        # the next grid may be scheduled now: it waits (griddep_wait) for this one to end
-        k.griddep_launch_dependents()
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
         work = k.schedule("work", ((n + (bw - 1)) / bw, (m + (mp - 1)) / mp), ksteps=ktiles,
                           splits=splits)
@@ -80,25 +86,27 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
             wg, leader, row, col = consumer_lanes(k)
             with k.for_("it", work) as it:
-                acc = k.let("acc", type=array(f32, nacc))
-                main_loop(k, ring, [acc], wg, it.k0, it.k1, steps=BK // 16)
+                accs = [k.let("acc" if mw == 1 else f"acc{r}", type=array(f32, nacc))
+                        for r in range(mw)]
+                main_loop(k, ring, accs, wg, it.k0, it.k1, steps=BK // 16, wm=wm)
                 write = k.let("write", it.whole)
                 with k.if_(~it.whole):
-                    k.assign(write, sum_slots(k, it, acc, last, ws, sem, splits, wg, leader))
+                    k.assign(write, sum_slots(k, it, accs, last, ws, sem, splits, wg, leader))
                 with k.if_(write):
-                    store(k, it, acc, c, m, n, wg, row, col)
+                    store(k, it, accs, c, m, n, wg, row, col)
 
-    def sum_slots(k, it, acc, last, ws, sem, splits, wg, leader):
+    def sum_slots(k, it, accs, last, ws, sem, splits, wg, leader):
         """Store this range's partial in its slot, count it on the warpgroup's semaphore, and
-        in the range that completes the count sum every slot, in slot order, into `acc`
+        in the range that completes the count sum every slot, in slot order, into `accs`
         (leaving the semaphore zero). Returns the predicate 'this range completed it'."""
         t = k.tid.x % 128
-        tile = k.let("tile", it.tile * consumers + wg)  # this warpgroup's 64 rows of the tile
-        plane = 64 * mp  # f32 elements of one slot of one warpgroup
-        mine = k.let("mine", (tile * splits + it.split) * plane + t * 4)
-        with k.for_("q", 0, nacc // 4, unroll=True) as q:
-            ws[mine + q * 512] = k.f32x4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2],
-                                         acc[4 * q + 3])
+        tile = k.let("tile", it.tile * consumers + wg)  # this warpgroup's rows of the tile
+        plane = 64 * mp  # f32 elements of one m64 block's slot
+        mine = k.let("mine", (tile * splits + it.split) * (mw * plane) + t * 4)
+        for r, acc in enumerate(accs):
+            with k.for_(f"q{r}" if r else "q", 0, nacc // 4, unroll=True) as q:
+                ws[mine + r * plane + q * 512] = k.f32x4(acc[4 * q], acc[4 * q + 1],
+                                                         acc[4 * q + 2], acc[4 * q + 3])
         k.bar_sync(8 + wg, 128)  # every thread's partial is stored before the count
         with k.if_(leader):
             done = k.let("done", k.atomic_add(sem[tile], 1, "acq_rel") + 1 == it.splits)
@@ -108,32 +116,37 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         k.bar_sync(8 + wg, 128)
         total = k.let("sum", last[wg] != 0)
         with k.if_(total):  # every slot, `unroll` slots' loads in flight at a time
-            with k.for_("e", 0, nacc, unroll=True) as e:
-                acc[e] = 0.0
+            for r, acc in enumerate(accs):
+                with k.for_(f"e{r}" if r else "e", 0, nacc, unroll=True) as e:
+                    acc[e] = 0.0
             with k.for_("s0", 0, it.splits, unroll) as s0:
                 with k.for_("s", 0, unroll, unroll=True) as sl:
                     # past the last slot, read this range's own slot again and add nothing
                     here = k.let("here", s0 + sl < it.splits)
-                    at = k.let("at", k.select(here, (tile * splits + s0 + sl) * plane + t * 4,
-                                              mine))
-                    with k.for_("q2", 0, nacc // 4, unroll=True) as q:
-                        v = k.let("v", k.vload(ws[at + q * 512], 4))
-                        for e in range(4):
-                            acc[4 * q + e] = acc[4 * q + e] + k.select(here, v[e], 0.0)
+                    at = k.let("at", k.select(
+                        here, (tile * splits + s0 + sl) * (mw * plane) + t * 4, mine))
+                    for r, acc in enumerate(accs):
+                        with k.for_(f"q2{r}" if r else "q2", 0, nacc // 4, unroll=True) as q:
+                            v = k.let(f"v{r}" if r else "v",
+                                      k.vload(ws[at + r * plane + q * 512], 4))
+                            for e in range(4):
+                                acc[4 * q + e] = acc[4 * q + e] + k.select(here, v[e], 0.0)
         return total
 
-    def store(k, it, acc, c, m, n, wg, row, col) -> None:
-        """C from the C^T fragments: acc[4 j + 2 i + e] is C^T row (row + 8 i) and column
-        (8 j + col + e) of the tile, i.e. C[m, n] with m in the tile's columns."""
-        n0 = k.let("n0", it.m * bw + wg * 64 + row)
+    def store(k, it, accs, c, m, n, wg, row, col) -> None:
+        """C from the C^T fragments: acc[4 j + 2 i + e] of m64 block r is C^T row (64 r + row
+        + 8 i) and column (8 j + col + e) of the warpgroup's rows of the tile, i.e. C[m, n]
+        with m in the tile's columns."""
+        n0 = k.let("n0", it.m * bw + wg * wm + row)
         m0 = k.let("m0", it.n * mp + col)
-        with k.for_("j", 0, mp // 8, unroll=True) as j:
-            with k.for_("i", 0, 2, unroll=True) as i:
-                gn = n0 + i * 8
-                with k.for_("e", 0, 2, unroll=True) as e:
-                    gm = m0 + j * 8 + e
-                    with k.if_((gm < m) & (gn < n)):
-                        c[gm * n + gn] = acc[4 * j + 2 * i + e].to(bf16)
+        for r, acc in enumerate(accs):
+            with k.for_(f"j{r}" if r else "j", 0, mp // 8, unroll=True) as j:
+                with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
+                    gn = n0 + (r * 64 + i * 8)
+                    with k.for_(f"e{r}" if r else "e", 0, 2, unroll=True) as e:
+                        gm = m0 + j * 8 + e
+                        with k.if_((gm < m) & (gn < n)):
+                            c[gm * n + gn] = acc[4 * j + 2 * i + e].to(bf16)
 
     return ptxdsl.kernel(threads=128 * (1 + consumers), name=name)(gemm_smallm)
 
@@ -160,9 +173,9 @@ def pick_splits(m: int, n: int, k: int, bw: int, mp: int, sms: int = SMS) -> int
 def workspace(m: int, n: int, k: int, bw: int, mp: int, splits: int) -> tuple[int, int]:
     """(f32 elements of the workspace, u32 semaphores) of a launch, at least one of each (a
     launch takes no empty array)."""
-    tiles = -(-n // bw) * -(-m // mp) * (bw // 64)
+    tiles = -(-n // bw) * -(-m // mp)
     ranges = min(splits, -(-k // BK))
-    return (tiles * ranges * 64 * mp if ranges > 1 else 1), tiles
+    return (tiles * ranges * bw * mp if ranges > 1 else 1), tiles * min(bw // 64, 2)
 
 
 def launch_grid(m: int, n: int, k: int, bw: int, mp: int, splits: int, sms: int = SMS) -> int:

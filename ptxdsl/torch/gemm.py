@@ -24,10 +24,10 @@ from . import autotune
 from .kernels import (
     GEMM_BM,
     GEMM_CONFIGS,
-    SMALLM_CONFIGS,
     SMALLM_MAX_M,
     gemm_kernel,
     gemm_recipe,
+    smallm_configs,
     smallm_kernel,
     smallm_recipe,
 )
@@ -107,17 +107,17 @@ def wave_fill(m: int, n: int, device: int) -> int:
     return 0 if tiles % sms == 0 else 1 + (tiles % sms) * 8 // sms
 
 
-def smallm_configs(mp: int) -> tuple[dict[str, int], ...]:
+def decode_candidates(mp: int) -> tuple[dict[str, int], ...]:
     """The candidates for up to mp rows of A: the decode kernel's, and from 128 rows on, where
     the work nears the tensor cores' rate, the dense GEMM's as well."""
-    return SMALLM_CONFIGS + (GEMM_CONFIGS if mp >= 128 else ())
+    return smallm_configs(mp) + (GEMM_CONFIGS if mp >= 128 else ())
 
 
 @cache
 def smallm_tuner(mp: int) -> autotune.Autotuner:
     """The tuner for up to mp rows of A, timing each candidate from a CUDA graph (a decode
     GEMM takes microseconds, less than an eager launch)."""
-    return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", smallm_configs(mp),
+    return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", decode_candidates(mp),
                           lambda c: _recipe(c) if "bn" in c else smallm_recipe(mp, c["bw"]),
                           timer=autotune.graph_timer)
 

@@ -30,10 +30,16 @@ GEMM_BM = 128
 
 # gemm at M <= SMALLM_MAX_M (decoding): the swap-AB split-K kernel (ptxdsl.kernels.gemm_smallm),
 # one build per activation-tile height mp (M rounded up to a power of two from 8), each over
-# weight tiles of 128 rows (the default) or 64, with the deepest ring that fits
+# weight tiles of 128 rows (the default), 64, or 256 (mp up to 128), with the deepest ring
+# that fits
 SMALLM_MAX_M = 256
 SMALLM_MPS = (8, 16, 32, 64, 128, 256)
-SMALLM_CONFIGS: tuple[dict[str, int], ...] = ({"bw": 128}, {"bw": 64})
+SMALLM_CONFIGS: tuple[dict[str, int], ...] = ({"bw": 128}, {"bw": 64}, {"bw": 256})
+
+
+def smallm_configs(mp: int) -> tuple[dict[str, int], ...]:
+    """The decode kernel's weight tiles for activation tiles of mp rows."""
+    return tuple(c for c in SMALLM_CONFIGS if c["bw"] < 256 or mp <= 128)
 
 
 def smallm_recipe(mp: int, bw: int) -> Recipe:

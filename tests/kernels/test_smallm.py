@@ -18,6 +18,7 @@ FAST = [(5, 72, 320, 3, 8, 64),  # K steps 5 in ranges 2, 2, 1; N < one weight t
 SLOW = [(33, 136, 520, 5, 64, 64),  # 9 K steps in 5 ranges; N ragged over three tiles
         (13, 200, 1000, 4, 16, 128), (20, 200, 1000, 3, 8, 128),  # M over three tiles of 8
         (3, 264, 64, 4, 8, 64),  # one K step: one range however many are asked for
+        (5, 200, 320, 3, 8, 256), (13, 264, 1000, 4, 16, 256),  # two m64 blocks a warpgroup
         (100, 64, 456, 2, 128, 128)]
 
 
@@ -48,7 +49,8 @@ def test_split_sum_is_the_same_whichever_range_is_last(seeds):
 
 @pytest.mark.parametrize("bad, words", [({"mp": 12}, "mp is a multiple of 8"),
                                         ({"mp": 264}, "from 8 to 256, got 264"),
-                                        ({"bw": 96}, "bw is 64 or 128, got 96")])
+                                        ({"bw": 96}, "bw is 64, 128 or 256, got 96"),
+                                        ({"bw": 256, "mp": 136}, "for mp up to 128")])
 def test_bad_configurations_are_named(bad, words):
     with pytest.raises(ValueError, match=words):
         gemm_smallm.make_smallm(**bad)
@@ -67,7 +69,8 @@ def test_splits_fill_the_sms_once():
     assert gemm_smallm.launch_grid(1, 4096, 4096, 128, 8, 4) == 128
     assert gemm_smallm.pick_splits(64, 28672, 4096, 128, 64) == 1
     assert gemm_smallm.pick_splits(1, 4096, 512, 128, 8) == 2
-    assert gemm_smallm.workspace(1, 4096, 4096, 128, 8, 4) == (32 * 2 * 4 * 64 * 8, 64)
+    assert gemm_smallm.workspace(1, 4096, 4096, 128, 8, 4) == (32 * 4 * 128 * 8, 64)
+    assert gemm_smallm.workspace(1, 4096, 4096, 256, 8, 4) == (16 * 4 * 256 * 8, 32)
     assert gemm_smallm.workspace(64, 28672, 4096, 128, 64, 1) == (1, 448)
 
 
@@ -77,6 +80,6 @@ def test_every_activation_tile_builds_and_fits():
     shared memory."""
     mps = sorted({gemm_smallm.pad_m(m) for m in range(1, 257)})
     for mp in mps if DEEP else mps[-1:]:
-        for bw in (64, 128):
+        for bw in (64, 128, 256) if mp <= 128 else (64, 128):
             info = gemm_smallm.make_smallm(mp=mp, bw=bw).program().kernels[0]
             assert info.smem_bytes <= 232448
