@@ -70,6 +70,9 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         ring = k.pipeline("ring", stages, a=(bf16, [bw, BK], 1024, 128),
                           b=(bf16, [mp, BK], 1024, 128))
         last = k.shared("last", u32, [consumers])  # a warpgroup's 'my range completed it'
+        with k.if_(k.tid.x == 0):  # the descriptors are parameters: fetched while we wait
+            k.tma_prefetch_desc(w)
+            k.tma_prefetch_desc(x)
         # everything above is this CTA's own; C, the workspace and the semaphores may still
         # be in use by the grid before (and A is often its output)
         k.griddep_wait()
