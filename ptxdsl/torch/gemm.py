@@ -20,6 +20,7 @@ from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
 from ..runtime.tensormap import TensorMap
 from ..swizzle import chunk_box
+from ..tools.autotune import Autotuner
 from . import autotune
 from .kernels import (
     GEMM_BM,
@@ -114,7 +115,7 @@ def decode_candidates(mp: int) -> tuple[dict[str, int], ...]:
 
 
 @cache
-def smallm_tuner(mp: int) -> autotune.Autotuner:
+def smallm_tuner(mp: int) -> Autotuner:
     """The tuner for up to mp rows of A, timing each candidate from a CUDA graph (a decode
     GEMM takes microseconds, less than an eager launch)."""
     return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", decode_candidates(mp),
