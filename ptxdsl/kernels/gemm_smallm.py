@@ -29,7 +29,7 @@ import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
 from ptxdsl.kernels.family import Family
 
-from .wgmma import consumer_lanes, load_stage, main_loop
+from .wgmma import consumer_lanes, count_part, load_stage, main_loop
 
 BK = 64  # K per stage: one 128-byte swizzled row of bf16
 SMEM = 227 * 1024  # shared memory a CTA may take on the H100 / H200
@@ -110,14 +110,7 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
             with k.for_(f"q{r}" if r else "q", 0, nacc // 4, unroll=True) as q:
                 ws[mine + r * plane + q * 512] = k.f32x4(acc[4 * q], acc[4 * q + 1],
                                                          acc[4 * q + 2], acc[4 * q + 3])
-        k.bar_sync(8 + wg, 128)  # every thread's partial is stored before the count
-        with k.if_(leader):
-            done = k.let("done", k.atomic_add(sem[tile], 1, "acq_rel") + 1 == it.splits)
-            with k.if_(done):
-                sem[tile] = 0  # ready for the next launch
-            last[wg] = k.select(done, 1, 0)
-        k.bar_sync(8 + wg, 128)
-        total = k.let("sum", last[wg] != 0)
+        total = count_part(k, sem, tile, it.splits, last, wg, leader)
         with k.if_(total):  # every slot, `unroll` slots' loads in flight at a time
             for r, acc in enumerate(accs):
                 with k.for_(f"e{r}" if r else "e", 0, nacc, unroll=True) as e:
