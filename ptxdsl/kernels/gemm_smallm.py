@@ -183,9 +183,6 @@ def launch_grid(m: int, n: int, k: int, bw: int, mp: int, splits: int, sms: int 
     return min(items, sms)
 
 
-SMALL = {"m": 5, "n": 72, "k": 320, "splits": 3}
-
-
 def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
             splits: int | None = None, mp: int | None = None, bw: int = 128,
             grid: int | None = None) -> dict:
