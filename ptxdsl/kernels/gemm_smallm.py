@@ -97,18 +97,19 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                 main_loop(k, ring, accs, wg, it.k0, it.k1, steps=BK // 16, wm=wm)
                 write = k.let("write", it.whole)
                 with k.if_(~it.whole):
-                    k.assign(write, sum_slots(k, it, accs, last, ws, sem, splits, wg, leader))
+                    k.assign(write, sum_slots(k, it, accs, last, ws, sem, wg, leader))
                 with k.if_(write):
                     store(k, it, accs, c, m, n, wg, row, col)
 
-    def sum_slots(k, it, accs, last, ws, sem, splits, wg, leader):
+    def sum_slots(k, it, accs, last, ws, sem, wg, leader):
         """Store this range's partial in its slot, count it on the warpgroup's semaphore, and
         in the range that completes the count sum every slot, in slot order, into `accs`
-        (leaving the semaphore zero). Returns the predicate 'this range completed it'."""
+        (leaving the semaphore zero). Returns the predicate 'this range completed it'. A tile
+        has it.splits slots: min(splits, K steps), as `workspace` counts them."""
         t = k.tid.x % 128
         tile = k.let("tile", it.tile * consumers + wg)  # this warpgroup's rows of the tile
         plane = 64 * mp  # f32 elements of one m64 block's slot
-        mine = k.let("mine", (tile * splits + it.split) * (mw * plane) + t * 4)
+        mine = k.let("mine", (tile * it.splits + it.split) * (mw * plane) + t * 4)
         for r, acc in enumerate(accs):
             with k.for_(f"q{r}" if r else "q", 0, nacc // 4, unroll=True) as q:
                 ws[mine + r * plane + q * 512] = k.f32x4(acc[4 * q], acc[4 * q + 1],
@@ -123,7 +124,7 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                     # past the last slot, read this range's own slot again and add nothing
                     here = k.let("here", s0 + sl < it.splits)
                     at = k.let("at", k.select(
-                        here, (tile * splits + s0 + sl) * (mw * plane) + t * 4, mine))
+                        here, (tile * it.splits + s0 + sl) * (mw * plane) + t * 4, mine))
                     for r, acc in enumerate(accs):
                         with k.for_(f"q2{r}" if r else "q2", 0, nacc // 4, unroll=True) as q:
                             v = k.let(f"v{r}" if r else "v",

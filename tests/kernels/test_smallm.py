@@ -14,7 +14,8 @@ from ptxdsl.tools.runner import compare
 
 # (m, n, k, splits, mp, bw): fast ones first
 FAST = [(5, 72, 320, 3, 8, 64),  # K steps 5 in ranges 2, 2, 1; N < one weight tile
-        (1, 72, 128, 1, 8, 128)]  # whole tiles: C straight from the accumulators
+        (1, 72, 128, 1, 8, 128),  # whole tiles: C straight from the accumulators
+        (5, 72, 128, 4, 8, 64)]  # 4 ranges asked of 2 K steps: 2 slots a tile, two tiles
 SLOW = [(33, 136, 520, 5, 64, 64),  # 9 K steps in 5 ranges; N ragged over three tiles
         (13, 200, 1000, 4, 16, 128), (20, 200, 1000, 3, 8, 128),  # M over three tiles of 8
         (3, 264, 64, 4, 8, 64),  # one K step: one range however many are asked for
