@@ -128,14 +128,20 @@ _SEMAPHORES: dict[tuple[int, int], torch.Tensor] = {}
 
 def semaphores(device: int, stream: int, size: int) -> torch.Tensor:
     """The decode kernel's split-K semaphores for launches on one stream (which run in turn):
-    zeroed once, left zero by every launch, replaced by a larger zeroed buffer when a launch
-    needs more (allocated on the stream, so the old one is reused only after it)."""
+    zeroed once and left zero by every launch. A launch that needs more gets a buffer twice
+    as large; the smaller one is kept, never freed (a captured CUDA graph may still use it)."""
     held = _SEMAPHORES.get((device, stream))
     if held is None or len(held) < size:
         with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device)):
-            held = torch.zeros(size, device=device, dtype=torch.uint32)
-        _SEMAPHORES[(device, stream)] = held
+            grown = torch.zeros(max(size, 2 * len(held) if held is not None else 0),
+                                device=device, dtype=torch.uint32)
+        if held is not None:
+            _OUTGROWN.append(held)
+        _SEMAPHORES[(device, stream)] = held = grown
     return held
+
+
+_OUTGROWN: list[torch.Tensor] = []  # buffers graphs captured earlier may still point at
 
 
 def _smallm_kernel(config: Any) -> KernelDef:
