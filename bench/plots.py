@@ -113,8 +113,12 @@ def draw_decode(run: dict[str, Any], out: Path) -> Path:
     plt = pyplot()
     points = run["points"]
     shapes = sorted({(p["n"], p["k"]) for p in points})
-    fig, axes = plt.subplots(1, len(shapes), figsize=(5.5 * len(shapes), 3.8), squeeze=False)
-    for ax, (n, k) in zip(axes[0], shapes, strict=True):
+    cols = min(3, len(shapes))  # the six Llama-3 shapes in two rows of three
+    rows = -(-len(shapes) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[len(shapes):]:
+        ax.remove()
+    for ax, (n, k) in zip(axes.flat, shapes, strict=False):
         mine = sorted((p for p in points if (p["n"], p["k"]) == (n, k)), key=lambda p: p["m"])
         panel(ax, mine, DECODE_LINES, "m", "gbps", "M (tokens)", "GB/s")
         ax.set_title(f"N x K = {n} x {k}")

@@ -23,7 +23,7 @@ from ptxdsl.kernels.family import Family
 from ptxdsl.runtime.occupancy import streamk_workspace
 from ptxdsl.swizzle import chunk_box, chunk_columns
 
-from .wgmma import consumer_lanes, load_stage, main_loop, store_c
+from .wgmma import consumer_lanes, count_part, load_stage, main_loop, store_c
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a tile (64 bf16)
 
@@ -137,17 +137,9 @@ def make_gemm(bm: int = 128, bn: int = 256, stages: int = 3, dtype=bf16, group: 
                 with k.for_(f"iw{r}" if r else "iw", 0, 2, unroll=True) as i:
                     ws[mine + (r * 64 * bn + i * 8 * bn) + j * 8] = k.f32x2(
                         acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1])
-        k.bar_sync(8 + wg, 128)  # every thread's partial is stored before the count
-        with k.if_(leader):
-            # the release below publishes only the workspace, but the verifier asks that a
-            # previous tile's C stores be complete (long done: issued a main loop ago)
-            k.bulk_wait(0)
-            done = k.let("done", k.atomic_add(sem[idx], 1, "acq_rel") + 1 == w.splits)
-            with k.if_(done):
-                sem[idx] = 0  # ready for the next launch
-            last[wg] = k.select(done, 1, 0)
-        k.bar_sync(8 + wg, 128)
-        write = k.let("sum", last[wg] != 0)
+        # the release publishes only the workspace, but the verifier asks that a previous
+        # tile's C stores be complete (long done: issued a main loop ago)
+        write = count_part(k, sem, idx, w.splits, last, wg, leader, lambda: k.bulk_wait(0))
         with k.if_(write):  # the other parts, a slot at a time, its loads all in flight
             with k.for_("s", 0, w.splits) as sl:
                 with k.if_(sl != w.split):

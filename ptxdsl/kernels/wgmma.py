@@ -11,6 +11,7 @@ layout)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..types import Scalar, bf16, s32
@@ -97,6 +98,25 @@ def main_loop(k: Any, ring: Any, accs: list, wg: Any, k0: Any, k1: Any, *, steps
         k.release(ring)
     k.wgmma_wait(0)
     k.release(ring)
+
+
+def count_part(k: Any, sem: Any, idx: Any, parts: Any, last: Any, wg: Any, leader: Any,
+               before: Callable[[], None] | None = None) -> Any:
+    """Split-K's meeting point: once every thread of warpgroup `wg` has stored its part, its
+    leader counts the part on semaphore sem[idx] (acq_rel; after `before()`, if given), and
+    the part that brings the count to `parts` resets it to zero for the next launch. Returns
+    the predicate 'this part completed the count', the same in every thread (through
+    last[wg])."""
+    k.bar_sync(8 + wg, 128)  # every thread's partial is stored before the count
+    with k.if_(leader):
+        if before is not None:
+            before()
+        done = k.let("done", k.atomic_add(sem[idx], 1, "acq_rel") + 1 == parts)
+        with k.if_(done):
+            sem[idx] = 0  # ready for the next launch
+        last[wg] = k.select(done, 1, 0)
+    k.bar_sync(8 + wg, 128)
+    return k.let("sum", last[wg] != 0)
 
 
 def stage_c(k: Any, accs: list, cs: Any, wg: Any, row: Any, col: Any, *, bn: int,

@@ -19,7 +19,8 @@ from ..tools.precompile import Recipe, precompile
 WARMUP = 2
 REPS = 10
 
-__all__ = ["close", "enabled", "event_timer", "machine", "tuner", "tuning_allowed"]
+__all__ = ["close", "enabled", "event_timer", "graph_timer", "machine", "tuner",
+           "tuning_allowed"]
 
 
 def event_timer(fn: Callable[[], Any]) -> float:
@@ -36,6 +37,18 @@ def event_timer(fn: Callable[[], Any]) -> float:
         end.record()
     torch.cuda.synchronize()
     return statistics.median(start.elapsed_time(end) for start, end in pairs)
+
+
+def graph_timer(fn: Callable[[], Any], calls: int = 10) -> float:
+    """Milliseconds of one `fn()` replayed from a CUDA graph of `calls` captured calls
+    (event_timer of the replays): a kernel of a few microseconds timed without the host's
+    launch cost, which would otherwise swamp the differences between candidates. `fn`
+    launches on torch's current stream and has run once outside capture."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return event_timer(graph.replay) / calls
 
 
 def close(rtol: float) -> Callable[[torch.Tensor, torch.Tensor], bool]:
@@ -58,11 +71,13 @@ def machine(device: Hashable) -> dict[str, str]:
 
 
 def tuner(op: str, configs: Sequence[autotune.Config],
-          recipe: Callable[[autotune.Config], Recipe]) -> autotune.Autotuner:
+          recipe: Callable[[autotune.Config], Recipe],
+          timer: Callable[[Callable[[], Any]], float] = event_timer) -> autotune.Autotuner:
     """An Autotuner over `configs` whose kernels are `recipe(config)`, built in parallel
-    processes before the first tuning, timed with CUDA events and cached on disk."""
+    processes before the first tuning, timed with `timer` (CUDA events; graph_timer for
+    kernels shorter than their launch) and cached on disk."""
     return autotune.Autotuner(
-        op, configs, ptx=lambda c: recipe(c).build().ptx(), machine=machine, timer=event_timer,
+        op, configs, ptx=lambda c: recipe(c).build().ptx(), machine=machine, timer=timer,
         prepare=lambda cs: precompile([recipe(c) for c in cs]),
     )
 

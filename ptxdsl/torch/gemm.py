@@ -1,6 +1,8 @@
 """`torch.ops.ptxdsl.gemm(a, b)`: C = A @ B^T in bf16 (A is M x K, B is N x K, both with
 unit inner stride; f32 accumulation), the library's warp-specialised wgmma GEMM, its tile
-width, stage count, cluster pairing and walk (data-parallel or stream-K) tuned per shape."""
+width, stage count, cluster pairing and walk (data-parallel or stream-K) tuned per shape; up
+to SMALLM_MAX_M rows of A (decoding), the swap-AB split-K kernel (gemm_smallm), its weight
+tile tuned per shape."""
 
 from __future__ import annotations
 
@@ -11,15 +13,26 @@ from typing import Any
 import torch
 
 from ..compiler import KernelDef
+from ..kernels import gemm_smallm
 from ..kernels.wgmma import tma_shape_error
 from ..runtime.driver import device_info
 from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
 from ..runtime.tensormap import TensorMap
 from ..swizzle import chunk_box
+from ..tools.autotune import Autotuner
 from . import autotune
 from .dispatch import register
-from .kernels import GEMM_BM, GEMM_CONFIGS, gemm_kernel, gemm_recipe
+from .kernels import (
+    GEMM_BM,
+    GEMM_CONFIGS,
+    SMALLM_MAX_M,
+    gemm_kernel,
+    gemm_recipe,
+    smallm_configs,
+    smallm_kernel,
+    smallm_recipe,
+)
 from .opspec import Args, OpSpec, Run, TensorParam
 
 
@@ -110,10 +123,95 @@ def wave_fill(m: int, n: int, device: int) -> int:
     return 0 if tiles % sms == 0 else 1 + (tiles % sms) * 8 // sms
 
 
+def decode_candidates(mp: int) -> tuple[dict[str, int], ...]:
+    """The candidates for up to mp rows of A: the decode kernel's, and from 128 rows on, where
+    the work nears the tensor cores' rate, the dense GEMM's as well."""
+    return smallm_configs(mp) + (GEMM_CONFIGS if mp >= 128 else ())
+
+
+@cache
+def smallm_tuner(mp: int) -> Autotuner:
+    """The tuner for up to mp rows of A, timing each candidate from a CUDA graph (a decode
+    GEMM takes microseconds, less than an eager launch)."""
+    return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", decode_candidates(mp),
+                          lambda c: _recipe(c) if "bn" in c else smallm_recipe(mp, c["bw"]),
+                          timer=autotune.graph_timer)
+
+
+_SEMAPHORES: dict[tuple[int, int], torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []  # buffers graphs captured earlier may still point at
+
+
+def semaphores(device: int, stream: int, size: int) -> torch.Tensor:
+    """The decode kernel's split-K semaphores for launches on one stream (which run in turn):
+    zeroed once and left zero by every launch. A launch that needs more gets a buffer twice
+    as large; the smaller one is kept, never freed (a captured CUDA graph may still use it)."""
+    held = _SEMAPHORES.get((device, stream))
+    if held is None or len(held) < size:
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device)):
+            grown = torch.zeros(max(size, 2 * len(held) if held is not None else 0),
+                                device=device, dtype=torch.uint32)
+        if held is not None:
+            _OUTGROWN.append(held)
+        _SEMAPHORES[(device, stream)] = held = grown
+    return held
+
+
+def _smallm_kernel(config: Any) -> KernelDef:
+    return smallm_kernel(config["mp"], config["bw"])
+
+
+def _smallm_runner(config: Any, mp: int, a: torch.Tensor, b: torch.Tensor) -> Run:
+    """The run of the decode kernel's `config` over a's and b's layouts: an f32 slot
+    workspace fresh each call (on torch's current stream, the launch's) and the stream's
+    semaphores."""
+    bw = config["bw"]
+    m, k = a.shape
+    n = b.shape[0]
+    device = a.device.index
+    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", 1), ("mp", mp)),
+                                  device)
+    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident)
+    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits)
+    tw = TensorMap(b, box=(bw, gemm_smallm.BK), swizzle="128B")
+    tx = TensorMap(a, box=(mp, gemm_smallm.BK), swizzle="128B")
+    grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident)
+
+    def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+        x, w = tensors
+        ws = x.new_empty(size, dtype=torch.float32)
+        sem = semaphores(device, stream, nsem)
+        kernel[grid, None, stream](tw.at(w.data_ptr()), tx.at(x.data_ptr()), out, ws, sem,
+                                   m, n, k, splits)
+
+    return run
+
+
+def _smallm_plan(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Run:
+    m, k = a.shape
+    n = b.shape[0]
+    mp = gemm_smallm.pad_m(m)
+
+    def runner(config: Any, c: torch.Tensor) -> Run:
+        return _runner(config, a, b, c) if "bn" in config else _smallm_runner(config, mp, a, b)
+
+    def trial(config: Any) -> torch.Tensor:
+        # on the current stream, which graph_timer's capture makes its own
+        c = torch.empty_like(out)
+        runner(config, c)((a, b), c, torch.cuda.current_stream(a.device).cuda_stream)
+        return c
+
+    config = smallm_tuner(mp).choose((mp, n, k), trial, autotune.close(2**-6),
+                                     device=a.device.index, tune=autotune.tuning_allowed())
+    return runner(config, out)
+
+
 def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     a, b = args["a"], args["b"]
     m, k = a.shape
     n = b.shape[0]
+    if m <= SMALLM_MAX_M:
+        return _smallm_plan(a, b, out)
 
     def trial(config: Any) -> torch.Tensor:
         c = torch.empty_like(out)

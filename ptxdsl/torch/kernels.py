@@ -1,12 +1,12 @@
 """The kernel families behind the torch ops, and the configs each may be tuned over.
 
-The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.gemm_fp8
-`make_gemm_fp8`, ptxdsl.kernels.attention `make_attention`, ptxdsl.kernels.grouped_gemm
-`make_grouped`, ptxdsl.kernels.norms `make_norm_row`, `make_norm_masked` and
-`make_norm_loop`), built as `ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in
-parallel processes, and the ops run the kernels that the library's tests and benchmarks
-check. This module does not import torch (the norms' ops and launch grid are in
-ptxdsl/torch/norms.py)."""
+The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.gemm_smallm
+`make_smallm`, ptxdsl.kernels.gemm_fp8 `make_gemm_fp8`, ptxdsl.kernels.attention
+`make_attention`, ptxdsl.kernels.grouped_gemm `make_grouped`, ptxdsl.kernels.norms
+`make_norm_row`, `make_norm_masked` and `make_norm_loop`), built as
+`ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in parallel processes, and the
+ops run the kernels that the library's tests and benchmarks check. This module does not import
+torch (the norms' ops and launch grid are in ptxdsl/torch/norms.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,25 @@ GEMM_CONFIGS: tuple[dict[str, int], ...] = tuple(
     for cluster in (1, 2)
 ) + ({"bn": 256, "stages": 3, "cluster": 1, "streamk": 1},)
 GEMM_BM = 128
+
+# gemm at M <= SMALLM_MAX_M (decoding): the swap-AB split-K kernel (ptxdsl.kernels.gemm_smallm),
+# one build per activation-tile height mp (M rounded up to a power of two from 8), each over
+# weight tiles of 128 rows (the default), 64, or 256 (mp up to 128), with the deepest ring
+# that fits
+SMALLM_MAX_M = 256
+SMALLM_MPS = (8, 16, 32, 64, 128, 256)
+SMALLM_CONFIGS: tuple[dict[str, int], ...] = ({"bw": 128}, {"bw": 64}, {"bw": 256})
+
+
+def smallm_configs(mp: int) -> tuple[dict[str, int], ...]:
+    """The decode kernel's weight tiles for activation tiles of mp rows."""
+    return tuple(c for c in SMALLM_CONFIGS if c["bw"] < 256 or mp <= 128)
+
+
+def smallm_recipe(mp: int, bw: int) -> Recipe:
+    """The decode GEMM C = A @ W^T for up to mp rows of A, over bw-row weight tiles."""
+    return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw)
+
 
 # scaled_mm_fp8 (per-tensor scales, K = 128 per stage): the benchmarked 128 x 256, 3-stage
 # kernel first, then 128 x 128 with 6 stages (both fill the shared memory), each with and
@@ -52,6 +71,11 @@ def gemm_recipe(bn: int, stages: int, cluster: int, streamk: int = 0) -> Recipe:
 @cache
 def gemm_kernel(bn: int, stages: int, cluster: int, streamk: int = 0) -> KernelDef:
     return gemm_recipe(bn, stages, cluster, streamk).build()
+
+
+@cache
+def smallm_kernel(mp: int, bw: int) -> KernelDef:
+    return smallm_recipe(mp, bw).build()
 
 
 # attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or

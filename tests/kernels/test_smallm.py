@@ -1,0 +1,86 @@
+"""The small-M (decode) GEMM family (ptxdsl/kernels/gemm_smallm.py) in the interpreter
+against numpy: odd M, N off the weight tile, K off the 64-wide step and split into ranges
+that do not divide it, an M past one activation tile; the slot sum is bit-identical whichever
+range finishes last (the interpreter's seed changes the order CTAs run in), and the
+semaphores end at zero. More shapes with PTXDSL_DEEP=1."""
+
+import numpy as np
+import pytest
+from fuzzing import DEEP
+
+from ptxdsl.interp import run_sample
+from ptxdsl.kernels import gemm_smallm
+from ptxdsl.tools.runner import compare
+
+# (m, n, k, splits, mp, bw): fast ones first
+FAST = [(5, 72, 320, 3, 8, 64),  # K steps 5 in ranges 2, 2, 1; N < one weight tile
+        (1, 72, 128, 1, 8, 128),  # whole tiles: C straight from the accumulators
+        (5, 72, 128, 4, 8, 64)]  # 4 ranges asked of 2 K steps: 2 slots a tile, two tiles
+SLOW = [(33, 136, 520, 5, 64, 64),  # 9 K steps in 5 ranges; N ragged over three tiles
+        (13, 200, 1000, 4, 16, 128), (20, 200, 1000, 3, 8, 128),  # M over three tiles of 8
+        (3, 264, 64, 4, 8, 64),  # one K step: one range however many are asked for
+        (5, 200, 320, 3, 8, 256), (13, 264, 1000, 4, 16, 256),  # two m64 blocks a warpgroup
+        (100, 64, 456, 2, 128, 128)]
+
+
+def run(m, n, k, splits, mp, bw, seed=0) -> np.ndarray:
+    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3)
+    ex = gemm_smallm.example(np.random.default_rng(m + n + k), m=m, n=n, k=k, splits=splits,
+                             mp=mp, bw=bw)
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex}, seed=seed)
+    types = {p.name: getattr(p.type, "elem", None) for p in kd.ir.params}
+    for param, want in ex["expected"].items():
+        r = compare(param, out[param], want, types[param], ex["rtol"], ex["atol"])
+        assert r.ok, f"{param}: {r.detail}"
+    return out["c"]
+
+
+@pytest.mark.parametrize("m, n, k, splits, mp, bw", FAST + (SLOW if DEEP else []))
+def test_smallm_matches_numpy(m, n, k, splits, mp, bw):
+    run(m, n, k, splits, mp, bw)
+
+
+@pytest.mark.parametrize("seeds", [(0, 1)] + ([(2, 3)] if DEEP else []))
+def test_split_sum_is_the_same_whichever_range_is_last(seeds):
+    """Two interleavings of the CTAs: another range completes each tile's count, and C
+    is the same bit for bit (the sum is in slot order, not arrival order)."""
+    first, second = (run(5, 72, 320, 3, 8, 64, seed=s) for s in seeds)
+    assert np.array_equal(first, second)
+
+
+@pytest.mark.parametrize("bad, words", [({"mp": 12}, "mp is a multiple of 8"),
+                                        ({"mp": 264}, "from 8 to 256, got 264"),
+                                        ({"bw": 96}, "bw is 64, 128 or 256, got 96"),
+                                        ({"bw": 256, "mp": 136}, "for mp up to 128")])
+def test_bad_configurations_are_named(bad, words):
+    with pytest.raises(ValueError, match=words):
+        gemm_smallm.make_smallm(**bad)
+
+
+@pytest.mark.parametrize("m, mp", [(1, 8), (8, 8), (9, 16), (64, 64), (65, 128), (256, 256),
+                                   (300, 256)])
+def test_activation_tile_holds_m(m, mp):
+    assert gemm_smallm.pad_m(m) == mp
+
+
+def test_splits_fill_the_sms_once():
+    """4096 x 4096 weights in 128-row tiles: 32 tiles, 4 ranges of 16 K steps each; a weight
+    with more tiles than SMs is not split; a short K is not cut below MIN_KSTEPS."""
+    assert gemm_smallm.pick_splits(1, 4096, 4096, 128, 8) == 4
+    assert gemm_smallm.launch_grid(1, 4096, 4096, 128, 8, 4) == 128
+    assert gemm_smallm.pick_splits(64, 28672, 4096, 128, 64) == 1
+    assert gemm_smallm.pick_splits(1, 4096, 512, 128, 8) == 2
+    assert gemm_smallm.workspace(1, 4096, 4096, 128, 8, 4) == (32 * 4 * 128 * 8, 64)
+    assert gemm_smallm.workspace(1, 4096, 4096, 256, 8, 4) == (16 * 4 * 256 * 8, 32)
+    assert gemm_smallm.workspace(64, 28672, 4096, 128, 64, 1) == (1, 448)
+
+
+def test_every_activation_tile_builds_and_fits():
+    """Each activation-tile height the gemm op may ask for (pad_m of M = 1 .. 256; the
+    tallest only, without PTXDSL_DEEP) with either weight tile builds, its ring within a CTA's
+    shared memory."""
+    mps = sorted({gemm_smallm.pad_m(m) for m in range(1, 257)})
+    for mp in mps if DEEP else mps[-1:]:
+        for bw in (64, 128, 256) if mp <= 128 else (64, 128):
+            info = gemm_smallm.make_smallm(mp=mp, bw=bw).program().kernels[0]
+            assert info.smem_bytes <= 232448
