@@ -315,10 +315,11 @@ def row_tiles(seq: int, group: int) -> int:
 
 
 def pick_splits(batch: int, kv_heads: int, tiles: int, capacity: int, sms: int = SMS) -> int:
-    """Splits per sequence that fill the SMs about once for sequences as long as the
-    capacity (each split at least MIN_BLOCKS blocks of it)."""
+    """Splits per sequence that fill the SMs once, not more (a CTA takes an SM's shared
+    memory, so a grid past the SMs runs a second wave), for sequences as long as the capacity
+    (each split at least MIN_BLOCKS blocks of it)."""
     items = batch * kv_heads * tiles
-    return max(1, min(-(-sms // items), -(-capacity // BN) // MIN_BLOCKS))
+    return max(1, min(sms // items, -(-capacity // BN) // MIN_BLOCKS))
 
 
 def workspace(batch: int, kv_heads: int, tiles: int, splits: int, d: int) -> tuple[int, int]:

@@ -83,12 +83,14 @@ def test_bad_configurations_are_named(bad, words):
 
 
 def test_splits_fill_the_sms_once():
-    """One sequence of 128k keys, 8 KV heads: 17 splits each (136 CTAs); 64 sequences x 8
-    heads fill the SMs unsplit; a short cache is not cut below MIN_BLOCKS blocks a split."""
-    assert da.pick_splits(1, 8, 1, 131072) == 17
+    """One sequence of 128k keys, 8 KV heads: 16 splits each (128 CTAs, one wave); 64
+    sequences x 8 heads fill the SMs unsplit; a short cache is not cut below MIN_BLOCKS
+    blocks a split."""
+    assert da.pick_splits(1, 8, 1, 131072) == 16
     assert da.pick_splits(64, 8, 1, 4096) == 1
     assert da.pick_splits(1, 8, 1, 1024) == 2
-    assert da.workspace(1, 8, 1, 17, 128) == (8 * 17 * 128 * 68, 8)
+    assert da.pick_splits(16, 8, 1, 8192) == 1
+    assert da.workspace(1, 8, 1, 16, 128) == (8 * 16 * 128 * 68, 8)
     assert da.workspace(64, 8, 1, 1, 128) == (1, 512)
     assert da.row_tiles(16, 8) == 2 and da.row_tiles(1, 4) == 1
     assert [da.box_for(p) for p in (None, 16, 64, 128, 256)] == [128, 16, 64, 128, 128]
