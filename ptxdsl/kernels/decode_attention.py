@@ -13,10 +13,12 @@ are the rows of one 64-row tile (row R = t * group + g; the tensor cores' smalle
 rows past S * group repeat the last real row and are never stored), so each K / V block is
 read once for all of them. More than 64 rows (group 8 x 16 tokens) take several tiles.
 
-Split-KV: a work item is (sequence, KV head, row tile, split); the grid has one CTA each.
-Split s of a sequence of nb 128-key blocks takes blocks [s per, (s + 1) per) with per =
-ceil(nb / splits), so a sequence's blocks spread over `splits` CTAs whatever its length
-(`ranges` = ceil(nb / per) of them are not empty; the others exit). A range that is its
+Split-KV: a work item is (sequence, KV head, row tile, split); a persistent grid (at most a
+CTA an SM, `launch_grid`) walks them, CTA c taking items c, c + grid, ..., its producer
+streaming the next item's blocks while the consumer finishes the last one. Split s of a
+sequence of nb 128-key blocks takes blocks [s per, (s + 1) per) with per = ceil(nb /
+splits), so a sequence's blocks spread over `splits` items whatever its length (`ranges` =
+ceil(nb / per) of them are not empty; the others are skipped). A range that is its
 sequence's only one stores O; otherwise it stores its unnormalised partial O and its rows'
 max and sum (f32, each thread its own fragments, coalesced) into its slot of `ws`, counts
 itself on the tile's semaphore (`sem`, zero between launches), and the range that completes
@@ -41,6 +43,8 @@ with P from registers (frag). Decoding is bound by the cache's bandwidth: the ri
 as shared memory allows (`stages_for`), and the consumer does not overlap blocks."""
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -91,9 +95,9 @@ def make_decode_attention(d: int = 128, box: int = 128,
 
     def decode_attention(k, q: ptr(bf16), kc: tmap(bf16, 4), vc: tmap(bf16, 4), o: ptr(bf16),
                          lens: ptr(s32), table: ptr(s32), ws: ptr(f32), sem: ptr(u32),
-                         seq: u32, heads: u32, kv_heads: u32, capacity: u32, page_size: u32,
-                         pages_per_seq: u32, paged: u32, causal: u32, splits: u32,
-                         scale_log2: f32):
+                         seq: u32, heads: u32, kv_heads: u32, batch: u32, capacity: u32,
+                         page_size: u32, pages_per_seq: u32, paged: u32, causal: u32,
+                         splits: u32, scale_log2: f32):
         qs = k.shared("qs", bf16, [hb, BM, 64], align=1024, swizzle=128)
         # K: a column block's copies one after another, so its 128 keys are contiguous
         # (wgmma reads them as one B operand); V: a copy's column blocks side by side, box x
@@ -104,99 +108,94 @@ def make_decode_attention(d: int = 128, box: int = 128,
         group = k.let("group", heads / kv_heads)
         rows = k.let("rows", seq * group)
         mtiles = k.let("mtiles", (rows + (BM - 1)) / BM)
-        split = k.let("split", k.ctaid.x % splits)
-        tile = k.let("tile", k.ctaid.x / splits)  # (sequence, KV head, row tile)
-        mt = k.let("mt", tile % mtiles)
-        kvh = k.let("kvh", tile / mtiles % kv_heads)
-        b = k.let("b", tile / mtiles / kv_heads)
-        n = k.let("n", k.min(k.max(lens[b], 0).to(u32), capacity))
-        nb = k.let("nb", (n + (BN - 1)) / BN)
-        per = k.let("per", k.max((nb + splits - 1) / splits, 1))
-        ranges = k.let("ranges", k.max((nb + per - 1) / per, 1))
-        j0 = k.let("j0", split * per)
-        j1 = k.let("j1", k.min(j0 + per, nb))
-        active = k.let("active", split < ranges)
+        nitems = k.let("nitems", batch * kv_heads * mtiles * splits)
         with k.role("producer", 0, 4, regs=40):
-            with k.if_((k.warp == 0) & k.elect()):  # an idle split's range is empty
-                with k.for_("j", j0, j1) as j:
-                    at = [place(k, j, p, box, b, n, table, page_size, pages_per_seq, paged)
-                          for p in range(nsub)]
-                    k.acquire(kp)
-                    for p, (row, page) in enumerate(at):
-                        with k.for_(f"h{p}" if p else "h", 0, hb, unroll=True) as h:
-                            k.tma_load(kp.k[h, p], kc,
-                                       [(h * 64).to(s32), kvh.to(s32), row, page])
-                    k.commit(kp)
-                    k.acquire(vp)
-                    for p, (row, page) in enumerate(at):
-                        with k.for_(f"hv{p}" if p else "hv", 0, hb, unroll=True) as h:
-                            k.tma_load(vp.v[p, h], vc,
-                                       [(h * 64).to(s32), kvh.to(s32), row, page])
-                    k.commit(vp)
+            with k.if_((k.warp == 0) & k.elect()):
+                with k.for_("w", k.ctaid.x, nitems, k.nctaid.x) as w:
+                    it = item(k, w, splits, mtiles, kv_heads, lens, capacity)
+                    with k.for_("j", it.j0, it.j1) as j:  # an idle split's range is empty
+                        at = [place(k, j, p, box, it.b, it.n, table, page_size, pages_per_seq,
+                                    paged) for p in range(nsub)]
+                        k.acquire(kp)
+                        for p, (row, page) in enumerate(at):
+                            with k.for_(f"h{p}" if p else "h", 0, hb, unroll=True) as h:
+                                k.tma_load(kp.k[h, p], kc,
+                                           [(h * 64).to(s32), it.kvh.to(s32), row, page])
+                        k.commit(kp)
+                        k.acquire(vp)
+                        for p, (row, page) in enumerate(at):
+                            with k.for_(f"hv{p}" if p else "hv", 0, hb, unroll=True) as h:
+                                k.tma_load(vp.v[p, h], vc,
+                                           [(h * 64).to(s32), it.kvh.to(s32), row, page])
+                        k.commit(vp)
         with k.role("consumer", 4, 8, regs=232):
             wg, leader, row, col = consumer_lanes(k)
             t = k.let("t", k.tid.x % 128)
-            with k.if_(active):
-                load_q(k, d, q, qs, t, b, kvh, mt, rows, group, seq, heads)
             s = k.let("s", type=array(f32, 64))
             p_ = k.let("p", type=array(bf16, 64))
             acc = k.let("acc", type=array(f32, d // 2))
             mx = k.let("mx", type=array(f32, 2))
             l = k.let("l", type=array(f32, 2))  # noqa: E741
             fac = k.let("fac", type=array(f32, 2))
-            with k.for_("x", 0, d // 2, unroll=True) as x:
-                acc[x] = 0.0
-            tok = []
-            for i in range(2):
-                mx[i] = NEG
-                l[i] = 0.0
-                tok.append(k.let(f"tok{i}", (mt * BM + row + 8 * i) / group))
-            with k.for_("j", j0, j1) as j:
-                k.wait(kp)
-                k.wgmma_fence()
-                with k.for_("kk", 0, d // 16, unroll=True) as kk:
-                    k.wgmma(s, qs[kk / 4, 0, kk % 4 * 16], kp.k[kk / 4, 0, 0, kk % 4 * 16],
-                            kk > 0)
-                k.wgmma_commit()
-                k.wgmma_wait(0)
-                k.release(kp)
-                with k.if_((j + 1) * BN + causal * (seq - 1) > n):  # keys to mask
-                    with k.for_("jj", 0, 16, unroll=True) as jj:
-                        with k.for_("e", 0, 4, unroll=True) as e:
-                            cc = k.let("cc", j * BN + col + jj * 8 + e % 2)
-                            late = k.select(e / 2 == 0, cc + seq > n + tok[0],
-                                            cc + seq > n + tok[1])
-                            masked = k.let("masked", (cc >= n) | (causal != 0) & late)
-                            s[4 * jj + e] = k.select(masked, NEG, s[4 * jj + e])
-                softmax(k, s, mx, l, fac, scale_log2)
+            with k.for_("w", k.ctaid.x, nitems, k.nctaid.x) as w:
+                it = item(k, w, splits, mtiles, kv_heads, lens, capacity)
+                n = it.n
+                with k.if_(it.active):
+                    load_q(k, d, q, qs, t, it.b, it.kvh, it.mt, rows, group, seq, heads)
                 with k.for_("x", 0, d // 2, unroll=True) as x:
-                    acc[x] = acc[x] * fac[x % 4 / 2]
-                with k.for_("x", 0, 64, unroll=True) as x:
-                    p_[x] = s[x].to(bf16)
-                k.wait(vp)
-                with k.if_((j + 1) * BN > n):  # the rows past the length: zero V
-                    zero = k.let("zero", k.bf16x2(k.let("z", 0.0).to(bf16), 0.0))
-                    with k.for_("r", n - j * BN + t / 32, BN, 4) as r:
-                        with k.for_("h", 0, hb, unroll=True) as h:
-                            vp.v[r / box, h, r % box, t % 32 * 2] = zero
-                    k.fence_proxy_async()
-                    k.bar_sync(8, 128)
-                k.wgmma_fence()
-                for kk in range(8):
-                    k.wgmma(acc, k.frag(p_, kk), vp.v[kk * 16 // box, 0, kk * 16 % box, 0],
-                            True)
-                k.wgmma_commit()
-                k.wgmma_wait(0)
-                k.release(vp)
-            for i in range(2):
-                l[i] = l[i] + k.shfl_xor(l[i], 1)
-                l[i] = l[i] + k.shfl_xor(l[i], 2)
-            write = k.let("write", active & (ranges == 1))
-            with k.if_(active & (ranges != 1)):
-                k.assign(write, combine(k, acc, mx, l, ws, sem, last, tile, split, ranges,
-                                        splits, t, wg, leader, scale_log2))
-            with k.if_(write):
-                store(k, d, acc, l, o, b, kvh, mt, row, col, rows, group, seq, heads)
+                    acc[x] = 0.0
+                tok = []
+                for i in range(2):
+                    mx[i] = NEG
+                    l[i] = 0.0
+                    tok.append(k.let(f"tok{i}", (it.mt * BM + row + 8 * i) / group))
+                with k.for_("j", it.j0, it.j1) as j:
+                    k.wait(kp)
+                    k.wgmma_fence()
+                    with k.for_("kk", 0, d // 16, unroll=True) as kk:
+                        k.wgmma(s, qs[kk / 4, 0, kk % 4 * 16],
+                                kp.k[kk / 4, 0, 0, kk % 4 * 16], kk > 0)
+                    k.wgmma_commit()
+                    k.wgmma_wait(0)
+                    k.release(kp)
+                    with k.if_((j + 1) * BN + causal * (seq - 1) > n):  # keys to mask
+                        with k.for_("jj", 0, 16, unroll=True) as jj:
+                            with k.for_("e", 0, 4, unroll=True) as e:
+                                cc = k.let("cc", j * BN + col + jj * 8 + e % 2)
+                                late = k.select(e / 2 == 0, cc + seq > n + tok[0],
+                                                cc + seq > n + tok[1])
+                                masked = k.let("masked", (cc >= n) | (causal != 0) & late)
+                                s[4 * jj + e] = k.select(masked, NEG, s[4 * jj + e])
+                    softmax(k, s, mx, l, fac, scale_log2)
+                    with k.for_("x", 0, d // 2, unroll=True) as x:
+                        acc[x] = acc[x] * fac[x % 4 / 2]
+                    with k.for_("x", 0, 64, unroll=True) as x:
+                        p_[x] = s[x].to(bf16)
+                    k.wait(vp)
+                    with k.if_((j + 1) * BN > n):  # the rows past the length: zero V
+                        zero = k.let("zero", k.bf16x2(k.let("z", 0.0).to(bf16), 0.0))
+                        with k.for_("r", n - j * BN + t / 32, BN, 4) as r:
+                            with k.for_("h", 0, hb, unroll=True) as h:
+                                vp.v[r / box, h, r % box, t % 32 * 2] = zero
+                        k.fence_proxy_async()
+                        k.bar_sync(8, 128)
+                    k.wgmma_fence()
+                    for kk in range(8):
+                        k.wgmma(acc, k.frag(p_, kk),
+                                vp.v[kk * 16 // box, 0, kk * 16 % box, 0], True)
+                    k.wgmma_commit()
+                    k.wgmma_wait(0)
+                    k.release(vp)
+                for i in range(2):
+                    l[i] = l[i] + k.shfl_xor(l[i], 1)
+                    l[i] = l[i] + k.shfl_xor(l[i], 2)
+                write = k.let("write", it.active & (it.ranges == 1))
+                with k.if_(it.active & (it.ranges != 1)):
+                    k.assign(write, combine(k, acc, mx, l, ws, sem, last, it.tile, it.split,
+                                            it.ranges, splits, t, wg, leader, scale_log2))
+                with k.if_(write):
+                    store(k, d, acc, l, o, it.b, it.kvh, it.mt, row, col, rows, group, seq,
+                          heads)
 
     def combine(k, acc, mx, l, ws, sem, last, tile, split, ranges, splits, t, wg, leader,  # noqa: E741
                 scale_log2):
@@ -233,6 +232,38 @@ def make_decode_attention(d: int = 128, box: int = 128,
         return total
 
     return ptxdsl.kernel(threads=256, name=name)(decode_attention)
+
+
+@dataclass(frozen=True)
+class Item:
+    """A work item's place and key blocks (kernel values)."""
+
+    split: Any
+    tile: Any  # (sequence, KV head, row tile): its semaphore and slots
+    mt: Any
+    kvh: Any
+    b: Any
+    n: Any  # the sequence's length, clamped
+    ranges: Any  # the sequence's splits that are not empty
+    j0: Any  # this split's key blocks: j0 .. j1
+    j1: Any
+    active: Any  # the split is not empty (or it is the one of a sequence with no key)
+
+
+def item(k, w, splits, mtiles, kv_heads, lens, capacity) -> Item:
+    """Work item w: split w % splits of tile w / splits; the sequence's nb blocks cut into
+    ranges of ceil(nb / splits)."""
+    split = k.let("split", w % splits)
+    tile = k.let("tile", w / splits)
+    b = k.let("b", tile / mtiles / kv_heads)
+    n = k.let("n", k.min(k.max(lens[b], 0).to(u32), capacity))
+    nb = k.let("nb", (n + (BN - 1)) / BN)
+    per = k.let("per", k.max((nb + splits - 1) / splits, 1))
+    ranges = k.let("ranges", k.max((nb + per - 1) / per, 1))
+    j0 = k.let("j0", split * per)
+    return Item(split=split, tile=tile, mt=k.let("mt", tile % mtiles),
+                kvh=k.let("kvh", tile / mtiles % kv_heads), b=b, n=n, ranges=ranges, j0=j0,
+                j1=k.let("j1", k.min(j0 + per, nb)), active=k.let("active", split < ranges))
 
 
 def place(k, j, p: int, box: int, b, n, table, page_size, pages_per_seq, paged):
@@ -315,11 +346,16 @@ def row_tiles(seq: int, group: int) -> int:
 
 
 def pick_splits(batch: int, kv_heads: int, tiles: int, capacity: int, sms: int = SMS) -> int:
-    """Splits per sequence that fill the SMs once, not more (a CTA takes an SM's shared
-    memory, so a grid past the SMs runs a second wave), for sequences as long as the capacity
-    (each split at least MIN_BLOCKS blocks of it)."""
+    """Splits per sequence that give the SMs one item each, not more (a CTA takes an SM's
+    shared memory: a 17th split of 8 heads would make 4 CTAs walk a second item), for
+    sequences as long as the capacity (each split at least MIN_BLOCKS blocks of it)."""
     items = batch * kv_heads * tiles
     return max(1, min(sms // items, -(-capacity // BN) // MIN_BLOCKS))
+
+
+def launch_grid(batch: int, kv_heads: int, tiles: int, splits: int, sms: int = SMS) -> int:
+    """One CTA per work item, at most one per SM (a CTA walks its items in turn)."""
+    return min(batch * kv_heads * tiles * splits, sms)
 
 
 def workspace(batch: int, kv_heads: int, tiles: int, splits: int, d: int) -> tuple[int, int]:
@@ -355,7 +391,7 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, lens: np.ndarray, cau
 def example(rng: np.random.Generator, batch: int = 2, seq: int = 1, heads: int = 4,
             kv_heads: int = 1, d: int = 64, lens: tuple[int, ...] = (5, 200),
             page_size: int | None = None, capacity: int = 256, causal: bool = True,
-            splits: int | None = None) -> dict:
+            splits: int | None = None, grid: int | None = None) -> dict:
     """Random bf16 Q and cache; the cache past each length holds NaN (what an unwritten
     page may hold), so a kernel that lets it into O fails. `page_size`: a paged cache (pages
     shuffled, capacity / page_size per sequence, one spare) or None (contiguous, S_max =
@@ -390,13 +426,13 @@ def example(rng: np.random.Generator, batch: int = 2, seq: int = 1, heads: int =
         table = order.reshape(batch, per).astype(np.int32)
     size, nsem = workspace(batch, kv_heads, tiles, splits, d)
     tm = {"box": (1, box, 1, 64), "swizzle": "128B"}
-    return {"grid": batch * kv_heads * tiles * splits,
+    return {"grid": grid or launch_grid(batch, kv_heads, tiles, splits),
             "inputs": {"q": q, "kc": kmap, "vc": vmap, "lens": n, "table": table,
                        "ws": np.zeros(size, np.float32), "sem": np.zeros(nsem, np.uint32),
-                       "seq": seq, "heads": heads, "kv_heads": kv_heads, "capacity": capacity,
-                       "page_size": page_size or capacity, "pages_per_seq": per,
-                       "paged": int(page_size is not None), "causal": int(causal),
-                       "splits": splits,
+                       "seq": seq, "heads": heads, "kv_heads": kv_heads, "batch": batch,
+                       "capacity": capacity, "page_size": page_size or capacity,
+                       "pages_per_seq": per, "paged": int(page_size is not None),
+                       "causal": int(causal), "splits": splits,
                        "scale_log2": np.float32(scale * math.log2(math.e))},
             "tensor_maps": {"kc": tm, "vc": tm},
             "outputs": {"o": np.zeros(shape, np.uint16)},

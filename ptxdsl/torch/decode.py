@@ -102,7 +102,7 @@ def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     tiles = da.row_tiles(s, h // kvh)
     splits = da.pick_splits(b, kvh, tiles, cap, sms)
     size, nsem = da.workspace(b, kvh, tiles, splits, d)
-    grid = b * kvh * tiles * splits
+    grid = da.launch_grid(b, kvh, tiles, splits, sms)
     tk = TensorMap(k, box=(1, box, 1, 64), swizzle="128B")
     tv = TensorMap(args["v_cache"], box=(1, box, 1, 64), swizzle="128B")
     scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
@@ -118,7 +118,7 @@ def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
         ws = x.new_empty(size, dtype=torch.float32)
         sem = semaphores(device, stream, nsem)
         kernel[grid, None, stream](x, tk.at(kc.data_ptr()), tv.at(vc.data_ptr()), out, lens,
-                                   table, ws, sem, s, h, kvh, cap, page or cap,
+                                   table, ws, sem, s, h, kvh, b, cap, page or cap,
                                    pages_per_seq, int(paged), causal, splits, log2_scale)
 
     return run

@@ -16,17 +16,19 @@ from ptxdsl.tools.runner import compare
 
 # example() keyword sets: fast ones first
 FAST = [
-    # contiguous, lengths 0, 1 and one past a block, split in 3 ranges of 2 blocks
-    dict(batch=3, lens=(0, 1, 257), capacity=384, splits=3, heads=4, kv_heads=1),
+    # contiguous, lengths 0, 1 and one past a block, split in 3 ranges of 2 blocks; 4 CTAs
+    # walk the 9 items
+    dict(batch=3, lens=(0, 1, 257), capacity=384, splits=3, heads=4, kv_heads=1, grid=4),
     # pages of 16 (8 copies a block, the length inside a page), GQA 4:1 with 2 KV heads,
-    # 2 new tokens causal, splits that do not divide the 3 blocks
+    # 2 new tokens causal, splits that do not divide the 3 blocks; a CTA an item
     dict(batch=2, lens=(2, 300), capacity=384, splits=2, page_size=16, seq=2, heads=8,
          kv_heads=2),
 ]
 SLOW = [
     dict(batch=2, lens=(77, 300), capacity=512, splits=3, page_size=256, d=128, seq=16,
-         heads=8, kv_heads=1),  # 128 rows: two row tiles; a page holds 2 blocks
-    dict(batch=3, lens=(1, 130, 300), capacity=512, splits=2, page_size=64, causal=False),
+         heads=8, kv_heads=1, grid=5),  # 128 rows: two row tiles; a page holds 2 blocks
+    dict(batch=3, lens=(1, 130, 300), capacity=512, splits=2, page_size=64, causal=False,
+         grid=1),  # one CTA walks every item
     dict(batch=2, lens=(5, 700), capacity=768, splits=5, page_size=32, seq=3, heads=4,
          kv_heads=2, d=128),  # 6 blocks in ranges of 2: 3 of the 5 splits idle
     dict(batch=1, lens=(3,), capacity=128, splits=1, seq=4, heads=2, kv_heads=1),  # n < S
@@ -55,7 +57,7 @@ def test_decode_attention_matches_numpy(case):
 def test_combine_is_the_same_whichever_split_is_last(seeds):
     """Two interleavings of the CTAs: another split completes the count, and O is the same
     bit for bit (the slots are summed in slot order)."""
-    case = dict(batch=1, lens=(200,), capacity=256, splits=2)
+    case = dict(batch=1, lens=(200,), capacity=256, splits=2)  # a CTA a split
     first, second = (run(seed=s, **case) for s in seeds)
     assert np.array_equal(first, second)
 
@@ -92,6 +94,7 @@ def test_splits_fill_the_sms_once():
     assert da.pick_splits(16, 8, 1, 8192) == 1
     assert da.workspace(1, 8, 1, 16, 128) == (8 * 16 * 128 * 68, 8)
     assert da.workspace(64, 8, 1, 1, 128) == (1, 512)
+    assert da.launch_grid(1, 8, 1, 16) == 128 and da.launch_grid(64, 8, 1, 1) == 132
     assert da.row_tiles(16, 8) == 2 and da.row_tiles(1, 4) == 1
     assert [da.box_for(p) for p in (None, 16, 64, 128, 256)] == [128, 16, 64, 128, 128]
 
