@@ -1,9 +1,9 @@
 """The kernel library: the production kernel families behind the torch ops and benchmarks
-(dense, split-K and stream-K GEMM; fp8 GEMMs; grouped GEMM; attention; norms and softmax;
-the fused all-gather / reduce-scatter GEMMs). Each family is a module with `FAMILY`
-(`ptxdsl.kernels.family.Family`) and a factory that builds its kernel for a configuration;
-the `.ptxdsl` text twins ship beside them as package data. Import a family as a module
-(`from ptxdsl.kernels import gemm`); `families()` lists them all."""
+(dense, split-K and stream-K GEMM; fp8 GEMMs; grouped GEMM; attention and split-KV decode
+attention; norms and softmax; the fused all-gather / reduce-scatter GEMMs). Each family is a
+module with `FAMILY` (`ptxdsl.kernels.family.Family`) and a factory that builds its kernel
+for a configuration; the `.ptxdsl` text twins ship beside them as package data. Import a
+family as a module (`from ptxdsl.kernels import gemm`); `families()` lists them all."""
 
 from __future__ import annotations
 

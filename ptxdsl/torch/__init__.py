@@ -7,6 +7,7 @@
     y = torch.ops.ptxdsl.layer_norm(x, w, b, 1e-5)
     p = torch.ops.ptxdsl.softmax(x)           # over the last dimension
     o = torch.ops.ptxdsl.attention(q, k, v, causal=True)  # bf16 (B, H, S, D), GQA, KV cache
+    o = torch.ops.ptxdsl.decode_attention(q, k_cache, v_cache, lens, block_table)  # split-KV
     c = torch.ops.ptxdsl.grouped_mm(a, b, offs)  # experts: a (T x K), b (E x N x K), int32 ends
 
 All work under torch.compile(fullgraph=True) and CUDA graph capture. Each launch config is
@@ -14,10 +15,11 @@ autotuned per shape on first use and cached on disk (see ptxdsl.tools.autotune f
 """
 
 from .attention import attention
+from .decode import decode_attention
 from .fp8 import scaled_mm_fp8
 from .gemm import gemm
 from .grouped import grouped_mm
 from .norms import layer_norm, rms_norm, softmax
 
-__all__ = ["attention", "gemm", "grouped_mm", "layer_norm", "rms_norm", "scaled_mm_fp8",
-           "softmax"]
+__all__ = ["attention", "decode_attention", "gemm", "grouped_mm", "layer_norm", "rms_norm",
+           "scaled_mm_fp8", "softmax"]

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from . import autotune
-from .opspec import OpSpec, Run
+from .opspec import OpSpec, Run, TensorParam
 
 _PLANS = 4096  # plans kept per op (a serving loop has a few dozen signatures)
 _LIB = torch.library.Library("ptxdsl", "FRAGMENT")  # noqa: TOR901 (ops defined below)
@@ -39,12 +39,18 @@ def raw_stream_getter() -> Callable[[int], int]:
 raw_stream = raw_stream_getter()
 
 
-def signer(tensors: int) -> Callable[[tuple], tuple]:
+def signer(tensors: int, optional: int = 0) -> Callable[[tuple], tuple]:
     """`signature(raw)` of an op whose first `tensors` arguments are tensors (the schema makes
-    them so): what a plan depends on, each tensor's dtype, shape, strides, device and address
-    modulo 16, then the scalars; generated flat, as it runs at every call."""
-    parts = "".join(f"r[{i}].dtype, r[{i}].shape, r[{i}].stride(), r[{i}].get_device(), "
-                    f"r[{i}].data_ptr() & 15, " for i in range(tensors))
+    them so), the last `optional` of them optional: what a plan depends on, each tensor's
+    dtype, shape, strides, device and address modulo 16 (an optional one's, or that it is
+    None or left out), then the scalars; generated flat, as it runs at every call."""
+    parts = ""
+    for i in range(tensors):
+        one = (f"r[{i}].dtype, r[{i}].shape, r[{i}].stride(), r[{i}].get_device(), "
+               f"r[{i}].data_ptr() & 15")
+        if i >= tensors - optional:
+            one = f"({one}) if len(r) > {i} and r[{i}] is not None else None"
+        parts += one + ", "
     env: dict[str, Any] = {}
     exec(f"def signature(r):\n    return ({parts}r[{tensors}:])", env)  # noqa: S102
     return env["signature"]
@@ -92,7 +98,7 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
     without a backward raises when autograd reaches it, not a silent zero gradient)."""
     plans: dict[tuple, Plan] = {}
     nt = spec.tensors
-    signature = signer(nt)
+    signature = signer(nt, sum(isinstance(p, TensorParam) and p.optional for p in spec.params))
 
     def build(raw: tuple) -> Plan:
         args = spec.bind(raw)

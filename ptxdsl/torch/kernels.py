@@ -2,7 +2,8 @@
 
 The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.gemm_smallm
 `make_smallm`, ptxdsl.kernels.gemm_fp8 `make_gemm_fp8`, ptxdsl.kernels.attention
-`make_attention`, ptxdsl.kernels.grouped_gemm `make_grouped`, ptxdsl.kernels.norms
+`make_attention`, ptxdsl.kernels.decode_attention `make_decode_attention`,
+ptxdsl.kernels.grouped_gemm `make_grouped`, ptxdsl.kernels.norms
 `make_norm_row`, `make_norm_masked` and `make_norm_loop`), built as
 `ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in parallel processes, and the
 ops run the kernels that the library's tests and benchmarks check. This module does not import
@@ -186,3 +187,20 @@ def norm_recipe(kind: str, n: int, dtype: T.Scalar, eps: float, vec: int,
 def norm_kernel(kind: str, n: int, dtype: T.Scalar, eps: float, vec: int,
                 config: tuple[tuple[str, int], ...]) -> KernelDef:
     return norm_recipe(kind, n, dtype, eps, vec, dict(config)).build()
+
+
+# decode_attention: head dims 64 and 128, each with K / V copies of 128 keys (a contiguous
+# cache, pages of 128 keys and more) or of one page below that (16, 32, 64); the ring as deep
+# as shared memory allows (ptxdsl.kernels.decode_attention)
+DECODE_HEAD_DIMS = (64, 128)
+DECODE_BOXES = (128, 64, 32, 16)
+
+
+def decode_recipe(d: int, box: int) -> Recipe:
+    """Split-KV decode attention of head dim d over K / V copies of `box` keys."""
+    return Recipe.of("ptxdsl.kernels.decode_attention", "make_decode_attention", d=d, box=box)
+
+
+@cache
+def decode_kernel(d: int, box: int) -> KernelDef:
+    return decode_recipe(d, box).build()

@@ -33,7 +33,8 @@ class TensorParam:
     layout "tma": innermost stride 1, other strides and the address 16-byte aligned (what a
     TMA tensor map needs); "contiguous": row-major contiguous, address 16-byte aligned
     (what 16-byte vector loads need). `aligned=False` lifts the address rule (the op picks
-    narrower loads for such a tensor)."""
+    narrower loads for such a tensor). `optional`: None is accepted too (the schema's
+    `Tensor? name=None`; the checks skip it)."""
 
     name: str
     dtypes: tuple[torch.dtype, ...]
@@ -41,6 +42,7 @@ class TensorParam:
     layout: str = "contiguous"
     numel: int | None = None
     aligned: bool = True
+    optional: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +83,9 @@ class OpSpec:
         kinds = [isinstance(p, TensorParam) for p in self.params]
         if not kinds or not kinds[0] or kinds != sorted(kinds, reverse=True):
             raise ValueError(f"{self.name}: tensor parameters come first, then scalars")
+        optional = [p.optional for p in self.params if isinstance(p, TensorParam)]
+        if optional[0] or optional != sorted(optional):
+            raise ValueError(f"{self.name}: optional tensors come after the other tensors")
 
     @property
     def tensors(self) -> int:
@@ -92,7 +97,7 @@ class OpSpec:
         parts = []
         for p in self.params:
             if isinstance(p, TensorParam):
-                parts.append(f"Tensor {p.name}")
+                parts.append(f"Tensor? {p.name}=None" if p.optional else f"Tensor {p.name}")
             else:
                 parts.append(f"{p.type} {p.name}={p.default!r}")
         return f"({', '.join(parts)}) -> Tensor"
@@ -102,15 +107,15 @@ class OpSpec:
         trailing defaults)."""
         bound = dict(zip((p.name for p in self.params), args, strict=False))
         for p in self.params[len(args) :]:
-            if isinstance(p, ScalarParam):
-                bound[p.name] = p.default
+            bound[p.name] = p.default if isinstance(p, ScalarParam) else None
         return bound
 
     def validate(self, args: Args, *, real: bool) -> None:
         """Raise TypeError / ValueError for the first bad argument: kinds, devices, dtypes and
         ranks first, then the relations between arguments, then layouts. `real`: the
         tensors hold memory (not fake), so their addresses are checked too."""
-        tensors = [(p, args[p.name]) for p in self.params if isinstance(p, TensorParam)]
+        tensors = [(p, args[p.name]) for p in self.params if isinstance(p, TensorParam)
+                   and not (p.optional and args[p.name] is None)]
         for p, t in tensors:
             _check_kind(self.name, p, t)
         (p0, t0), *rest = tensors

@@ -82,6 +82,18 @@ def test_sweeps_and_weight_shapes_are_checked():
         weight_shapes("4096")
 
 
+def test_decode_attention_cases_are_checked():
+    from bench.decode_attention import CASES, label, parse_case
+
+    assert parse_case("64,1,4096,16,32,8,128") == (64, 1, 4096, 16, 32, 8, 128)
+    assert label((1, 1, 131072, 0, 32, 8, 128)).startswith("1 x 1 tok, cache 131072, contig")
+    assert len({parse_case(c) for c in CASES}) == len(CASES) >= 8
+    for bad, words in (("64,1,4096", "seven integers"), ("64,1,4000,64,32,8,128", "whole pages"),
+                       ("1,1,64,0,32,6,128", "KVH dividing H"), ("a,1", "as integers")):
+        with pytest.raises(common.BenchError, match=words):
+            parse_case(bad)
+
+
 def test_gemm_shapes_are_checked():
     from bench.gemm import shapes
 

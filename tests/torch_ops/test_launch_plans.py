@@ -30,6 +30,17 @@ def test_a_signature_holds_what_a_plan_depends_on(ops, torch):
     assert len(two) == 11 and two[9] == 2 and two[-1] == ()
 
 
+def test_an_optional_tensor_signs_as_none_or_as_a_tensor(ops, torch):
+    """decode_attention's block_table: left out or None sign alike, a tensor as itself."""
+    from ptxdsl.torch.dispatch import signer
+
+    signature = signer(2, optional=1)
+    a = torch.empty(8, 8, dtype=torch.int32)
+    left_out, none, given = signature((a,)), signature((a, None)), signature((a, a))
+    assert left_out[5] is None and none[5] is None and given[5] is not None
+    assert given != none and signature((a, a[:, :4]))[5] != given[5]
+
+
 @pytest.mark.gpu
 def test_gemm_plans_follow_address_stride_and_dtype(ops, torch, gpu_cache):
     op = ops.gemm
