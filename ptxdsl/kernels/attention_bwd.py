@@ -196,7 +196,7 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
                     if h == 0:
                         k.release(qp)  # dV's and dK's wgmmas are done with Q and dO
                     add_dq(k, s, dqs, dqacc, sem, wg, leader, row, col, h, m, n, bh, qh, bb,
-                           mblocks, nkv)
+                           mblocks, nkv, off)
             k.release(kv)
             store_dkv(k, dka, dva, dk, dv, row, col, k0, bh, kv_seq, scale)
             with k.if_(leader):
@@ -227,14 +227,17 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
                 ds[x] = (pv * (dp[x] - dv[e % 2])).to(bf16)
 
     def add_dq(k, dq, dqs, dqacc, sem, wg, leader, row, col, h, m, n, bh, qh, bb,
-               mblocks, nkv) -> None:
+               mblocks, nkv, off) -> None:
         """Columns h * 64 .. of this warpgroup's dQ partial into the f32 accumulator: two
         64 x 32 chunks through the staging tile, reduce-added by the leader (after the
         previous adds read the tile). Deterministic: one semaphore per dQ tile counts its
-        adds, warpgroup wg of key block n being add NWG n + wg (every key block adds to every
-        query block it reaches, and causal, block 0 reaches all of them); the first pass
-        waits for its turn, the last publishes the next (the last add resets it to 0)."""
+        adds, warpgroup wg of key block n being add NWG n + wg (the key blocks that reach a
+        query block are 0 .. the one holding its last row's diagonal, causal, else all);
+        the first pass waits for its turn, the last publishes the next, and the tile's last
+        add resets it to 0 for the next launch."""
         turn = (n * NWG + wg) if deterministic else None
+        # the last key block that adds to query block m
+        nlast = k.min((m * BM + (BM - 1) + off) / BN, nkv - 1) if causal else nkv - 1
         with k.if_(leader):
             k.bulk_wait_read(0)
             if deterministic and h == 0:
@@ -255,7 +258,7 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
             k.bulk_commit()
             if deterministic and h == hb - 1:
                 k.bulk_wait(0)  # complete, not just read: the count publishes the sums
-                last = turn + 1 == nkv * NWG
+                last = (n == nlast) & (wg == NWG - 1)
                 k.st_release(sem[bh * mblocks + m], k.select(last, 0, turn + 1))
 
     def store_dkv(k, dka, dva, dk, dv, row, col, k0, bh, kv_seq, scale) -> None:

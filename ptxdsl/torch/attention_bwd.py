@@ -44,6 +44,11 @@ def _finish(device: int) -> Kernel:
     return attention_bwd_finish_kernel().program().kernel(device=device)
 
 
+def _map(x: torch.Tensor, rows: int, cols: int) -> TensorMap:
+    """A (B, H, S, D) tensor's map: boxes of `rows` x `cols`, 128-byte swizzled."""
+    return TensorMap(x, box=(1, 1, rows, cols), swizzle="128B")
+
+
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
            lse: torch.Tensor, do: torch.Tensor, causal: bool, scale: float) -> None:
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
@@ -99,12 +104,9 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
     dk = q.new_empty(part, dtype=f32 if gqa else torch.bfloat16)
     dv = torch.empty_like(dk)
     sem = q.new_zeros(b * h * sp // 64, dtype=torch.uint32)  # dQ tiles' counts (deterministic)
-    tile = {"swizzle": "128B"}
     _main(d, causal, gqa, deterministic, device)[grid(b, h, skv), None, stream](
-        TensorMap(q, box=(1, 1, 64, 64), **tile), TensorMap(k, box=(1, 1, 128, 64), **tile),
-        TensorMap(v, box=(1, 1, 128, 64), **tile), TensorMap(do, box=(1, 1, 64, 64), **tile),
-        lse2, dps, TensorMap(dqacc, box=(1, 1, 64, 32), **tile), sem, dk, dv, s, skv, sp, h,
-        kvh, scale * math.log2(math.e), scale)
+        _map(q, 64, 64), _map(k, 128, 64), _map(v, 128, 64), _map(do, 64, 64), lse2, dps,
+        _map(dqacc, 64, 32), sem, dk, dv, s, skv, sp, h, kvh, scale * math.log2(math.e), scale)
 
     finish = _finish(device)
 

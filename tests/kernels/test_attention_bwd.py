@@ -136,10 +136,12 @@ def test_backward_head_dim_128():
 def test_backward_deterministic_is_bit_identical():
     """The deterministic mode adds each dQ tile's partials in key-block order: runs with
     different CTA orders and interleavings (seeds) leave the same f32 dQ bits (the seeds
-    chosen are ones whose unordered adds differ), and the semaphores end at zero."""
-    pb = problem(np.random.default_rng(9), 1, 1, 1, 70, 400, 64, True)
+    chosen are ones whose unordered adds differ), and the semaphores end at zero (causal
+    with 200 queries and 300 keys, the first two query blocks get adds from two of the
+    three key blocks: the second resets their counts)."""
     runs = []
-    for seed in (0, 2):
+    for seed, seq, kv_seq in ((0, 70, 400), (2, 70, 400), (0, 200, 300)):
+        pb = problem(np.random.default_rng(9), 1, 1, 1, seq, kv_seq, 64, True)
         raw: dict = {}
         check(backward(pb, True, deterministic=True, seed=seed, raw=raw), pb["expected"])
         assert not raw["sem"].any(), f"semaphores left at {raw['sem']}"
