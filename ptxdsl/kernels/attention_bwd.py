@@ -13,12 +13,14 @@ log-sum-exp (B x H x S, natural units), three kernels compute dQ, dK, dV:
    compute, transposed so that keys are the rows of every accumulator:
    S^T = K Q^T and dP^T = V dO^T, P^T = exp2(S^T scale_log2 - LSE), dS^T = P^T (dP^T -
    dPsum); dV += P^T dO and dK += dS^T Q with P^T and dS^T as register fragments; dS^T
-   goes transposed to shared memory, and dQ += dS K over the warpgroup's keys is added into
-   the f32 accumulator with TMA reduce-adds (64 x 32 chunks through a swizzled staging
-   tile). dK (times the scale) and dV stay in registers and are stored at the end: bf16
-   into (B, KVH, S_kv, D), or with `gqa` as f32 per query head into (B, H, S_kv, D),
-   summed afterwards. `deterministic`: every dQ tile's adds happen in key-block order
-   (a semaphore per tile and warpgroup counts the key blocks in), so runs are bit-identical.
+   goes transposed to shared memory, and dQ = dS K is added into the f32 accumulator with
+   TMA reduce-adds (64 x 32 chunks through a swizzled staging tile): at head dim 128 the
+   warpgroups share dS and each adds 64 of dQ's columns over all 128 keys, at 64 each adds
+   all columns over its own 64 keys. dK (times the scale) and dV stay in registers and
+   are stored at the end: bf16 into (B, KVH, S_kv, D), or with `gqa` as f32 per query head
+   into (B, H, S_kv, D), summed afterwards. `deterministic`: every dQ tile's adds happen
+   in one order (a semaphore per tile counts them in, key block by key block and warpgroup
+   by warpgroup), so runs are bit-identical.
 3. `make_finish()`: out = bf16(scale * sum over `group` consecutive heads of an f32
    buffer): dQ (group 1, times the softmax scale), and with `gqa` dK and dV (the query
    heads of a KV head, in head order: deterministic).
@@ -28,7 +30,6 @@ property of the buffer's declaration. Q is the N operand of S^T = K Q^T (K-major
 dK += dS^T Q (MN-major); dO likewise; K is the A operand of S^T and the N operand of
 dQ = dS K. Each is loaded into two buffers with the same bytes, one per reading.
 """
-
 
 import numpy as np
 
@@ -44,6 +45,7 @@ NWG = 2  # consumer warpgroups
 NEG = -1.0e30  # a masked score: exp2 of it minus any LSE is 0
 LOG2E = 1.4426950408889634
 PART = 32  # f32 columns of a dQ staging chunk (128 bytes, the swizzle span)
+PAIR_BAR = 12  # the named barrier of both consumer warpgroups (8 + wg: one warpgroup's)
 
 
 def make_preprocess(d: int = 128, threads: int = 128) -> ptxdsl.KernelDef:
@@ -106,6 +108,10 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
     pipeline (default: 2 at head dim 64, 1 at 128, what shared memory holds)."""
     _check_d(d, "make_attention_bwd")
     hb = d // 64  # 64-wide column blocks (a 128-byte swizzle row each)
+    # head dim 128: the warpgroups share dS and split dQ's columns (one add of each dQ
+    # element a key block); at 64 a column split would start an MN-major operand mid-row,
+    # so each warpgroup adds dQ over its own keys
+    split = d == 128
     st = stages if stages is not None else (2 if d == 64 else 1)
     out_t = f32 if gqa else bf16
     name = f"attention_bwd_d{d}" + ("_causal" if causal else "") + ("_gqa" if gqa else "") + \
@@ -180,23 +186,36 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
                     k.wgmma(dva, k.frag(p, kk), qp.domn[0, kk * 16, 0], (m > m0) | (kk > 0))
                     k.wgmma(dka, k.frag(ds, kk), qp.qmn[0, kk * 16, 0], (m > m0) | (kk > 0))
                 k.wgmma_commit()
-                # dS^T transposed into the warpgroup's tile (rows: queries), for dQ = dS K;
-                # the previous block's dQ wgmmas finished reading it before its staging barrier
+                # dS^T transposed into tile wg of dss (rows: queries), for dQ = dS K
+                if split:  # the other warpgroup's previous dQ wgmmas are done reading it
+                    k.bar_sync(PAIR_BAR, 128 * NWG)
                 with k.for_("j", 0, BM // 8, unroll=True) as j:
                     for e in range(4):
                         dss[wg, j * 8 + col + e % 2, row + e // 2 * 8] = ds[4 * j + e]
                 k.fence_proxy_async()
-                k.bar_sync(8 + wg, 128)
-                for h in range(hb):
+                if split:  # dQ's columns wg * 64 .. over all the CTA's keys
+                    k.bar_sync(PAIR_BAR, 128 * NWG)
                     k.wgmma_fence()
-                    with k.for_("kk", 0, 4, unroll=True) as kk:
-                        k.wgmma(s, dss[wg, 0, kk * 16], kv.kmn[h, wg * 64 + kk * 16, 0], kk > 0)
+                    with k.for_("kk", 0, BN // 16, unroll=True) as kk:
+                        k.wgmma(s, dss[kk / 4, 0, kk % 4 * 16], kv.kmn[wg, kk * 16, 0], kk > 0)
                     k.wgmma_commit()
                     k.wgmma_wait(0)
-                    if h == 0:
-                        k.release(qp)  # dV's and dK's wgmmas are done with Q and dO
-                    add_dq(k, s, dqs, dqacc, sem, wg, leader, row, col, h, m, n, bh, qh, bb,
-                           mblocks, nkv, off)
+                    k.release(qp)  # dV's and dK's wgmmas are done with Q and dO
+                    add_dq(k, s, dqs, dqacc, sem, wg, leader, row, col, wg * 64, m, n, bh, qh,
+                           bb, mblocks, nkv, off, True, True)
+                else:  # all of dQ's columns over the warpgroup's 64 keys, 64 at a time
+                    k.bar_sync(8 + wg, 128)
+                    for h in range(hb):
+                        k.wgmma_fence()
+                        with k.for_("kk", 0, 4, unroll=True) as kk:
+                            k.wgmma(s, dss[wg, 0, kk * 16], kv.kmn[h, wg * 64 + kk * 16, 0],
+                                    kk > 0)
+                        k.wgmma_commit()
+                        k.wgmma_wait(0)
+                        if h == 0:
+                            k.release(qp)
+                        add_dq(k, s, dqs, dqacc, sem, wg, leader, row, col, h * 64, m, n, bh,
+                               qh, bb, mblocks, nkv, off, h == 0, h == hb - 1)
             k.release(kv)
             store_dkv(k, dka, dva, dk, dv, row, col, k0, bh, kv_seq, scale)
             with k.if_(leader):
@@ -226,9 +245,9 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
                 p[x] = pv.to(bf16)
                 ds[x] = (pv * (dp[x] - dv[e % 2])).to(bf16)
 
-    def add_dq(k, dq, dqs, dqacc, sem, wg, leader, row, col, h, m, n, bh, qh, bb,
-               mblocks, nkv, off) -> None:
-        """Columns h * 64 .. of this warpgroup's dQ partial into the f32 accumulator: two
+    def add_dq(k, dq, dqs, dqacc, sem, wg, leader, row, col, c0, m, n, bh, qh, bb,
+               mblocks, nkv, off, first: bool, last: bool) -> None:
+        """Columns c0 .. c0 + 63 of this warpgroup's dQ partial into the f32 accumulator: two
         64 x 32 chunks through the staging tile, reduce-added by the leader (after the
         previous adds read the tile). Deterministic: one semaphore per dQ tile counts its
         adds, warpgroup wg of key block n being add NWG n + wg (the key blocks that reach a
@@ -240,7 +259,7 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
         nlast = k.min((m * BM + (BM - 1) + off) / BN, nkv - 1) if causal else nkv - 1
         with k.if_(leader):
             k.bulk_wait_read(0)
-            if deterministic and h == 0:
+            if deterministic and first:
                 with k.while_(k.ld_acquire(sem[bh * mblocks + m]) != turn):
                     pass
                 k.fence_proxy_async_global()
@@ -253,13 +272,13 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
         k.bar_sync(8 + wg, 128)
         with k.if_(leader):
             with k.for_("c", 0, 2, unroll=True) as c:
-                k.tma_reduce_add(dqacc, [(h * 64 + c * PART).to(s32), (m * BM).to(s32), qh, bb],
+                k.tma_reduce_add(dqacc, [(c0 + c * PART).to(s32), (m * BM).to(s32), qh, bb],
                                  dqs[wg, c])
             k.bulk_commit()
-            if deterministic and h == hb - 1:
+            if deterministic and last:
                 k.bulk_wait(0)  # complete, not just read: the count publishes the sums
-                last = (n == nlast) & (wg == NWG - 1)
-                k.st_release(sem[bh * mblocks + m], k.select(last, 0, turn + 1))
+                done = (n == nlast) & (wg == NWG - 1)
+                k.st_release(sem[bh * mblocks + m], k.select(done, 0, turn + 1))
 
     def store_dkv(k, dka, dva, dk, dv, row, col, k0, bh, kv_seq, scale) -> None:
         """dK (times the scale) and dV from registers, rows below kv_seq, into the query

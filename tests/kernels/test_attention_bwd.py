@@ -127,9 +127,13 @@ def test_backward_gqa(causal):
 
 
 @deep
-def test_backward_head_dim_128():
-    pb = problem(np.random.default_rng(7), 1, 1, 1, 80, 150, 128, False)
-    check(backward(pb, False), pb["expected"])
+@pytest.mark.parametrize("heads, kv_heads, seq, kv_seq, causal, deterministic",
+                         [(1, 1, 80, 150, False, False), (4, 2, 130, 200, True, True)])
+def test_backward_head_dim_128(heads, kv_heads, seq, kv_seq, causal, deterministic):
+    """Head dim 128, where the warpgroups share dS and each adds half of dQ's columns over
+    all 128 keys (the pair barrier orders their reads and writes of dS)."""
+    pb = problem(np.random.default_rng(7), 1, heads, kv_heads, seq, kv_seq, 128, causal)
+    check(backward(pb, causal, deterministic), pb["expected"])
 
 
 @deep
