@@ -27,6 +27,7 @@ from .kernels import (
 )
 
 _THREADS_PRE, _THREADS_FINISH = 128, 256  # the preprocess's and the finish's CTA sizes
+_U32 = 2**32
 
 
 @cache
@@ -73,6 +74,9 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     if lse.dtype != torch.float32 or lse.numel() != b * h * s:
         raise ValueError(f"attention_backward: lse must hold B * H * S = {b * h * s} f32 "
                          f"values, got {lse.numel()} {lse.dtype}")
+    if b * h * max(padded(s), k.shape[2]) * d >= _U32:  # the kernels' u32 element offsets
+        raise ValueError(f"attention_backward: B * H * max(S, S_kv) * D must be below 2**32, "
+                         f"got {b} * {h} * {max(s, k.shape[2])} * {d}")
     if not 0 < scale < math.inf:
         raise ValueError(f"attention_backward: scale must be positive and finite, got {scale}")
 
