@@ -119,10 +119,11 @@ def test_backward_causal(seq, kv_seq):
 
 
 @deep
-@pytest.mark.parametrize("causal", [False, True])
-def test_backward_gqa(causal):
-    """GQA 2:1: dK and dV as f32 partials per query head, summed by the finish kernel."""
-    pb = problem(np.random.default_rng(5), 1, 4, 2, 96, 96, 64, causal)
+@pytest.mark.parametrize("batch, seq, kv_seq, causal", [(2, 65, 129, False), (1, 96, 96, True)])
+def test_backward_gqa(batch, seq, kv_seq, causal):
+    """GQA 2:1: dK and dV as f32 partials per query head, summed by the finish kernel (two
+    batches: every head and batch coordinate of the maps and offsets)."""
+    pb = problem(np.random.default_rng(5), batch, 4, 2, seq, kv_seq, 64, causal)
     check(backward(pb, causal), pb["expected"])
 
 
