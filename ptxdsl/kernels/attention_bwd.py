@@ -6,21 +6,22 @@ log-sum-exp (B x H x S, natural units), three kernels compute dQ, dK, dV:
 1. `make_preprocess(d)`: per query row, dPsum = rowsum(dO * O) and the LSE in log2 units (the
    main kernel's exp2 wants it so), both f32 in rows padded to whole 64-row blocks
    (`seq_pad`; padded rows hold 0), and zeros in the f32 dQ accumulator.
-2. `make_attention_bwd(d, causal, gqa)`: a CTA owns a block of 128 keys of one query head
-   (K and V resident in shared memory) and walks the query blocks of 64 rows that see them
-   (causal: from the block holding the diagonal). One producer warp loads Q, dO and the
-   rows' LSE and dPsum through a pipeline; two consumer warpgroups own 64 keys each and
-   compute, transposed so that keys are the rows of every accumulator:
-   S^T = K Q^T and dP^T = V dO^T, P^T = exp2(S^T scale_log2 - LSE), dS^T = P^T (dP^T -
-   dPsum); dV += P^T dO and dK += dS^T Q with P^T and dS^T as register fragments; dS^T
-   goes transposed to shared memory, and dQ = dS K is added into the f32 accumulator with
-   TMA reduce-adds (64 x 32 chunks through a swizzled staging tile): at head dim 128 the
-   warpgroups share dS and each adds 64 of dQ's columns over all 128 keys, at 64 each adds
-   all columns over its own 64 keys. dK (times the scale) and dV stay in registers and
-   are stored at the end: bf16 into (B, KVH, S_kv, D), or with `gqa` as f32 per query head
-   into (B, H, S_kv, D), summed afterwards. `deterministic`: every dQ tile's adds happen
-   in one order (a semaphore per tile counts them in, key block by key block and warpgroup
-   by warpgroup), so runs are bit-identical.
+2. `make_attention_bwd(d, causal, gqa, deterministic)`: a CTA owns a block of 128 keys of
+   one query head (K and V resident in shared memory) and walks the query blocks of 64 rows
+   that see them (causal: from the block holding the diagonal). One producer warp loads Q,
+   dO and the rows' LSE and dPsum through two pipelines (what the first products read,
+   then the MN-major copies that dV and dK read, released sooner and later); two consumer
+   warpgroups own 64 keys each and compute, transposed so that keys are the rows of every
+   accumulator: S^T = K Q^T and dP^T = V dO^T, P^T = exp2(S^T scale_log2 - LSE),
+   dS^T = P^T (dP^T - dPsum); dV += P^T dO and dK += dS^T Q with P^T and dS^T as register
+   fragments; dS^T goes transposed to shared memory, and dQ = dS K is added into the f32
+   accumulator with TMA reduce-adds (64 x 32 chunks through swizzled staging chunks): at
+   head dim 128 the warpgroups share dS and each adds 64 of dQ's columns over all 128 keys,
+   at 64 each adds all columns over its own 64 keys. dK (times the scale) and dV stay in
+   registers and are stored at the end: bf16 into (B, KVH, S_kv, D), or with `gqa` as f32
+   per query head into (B, H, S_kv, D), summed afterwards. `deterministic`: every dQ
+   tile's adds happen in one order (a semaphore per tile counts them in, key block by key
+   block and warpgroup by warpgroup), so runs are bit-identical.
 3. `make_finish()`: out = bf16(scale * sum over `group` consecutive heads of an f32
    buffer): dQ (group 1, times the softmax scale), and with `gqa` dK and dV (the query
    heads of a KV head, in head order: deterministic).
@@ -100,22 +101,25 @@ def make_finish(threads: int = 256) -> ptxdsl.KernelDef:
 
 
 def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
-                       deterministic: bool = False, stages: int | None = None
+                       deterministic: bool = False, stages: tuple[int, int] | None = None
                        ) -> ptxdsl.KernelDef:
     """The main backward kernel for head dim `d` (64 or 128), causal or not. `gqa`: dK and
     dV as f32 partials per query head (for make_finish to sum), else bf16 per KV head (the
-    caller's H = KVH). `deterministic`: dQ adds in key-block order. `stages`: of the Q / dO
-    pipeline (default: 2 at head dim 64, 1 at 128, what shared memory holds)."""
+    caller's H = KVH). `deterministic`: dQ adds in key-block order. `stages`: of the pipeline
+    of the K-major Q and dO (with the rows' LSE and dPsum), read first, and of the MN-major
+    ones, read later (default: (2, 2) at head dim 64, (2, 1) at 128, what shared memory
+    holds with one 64 x 32 dQ staging chunk a warpgroup)."""
     _check_d(d, "make_attention_bwd")
     hb = d // 64  # 64-wide column blocks (a 128-byte swizzle row each)
     # head dim 128: the warpgroups share dS and split dQ's columns (one add of each dQ
     # element a key block); at 64 a column split would start an MN-major operand mid-row,
     # so each warpgroup adds dQ over its own keys
     split = d == 128
-    st = stages if stages is not None else (2 if d == 64 else 1)
+    st = stages if stages is not None else ((2, 2) if d == 64 else (2, 1))
+    chunks = 2 if d == 64 else 1  # 64 x 32 dQ staging chunks a warpgroup
     out_t = f32 if gqa else bf16
     name = f"attention_bwd_d{d}" + ("_causal" if causal else "") + ("_gqa" if gqa else "") + \
-        ("_det" if deterministic else "") + ("" if stages is None else f"_s{stages}")
+        ("_det" if deterministic else "") + ("" if stages is None else f"_s{st[0]}{st[1]}")
     tile = (bf16, [hb, BM, 64], 1024, 128)
 
     def attention_bwd(k, q: tmap(bf16, 4), key: tmap(bf16, 4), value: tmap(bf16, 4),
@@ -125,10 +129,10 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
         kv = k.pipeline("kv", 1, k=(bf16, [hb, BN, 64], 1024, 128),
                         kmn=(bf16, [hb, BN, 64], 1024, 128, "mn"),
                         v=(bf16, [hb, BN, 64], 1024, 128))
-        qp = k.pipeline("qp", st, q=tile, qmn=(*tile, "mn"), do=tile, domn=(*tile, "mn"),
-                        lse=(f32, [BM], 16), dps=(f32, [BM], 16))
+        qa = k.pipeline("qa", st[0], q=tile, do=tile, lse=(f32, [BM], 16), dps=(f32, [BM], 16))
+        qb = k.pipeline("qb", st[1], qmn=(*tile, "mn"), domn=(*tile, "mn"))
         dss = k.shared("dss", bf16, [NWG, BM, 64], align=1024, swizzle=128)
-        dqs = k.shared("dqs", f32, [NWG, 2, BM, PART], align=1024, swizzle=128)
+        dqs = k.shared("dqs", f32, [NWG, chunks, BM, PART], align=1024, swizzle=128)
         nkv = k.let("nkv", (kv_seq + (BN - 1)) / BN)
         n = k.let("n", k.ctaid.x % nkv)  # the key block
         bh = k.let("bh", k.ctaid.x / nkv)
@@ -149,16 +153,20 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
                     k.tma_load(kv.v[h], value, at)
                 k.commit(kv)
                 with k.for_("m", m0, mblocks) as m:
-                    k.acquire(qp)
+                    k.acquire(qa)
                     for h in range(hb):
                         at = [h * 64, (m * BM).to(s32), qh, bb]
-                        k.tma_load(qp.q[h], q, at)
-                        k.tma_load(qp.qmn[h], q, at)
-                        k.tma_load(qp.do[h], dout, at)
-                        k.tma_load(qp.domn[h], dout, at)
-                    k.bulk_load(qp.lse, lse2[(bh * mblocks + m) * BM])
-                    k.bulk_load(qp.dps, dps[(bh * mblocks + m) * BM])
-                    k.commit(qp)
+                        k.tma_load(qa.q[h], q, at)
+                        k.tma_load(qa.do[h], dout, at)
+                    k.bulk_load(qa.lse, lse2[(bh * mblocks + m) * BM])
+                    k.bulk_load(qa.dps, dps[(bh * mblocks + m) * BM])
+                    k.commit(qa)
+                    k.acquire(qb)
+                    for h in range(hb):
+                        at = [h * 64, (m * BM).to(s32), qh, bb]
+                        k.tma_load(qb.qmn[h], q, at)
+                        k.tma_load(qb.domn[h], dout, at)
+                    k.commit(qb)
         with k.role("consumer", 4, 4 + 4 * NWG, regs=240):
             wg, leader, row, col = consumer_lanes(k)
             k0 = k.let("k0", n * BN + wg * 64)  # this warpgroup's first key
@@ -170,21 +178,23 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
             dva = k.let("dva", type=array(f32, d // 2))
             k.wait(kv)
             with k.for_("m", m0, mblocks) as m:
-                k.wait(qp)
+                k.wait(qa)
                 k.wgmma_fence()
                 with k.for_("kk", 0, d // 16, unroll=True) as kk:
-                    k.wgmma(s, kv.k[kk / 4, wg * 64, kk % 4 * 16], qp.q[kk / 4, 0, kk % 4 * 16],
+                    k.wgmma(s, kv.k[kk / 4, wg * 64, kk % 4 * 16], qa.q[kk / 4, 0, kk % 4 * 16],
                             kk > 0)
                 with k.for_("kk", 0, d // 16, unroll=True) as kk:
                     k.wgmma(dp, kv.v[kk / 4, wg * 64, kk % 4 * 16],
-                            qp.do[kk / 4, 0, kk % 4 * 16], kk > 0)
+                            qa.do[kk / 4, 0, kk % 4 * 16], kk > 0)
                 k.wgmma_commit()
                 k.wgmma_wait(0)
-                scores(k, s, dp, p, ds, qp, m, k0, row, col, seq, kv_seq, off, scale_log2)
+                scores(k, s, dp, p, ds, qa, m, k0, row, col, seq, kv_seq, off, scale_log2)
+                k.release(qa)
+                k.wait(qb)
                 k.wgmma_fence()
                 with k.for_("kk", 0, BM // 16, unroll=True) as kk:
-                    k.wgmma(dva, k.frag(p, kk), qp.domn[0, kk * 16, 0], (m > m0) | (kk > 0))
-                    k.wgmma(dka, k.frag(ds, kk), qp.qmn[0, kk * 16, 0], (m > m0) | (kk > 0))
+                    k.wgmma(dva, k.frag(p, kk), qb.domn[0, kk * 16, 0], (m > m0) | (kk > 0))
+                    k.wgmma(dka, k.frag(ds, kk), qb.qmn[0, kk * 16, 0], (m > m0) | (kk > 0))
                 k.wgmma_commit()
                 # dS^T transposed into tile wg of dss (rows: queries), for dQ = dS K
                 if split:  # the other warpgroup's previous dQ wgmmas are done reading it
@@ -200,7 +210,7 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
                         k.wgmma(s, dss[kk / 4, 0, kk % 4 * 16], kv.kmn[wg, kk * 16, 0], kk > 0)
                     k.wgmma_commit()
                     k.wgmma_wait(0)
-                    k.release(qp)  # dV's and dK's wgmmas are done with Q and dO
+                    k.release(qb)  # dV's and dK's wgmmas are done with Q and dO
                     add_dq(k, s, dqs, dqacc, sem, wg, leader, row, col, wg * 64, m, n, bh, qh,
                            bb, mblocks, nkv, off, True, True)
                 else:  # all of dQ's columns over the warpgroup's 64 keys, 64 at a time
@@ -213,7 +223,7 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
                         k.wgmma_commit()
                         k.wgmma_wait(0)
                         if h == 0:
-                            k.release(qp)
+                            k.release(qb)
                         add_dq(k, s, dqs, dqacc, sem, wg, leader, row, col, h * 64, m, n, bh,
                                qh, bb, mblocks, nkv, off, h == 0, h == hb - 1)
             k.release(kv)
@@ -221,7 +231,7 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
             with k.if_(leader):
                 k.bulk_wait(0)
 
-    def scores(k, s, dp, p, ds, qp, m, k0, row, col, seq, kv_seq, off, scale_log2) -> None:
+    def scores(k, s, dp, p, ds, qa, m, k0, row, col, seq, kv_seq, off, scale_log2) -> None:
         """P^T and dS^T (bf16) from S^T and dP^T; scores of keys past kv_seq, of query rows
         past seq and (causal) above the diagonal are masked, on the blocks that have any."""
         edge = (k0 + 64 > kv_seq) | (m * BM + BM > seq)
@@ -237,8 +247,8 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
                         masked = masked | (kr > qr + off)
                     s[4 * j + e] = k.select(masked, NEG, s[4 * j + e])
         with k.for_("j", 0, BM // 8, unroll=True) as j:
-            lv = k.let("lv", k.vload(qp.lse[j * 8 + col], 2))
-            dv = k.let("dpv", k.vload(qp.dps[j * 8 + col], 2))
+            lv = k.let("lv", k.vload(qa.lse[j * 8 + col], 2))
+            dv = k.let("dpv", k.vload(qa.dps[j * 8 + col], 2))
             for e in range(4):
                 x = 4 * j + e
                 pv = k.let(f"pv{e}", k.ex2(k.fma(s[x], scale_log2, -lv[e % 2])))
@@ -247,38 +257,39 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
 
     def add_dq(k, dq, dqs, dqacc, sem, wg, leader, row, col, c0, m, n, bh, qh, bb,
                mblocks, nkv, off, first: bool, last: bool) -> None:
-        """Columns c0 .. c0 + 63 of this warpgroup's dQ partial into the f32 accumulator: two
-        64 x 32 chunks through the staging tile, reduce-added by the leader (after the
-        previous adds read the tile). Deterministic: one semaphore per dQ tile counts its
-        adds, warpgroup wg of key block n being add NWG n + wg (the key blocks that reach a
-        query block are 0 .. the one holding its last row's diagonal, causal, else all);
-        the first pass waits for its turn, the last publishes the next, and the tile's last
-        add resets it to 0 for the next launch."""
+        """Columns c0 .. c0 + 63 of this warpgroup's dQ partial into the f32 accumulator:
+        two 64 x 32 chunks through the staging chunks, `chunks` a pass, reduce-added by the
+        leader (after the previous adds read the chunks). Deterministic: one semaphore per
+        dQ tile counts its adds, warpgroup wg of key block n being add NWG n + wg (the key
+        blocks that reach a query block are 0 .. the one holding its last row's diagonal,
+        causal, else all); the `first` part waits for its turn, the `last` publishes the
+        next, and the tile's last add resets the count to 0 for the next launch."""
         turn = (n * NWG + wg) if deterministic else None
         # the last key block that adds to query block m
         nlast = k.min((m * BM + (BM - 1) + off) / BN, nkv - 1) if causal else nkv - 1
-        with k.if_(leader):
-            k.bulk_wait_read(0)
-            if deterministic and first:
-                with k.while_(k.ld_acquire(sem[bh * mblocks + m]) != turn):
-                    pass
-                k.fence_proxy_async_global()
-        k.bar_sync(8 + wg, 128)
-        with k.for_("j", 0, 8, unroll=True) as j:
-            with k.for_("i", 0, 2, unroll=True) as i:
-                dqs[wg, j / 4, row + i * 8, j % 4 * 8 + col] = k.f32x2(dq[4 * j + 2 * i],
-                                                                      dq[4 * j + 2 * i + 1])
-        k.fence_proxy_async()
-        k.bar_sync(8 + wg, 128)
-        with k.if_(leader):
-            with k.for_("c", 0, 2, unroll=True) as c:
-                k.tma_reduce_add(dqacc, [(c0 + c * PART).to(s32), (m * BM).to(s32), qh, bb],
-                                 dqs[wg, c])
-            k.bulk_commit()
-            if deterministic and last:
-                k.bulk_wait(0)  # complete, not just read: the count publishes the sums
-                done = (n == nlast) & (wg == NWG - 1)
-                k.st_release(sem[bh * mblocks + m], k.select(done, 0, turn + 1))
+        for ps in range(2 // chunks):  # passes of `chunks` chunks
+            with k.if_(leader):
+                k.bulk_wait_read(0)
+                if deterministic and first and ps == 0:
+                    with k.while_(k.ld_acquire(sem[bh * mblocks + m]) != turn):
+                        pass
+                    k.fence_proxy_async_global()
+            k.bar_sync(8 + wg, 128)
+            with k.for_("j", 0, 4 * chunks, unroll=True) as j:
+                with k.for_("i", 0, 2, unroll=True) as i:
+                    x = 16 * ps + 4 * j + 2 * i
+                    dqs[wg, j / 4, row + i * 8, j % 4 * 8 + col] = k.f32x2(dq[x], dq[x + 1])
+            k.fence_proxy_async()
+            k.bar_sync(8 + wg, 128)
+            with k.if_(leader):
+                with k.for_("c", 0, chunks, unroll=True) as c:
+                    k.tma_reduce_add(dqacc, [(c0 + (ps * chunks + c) * PART).to(s32),
+                                             (m * BM).to(s32), qh, bb], dqs[wg, c])
+                k.bulk_commit()
+                if deterministic and last and ps == 2 // chunks - 1:
+                    k.bulk_wait(0)  # complete, not just read: the count publishes the sums
+                    done = (n == nlast) & (wg == NWG - 1)
+                    k.st_release(sem[bh * mblocks + m], k.select(done, 0, turn + 1))
 
     def store_dkv(k, dka, dva, dk, dv, row, col, k0, bh, kv_seq, scale) -> None:
         """dK (times the scale) and dV from registers, rows below kv_seq, into the query
