@@ -47,9 +47,10 @@ NEG = -1.0e30  # a masked score: exp2 of it minus any LSE is 0
 LOG2E = 1.4426950408889634
 PART = 32  # f32 columns of a dQ staging chunk (128 bytes, the swizzle span)
 PAIR_BAR = 12  # the named barrier of both consumer warpgroups (8 + wg: one warpgroup's)
+PRE_THREADS, FINISH_THREADS = 128, 256  # the preprocess's and the finish's CTA sizes
 
 
-def make_preprocess(d: int = 128, threads: int = 128) -> ptxdsl.KernelDef:
+def make_preprocess(d: int = 128, threads: int = PRE_THREADS) -> ptxdsl.KernelDef:
     """dPsum and the log2 LSE for every padded row (a thread a row), and the dQ
     accumulator's rows zeroed."""
     _check_d(d, "make_preprocess")
@@ -80,7 +81,7 @@ def make_preprocess(d: int = 128, threads: int = 128) -> ptxdsl.KernelDef:
     return ptxdsl.kernel(threads=threads, name=name)(attention_bwd_pre)
 
 
-def make_finish(threads: int = 256) -> ptxdsl.KernelDef:
+def make_finish(threads: int = FINISH_THREADS) -> ptxdsl.KernelDef:
     """out[i] = bf16(scale * sum of src over `group` heads), four elements a thread; out is
     `total` elements, `per_head` a head."""
 

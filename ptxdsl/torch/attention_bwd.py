@@ -16,7 +16,7 @@ from functools import cache
 
 import torch
 
-from ..kernels.attention_bwd import grid, padded
+from ..kernels.attention_bwd import FINISH_THREADS, PRE_THREADS, grid, padded
 from ..runtime.launch import Kernel
 from ..runtime.tensormap import TensorMap
 from .kernels import (
@@ -26,7 +26,6 @@ from .kernels import (
     attention_bwd_pre_kernel,
 )
 
-_THREADS_PRE, _THREADS_FINISH = 128, 256  # the preprocess's and the finish's CTA sizes
 _U32 = 2**32
 
 
@@ -101,7 +100,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
     lse2, dps = q.new_empty(b * h * sp, dtype=f32), q.new_empty(b * h * sp, dtype=f32)
     dqacc = q.new_empty((b, h, s, d), dtype=f32)
     rows = b * h * sp
-    _pre(d, device)[-(-rows // _THREADS_PRE), None, stream](
+    _pre(d, device)[-(-rows // PRE_THREADS), None, stream](
         o, do, lse.reshape(-1).contiguous(), lse2, dps, dqacc, s, sp, b * h)
 
     part = (b, h, skv, d)  # per query head: f32 partials with GQA, else the bf16 result
@@ -117,7 +116,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
     def summed(src: torch.Tensor, heads: int, group: int, factor: float) -> torch.Tensor:
         out = src.new_empty((b, heads, *src.shape[2:]), dtype=torch.bfloat16)
         n = out.numel()
-        finish[-(-n // (4 * _THREADS_FINISH)), None, stream](src, out, n, src[0, 0].numel(),
+        finish[-(-n // (4 * FINISH_THREADS)), None, stream](src, out, n, src[0, 0].numel(),
                                                              group, factor)
         return out
 

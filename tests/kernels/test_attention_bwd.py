@@ -50,7 +50,7 @@ def backward(pb: dict, causal: bool, deterministic: bool = False, seed: int = 0,
     dqacc = np.full((b, h, s, d), np.nan, np.float32)  # the preprocess must zero it
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", InterpWarning)
-        run(attention_bwd.make_preprocess(d), -(-b * h * sp // 128),
+        run(attention_bwd.make_preprocess(d), -(-b * h * sp // attention_bwd.PRE_THREADS),
             {"o": pb["o"], "dout": do, "lse": pb["lse"], "lse2": lse2, "dps": dps,
              "dqacc": dqacc, "seq": s, "seq_pad": sp, "rows": b * h}, seed=seed)
         if gqa:  # per query head, for the finish kernel to sum
@@ -80,7 +80,7 @@ def backward(pb: dict, causal: bool, deterministic: bool = False, seed: int = 0,
         def finish(src: np.ndarray, group: int, scale: float, heads: int) -> np.ndarray:
             out = np.zeros((b, heads) + src.shape[2:], np.uint16)
             total = out.size
-            run(fin, -(-total // (4 * 256)),
+            run(fin, -(-total // (4 * attention_bwd.FINISH_THREADS)),
                 {"src": src, "out": out, "total": total, "per_head": src[0, 0].size,
                  "group": group, "scale": np.float32(scale)}, seed=seed)
             return bf16_to_f32(out)
