@@ -37,9 +37,11 @@ def problem(rng: np.random.Generator, batch: int, heads: int, kv_heads: int, seq
 
 
 def backward(pb: dict, causal: bool, deterministic: bool = False, seed: int = 0,
-             raw: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """dQ, dK, dV (f32) from the three kernels run in the interpreter; `raw` receives the
-    f32 dQ accumulator and the semaphores as the main kernel left them."""
+             raw: dict | None = None, stages: tuple[int, int] | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dQ, dK, dV (f32) from the three kernels run in the interpreter (`stages`: the main
+    kernel's); `raw` receives the f32 dQ accumulator and the semaphores as the main kernel
+    left them."""
     q, k, v, do = pb["q"], pb["k"], pb["v"], pb["do"]
     b, h, s, d = q.shape
     kvh, skv = k.shape[1], k.shape[2]
@@ -61,7 +63,7 @@ def backward(pb: dict, causal: bool, deterministic: bool = False, seed: int = 0,
             dv = np.zeros((b, h, skv, d), np.uint16)
         box = {"swizzle": "128B", "dtype": "bf16"}
         sem = np.zeros(b * h * sp // 64, np.uint32)  # a dQ tile's count: zero between launches
-        kern = attention_bwd.make_attention_bwd(d, causal, gqa, deterministic)
+        kern = attention_bwd.make_attention_bwd(d, causal, gqa, deterministic, stages)
         run(kern, attention_bwd.grid(b, h, skv),
             {"q": TensorMapModel(q, box=(1, 1, 64, 64), **box),
              "key": TensorMapModel(k, box=(1, 1, 128, 64), **box),
@@ -116,6 +118,15 @@ def test_backward_causal(seq, kv_seq):
     their diagonal, and the blocks that cross it are masked element by element."""
     pb = problem(np.random.default_rng(seq), 1, 2, 2, seq, kv_seq, 64, True)
     check(backward(pb, True), pb["expected"])
+
+
+@deep
+@pytest.mark.parametrize("stages", [(1, 1), (1, 3)])
+def test_backward_pipeline_depths(stages):
+    """Other depths of the two Q / dO pipelines (the MN-major copies may run ahead of the
+    K-major ones), over five query blocks."""
+    pb = problem(np.random.default_rng(11), 1, 1, 1, 300, 200, 64, False)
+    check(backward(pb, False, stages=stages), pb["expected"])
 
 
 @deep
