@@ -2,7 +2,8 @@
 
 The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.gemm_smallm
 `make_smallm`, ptxdsl.kernels.gemm_fp8 `make_gemm_fp8`, ptxdsl.kernels.attention
-`make_attention`, ptxdsl.kernels.decode_attention `make_decode_attention`,
+`make_attention`, ptxdsl.kernels.attention_bwd `make_attention_bwd`, `make_preprocess` and
+`make_finish`, ptxdsl.kernels.decode_attention `make_decode_attention`,
 ptxdsl.kernels.grouped_gemm `make_grouped`, ptxdsl.kernels.norms
 `make_norm_row`, `make_norm_masked` and `make_norm_loop`), built as
 `ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in parallel processes, and the
@@ -102,6 +103,32 @@ def attention_recipe(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 
 @cache
 def attention_kernel(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2) -> KernelDef:
     return attention_recipe(d, causal, pingpong, hold, nwg).build()
+
+
+# attention backward (ptxdsl.kernels.attention_bwd): per head dim and causal or not, the main
+# kernel with dK / dV per KV head (bf16) or per query head (f32 partials, GQA), dQ added in
+# any order or in key-block order (deterministic); the preprocess per head dim; one finish.
+# Not tuned: one kernel per configuration until they have run on a GPU.
+ATTENTION_BWD_CONFIGS: tuple[dict[str, int], ...] = tuple(
+    {"gqa": g, "deterministic": det} for g in (0, 1) for det in (0, 1))
+_ATTENTION_BWD = "ptxdsl.kernels.attention_bwd"
+
+
+@cache
+def attention_bwd_kernel(d: int, causal: bool, gqa: int = 0, deterministic: int = 0
+                         ) -> KernelDef:
+    return Recipe.of(_ATTENTION_BWD, "make_attention_bwd", d=d, causal=bool(causal),
+                     gqa=bool(gqa), deterministic=bool(deterministic)).build()
+
+
+@cache
+def attention_bwd_pre_kernel(d: int) -> KernelDef:
+    return Recipe.of(_ATTENTION_BWD, "make_preprocess", d=d).build()
+
+
+@cache
+def attention_bwd_finish_kernel() -> KernelDef:
+    return Recipe.of(_ATTENTION_BWD, "make_finish").build()
 
 
 def fp8_recipe(bn: int, stages: int, cluster: int) -> Recipe:
