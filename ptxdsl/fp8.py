@@ -67,3 +67,10 @@ def from_bits(bits: int, t: T.Scalar) -> float:
 def to_bits(value: float, t: T.Scalar) -> int:
     """The byte of a value of `t` (a value `t` holds, or one `convert` makes so)."""
     return int(quantize(value, t).view(np.uint8))
+
+
+def conversion_unsupported(src: T.Scalar, dst: T.Scalar, target: str) -> str:
+    """What a conversion to or from fp8 on a target without fp8 `cvt` (before sm_89) is
+    told: by `check` (the verifier) and by codegen alike."""
+    return (f"converting {src} to {dst} needs sm_89 or later (cvt of fp8 pairs); the module "
+            f"is compiled for {target}")

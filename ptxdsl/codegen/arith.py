@@ -9,6 +9,7 @@ from typing import Any
 from .. import ir
 from .. import types as T
 from ..errors import CompileError, Diagnostic
+from ..fp8 import conversion_unsupported
 from ..target import Target
 from .writer import immediate, int_type, op_type, reg_type
 
@@ -137,9 +138,8 @@ class Arithmetic:
         x = self.ev_reg(e.x)
         if (src_t.is_fp8 or dst_t.is_fp8) and not src_t.is_pred:
             if not self.target.fp8_cvt:
-                raise CompileError(Diagnostic(f"converting {src_t} to {dst_t} needs sm_89 or "
-                                              "later (cvt of fp8 pairs); the module is "
-                                              f"compiled for {self.target.name}", e.loc))
+                raise CompileError(Diagnostic(conversion_unsupported(src_t, dst_t,
+                                                                     self.target.name), e.loc))
             return self.fp8_cast(x, src_t, dst_t)
         r = w.reg(dst_t)
         if src_t.is_pred:

@@ -25,6 +25,7 @@ import numpy as np
 from .. import ir
 from ..errors import Diagnostic, Note
 from .copies import AsyncLoad
+from .dsmem import publish
 from .errors import InterpError, fail, id_ranges, note, threads_phrase
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class ClusterBarrier:
     generation of the thread's arrival has completed."""
 
     __slots__ = ("cluster", "generation", "arrived", "exited", "total", "vcs", "released",
-                 "waiters")
+                 "waiters", "pubs", "published")
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
@@ -49,6 +50,8 @@ class ClusterBarrier:
         self.vcs: dict[int, np.ndarray] = {}  # rank -> what that CTA's release arrivals published
         self.released: dict[int, dict[int, np.ndarray]] = {}  # generation -> vcs
         self.waiters: list[Thread] = []
+        self.pubs: dict[int, int] = {}  # rank -> epoch its release arrivals published
+        self.published: dict[int, dict[int, int]] = {}  # generation -> pubs
 
     def arrive(self, th: Thread, release: bool, node: Any) -> None:
         key = (th.cta.rank, th.tid)
@@ -61,6 +64,7 @@ class ClusterBarrier:
             vc = th.cta.clocks.release(th.tid)
             old = self.vcs.get(th.cta.rank)
             self.vcs[th.cta.rank] = vc if old is None else np.maximum(old, vc)
+            publish(self.pubs, th.cta.rank, th.cta.publication.release())
         self.check()
 
     def check(self) -> None:
@@ -70,9 +74,12 @@ class ClusterBarrier:
             return
         self.released = {g: v for g, v in self.released.items() if g >= self.generation - 2}
         self.released[self.generation] = self.vcs
+        self.published = {g: v for g, v in self.published.items() if g >= self.generation - 2}
+        self.published[self.generation] = self.pubs
         self.generation += 1
         self.arrived = set()
         self.vcs = {}
+        self.pubs = {}
         self.cluster.publish_inits()
         waiters, self.waiters = self.waiters, []
         for t in waiters:
@@ -85,6 +92,7 @@ class ClusterBarrier:
         vc = self.released.get(th.cluster_gen, {}).get(th.cta.rank)
         if vc is not None:
             th.cta.clocks.acquire(th.tid, vc)
+        th.cta.publication.acquire(self.published.get(th.cluster_gen, {}))
         th.cluster_gen = -1
 
     def explain(self, cta: CTA, tids: list[int], detail: Any) -> tuple[str, list[Note]]:
@@ -255,6 +263,7 @@ def remote_arrive(th: Thread, b: MBarrier, count: int, node: Any) -> None:
              f"cluster rank {b.cta.rank} with count {count}, but {b.label} is in {b.state()} "
              "(does its count include the peers' arrivals?)", node,
              note(f"'{b.label}' was initialised here", b.init_node))
+    publish(b.published, th.cta.rank, th.cta.publication.release())
     b.pending -= count
     b._advance()
 
@@ -309,6 +318,8 @@ def remote_write(th: Thread, cta: CTA, off: int, n: int, write: Any, value: Any,
     write(smem.buf, off, value)
     smem.version += 1
     smem.written[sel] = True
+    if smem.writers is not None:
+        smem.writers.wrote(sel, th.cta)
     smem.w_agent[sel] = -1  # ordered through the cluster barrier protocol, not tracked here
     smem.r_agent[sel] = -1
     smem.gw_owner[sel] = 0

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Diagnostic
 from .copies import AsyncLoad, AsyncStore, BulkGroups
+from .dsmem import Publication, Writers
 from .errors import InterpError, fail, note, threads_phrase
 from .hb import Clocks
 from .mbarrier import MBarrier
@@ -101,6 +102,10 @@ class CTA:
         self.clocks = Clocks(self.nthreads, nbarriers)
         garbage = self.rng.randbytes(max(prog.layout.size, 16))
         self.smem = SharedMemory(prog.layout, garbage, self.clocks, prog.track_proxy, warned)
+        # cross-CTA ordering of shared memory, tracked in a cluster (dsmem.py)
+        self.publication = Publication()
+        if cluster != (1, 1, 1):
+            self.smem.writers = Writers(len(garbage))
         self.barriers: dict[str, list[MBarrier]] = {}
         for name, n in prog.barriers:
             bars = self.barriers[name] = []

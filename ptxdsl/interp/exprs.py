@@ -214,6 +214,8 @@ def _load(c: KernelCode, src: Source, e: ir.Load) -> str:
             if isinstance(t, T.Vector):
                 check_aligned(th, o, n, e)
             cta.smem._check_in_flight(th, slice(o, o + n), e, "reads")
+            if cta.smem.writers is not None:
+                cta.smem.writers.check_read(slice(o, o + n), th.cta, cta, th, e)
             return read(cta.smem.buf, o)
 
         return f"{src.bind(peer_load)}(th)"

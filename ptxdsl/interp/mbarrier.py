@@ -29,7 +29,7 @@ class MBarrier:
 
     __slots__ = ("label", "cta", "agent", "initialised", "phase", "pending", "expected", "tx",
                  "waiters", "init_node", "init_tid", "init_clock", "fenced", "base",
-                 "pending_vc", "last_vc", "copies")
+                 "pending_vc", "last_vc", "copies", "published", "last_published")
 
     def __init__(self, label: str, cta: CTAState, agent: int):
         self.label = label
@@ -49,6 +49,10 @@ class MBarrier:
         self.pending_vc = cta.clocks.zeros()  # what the arrivals of this phase published
         self.last_vc = cta.clocks.zeros()  # what the latest completed phase published
         self.copies = 0  # in-flight copies that will complete_tx on this barrier
+        # cluster rank -> epoch that remote arrivals of this phase (the latest completed one)
+        # published (dsmem.py)
+        self.published: dict[int, int] = {}
+        self.last_published: dict[int, int] = {}
 
     def state(self) -> str:
         """`phase 2 (parity 0, not complete): 1 of 1 arrival(s) pending, tx-count 4096`."""
@@ -110,6 +114,7 @@ class MBarrier:
         self.phase, self.pending, self.expected, self.tx = 0, count, count, 0
         self.pending_vc = self.cta.clocks.zeros()
         self.last_vc = self.cta.clocks.zeros()
+        self.published, self.last_published = {}, {}
         self.init_node, self.init_tid = node, th.tid
         self.init_clock = int(self.cta.clocks.vc[th.tid, th.tid])
         self.fenced = False
@@ -156,6 +161,8 @@ class MBarrier:
     def acquire(self, th: ThreadState) -> None:
         """A successful wait: `th` observes the latest completed phase."""
         self.cta.clocks.acquire(th.tid, self.last_vc)
+        if self.last_published:
+            th.cta.publication.acquire(self.last_published)
 
     def _add_tx(self, delta: int, node: Any) -> None:
         tx = self.tx + delta
@@ -171,5 +178,6 @@ class MBarrier:
         self.pending = self.expected
         self.last_vc, self.pending_vc = self.pending_vc, self.cta.clocks.zeros()
         self.last_vc[self.agent] = self.base + self.phase
+        self.last_published, self.published = self.published, {}
         if self.waiters:
             self.cta.wake(self)

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import ir
 from ..codegen.layout import Layout
+from .dsmem import Writers
 from .errors import InterpWarning, fail, note
 from .hb import Clocks
 from .scalar import Reader, Writer
@@ -81,6 +82,7 @@ class SharedMemory:
         self.site_ids: dict[int, int] = {}
         self.agents: list[str] = []  # names of the barrier agents, for messages
         self.warned = warned
+        self.writers: Writers | None = None  # in a cluster: which CTA wrote each byte
 
     # ------------------------------------------------------------------ naming
 
@@ -169,6 +171,8 @@ class SharedMemory:
             loc = getattr(node, "loc", None)
             text = f"{th.name} reads {self.where(off)}, which nothing has written"
             warnings.warn(InterpWarning(f"{loc}: {text}" if loc else text), stacklevel=2)
+        if self.writers is not None:
+            self.writers.check_read(sel, th.cta, th.cta, th, node)
         self.r_agent[sel] = tid
         self.r_clock[sel] = vc[tid]
         self.r_site[sel] = self.site_ids.get(id(node)) or self.site(node)
@@ -193,6 +197,8 @@ class SharedMemory:
         self.w_clock[sel] = vc[tid]
         self.w_site[sel] = self.site_ids.get(id(node)) or self.site(node)
         self.r_agent[sel] = -1
+        if self.writers is not None:
+            self.writers.wrote(sel, th.cta)
         if self.track_proxy:
             self.gw_owner[sel] = tid + 1
             self.gw_fence[sel] = 0
@@ -290,6 +296,8 @@ class SharedMemory:
                 clock: int) -> None:
         """Bytes of `load` land: written by barrier `agent`, visible at its `clock`."""
         self.u8[sel] = data
+        if self.writers is not None:
+            self.writers.rank[sel] = -1  # ordered by the mbarrier it completes on
         self.version += 1
         self.written[sel] = True
         self.loading[sel] = 0

@@ -74,6 +74,8 @@ class CTAState(Protocol):
     @property
     def cluster(self) -> Any: ...  # cluster.Cluster, when it runs with peers
     @property
+    def publication(self) -> Any: ...  # dsmem.Publication: its cluster-scope releases
+    @property
     def cluster_fenced(self) -> set[tuple[int, int]]: ...
     @property
     def runnable(self) -> list[Any]: ...  # the threads the scheduler may pick next

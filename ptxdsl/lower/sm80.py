@@ -405,6 +405,16 @@ class _Sm80:
         return [ir.For(var=var, var_type=U32, start=_c(0), stop=_c(per), step=_c(1), body=body,
                        unroll=full, loc=loc)]
 
+    def lanes_done(self, widen: _Widen | None, loc: Span | None) -> list[ir.Stmt]:
+        """After the lanes of a widened block read a store's source out of shared memory:
+        a warp synchronisation (elect(), whose bar.warp.sync orders every lane's accesses
+        before what the block's one thread does next), so that its release (the stage handed
+        back, a flag) covers the other lanes' reads and writes too. (A block selected by
+        elect() re-elects its thread with that synchronisation already.)"""
+        if widen is None or widen.guard is None:
+            return []
+        return [ir.Let(name=self.fresh("synced"), var_type=T.pred, value=_elect(), loc=loc)]
+
     def load(self, s: ir.BulkLoad | ir.TensorLoad, widen: _Widen | None) -> list[ir.Stmt]:
         dst = s.dst
         st = dst.type
@@ -467,7 +477,8 @@ class _Sm80:
             return [ir.Store(ref=self.global_chunk(s.dst, c), value=ir.Load(ref=src, type=vt),
                              loc=s.loc)]
 
-        return self.chunk_loop(nbytes // CHUNK, widen, chunk, s.loc, FULL)
+        return self.chunk_loop(nbytes // CHUNK, widen, chunk, s.loc, FULL) + \
+            self.lanes_done(widen, s.loc)
 
     # ------------------------------------------------------------------ tensor tiles
 
@@ -572,7 +583,8 @@ class _Sm80:
                 inner = ir.If(cond=inb, then=(inner,), orelse=(), loc=s.loc)
             return [inner]
 
-        return self.chunk_loop(st.nbytes // CHUNK, widen, chunk, s.loc, TILE_UNROLL)
+        return self.chunk_loop(st.nbytes // CHUNK, widen, chunk, s.loc, TILE_UNROLL) + \
+            self.lanes_done(widen, s.loc)
 
 
 def lower_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag, target: Target) -> ir.Kernel:

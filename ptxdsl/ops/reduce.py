@@ -21,6 +21,7 @@ from ..interp.cluster import PeerLoad, check_remote_barrier
 from ..interp.copies import AsyncStore
 from ..interp.cta import Thread
 from ..interp.errors import fail, note
+from ..interp.memory import first_offset
 from ..interp.program import PLAIN, Program, Step
 from ..interp.state import ThreadState
 from ..opdef import Effect, ErrorFn, OpDef, register
@@ -237,6 +238,17 @@ class ReduceLoad(PeerLoad):
                 fail("race", f"race: a {self.op} from {th.name} lands on bytes of CTA rank "
                      f"{self.cta.rank} while a {other.op} into them is in flight", self.node,
                      note(f"the {other.op} was issued here", other.node))
+        unfenced = (smem.gw_owner[sel] != 0) & (smem.gw_fence[sel] == 0)
+        if unfenced.any():
+            # the async proxy reads the bytes it combines with: their generic writer must
+            # have fenced them (the cluster barrier that orders it is the protocol's to check)
+            off = first_offset(sel, unfenced)
+            writer = self.cta.threads[int(smem.gw_owner[off]) - 1]
+            fail("proxy-fence", f"missing proxy fence: a {self.op} from {th.name} reduces into "
+                 f"{smem.where(off)} of CTA rank {self.cta.rank}, which {writer.name} wrote "
+                 "with a generic store and has not fenced with fence_proxy_async(): the async "
+                 "proxy may combine with stale bytes", self.node,
+                 note(f"{writer.name} wrote it here", smem.sites[int(smem.w_site[off])]))
         smem.loading[sel] = np.where(busy == 0, self.id, busy)
         smem.loads[self.id] = self
         self.bar.copies += 1

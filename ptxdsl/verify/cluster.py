@@ -16,7 +16,7 @@ from ..errors import Note
 from .effects import effect, issuers
 from .facts import Facts, Report
 from .multicast import check_multicast_coverage
-from .publish import check_cluster_publication
+from .publish import check_cluster_publication, check_remote_handoffs
 from .ranks import RankEval, holds
 from .remote import peer_facts, peers_of, remote_barriers, remote_uses, root, touches_peers
 
@@ -264,5 +264,6 @@ def check_clusters(facts: Facts, out: Report) -> None:
     check_peers_started(facts, out, check_cluster_init(facts, out))
     check_cluster_exit(facts, out)
     check_cluster_publication(facts, out)
+    check_remote_handoffs(facts, out)
     check_multicast_coverage(facts, out)
 

@@ -18,6 +18,7 @@ from .. import ir
 from ..errors import Note
 from .effects import duplicated, effect, issuers, op_name, smem
 from .facts import Facts, Report, text
+from .remote import root
 from .threads import BarRef, SmemRef, Visit
 
 UNFENCED, FENCED, PUBLISHED = 0, 1, 2
@@ -96,6 +97,8 @@ class _Scan:
         if e.publishes:
             for w in self.writes:
                 w.state = np.where(v.may & (w.state == FENCED), PUBLISHED, w.state).astype(np.int8)
+        if isinstance(s, ir.ClusterReduce):
+            self.reduced_into(v, root(s.dst))
         if (src := smem(v, e.async_read)) is not None:
             span = _span(src, v.may, _store_nbytes(v, src))
             self.read_by_async(v, src, span)
@@ -178,6 +181,20 @@ class _Scan:
                     "after the barrier that orders them with this store", v.stmt.loc,
                     Note(f"'{text(w.ref.expr)}' is written here", w.visit.stmt.loc),
                     Note("fenced here: move the fence before the barrier", w.fence.stmt.loc))
+
+    def reduced_into(self, v: Visit, name: str | None) -> None:
+        """A reduction into a peer's `name` reads it there through the async proxy: the
+        generic stores that initialised it (every CTA runs them) must be fenced first."""
+        for w in self.writes:
+            if w.ref.decl.name == name and (w.visit.may & (w.state == UNFENCED)).any():
+                self.out.error(
+                    f"{op_name(v.stmt)} reduces into '{name}' of a peer CTA, which that CTA "
+                    "wrote with generic stores and no fence_proxy_async() after them: the "
+                    "async proxy may combine with stale bytes", v.stmt.loc,
+                    Note(f"'{text(w.ref.expr)}' is written here; every writing thread must run "
+                         "fence_proxy_async() before the cluster barrier that orders it with "
+                         "the reduction", w.visit.stmt.loc))
+                return
 
     def exit(self, v: Visit | None, leaving: np.ndarray) -> None:
         if v is not None:

@@ -13,6 +13,7 @@ from .. import ir
 from ..errors import Note
 from .effects import effect
 from .facts import Facts, Report, text
+from .ranks import RankEval
 from .remote import root
 
 Write = tuple[str, bool]  # (buffer, through peer())
@@ -71,3 +72,44 @@ def _loads(s: ir.Stmt) -> list[ir.Load]:
         elif isinstance(x, ir.Node):
             stack.extend(getattr(x, name) for name in ir.node_fields(x))
     return out
+
+
+def check_remote_handoffs(facts: Facts, out: Report) -> None:
+    """A remote arrival hands the data stored before it into a peer's shared memory to that
+    peer: it must go to the CTA the stores went to. Stores through `peer(buf, a)` since the
+    last arrival or cluster barrier, then `mbarrier_arrive(peer(bar, b))` with `b` a
+    different rank than every such `a` in some CTA of the cluster: the stores' owner is told
+    by nobody, and the barrier's owner reads data that was not handed to it (the counts may
+    balance all the same)."""
+    ev = RankEval(facts.kernel)
+    ranks = list(range(ev.shape[0] * ev.shape[1] * ev.shape[2]))
+    pending: list[tuple[ir.Stmt, ir.Expr]] = []  # peer stores, with their rank
+    for s in facts.statements:
+        if effect(s).cluster_barrier:
+            pending = []
+            continue
+        if isinstance(s, ir.Store) and isinstance(peer := _peer(s.ref), ir.Peer):
+            pending.append((s, peer.rank))
+            continue
+        bar = getattr(s, effect(s).arrive or "", None)
+        if not pending or not isinstance(bar, ir.Peer):
+            continue
+        to = dict(ev.over_cluster(bar.rank, ranks))
+        stores = [(st, dict(ev.over_cluster(rank, ranks))) for st, rank in pending]
+        if not to or any(not where or where == to for _, where in stores):
+            pending = [(st, rank) for (st, rank), (_, where) in zip(pending, stores, strict=True)
+                       if where != to]  # handed over (or undecided): told
+            continue
+        st, where = stores[0]
+        r = next(r for r in ranks if where[r] != to[r])
+        out.error(f"this arrival tells the CTA of cluster rank {to[r]} (in the CTA of rank "
+                  f"{r}), but the stores before it went to rank {where[r]}: the CTA that reads "
+                  "them is not told, and the one told reads data not handed to it",
+                  s.loc, Note("the store into the peer is here", st.loc))
+        pending = []
+
+
+def _peer(ref: ir.Expr) -> ir.Peer | None:
+    while isinstance(ref, ir.Index):
+        ref = ref.base
+    return ref if isinstance(ref, ir.Peer) else None

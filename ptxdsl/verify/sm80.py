@@ -5,7 +5,9 @@ arrival and a wait through their effects (`ptxdsl.ops.sm80`)."""
 from __future__ import annotations
 
 from .. import ir
+from .. import types as T
 from ..errors import DiagnosticBag, Note
+from ..fp8 import conversion_unsupported
 from ..target import Target
 from .effects import bar, effect, issuers
 from .facts import Facts, Report
@@ -53,11 +55,39 @@ def check_noinc_arrivals(facts: Facts, out: Report) -> None:
                       f"count is {want}", head.stmt.loc, *notes, where)
 
 
+def check_fp8_conversions(facts: Facts, out: Report) -> None:
+    """Conversions to or from fp8 need a target with fp8 `cvt` (what codegen would refuse,
+    `check` reports)."""
+    if facts.target.fp8_cvt:
+        return
+    for s in facts.statements:
+        for e in _casts(s):
+            src, dst = e.x.type, e.type
+            if isinstance(src, T.Scalar) and isinstance(dst, T.Scalar) and \
+                    (src.is_fp8 or dst.is_fp8) and not src.is_pred:
+                out.error(conversion_unsupported(src, dst, facts.target.name), e.loc or s.loc)
+
+
+def _casts(s: ir.Stmt) -> list[ir.Cast]:
+    out: list[ir.Cast] = []
+    stack: list[object] = [getattr(s, f) for f in ir.node_fields(s)]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, tuple):
+            stack.extend(x)
+        elif isinstance(x, ir.Node):
+            if isinstance(x, ir.Cast):
+                out.append(x)
+            stack.extend(getattr(x, f) for f in ir.node_fields(x))
+    return out
+
+
 def verify_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag, t: Target) -> None:
     """The checks that apply to a kernel after the sm_80 pass: the re-derived arrival counts
     (noinc arrivals included), waits that can return, and the cp.async rules."""
     from .barriers import check_arrival_counts, check_waits
 
     facts, report = Facts(k, t), Report(diags)
-    for check in (check_arrival_counts, check_noinc_arrivals, check_waits, check_cp_async):
+    for check in (check_arrival_counts, check_noinc_arrivals, check_waits, check_cp_async,
+                  check_fp8_conversions):
         check(facts, report)

@@ -518,3 +518,58 @@ def test_tile_over_the_edges_both_builds_on_the_gpu(swizzle):
             for arch in ("sm_80", "sm_90a")]
     np.testing.assert_array_equal(outs[0], ex["expected"]["dst"])
     np.testing.assert_array_equal(outs[1], outs[0])
+
+
+STORE_RING = """
+kernel store_ring(src: ptr<f32>, dst: ptr<f32>, ntiles: u32) threads(64) {
+    shared stage: f32[2][256] align 128;
+    mbarrier full[2] count 1;
+    mbarrier empty[2] count 1;
+    let tid = %tid.x;
+    if tid == 0 {
+        for s in 0 .. 2 {
+            mbarrier_init(full[s]);
+            mbarrier_init(empty[s]);
+        }
+        fence_mbarrier_init();
+    }
+    bar_sync(0);
+    if tid == 0 {
+        for t in 0 .. ntiles {
+            let s = t & 1;
+            mbarrier_wait(empty[s], ((t >> 1) & 1) ^ 1);
+            mbarrier_arrive_expect_tx(full[s], 1024);
+            bulk_load(stage[s], src[t * 256], full[s]);
+        }
+    }
+    if tid == 32 {
+        for t in 0 .. ntiles {
+            let s = t & 1;
+            mbarrier_wait(full[s], (t >> 1) & 1);
+            bulk_store(dst[t * 256], stage[s]);
+            bulk_commit();
+            bulk_wait_read(0);
+            mbarrier_arrive(empty[s]);
+        }
+        bulk_wait(0);
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lanes_that_store_a_stage_are_ordered_before_its_release(seed):
+    """Issue 44: on sm_80 the lanes of warp 1 read the stage for the widened bulk_store, and
+    thread 32 alone hands it back: without a warp synchronisation between them, the next
+    copy into the stage raced with the other lanes' reads."""
+    from ptxdsl.interp import run
+
+    k = ptxdsl.parse(STORE_RING, "ring.ptxdsl").kernels[0]
+    src, dst = np.arange(256 * 6, dtype=np.float32), np.zeros(256 * 6, np.float32)
+    run(k, 1, {"src": src, "dst": dst, "ntiles": 6}, seed=seed, arch="sm_80")
+    assert (dst == src).all()
+    lowered = lower(ptxdsl.parse(STORE_RING), "sm_80").kernels[0]
+    [consumer] = [s for s in lowered.body if isinstance(s, ir.If)][-1:]
+    assert any(isinstance(s, ir.Let) and s.value == ir.Call(fn="elect", args=(),
+                                                            type=ptxdsl.types.pred)
+               for s in ir.walk(consumer.then))

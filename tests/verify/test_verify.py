@@ -688,3 +688,16 @@ def test_wgmma_guard_is_decided_warpgroup_uniform(guard, verdict):
     wgmma = [d for d in found if d.message.startswith("wgmma is ")]
     assert [d.severity for d in wgmma] == ([verdict] if verdict else []), \
         [d.render() for d in found]
+
+
+def test_fp8_conversion_for_sm80_is_reported_by_check_as_compile_would():
+    """Issue 44: `check --arch sm_80` accepted an fp8 conversion that `compile` refused."""
+    text = ("kernel to_fp8(src: ptr<f32>, dst: ptr<e4m3>) threads(32) {\n"
+            "    dst[%tid.x] = src[%tid.x] as e4m3;\n}\n")
+    message = ("converting f32 to e4m3 needs sm_89 or later (cvt of fp8 pairs); the module is "
+               "compiled for sm_80")
+    for run in (lambda m: lower(m, "sm_80"), lambda m: ptxdsl.compile_module(m, "sm_80")):
+        with pytest.raises(ptxdsl.CompileError) as e:
+            run(ptxdsl.parse(text, "k.ptxdsl"))
+        assert [(d.span.line, d.message) for d in e.value.diagnostics] == [(2, message)]
+    assert lower(ptxdsl.parse(text, "k.ptxdsl")) is not None  # sm_90 converts

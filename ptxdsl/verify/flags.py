@@ -1,0 +1,84 @@
+"""Flags that publish data across CTAs or ranks: a word a thread spins on with
+`ld_acquire()` and after which it reads memory is a publication flag, and whoever sets it
+publishes with it: a flip with relaxed order (an atomic exch / xor / or / and / cas left
+`relaxed`, or a plain store of a value other than 0) orders nothing before it, so the
+spinning thread may see the flag and then stale data. Counters (add, inc, ...) and resets to
+0 are left to the protocols that use them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .. import ir
+from .. import types as T
+from ..errors import Note
+from .effects import effect
+from .facts import Facts, Report, text
+from .remote import root
+
+_FLIPS = ("exch", "xor", "or", "and", "cas")
+
+
+def check_relaxed_flags(facts: Facts, out: Report) -> None:
+    spins = dict(_publishing_spins(facts.kernel.body, ()))
+    if not spins:
+        return
+    for s in facts.statements:
+        for flip, name in _flips(s):
+            spin = spins.get(name)
+            if spin is not None:
+                out.error(f"'{text(flip) if isinstance(flip, ir.Expr) else 'this store'}' "
+                          f"sets '{name}', on which a thread spins with ld_acquire() and then "
+                          "reads memory, with relaxed order, which publishes nothing written "
+                          "before it: make it a release (st_release(), or an atomic with "
+                          "release order)", flip.loc or s.loc,
+                          Note("the spin is here", spin.loc))
+
+
+def _publishing_spins(body: tuple[ir.Stmt, ...], rest: tuple[ir.Stmt, ...]
+                      ) -> Iterator[tuple[str, ir.While]]:
+    """(flag buffer, loop) of each `while` spinning on an ld_acquire() that memory reads
+    follow (in its block or the blocks around it)."""
+    for i, s in enumerate(body):
+        after = body[i + 1:] + rest
+        if isinstance(s, ir.While) and _reads_memory(after):
+            for e in _exprs(s.cond):
+                if isinstance(e, ir.AtomicLoad) and e.sem == "acquire" and \
+                        (name := root(e.ref)) is not None:
+                    yield name, s
+        for b in ir.blocks(s):
+            yield from _publishing_spins(b, after)
+
+
+def _reads_memory(stmts: tuple[ir.Stmt, ...]) -> bool:
+    for s in ir.walk(stmts):
+        if effect(s).loads_global:
+            return True  # a copy from global memory
+        if any(isinstance(e, ir.Load) and isinstance(e.ref.type, T.GlobalRef)
+               for e in _exprs(s)):
+            return True
+    return False
+
+
+def _flips(s: ir.Stmt) -> Iterator[tuple[ir.Node, str]]:
+    if isinstance(s, ir.Store) and isinstance(s.ref.type, T.GlobalRef) and \
+            not (isinstance(s.value, ir.Const) and s.value.value == 0) and \
+            (name := root(s.ref)) is not None:
+        yield s, name
+    for e in _exprs(s):
+        if isinstance(e, ir.Atomic) and e.sem == "relaxed" and e.op in _FLIPS and \
+                (name := root(e.ref)) is not None:
+            yield e, name
+
+
+def _exprs(x: object) -> Iterator[ir.Expr]:
+    """Every expression in a node's own fields (nested statement blocks left out)."""
+    stack: list[object] = [getattr(x, f) for f in ir.node_fields(x)] \
+        if isinstance(x, ir.Node) else [x]
+    while stack:
+        y = stack.pop()
+        if isinstance(y, tuple):
+            stack.extend(y)
+        elif isinstance(y, ir.Expr):
+            yield y
+            stack.extend(getattr(y, f) for f in ir.node_fields(y))
