@@ -1,12 +1,16 @@
-"""The small-M (decode) bf16 GEMM: swap-AB with split-K, with the Python API.
+"""The small-M (decode) GEMM, bf16 or e4m3: swap-AB with split-K, with the Python API.
 
-C = A @ W^T (A: M x K activations, W: N x K weights, row-major bf16; C: M x N bf16, f32
-accumulation) for the few token rows of decoding (M = 1 to 256), where the work is streaming
+C = A @ W^T (A: M x K activations, W: N x K weights, row-major bf16 or e4m3; C: M x N bf16,
+f32 accumulation) for the few token rows of decoding (M = 1 to 256), where the work is streaming
 W from memory. The tensor cores' smallest tile is 64 rows, so the kernel computes C^T = W A^T:
 a `bw`-row weight tile (64, 128 or 256 rows of N; consumer warpgroups of 64 or 128 rows) is
 the wgmma's A operand and the activation tile (`mp` rows of M, a multiple of 8 up to 256) its B
 operand, both read from shared memory K-major (what fp8 wgmma needs too). Rows of A past M
-are zero-filled by the tensor map and never stored.
+are zero-filled by the tensor map and never stored. A stage is one 128-byte swizzled row of K
+per tile row: K = 64 of bf16 (4 wgmma k16 steps), or K = 128 of e4m3 (4 k32 steps; fp8 wgmma
+has no transpose, so the swap keeps both operands K-major as they are in memory). The fp8
+scales (per tensor, or per token and per output channel) multiply the f32 sums as C is
+stored.
 
 Split-K keeps every SM streaming weights when the N / bw tiles are fewer than SMs: the
 schedule (`k.schedule(..., splits=S)`) cuts each tile's K steps into S ranges, one work item
@@ -29,29 +33,45 @@ then took the SMs a short grid leaves idle, and 96-CTA launches ran about 25% sl
 import numpy as np
 
 import ptxdsl
-from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
+from ptxdsl import array, bf16, e4m3, f32, ptr, s32, tmap, u32
 from ptxdsl.kernels.family import Family
 
 from .wgmma import consumer_lanes, count_part, load_stage, main_loop
 
-BK = 64  # K per stage: one 128-byte swizzled row of bf16
+SWIZZLE = 128  # bytes per shared-memory row: a stage's K extent
+BK = SWIZZLE // 2  # K per stage of bf16
+BK_FP8 = SWIZZLE  # K per stage of fp8
 SMEM = 227 * 1024  # shared memory a CTA may take on the H100 / H200
 MAX_STAGES = 12
+SCALES = ("tensor", "row")  # fp8: per-tensor scales, or per row of A and per row of W
 
 
 def stages_for(bw: int, mp: int) -> int:
-    """The deepest ring that fits shared memory: a stage holds bw + mp rows of BK bf16."""
-    per = (bw + mp) * BK * 2
+    """The deepest ring that fits shared memory: a stage holds bw + mp rows of SWIZZLE bytes
+    (BK bf16 or BK_FP8 fp8)."""
+    per = (bw + mp) * SWIZZLE
     return max(2, min(MAX_STAGES, (SMEM - 1024) // per))
 
 
 def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
-                consumer_regs: int = 232) -> ptxdsl.KernelDef:
+                consumer_regs: int = 232, dtype=bf16, scales: str | None = None
+                ) -> ptxdsl.KernelDef:
     """The swap-AB kernel for activation tiles of `mp` rows (8 to 256, a multiple of 8) and
     weight tiles of `bw` rows (64 or 128: one consumer warpgroup per 64; 256: two of 128 rows,
     each two m64 accumulators, for mp up to 128), with a `stages`-deep TMA ring (default: as
     deep as shared memory allows, `stages_for`). Taller weight tiles read each activation
-    tile for more weight rows: less shared-memory traffic from L2 as M grows."""
+    tile for more weight rows: less shared-memory traffic from L2 as M grows.
+
+    `dtype` is bf16 or e4m3 (A and W; C is bf16 either way). e4m3 takes `scales`: "tensor"
+    (C = sa sb A W^T, sa and sb one-element f32 device tensors, as torch._scaled_mm takes them)
+    or "row" (C[m, n] = sa[m] sb[n] (A W^T)[m, n], sa of M and sb of N f32: per token and per
+    output channel); either is applied to the f32 sums as C is stored (with swap-AB a weight
+    row is an accumulator row), after the split-K slot sum."""
+    if dtype not in (bf16, e4m3):
+        raise ValueError(f"make_smallm: dtype is bf16 or e4m3, got {dtype}")
+    if (scales is None) != (dtype == bf16) or scales not in (None, *SCALES):
+        raise ValueError(f"make_smallm: e4m3 takes scales 'tensor' or 'row', bf16 none; got "
+                         f"dtype {dtype} with scales {scales!r}")
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"make_smallm: mp is a multiple of 8 from 8 to 256, got {mp}")
     if bw not in (64, 128, 256):
@@ -66,12 +86,13 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
     nacc = mp // 2  # f32 per thread of an m64 x mp C^T accumulator
     # slots summed at a time: their loads take registers
     unroll = max(1, min(4, 128 // (mw * nacc)))
-    name = f"gemm_smallm_m{mp}_w{bw}_s{stages}"
+    bk, kw = (BK, 16) if dtype == bf16 else (BK_FP8, 32)  # K per stage, per wgmma
+    name = f"gemm_smallm_m{mp}_w{bw}_s{stages}" if dtype == bf16 else \
+        f"gemm_smallm_{dtype}_{scales}_m{mp}_w{bw}_s{stages}"
 
-    def gemm_smallm(k, w: tmap(bf16, 2), x: tmap(bf16, 2), c: ptr(bf16), ws: ptr(f32),
-                    sem: ptr(u32), m: u32, n: u32, kdim: u32, splits: u32):
-        ring = k.pipeline("ring", stages, a=(bf16, [bw, BK], 1024, 128),
-                          b=(bf16, [mp, BK], 1024, 128))
+    def body(k, w, x, c, ws, sem, m, n, kdim, splits, sa=None, sb=None):
+        ring = k.pipeline("ring", stages, a=(dtype, [bw, bk], 1024, SWIZZLE),
+                          b=(dtype, [mp, bk], 1024, SWIZZLE))
         last = k.shared("last", u32, [consumers])  # a warpgroup's 'my range completed it'
         with k.if_(k.tid.x == 0):  # the descriptors are parameters: fetched while we wait
             k.tma_prefetch_desc(w)
@@ -79,14 +100,14 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         # everything above is this CTA's own; C, the workspace and the semaphores may still
         # be in use by the grid before (and A is often its output)
         k.griddep_wait()
-        ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
+        ktiles = k.let("ktiles", (kdim + (bk - 1)) / bk)
         work = k.schedule("work", ((n + (bw - 1)) / bw, (m + (mp - 1)) / mp), ksteps=ktiles,
                           splits=splits)
         with k.role("producer", 0, 4, regs=40):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("it", work) as it:
                     with k.for_("kt", it.k0, it.k1) as kt:
-                        load_stage(k, ring, w, x, (kt * BK).to(s32), [(it.m * bw).to(s32)],
+                        load_stage(k, ring, w, x, (kt * bk).to(s32), [(it.m * bw).to(s32)],
                                    [(it.n * mp).to(s32)])
                         k.commit(ring)
         with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
@@ -94,12 +115,12 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
             with k.for_("it", work) as it:
                 accs = [k.let("acc" if mw == 1 else f"acc{r}", type=array(f32, nacc))
                         for r in range(mw)]
-                main_loop(k, ring, accs, wg, it.k0, it.k1, steps=BK // 16, wm=wm)
+                main_loop(k, ring, accs, wg, it.k0, it.k1, steps=bk // kw, wm=wm, kw=kw)
                 write = k.let("write", it.whole)
                 with k.if_(~it.whole):
                     k.assign(write, sum_slots(k, it, accs, last, ws, sem, wg, leader))
                 with k.if_(write):
-                    store(k, it, accs, c, m, n, wg, row, col)
+                    store(k, it, accs, c, m, n, wg, row, col, sa, sb)
 
     def sum_slots(k, it, accs, last, ws, sem, wg, leader):
         """Store this range's partial in its slot, count it on the warpgroup's semaphore, and
@@ -133,12 +154,19 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                                 acc[4 * q + e] = acc[4 * q + e] + k.select(here, v[e], 0.0)
         return total
 
-    def store(k, it, accs, c, m, n, wg, row, col) -> None:
+    def store(k, it, accs, c, m, n, wg, row, col, sa, sb) -> None:
         """C from the C^T fragments: acc[4 j + 2 i + e] of m64 block r is C^T row (64 r + row
         + 8 i) and column (8 j + col + e) of the warpgroup's rows of the tile, i.e. C[m, n]
-        with m in the tile's columns."""
+        with m in the tile's columns; times the fp8 scales."""
         n0 = k.let("n0", it.m * bw + wg * wm + row)
         m0 = k.let("m0", it.n * mp + col)
+        if scales == "tensor":
+            scale = k.let("scale", sa[0] * sb[0])
+        elif scales == "row":  # this thread's weight rows' scales (an edge row reads n - 1's)
+            rs = k.let("rs", type=array(f32, 2 * mw))
+            for r in range(mw):
+                for i in range(2):
+                    rs[2 * r + i] = sb[k.min(n0 + (r * 64 + i * 8), n - 1)]
         for r, acc in enumerate(accs):
             with k.for_(f"j{r}" if r else "j", 0, mp // 8, unroll=True) as j:
                 with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
@@ -146,7 +174,22 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                     with k.for_(f"e{r}" if r else "e", 0, 2, unroll=True) as e:
                         gm = m0 + j * 8 + e
                         with k.if_((gm < m) & (gn < n)):
-                            c[gm * n + gn] = acc[4 * j + 2 * i + e].to(bf16)
+                            v = acc[4 * j + 2 * i + e]
+                            if scales == "tensor":
+                                v = v * scale
+                            elif scales == "row":
+                                v = v * (sa[gm] * rs[2 * r + i])
+                            c[gm * n + gn] = v.to(bf16)
+
+    if dtype == bf16:
+        def gemm_smallm(k, w: tmap(bf16, 2), x: tmap(bf16, 2), c: ptr(bf16), ws: ptr(f32),
+                        sem: ptr(u32), m: u32, n: u32, kdim: u32, splits: u32):
+            body(k, w, x, c, ws, sem, m, n, kdim, splits)
+    else:
+        def gemm_smallm(k, w: tmap(e4m3, 2), x: tmap(e4m3, 2), c: ptr(bf16), ws: ptr(f32),
+                        sem: ptr(u32), scale_a: ptr(f32), scale_b: ptr(f32), m: u32, n: u32,
+                        kdim: u32, splits: u32):
+            body(k, w, x, c, ws, sem, m, n, kdim, splits, scale_a, scale_b)
 
     return ptxdsl.kernel(threads=128 * (1 + consumers), name=name)(gemm_smallm)
 
@@ -163,55 +206,76 @@ def pad_m(m: int) -> int:
     return max(8, min(256, 1 << (m - 1).bit_length()))
 
 
-def pick_splits(m: int, n: int, k: int, bw: int, mp: int, sms: int = SMS) -> int:
+def pick_splits(m: int, n: int, k: int, bw: int, mp: int, sms: int = SMS, bk: int = BK) -> int:
     """As many K ranges per tile as fill the SMs once (each range at least MIN_KSTEPS K
-    steps)."""
+    steps of `bk`: BK for bf16, BK_FP8 for fp8, as in the helpers below)."""
     tiles = -(-n // bw) * -(-m // mp)
-    return max(1, min(sms // tiles, -(-k // BK) // MIN_KSTEPS))
+    return max(1, min(sms // tiles, -(-k // bk) // MIN_KSTEPS))
 
 
-def workspace(m: int, n: int, k: int, bw: int, mp: int, splits: int) -> tuple[int, int]:
+def workspace(m: int, n: int, k: int, bw: int, mp: int, splits: int,
+              bk: int = BK) -> tuple[int, int]:
     """(f32 elements of the workspace, u32 semaphores) of a launch, at least one of each (a
     launch takes no empty array)."""
     tiles = -(-n // bw) * -(-m // mp)
-    ranges = min(splits, -(-k // BK))
+    ranges = min(splits, -(-k // bk))
     return (tiles * ranges * bw * mp if ranges > 1 else 1), tiles * min(bw // 64, 2)
 
 
-def launch_grid(m: int, n: int, k: int, bw: int, mp: int, splits: int, sms: int = SMS) -> int:
+def launch_grid(m: int, n: int, k: int, bw: int, mp: int, splits: int, sms: int = SMS,
+                bk: int = BK) -> int:
     """One CTA per work item, at most one per SM (a CTA walks its items in turn)."""
-    items = -(-n // bw) * -(-m // mp) * min(splits, -(-k // BK))
+    items = -(-n // bw) * -(-m // mp) * min(splits, -(-k // bk))
     return min(items, sms)
 
 
 def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
             splits: int | None = None, mp: int | None = None, bw: int = 128,
-            grid: int | None = None) -> dict:
-    """Random bf16 A (m x k) and W (n x k); the reference is A @ W^T in f32 (k and n multiples
-    of 8, as TMA wants 16-byte row pitches). The semaphores start and end at zero."""
+            grid: int | None = None, dtype=bf16, scales: str | None = None) -> dict:
+    """Random A (m x k) and W (n x k) of `dtype`; the reference is A @ W^T in f32 (k and n
+    multiples of 16, as TMA wants 16-byte row pitches). The semaphores start and end at zero.
+    e4m3 (`scales` as make_smallm takes them): standard normal values quantised, the scales
+    in [0.5, 2) times powers of two from 2^-3 to 2^3 (per row: a wrong row's scale shows),
+    the reference the dequantised product in f64, the absolute tolerance that of the smallest
+    scale (a number, so that it serves the semaphores' check too)."""
     from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     mp = mp or pad_m(m)
-    splits = splits or pick_splits(m, n, k, bw, mp)
-    a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
-    w = f32_to_bf16(rng.standard_normal((n, k), np.float32))
-    ref = bf16_to_f32(a) @ bf16_to_f32(w).T
-    size, nsem = workspace(m, n, k, bw, mp, splits)
+    bk = BK if dtype == bf16 else BK_FP8
+    splits = splits or pick_splits(m, n, k, bw, mp, bk=bk)
+    size, nsem = workspace(m, n, k, bw, mp, splits, bk)
+    inputs: dict = {}
+    if dtype == bf16:
+        a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
+        w = f32_to_bf16(rng.standard_normal((n, k), np.float32))
+        ref = bf16_to_f32(a) @ bf16_to_f32(w).T
+        atol = 2 ** -7 * float(np.sqrt(k)) * 4
+    else:
+        from ptxdsl.fp8 import quantize
+
+        a = quantize(rng.standard_normal((m, k)), dtype)
+        w = quantize(rng.standard_normal((n, k)), dtype)
+        sa, sb = ((rng.uniform(0.5, 2.0, size) * np.exp2(rng.integers(-3, 4, size)))
+                  .astype(np.float32) for size in ((1, 1) if scales == "tensor" else (m, n)))
+        inputs = {"scale_a": sa, "scale_b": sb}
+        scale = np.outer(np.broadcast_to(sa, m), np.broadcast_to(sb, n)).astype(np.float64)
+        ref = (a.astype(np.float64) @ w.astype(np.float64).T) * scale
+        atol = 2 ** -8 * float(np.sqrt(k)) * 4 * float(scale.min())
     box = {"swizzle": "128B"}
-    return {"grid": grid or launch_grid(m, n, k, bw, mp, splits),
+    return {"grid": grid or launch_grid(m, n, k, bw, mp, splits, bk=bk),
             "inputs": {"w": w, "x": a, "ws": np.zeros(size, np.float32),
-                       "sem": np.zeros(nsem, np.uint32), "m": m, "n": n, "kdim": k,
+                       "sem": np.zeros(nsem, np.uint32), **inputs, "m": m, "n": n, "kdim": k,
                        "splits": splits},
-            "tensor_maps": {"w": {"box": (bw, BK), **box}, "x": {"box": (mp, BK), **box}},
+            "tensor_maps": {"w": {"box": (bw, bk), **box}, "x": {"box": (mp, bk), **box}},
             "outputs": {"c": np.zeros((m, n), np.uint16)},
             "expected": {"c": ref, "sem": np.zeros(nsem, np.uint32)},
-            "rtol": 2 ** -7, "atol": 2 ** -7 * float(np.sqrt(k)) * 4}
+            "rtol": 2 ** -7, "atol": atol}
 
 
 FAMILY = Family(
     name="gemm_smallm",
-    summary="bf16 decode GEMM for M <= 256: swap-AB (C^T = W A^T), split-K with a "
-            "deterministic slot sum, deep TMA ring",
+    summary="bf16 / e4m3 decode GEMM for M <= 256: swap-AB (C^T = W A^T), split-K with a "
+            "deterministic slot sum, deep TMA ring; fp8 scales per tensor or per row",
     factory=make_smallm,
     defaults={"mp": 64, "bw": 128},
 )
