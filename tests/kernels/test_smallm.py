@@ -2,12 +2,15 @@
 against numpy: odd M, N off the weight tile, K off the 64-wide step and split into ranges
 that do not divide it, an M past one activation tile; the slot sum is bit-identical whichever
 range finishes last (the interpreter's seed changes the order CTAs run in), and the
-semaphores end at zero. More shapes with PTXDSL_DEEP=1."""
+semaphores end at zero. The e4m3 form likewise, with per-tensor and per-row scales, against
+the dequantised product (ml_dtypes' float8_e4m3fn in numpy). More shapes with PTXDSL_DEEP=1."""
 
 import numpy as np
 import pytest
 from fuzzing import DEEP
 
+import ptxdsl
+from ptxdsl import bf16, e4m3
 from ptxdsl.interp import run_sample
 from ptxdsl.kernels import gemm_smallm
 from ptxdsl.tools.runner import compare
@@ -21,12 +24,21 @@ SLOW = [(33, 136, 520, 5, 64, 64),  # 9 K steps in 5 ranges; N ragged over three
         (3, 264, 64, 4, 8, 64),  # one K step: one range however many are asked for
         (5, 200, 320, 3, 8, 256), (13, 264, 1000, 4, 16, 256),  # two m64 blocks a warpgroup
         (100, 64, 456, 2, 128, 128)]
+# e4m3, (m, n, k, splits, mp, bw, scales): K steps of 128
+FAST_FP8 = [(5, 72, 640, 3, 8, 64, "tensor"),  # 5 K steps in ranges 2, 2, 1
+            (5, 136, 1008, 3, 8, 128, "row"),  # 8 K steps, the last short, in 3, 3, 2; N ragged
+            (13, 72, 256, 1, 16, 64, "row")]  # whole tiles: C straight from the accumulators
+SLOW_FP8 = [(33, 136, 1040, 5, 64, 64, "row"),  # 9 K steps in 5 ranges; three weight tiles
+            (20, 200, 1008, 3, 8, 128, "tensor"),  # M over three tiles of 8
+            (3, 264, 128, 4, 8, 64, "row"),  # one K step: one range
+            (5, 200, 640, 3, 8, 256, "row"),  # two m64 blocks a warpgroup
+            (13, 264, 1008, 4, 16, 256, "tensor"), (100, 64, 464, 2, 128, 128, "tensor")]
 
 
-def run(m, n, k, splits, mp, bw, seed=0) -> np.ndarray:
-    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3)
+def run(m, n, k, splits, mp, bw, seed=0, dtype=bf16, scales=None) -> np.ndarray:
+    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3, dtype=dtype, scales=scales)
     ex = gemm_smallm.example(np.random.default_rng(m + n + k), m=m, n=n, k=k, splits=splits,
-                             mp=mp, bw=bw)
+                             mp=mp, bw=bw, dtype=dtype, scales=scales)
     out = run_sample(kd.ir, {"kernel": kd.name, **ex}, seed=seed)
     types = {p.name: getattr(p.type, "elem", None) for p in kd.ir.params}
     for param, want in ex["expected"].items():
@@ -40,6 +52,11 @@ def test_smallm_matches_numpy(m, n, k, splits, mp, bw):
     run(m, n, k, splits, mp, bw)
 
 
+@pytest.mark.parametrize("m, n, k, splits, mp, bw, scales", FAST_FP8 + (SLOW_FP8 if DEEP else []))
+def test_smallm_fp8_matches_numpy(m, n, k, splits, mp, bw, scales):
+    run(m, n, k, splits, mp, bw, dtype=e4m3, scales=scales)
+
+
 @pytest.mark.parametrize("seeds", [(0, 1)] + ([(2, 3)] if DEEP else []))
 def test_split_sum_is_the_same_whichever_range_is_last(seeds):
     """Two interleavings of the CTAs: another range completes each tile's count, and C
@@ -51,7 +68,11 @@ def test_split_sum_is_the_same_whichever_range_is_last(seeds):
 @pytest.mark.parametrize("bad, words", [({"mp": 12}, "mp is a multiple of 8"),
                                         ({"mp": 264}, "from 8 to 256, got 264"),
                                         ({"bw": 96}, "bw is 64, 128 or 256, got 96"),
-                                        ({"bw": 256, "mp": 136}, "for mp up to 128")])
+                                        ({"bw": 256, "mp": 136}, "for mp up to 128"),
+                                        ({"dtype": e4m3}, "e4m3 takes scales"),
+                                        ({"dtype": e4m3, "scales": "block"}, "'block'"),
+                                        ({"scales": "row"}, "bf16 none"),
+                                        ({"dtype": ptxdsl.f16}, "bf16 or e4m3, got f16")])
 def test_bad_configurations_are_named(bad, words):
     with pytest.raises(ValueError, match=words):
         gemm_smallm.make_smallm(**bad)
@@ -64,8 +85,8 @@ def test_activation_tile_holds_m(m, mp):
 
 
 def test_splits_fill_the_sms_once():
-    """4096 x 4096 weights in 128-row tiles: 32 tiles, 4 ranges of 16 K steps each; a weight
-    with more tiles than SMs is not split; a short K is not cut below MIN_KSTEPS."""
+    """4096 x 4096 weights in 128-row tiles: 32 tiles, 4 ranges of 16 K steps each (bf16); a
+    weight with more tiles than SMs is not split; a short K is not cut below MIN_KSTEPS."""
     assert gemm_smallm.pick_splits(1, 4096, 4096, 128, 8) == 4
     assert gemm_smallm.launch_grid(1, 4096, 4096, 128, 8, 4) == 128
     assert gemm_smallm.pick_splits(64, 28672, 4096, 128, 64) == 1
@@ -73,6 +94,13 @@ def test_splits_fill_the_sms_once():
     assert gemm_smallm.workspace(1, 4096, 4096, 128, 8, 4) == (32 * 4 * 128 * 8, 64)
     assert gemm_smallm.workspace(1, 4096, 4096, 256, 8, 4) == (16 * 4 * 256 * 8, 32)
     assert gemm_smallm.workspace(64, 28672, 4096, 128, 64, 1) == (1, 448)
+    # fp8: K steps of 128, half as many: 4 ranges of 8 at 4096 x 4096; K 512 (4 steps) is
+    # not split; at K 256, 2 ranges however many are asked for
+    bk = gemm_smallm.BK_FP8
+    assert gemm_smallm.pick_splits(1, 4096, 4096, 128, 8, bk=bk) == 4
+    assert gemm_smallm.pick_splits(1, 4096, 512, 128, 8, bk=bk) == 1
+    assert gemm_smallm.workspace(1, 4096, 256, 128, 8, 4, bk) == (32 * 2 * 128 * 8, 64)
+    assert gemm_smallm.launch_grid(1, 4096, 256, 128, 8, 4, bk=bk) == 64
 
 
 def test_every_activation_tile_builds_and_fits():
@@ -82,5 +110,6 @@ def test_every_activation_tile_builds_and_fits():
     mps = sorted({gemm_smallm.pad_m(m) for m in range(1, 257)})
     for mp in mps if DEEP else mps[-1:]:
         for bw in (64, 128, 256) if mp <= 128 else (64, 128):
-            info = gemm_smallm.make_smallm(mp=mp, bw=bw).program().kernels[0]
-            assert info.smem_bytes <= 232448
+            for dtype, scales in ((bf16, None), (e4m3, "tensor"), (e4m3, "row")):
+                kd = gemm_smallm.make_smallm(mp=mp, bw=bw, dtype=dtype, scales=scales)
+                assert kd.program().kernels[0].smem_bytes <= 232448
