@@ -1,7 +1,7 @@
 """The kernel families behind the torch ops, and the configs each may be tuned over.
 
 The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.gemm_smallm
-`make_smallm`, ptxdsl.kernels.gemm_fp8 `make_gemm_fp8`, ptxdsl.kernels.attention
+`make_smallm`, bf16 and e4m3, ptxdsl.kernels.gemm_fp8 `make_gemm_fp8`, ptxdsl.kernels.attention
 `make_attention`, ptxdsl.kernels.attention_bwd `make_attention_bwd`, `make_preprocess` and
 `make_finish`, ptxdsl.kernels.decode_attention `make_decode_attention`,
 ptxdsl.kernels.grouped_gemm `make_grouped`, ptxdsl.kernels.norms
@@ -49,6 +49,19 @@ def smallm_recipe(mp: int, bw: int) -> Recipe:
     return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw)
 
 
+# the e4m3 decode GEMM (the same kernel with fp8 operands, K = 128 per stage), over the bf16
+# one's activation and weight tiles, per scale mode: "tensor" (torch._scaled_mm's per-tensor
+# scales, one-element f32 tensors) or "row" (per token of A, per output channel of W). Not
+# yet behind scaled_mm_fp8 (bench/decode_gemm.py runs it directly until it has run on a GPU).
+SMALLM_FP8_SCALES = ("tensor", "row")
+
+
+def smallm_fp8_recipe(mp: int, bw: int, scales: str) -> Recipe:
+    """The decode GEMM C = scales x A @ W^T of e4m3 A (up to mp rows) and W (bw-row tiles)."""
+    return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw,
+                     dtype=T.e4m3, scales=scales)
+
+
 # scaled_mm_fp8 (per-tensor scales, K = 128 per stage): the benchmarked 128 x 256, 3-stage
 # kernel first, then 128 x 128 with 6 stages (both fill the shared memory), each with and
 # without a 2 x 1 cluster.
@@ -78,6 +91,11 @@ def gemm_kernel(bn: int, stages: int, cluster: int, streamk: int = 0) -> KernelD
 @cache
 def smallm_kernel(mp: int, bw: int) -> KernelDef:
     return smallm_recipe(mp, bw).build()
+
+
+@cache
+def smallm_fp8_kernel(mp: int, bw: int, scales: str) -> KernelDef:
+    return smallm_fp8_recipe(mp, bw, scales).build()
 
 
 # attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or
