@@ -1,16 +1,27 @@
 """Decode GEMM: `torch.ops.ptxdsl.gemm` against cuBLAS (`torch.mm`) on the skinny products of
 decoding (a few token rows times a weight), each call replayed from a CUDA graph as a serving
-loop runs it, correctness checked first.
+loop runs it, correctness checked first; and the e4m3 form of the same kernel against
+`torch._scaled_mm` in each of its modes.
 
-    python -m bench decode-gemm [--nk 4096x4096,28672x4096] [--m 1,8,16,...] [--json FILE]
+    python -m bench decode-gemm [--nk 4096x4096,28672x4096] [--m 1,8,16,...] [--dtype bf16,fp8]
+                                [--json FILE]
 
 C (M x N) = A (M x K) @ W^T with W (N x K) row-major bf16, f32 accumulation. A decode GEMM
-reads the whole weight once and little else, so it is measured in GB/s: (M K + N K + M N)
-x 2 bytes over the time of one call, and as a fraction of the copy bandwidth measured in the
-same run (torch's device-to-device copy of COPY_BYTES). Times: the best of three interleaved
-rounds of medians of CUDA-event-timed replays of a graph of CALLS captured calls; the same
-calls launched eagerly are timed too (in the JSON and a note). `--json FILE` saves every
-point (what `python -m bench plots` draws)."""
+reads the whole weight once and little else, so it is measured in GB/s: (M K + N K) x the
+element's bytes + M N x 2 bytes (C, bf16) over the time of one call, and as a fraction of the
+copy bandwidth measured in the same run (torch's device-to-device copy of COPY_BYTES).
+
+fp8: A and W quantised to e4m3 per tensor (one f32 scale each, amax / 448) or per row (a
+scale per token of A and per output channel of W); ptxdsl's e4m3 decode kernel
+(ptxdsl/kernels/gemm_smallm.py with dtype e4m3) is launched directly (scaled_mm_fp8 does not
+dispatch to it yet), each of its weight tiles timed and the best kept; the reference is
+`torch._scaled_mm` in the same scale mode, with and without `use_fast_accum`, the faster
+(bench/decode_gemm_fp8.py).
+
+Times: the best of three interleaved rounds of medians of CUDA-event-timed replays of a
+graph of CALLS captured calls; the same calls launched eagerly are timed too (in the JSON and
+a note). `--json FILE` saves every point (what `python -m bench plots` draws: the bf16 ones;
+an fp8 point has "dtype": "fp8" and its contenders named by scale mode)."""
 
 from __future__ import annotations
 
@@ -50,6 +61,7 @@ LIMITS = ("Nsight Compute (one cold launch, 2026-11-28): at 64 x 4096 x 4096 (64
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nk", default=NK, help="comma-separated NxK weight shapes")
     p.add_argument("--m", default=MS, help="comma-separated token counts M")
+    p.add_argument("--dtype", default="bf16,fp8", help="comma-separated: bf16, fp8 or both")
     p.add_argument("--json", help="save every point's GB/s by contender to this file")
 
 
@@ -82,8 +94,9 @@ def graphed(torch: Any, call: Any) -> Any:
     return graph.replay
 
 
-def gbps(m: int, n: int, k: int, ms: float) -> float:
-    return (m * k + n * k + m * n) * 2 / (ms * 1e-3) / 1e9
+def gbps(m: int, n: int, k: int, ms: float, elem: int = 2) -> float:
+    """GB/s of a call: A and W of `elem`-byte elements read, bf16 C written."""
+    return ((m * k + n * k) * elem + m * n * 2) / (ms * 1e-3) / 1e9
 
 
 def copy_gbps(torch: Any) -> float:
@@ -95,19 +108,39 @@ def copy_gbps(torch: Any) -> float:
 
 
 def run(a: argparse.Namespace) -> list[Section]:
+    dtypes = a.dtype.split(",")
+    if set(dtypes) - {"bf16", "fp8"}:
+        raise BenchError(f"--dtype: bf16, fp8 or both (comma-separated), got {a.dtype!r}")
+    shapes, ms = weight_shapes(a.nk), ints(a.m, ",", "--m")
     import torch
 
     import ptxdsl.torch  # noqa: F401  (registers torch.ops.ptxdsl)
 
+    copy = copy_gbps(torch)
+    sections, points = [], []
+    if "bf16" in dtypes:
+        sections.append(bf16_section(torch, shapes, ms, copy, points))
+    if "fp8" in dtypes:
+        from .decode_gemm_fp8 import fp8_section
+
+        sections.append(fp8_section(torch, shapes, ms, copy, points))
+    if a.json:
+        save_json(Path(a.json), "decode-gemm", "GB/s", points)
+    return sections
+
+
+def bf16_section(torch: Any, shapes: list[tuple[int, int]], ms: list[int], copy: float,
+                 points: list[dict]) -> Section:
+    """`torch.ops.ptxdsl.gemm` against cuBLAS at every N x K and M (each point added to
+    `points`)."""
     s = Section("decode-gemm", "Decode GEMM, bf16, from a CUDA graph", ABOUT, plot=PLOT,
                 limits=LIMITS)
-    copy = copy_gbps(torch)
-    points, notes, eager = [], [], []
+    notes, eager = [], []
     g = torch.Generator(device="cuda").manual_seed(0)
-    for n, k in weight_shapes(a.nk):
+    for n, k in shapes:
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
         per_m, per_m_eager = [], []
-        for m in ints(a.m, ",", "--m"):
+        for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
             calls = {"ptxdsl": lambda x=x, w=w: torch.ops.ptxdsl.gemm(x, w),
                      "cuBLAS": lambda x=x, w=w: torch.mm(x, w.T)}
@@ -115,8 +148,8 @@ def run(a: argparse.Namespace) -> list[Section]:
                 err = gemm_error(call(), x, w)
                 if not err <= 1.0:
                     raise BenchError(f"{name} at {m}x{n}x{k}: error {err:.2f} x the tolerance")
-            ms = interleaved_ms({name: graphed(torch, c) for name, c in calls.items()}, 20)
-            rate = {name: gbps(m, n, k, t / CALLS) for name, t in ms.items()}
+            times = interleaved_ms({name: graphed(torch, c) for name, c in calls.items()}, 20)
+            rate = {name: gbps(m, n, k, t / CALLS) for name, t in times.items()}
             direct = {name: gbps(m, n, k, t)
                       for name, t in interleaved_ms(calls, 20, warm=None).items()}
             points.append({"m": m, "n": n, "k": k, "gbps": rate, "eager_gbps": direct,
@@ -128,13 +161,11 @@ def run(a: argparse.Namespace) -> list[Section]:
                 s.rows.append(Row(f"bf16 {m} x {n} x {k}",
                                   "torch.ops.ptxdsl.gemm", rate["ptxdsl"], "cuBLAS torch.mm",
                                   rate["cuBLAS"], "GB/s",
-                                  f"python -m bench decode-gemm --nk {n}x{k} --m {m}",
-                                  target=1.0))
+                                  f"python -m bench decode-gemm --nk {n}x{k} --m {m} "
+                                  "--dtype bf16", target=1.0))
         notes.append(f"{n} x {k}: " + ", ".join(per_m))
         eager.append(f"{n} x {k}: " + ", ".join(per_m_eager))
     s.notes.append(f"Copy bandwidth in this run: {copy:.0f} GB/s. GB/s from the graph, ptxdsl "
                    "/ cuBLAS (ptxdsl's % of copy), by N x K, every M: " + "; ".join(notes)
                    + ". Eager launches, GB/s ptxdsl / cuBLAS: " + "; ".join(eager) + ".")
-    if a.json:
-        save_json(Path(a.json), "decode-gemm", "GB/s", points)
-    return [s]
+    return s

@@ -1,7 +1,10 @@
 """The small-M (decode) GEMM (ptxdsl/kernels/gemm_smallm.py) on the GPU, through the gemm
 op's launcher, against torch's f32 reference on fresh random bf16 data: every weight-tile
 config, odd M, N off the tile, K off the 64-wide step, split and whole tiles; C is the same
-bit for bit over repeated launches, and the semaphores are left at zero."""
+bit for bit over repeated launches, and the semaphores are left at zero. The e4m3 form
+likewise, per-tensor and per-row scales, launched as `python -m bench decode-gemm` launches it
+(bench/decode_gemm_fp8.py; scaled_mm_fp8 does not dispatch to it yet), against the dequantised
+f32 product and torch._scaled_mm."""
 
 import pytest
 
@@ -55,3 +58,65 @@ def test_op_at_small_m_in_a_cuda_graph(torch, ops):
     graph.replay()
     torch.cuda.synchronize()
     assert gemm_error(out, a, w) <= 1.0
+
+
+# e4m3: (M, N, K) with N and K multiples of 16 (torch._scaled_mm's rule too), K off the
+# 128-wide step where it can be
+FP8_SHAPES = [(1, 4096, 4096), (7, 4112, 4096), (64, 1008, 1040), (33, 28672, 4096),
+              (256, 4096, 14336), (129, 144, 80), (200, 7168, 8192), (3, 16, 16)]
+
+
+@pytest.mark.parametrize("scales", ["tensor", "row"])
+@pytest.mark.parametrize("m, n, k, bw", [(*s, bw) for s in FP8_SHAPES for bw in (128, 64, 256)
+                                         if bw < 256 or s[0] <= 128])
+def test_smallm_fp8_matches_scaled_mm_and_repeats_bit_for_bit(torch, m, n, k, bw, scales):
+    """The e4m3 decode kernel (launched as bench decode-gemm launches it) against the f32
+    product of the dequantised inputs, and within twice that tolerance of torch._scaled_mm in
+    the same scale mode; rows of A and W of magnitudes 2^-4 .. 2^4, so that a row scale
+    applied to the wrong row shows."""
+    from bench.decode_gemm_fp8 import fp8_error, fp8_reference, fp8_runner, quantize
+    from ptxdsl.torch.gemm import _SEMAPHORES
+
+    g = torch.Generator(device="cuda").manual_seed(m + n + k + bw)
+    mags = [torch.exp2(torch.randint(-4, 5, (r, 1), device="cuda", generator=g).float())
+            for r in (m, n)]
+    x8, sa = quantize(torch, torch.randn(m, k, device="cuda", generator=g) * mags[0],
+                      scales == "row")
+    w8, sb = quantize(torch, torch.randn(n, k, device="cuda", generator=g) * mags[1],
+                      scales == "row")
+    run = fp8_runner(x8, w8, sa, sb, scales, bw)
+    results = []
+    for _ in range(3):
+        c = run()
+        torch.cuda.synchronize()
+        assert fp8_error(c, x8, sa, w8, sb) <= 1.0
+        results.append(c.view(torch.int16).clone())
+    assert all(torch.equal(r, results[0]) for r in results[1:])
+    theirs = torch._scaled_mm(x8, w8.T, scale_a=sa, scale_b=sb.reshape(1, -1) if scales == "row"
+                              else sb, out_dtype=torch.bfloat16)
+    _, tol = fp8_reference(x8, sa, w8, sb)
+    assert bool(((c.float() - theirs.float()).abs() <= 2 * tol).all())
+    sem = _SEMAPHORES[(x8.device.index, torch.cuda.current_stream().cuda_stream)]
+    assert int(sem.count_nonzero()) == 0, "semaphores not left at zero"
+
+
+def test_smallm_fp8_in_a_cuda_graph(torch):
+    """The e4m3 kernel captured in a CUDA graph and replayed on new inputs (per-row scales
+    updated in place too)."""
+    from bench.decode_gemm_fp8 import fp8_error, fp8_runner, quantize
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x8, sa = quantize(torch, torch.randn(16, 4096, device="cuda", generator=g), True)
+    w8, sb = quantize(torch, torch.randn(6144, 4096, device="cuda", generator=g), True)
+    run = fp8_runner(x8, w8, sa, sb, "row", 128)
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    fresh, fresh_s = quantize(torch, torch.randn(16, 4096, device="cuda", generator=g) * 8, True)
+    x8.copy_(fresh)
+    sa.copy_(fresh_s)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert fp8_error(out, x8, sa, w8, sb) <= 1.0

@@ -1,0 +1,174 @@
+"""The fp8 part of `python -m bench decode-gemm`: ptxdsl's e4m3 decode GEMM (gemm_smallm with
+dtype e4m3), launched directly, against `torch._scaled_mm` in each of its modes, per tensor
+and per row (see decode_gemm.py's docstring).
+
+`fp8_runner` launches the kernel as the gemm op launches the bf16 one (its split count, grid,
+slot workspace and per-stream semaphores): what scaled_mm_fp8 will dispatch to once the
+kernel has run on a GPU. The GPU tests (tests/kernels/test_smallm_gpu.py) run it too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .common import BenchError, Row, Section, interleaved_ms
+from .decode_gemm import CALLS, ROWS, gbps, graphed
+
+FP8_MAX = 448.0  # e4m3's largest finite value
+MODES = {"tensor": "per-tensor", "row": "per-row"}  # gemm_smallm's scales -> the rows' words
+ABOUT = ("e4m3 A (M x K) and W (N x K), bf16 C = scales x A @ W^T, f32 accumulation; GB/s = "
+         "((M K + N K) x 1 + M N x 2) bytes / the time of one call. Scales per tensor (one f32 "
+         "each, amax / 448) or per row (per token of A, per output channel of W). ptxdsl's "
+         "e4m3 decode kernel (swap-AB, split-K; `gemm_smallm` with dtype e4m3) launched "
+         "directly, the best of its weight tiles, against `torch._scaled_mm` in the same scale "
+         "mode, the faster of its default and `use_fast_accum` modes; each captured "
+         f"{CALLS} times in a CUDA graph whose replays are timed, best of 3 interleaved rounds "
+         "of medians of 20 replays; every output checked against the f32 product of the "
+         "dequantised inputs first.")
+
+
+def _kernel(config: Any) -> Any:
+    from ptxdsl.torch.kernels import smallm_fp8_kernel
+
+    return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"])
+
+
+def fp8_runner(x8: Any, w8: Any, sa: Any, sb: Any, scales: str, bw: int) -> Callable[[], Any]:
+    """A call of the e4m3 decode kernel on x8 (M x K) and w8 (N x K), e4m3 with unit inner
+    stride, over `bw`-row weight tiles, returning C (M x N, bf16). `scales` "tensor": sa and
+    sb hold one f32 each; "row": sa one per row of x8, sb one per row of w8 (any shape, f32,
+    contiguous). Each call takes a fresh slot workspace and C on torch's current stream, and
+    that stream's semaphores (shared with the gemm op's: zero between launches)."""
+    import torch
+
+    from ptxdsl.kernels import gemm_smallm as g
+    from ptxdsl.runtime.tensormap import TensorMap
+    from ptxdsl.torch.gemm import launchable, semaphores
+
+    m, k = x8.shape
+    n = w8.shape[0]
+    mp, bk, device = g.pad_m(m), g.BK_FP8, x8.device.index
+    kernel, resident = launchable(_kernel, (("bw", bw), ("cluster", 1), ("mp", mp),
+                                            ("scales", scales)), device)
+    splits = g.pick_splits(m, n, k, bw, mp, resident, bk)
+    size, nsem = g.workspace(m, n, k, bw, mp, splits, bk)
+    grid = g.launch_grid(m, n, k, bw, mp, splits, resident, bk)
+    tw = TensorMap(w8, box=(bw, bk), swizzle="128B")
+    tx = TensorMap(x8, box=(mp, bk), swizzle="128B")
+
+    def call() -> Any:
+        stream = torch.cuda.current_stream(x8.device).cuda_stream
+        c = x8.new_empty((m, n), dtype=torch.bfloat16)
+        ws = x8.new_empty(size, dtype=torch.float32)
+        kernel[grid, None, stream](tw, tx, c, ws, semaphores(device, stream, nsem), sa, sb, m,
+                                   n, k, splits)
+        return c
+
+    return call
+
+
+def quantize(torch: Any, v: Any, rows: bool) -> tuple[Any, Any]:
+    """e4m3 values of `v` and their f32 scales, amax / 448: of the whole tensor (shape (1,))
+    or of each row (shape (R, 1))."""
+    amax = v.abs().amax(dim=1, keepdim=True) if rows else v.abs().amax().reshape(1)
+    s = (amax / FP8_MAX).clamp_min(1e-12).float()
+    return (v / s).to(torch.float8_e4m3fn), s
+
+
+def fp8_reference(x8: Any, sa: Any, w8: Any, sb: Any) -> tuple[Any, Any]:
+    """The f32 product of the dequantised inputs, and each element's tolerance: the bf16
+    rounding of C, and the fp8 sums' rounding (the tensor cores accumulate fp8 products in
+    limited precision) scaled by what these rows' dot products can reach."""
+    import torch
+
+    a, w = x8.float() * sa.reshape(-1, 1), w8.float() * sb.reshape(-1, 1)
+    ref = a @ w.T
+    tol = 2 ** -7 * ref.abs() + 2 ** -6 * torch.outer(a.norm(dim=1), w.norm(dim=1)) \
+        / x8.shape[1] ** 0.5
+    return ref, tol
+
+
+def fp8_error(c: Any, x8: Any, sa: Any, w8: Any, sb: Any) -> float:
+    """max |C - ref| / tolerance against fp8_reference (<= 1 passes)."""
+    ref, tol = fp8_reference(x8, sa, w8, sb)
+    return float(((c.float() - ref).abs() / tol).max())
+
+
+def contenders(torch: Any, x8: Any, sa: Any, w8: Any, sb: Any, scales: str
+               ) -> dict[str, Callable[[], Any]]:
+    """ptxdsl's kernel at each weight tile of its activation tile, and `torch._scaled_mm` in
+    the same scale mode (row scales as it takes them: (M, 1) and (1, N)) in both of its
+    accumulation modes."""
+    from ptxdsl.kernels.gemm_smallm import pad_m
+    from ptxdsl.torch.kernels import smallm_configs
+
+    ours = {f"ptxdsl w{c['bw']}": fp8_runner(x8, w8, sa, sb, scales, c["bw"])
+            for c in smallm_configs(pad_m(x8.shape[0]))}
+    sb_t = sb.reshape(1, -1) if scales == "row" else sb
+
+    def scaled_mm(fast: bool) -> Callable[[], Any]:
+        return lambda: torch._scaled_mm(x8, w8.T, scale_a=sa, scale_b=sb_t,
+                                        out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+    return {**ours, "_scaled_mm": scaled_mm(False), "_scaled_mm fast accum": scaled_mm(True)}
+
+
+def fp8_section(torch: Any, shapes: list[tuple[int, int]], ms: list[int], copy: float,
+                points: list[dict]) -> Section:
+    """Every N x K and M in both scale modes (each point added to `points`, its contenders
+    named '<mode> <contender>', which the bf16 plot does not draw)."""
+    s = Section("decode-gemm", "Decode GEMM, fp8 (e4m3), from a CUDA graph", ABOUT)
+    notes, eager, dropped = [], [], []
+    g = torch.Generator(device="cuda").manual_seed(1)
+    for n, k in shapes:
+        wf = torch.randn(n, k, device="cuda", generator=g)
+        per_m, per_m_eager = [], []
+        for m in ms:
+            xf = torch.randn(m, k, device="cuda", generator=g)
+            point: dict[str, Any] = {"m": m, "n": n, "k": k, "dtype": "fp8", "gbps": {},
+                                     "eager_gbps": {}, "copy_gbps": copy}
+            for scales, mode in MODES.items():
+                x8, sa = quantize(torch, xf, scales == "row")
+                w8, sb = quantize(torch, wf, scales == "row")
+                calls = {}
+                for name, call in contenders(torch, x8, sa, w8, sb, scales).items():
+                    try:
+                        err = fp8_error(call(), x8, sa, w8, sb)
+                    except RuntimeError as e:  # a mode torch does not run at this shape
+                        if name.startswith("ptxdsl"):
+                            raise
+                        dropped.append(f"{mode} {name} at {m}x{n}x{k} ({str(e)[:80]})")
+                        continue
+                    if not err <= 1.0:
+                        raise BenchError(f"{mode} {name} at {m}x{n}x{k}: error {err:.2f} x the "
+                                         "tolerance")
+                    calls[name] = call
+                times = interleaved_ms({nm: graphed(torch, c) for nm, c in calls.items()}, 20)
+                rate = {nm: gbps(m, n, k, t / CALLS, 1) for nm, t in times.items()}
+                direct = {nm: gbps(m, n, k, t, 1)
+                          for nm, t in interleaved_ms(calls, 20, warm=None).items()}
+                point["gbps"].update({f"{mode} {nm}": v for nm, v in rate.items()})
+                point["eager_gbps"].update({f"{mode} {nm}": v for nm, v in direct.items()})
+                ours = max((nm for nm in rate if nm.startswith("ptxdsl")), key=rate.__getitem__)
+                refs = [nm for nm in rate if not nm.startswith("ptxdsl")]
+                if not refs:
+                    raise BenchError(f"{mode} at {m}x{n}x{k}: torch._scaled_mm ran in no mode")
+                ref = max(refs, key=rate.__getitem__)
+                per_m.append(f"M {m} {mode} {rate[ours]:.0f} ({ours[7:]}) / {rate[ref]:.0f} "
+                             f"({rate[ours] / copy:.0%})")
+                per_m_eager.append(f"M {m} {mode} {direct[ours]:.0f} / {direct[ref]:.0f}")
+                if (m, n, k) in ROWS:
+                    s.rows.append(Row(f"fp8 {m} x {n} x {k}, {mode}",
+                                      f"gemm_smallm e4m3 {ours[7:]}", rate[ours],
+                                      f"torch.{ref}", rate[ref], "GB/s",
+                                      f"python -m bench decode-gemm --nk {n}x{k} --m {m} "
+                                      "--dtype fp8", target=1.0))
+            points.append(point)
+        notes.append(f"{n} x {k}: " + ", ".join(per_m))
+        eager.append(f"{n} x {k}: " + ", ".join(per_m_eager))
+    s.notes.append(f"Copy bandwidth in this run: {copy:.0f} GB/s. GB/s from the graph, ptxdsl "
+                   "(its weight tile) / the faster `torch._scaled_mm` mode (ptxdsl's % of "
+                   "copy), by N x K, every M and scale mode: " + "; ".join(notes)
+                   + ". Eager launches: " + "; ".join(eager) + "."
+                   + (" Not run by torch: " + "; ".join(dropped) + "." if dropped else ""))
+    return s
