@@ -232,8 +232,9 @@ def launch_grid(m: int, n: int, k: int, bw: int, mp: int, splits: int, sms: int 
 def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
             splits: int | None = None, mp: int | None = None, bw: int = 128,
             grid: int | None = None, dtype=bf16, scales: str | None = None) -> dict:
-    """Random A (m x k) and W (n x k) of `dtype`; the reference is A @ W^T in f32 (k and n
-    multiples of 16, as TMA wants 16-byte row pitches). The semaphores start and end at zero.
+    """Random A (m x k) and W (n x k) of `dtype`; the reference is A @ W^T in f32 (rows of k
+    elements a multiple of 16 bytes, as TMA wants: k a multiple of 8 for bf16, of 16 for
+    e4m3). The semaphores start and end at zero.
     e4m3 (`scales` as make_smallm takes them): standard normal values quantised, the scales
     in [0.5, 2) times powers of two from 2^-3 to 2^3 (per row: a wrong row's scale shows),
     the reference the dequantised product in f64, the absolute tolerance that of the smallest
