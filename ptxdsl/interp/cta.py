@@ -85,7 +85,7 @@ class CTA:
         k = prog.kernel
         self.gmem = gmem
         self.nthreads = k.nthreads
-        linear = ctaid[0] + grid[0] * (ctaid[1] + grid[1] * ctaid[2])
+        linear = self.index = ctaid[0] + grid[0] * (ctaid[1] + grid[1] * ctaid[2])
         cid = tuple(c % n for c, n in zip(ctaid, cluster, strict=True))
         self.rank = cid[0] + cluster[0] * (cid[1] + cluster[1] * cid[2])
         self.cluster: Any = None  # the Cluster running this CTA with its peers, if any
@@ -99,7 +99,7 @@ class CTA:
         self.steps = 0
         self.copy_ids = 0
         nbarriers = sum(max(n, 1) for _, n in prog.barriers)
-        self.clocks = Clocks(self.nthreads, nbarriers)
+        self.clocks = Clocks(self.nthreads, nbarriers, gmem.order.ncta if gmem.order else 0)
         garbage = self.rng.randbytes(max(prog.layout.size, 16))
         self.smem = SharedMemory(prog.layout, garbage, self.clocks, prog.track_proxy, warned)
         # cross-CTA ordering of shared memory, tracked in a cluster (dsmem.py)

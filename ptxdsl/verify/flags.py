@@ -3,7 +3,9 @@
 publishes with it: a flip with relaxed order (an atomic exch / xor / or / and / cas left
 `relaxed`, or a plain store of a value other than 0) orders nothing before it, so the
 spinning thread may see the flag and then stale data. Counters (add, inc, ...) and resets to
-0 are left to the protocols that use them."""
+0 are left to the protocols that use them, except one: a counter bumped with relaxed order
+whose result picks the threads (the last CTA of a split-K or split-KV merge) that then read
+a buffer the kernel stores to (the other CTAs' partials) acquires none of those stores."""
 
 from __future__ import annotations
 
@@ -33,6 +35,46 @@ def check_relaxed_flags(facts: Facts, out: Report) -> None:
                           "before it: make it a release (st_release(), or an atomic with "
                           "release order)", flip.loc or s.loc,
                           Note("the spin is here", spin.loc))
+
+
+def check_relaxed_counters(facts: Facts, out: Report) -> None:
+    stored = {name for s in facts.statements if isinstance(s, ir.Store)
+              and isinstance(s.ref.type, T.GlobalRef) and (name := root(s.ref)) is not None}
+    if not stored:
+        return
+    tainted: dict[str, ir.Atomic] = {}  # a variable or shared buffer -> the bump it holds
+    for s in facts.statements:  # source order: a value derived from the result later
+        bump = next((e for e in _exprs(s) if isinstance(e, ir.Atomic) and e.sem == "relaxed"),
+                    None) or next((tainted[n] for n in _names(s) if n in tainted), None)
+        if bump is None:
+            continue
+        if isinstance(s, (ir.Let, ir.Assign)):
+            tainted[s.name] = bump
+        elif isinstance(s, ir.Store) and isinstance(s.ref.type, T.SharedRef) and \
+                (name := root(s.ref)) is not None:
+            tainted[name] = bump
+    for s in facts.statements:
+        if not isinstance(s, ir.If) or (bump := next(
+                (tainted[n] for n in _names(s) if n in tainted), None)) is None:
+            continue
+        read = next((e for b in (s.then, s.orelse) for x in ir.walk(b) for e in _exprs(x)
+                     if isinstance(e, ir.Load) and isinstance(e.ref.type, T.GlobalRef)
+                     and root(e.ref) in stored), None)
+        if read is not None:
+            out.warning(f"'{text(bump)}' has relaxed order, and its result picks the threads "
+                        f"that then read '{root(read.ref)}', which this kernel's CTAs store: "
+                        "the bump acquires none of the other CTAs' stores, so those threads "
+                        "may read them stale; give it acq_rel order (after a CTA barrier that "
+                        "orders the CTA's stores before it)", bump.loc or s.loc,
+                        Note("the read is here", read.loc or s.loc))
+
+
+def _names(s: ir.Stmt) -> set[str]:
+    """The variables and shared buffers a statement's own expressions read."""
+    names = set(ir.free_names(s))
+    names.update(n for e in _exprs(s) if isinstance(e, ir.Load)
+                 and isinstance(e.ref.type, T.SharedRef) and (n := root(e.ref)) is not None)
+    return names
 
 
 def _publishing_spins(body: tuple[ir.Stmt, ...], rest: tuple[ir.Stmt, ...]
