@@ -247,6 +247,8 @@ def _program(k: ir.Kernel, arch: str | None = None) -> Program:
 
 def grid_dims(grid: int | tuple[int, ...]) -> tuple[int, int, int]:
     """`grid` as (x, y, z); LaunchError unless it is 1 to 3 positive integers."""
+    if not isinstance(grid, (int, tuple, list)):
+        raise LaunchError(f"grid takes 1 to 3 positive integers, got {grid!r}")
     dims = (grid,) if isinstance(grid, int) else tuple(grid)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d >= 1 for d in dims):
         raise LaunchError(f"grid takes 1 to 3 positive integers, got {grid!r}")
