@@ -13,6 +13,9 @@ threads as they carry everything else. Successive releases to one address accumu
 release sequence of read-modify-writes), so the last of several CTAs bumping a counter
 acquires all of them.
 
+Under `run_ranks` the CTAs of every rank's launch take part, numbered rank after rank, so
+the same holds across ranks (a peer's flag and the symmetric buffer it publishes).
+
 A plain global store remembers, per byte, its CTA, thread and that thread's clock. A plain
 load or store of a byte that another CTA stored is ordered after that store only if the
 accessing thread acquired a release of the writer's CTA that the writer's store happened
@@ -55,8 +58,10 @@ class Stores:
 class GridOrder:
     """The releases of a grid's CTAs and the plain global stores they must order."""
 
-    def __init__(self, ncta: int, local: int):
+    def __init__(self, ncta: int, local: int, per_rank: int = 0):
         self.ncta = ncta
+        self.per_rank = per_rank  # the CTAs of one rank's launch under run_ranks (0: one launch)
+        self.names = [""] * ncta  # each CTA's label, set as it starts
         self.local = local  # the columns of one CTA's own agents (hb.Clocks)
         self.known: list[list[np.ndarray]] = [[] for _ in range(ncta)]  # per CTA and release
         self.published: dict[int, np.ndarray] = {}  # address -> columns released there
@@ -126,7 +131,7 @@ class GridOrder:
             k = int(vc[self.local + a])
             if k and self.known[a][k - 1][int(st.tid[b])] >= st.clock[b]:
                 continue
-            writer = f"thread {int(st.tid[b])} of CTA {self.label(th, a)}"
+            writer = f"thread {int(st.tid[b])} of {self.label(a)}"
             site = self.sites[int(st.site[b])]
             fail("race", f"race: {th.name} {'writes' if write else 'reads'} element {b // esize} "
                  f"of '{name}', which {writer} stored, and no release of that CTA after the "
@@ -136,10 +141,7 @@ class GridOrder:
                  "acquire (ld_acquire, or an atomic with acquire or acq_rel order, then a CTA "
                  "barrier) observes", node, note(f"{writer} stored it here", site))
 
-    @staticmethod
-    def label(th: Any, index: int) -> str:
-        """CTA `index` of the grid, as `CTA.label` names it."""
-        nx, ny, _ = (th.sregs["nctaid.x"], th.sregs["nctaid.y"], th.sregs["nctaid.z"])
-        if (ny, th.sregs["nctaid.z"]) == (1, 1):
-            return str(index)
-        return str((index % nx, index // nx % ny, index // (nx * ny)))
+    def label(self, index: int) -> str:
+        """CTA `index` as messages name it."""
+        rank = f" of rank {index // self.per_rank}" if self.per_rank else ""
+        return f"CTA {self.names[index]}{rank}"
