@@ -362,12 +362,14 @@ class GlobalMemory:
         self.regions: list[tuple[str, memoryview, int]] = []
         self.epoch = 0
         self.watch = GlobalWatch()
+        self.wakes = 0  # how many writes woke spinning threads
         self.order: GridOrder | None = None
 
     def bump(self) -> None:
         """Global memory was written: wake the threads spinning on it, in whatever CTA."""
         self.epoch += 1
         if self.watch.waiters:
+            self.wakes += 1
             for t in self.watch.waiters:
                 t.cta.runnable.append(t)
             self.watch.waiters.clear()

@@ -102,14 +102,18 @@ class Grid:
         self.rng = random.Random(seed * 7_927 + 1)
 
     def run(self) -> None:
-        busy = [c for c in self.ctas if c.runnable or c.inflight]
+        gmem = self.ctas[0].gmem
+        busy, wakes = self._busy(), gmem.wakes
         while busy:
-            c = self.rng.choice(busy)
-            if not c.step():
-                busy = [c for c in self.ctas if c.runnable or c.inflight]
+            # a write that woke a spinning CTA brings it back, though the others still run
+            if not self.rng.choice(busy).step() or gmem.wakes != wakes:
+                busy, wakes = self._busy(), gmem.wakes
         live = [c for c in self.ctas if c.live]
         if live:
             raise InterpError("deadlock", [d for c in live for d in c.deadlock().diagnostics])
+
+    def _busy(self) -> list[CTA]:
+        return [c for c in self.ctas if c.runnable or c.inflight]
 
 
 def launch_order(dims: tuple[int, int, int]) -> list[tuple[int, int, int]]:

@@ -111,3 +111,32 @@ def test_a_grid_without_atomics_runs_one_cta_after_another():
     last CTA's store wins)."""
     out = launch(SAME_ROWS, 0)
     np.testing.assert_array_equal(out["dst"][:32], out["src"][64:])
+
+
+# CTA 0 waits (parked on global memory) for CTA 1's flag; CTA 1 raises it and then waits in
+# a loop with a body, which never parks, for CTA 0's answer
+PING_PONG = """
+kernel ping_pong(flags: ptr<u32>) threads(32) {
+    if %tid.x == 0 {
+        if %ctaid.x == 0 {
+            while ld_acquire(flags[0]) == 0 {
+            }
+            st_release(flags[1], 1);
+        } else {
+            st_release(flags[0], 1);
+            let spins: u32 = 0;
+            while ld_acquire(flags[1]) == 0 {
+                spins += 1;
+            }
+        }
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_woken_cta_runs_while_another_spins(seed):
+    k = ptxdsl.parse(PING_PONG, "grid.ptxdsl").kernels[0]
+    flags = np.zeros(2, np.uint32)
+    run(k, 2, {"flags": flags}, seed=seed, max_steps=20_000)
+    assert list(flags) == [1, 1]
