@@ -5,7 +5,9 @@ publishes with it: a flip with relaxed order (an atomic exch / xor / or / and / 
 spinning thread may see the flag and then stale data. Counters (add, inc, ...) and resets to
 0 are left to the protocols that use them, except one: a counter bumped with relaxed order
 whose result picks the threads (the last CTA of a split-K or split-KV merge) that then read
-a buffer the kernel stores to (the other CTAs' partials) acquires none of those stores."""
+a buffer the kernel stores to (the other CTAs' partials) acquires none of those stores. And a
+release that only some threads run (under `if %tid.x == 0`, `elect()`) publishes the other
+threads' stores only when a CTA barrier orders them before it."""
 
 from __future__ import annotations
 
@@ -67,6 +69,52 @@ def check_relaxed_counters(facts: Facts, out: Report) -> None:
                         "may read them stale; give it acq_rel order (after a CTA barrier that "
                         "orders the CTA's stores before it)", bump.loc or s.loc,
                         Note("the read is here", read.loc or s.loc))
+
+
+_THREAD_REGS = ("tid.x", "tid.y", "tid.z", "laneid", "warp")
+
+
+def check_release_before_barrier(facts: Facts, out: Report) -> None:
+    per_thread: set[str] = set()  # variables that hold a thread's index, or derive from one
+    for s in facts.statements:
+        if isinstance(s, (ir.Let, ir.Assign)) and s.value is not None and \
+                _some_threads(s.value, per_thread):
+            per_thread.add(s.name)
+    _scan_releases(facts.kernel.body, per_thread, out)
+
+
+def _scan_releases(body: tuple[ir.Stmt, ...], per_thread: set[str], out: Report) -> None:
+    """In each block: the plain global stores every thread made since the last CTA barrier,
+    and a branch of some threads that releases after them."""
+    stores: list[ir.Store] = []
+    for s in body:
+        if isinstance(s, ir.If) and _some_threads(s.cond, per_thread):
+            rel = next((r for x in ir.walk(s.then) for r in ir.releases(x)), None)
+            if rel is not None and stores:
+                st = stores[-1]
+                out.warning(f"'{text(rel) if isinstance(rel, ir.Expr) else 'this st_release'}' "
+                            f"releases for the threads this branch picks, but every thread "
+                            f"stored to '{root(st.ref)}' before it with no CTA barrier in "
+                            "between: the other threads' stores are not ordered before the "
+                            "release, so whoever acquires it may read them stale; put "
+                            "bar_sync(0) before the branch", rel.loc or s.loc,
+                            Note("the store is here", st.loc))
+        elif any(isinstance(x, (ir.BarSync, ir.ClusterSync)) for x in ir.walk((s,))):
+            stores = []
+        else:
+            stores += [x for x in ir.walk((s,), enter=lambda x: not (
+                isinstance(x, ir.If) and _some_threads(x.cond, per_thread)))
+                if isinstance(x, ir.Store) and isinstance(x.ref.type, T.GlobalRef)]
+        for b in ir.blocks(s):
+            _scan_releases(b, per_thread, out)
+
+
+def _some_threads(e: ir.Expr, per_thread: set[str]) -> bool:
+    """Whether `e` (a branch condition) tells the threads of a CTA apart (by thread, lane or
+    warp index, or elect())."""
+    return any(isinstance(x, ir.SReg) and x.name in _THREAD_REGS
+               or isinstance(x, ir.Var) and x.name in per_thread
+               or isinstance(x, ir.Call) and x.fn == "elect" for x in _exprs((e,)))
 
 
 def _names(s: ir.Stmt) -> set[str]:
