@@ -93,7 +93,11 @@ def _reference_problems(ex: dict, arrays: dict, at: Span | None) -> list[Diagnos
     out = []
     for name, want in ex.get("expected", {}).items():
         got = arrays.get(name)
+        if name not in arrays:
+            continue  # _unnamed_references reports it
         if not isinstance(got, np.ndarray):
+            out.append(Diagnostic(f"expected['{name}'] names {_kind(got)} input; a reference is "
+                                  "compared with an array the kernel writes", at))
             continue
         try:
             w = np.asarray(want)
