@@ -81,11 +81,14 @@ class CTA:
 
     def __init__(self, prog: KernelCode, ctaid: tuple[int, int, int], grid: tuple[int, int, int],
                  gmem: GlobalMemory, params: list[Any], seed: int, max_steps: int,
-                 warned: set[int], cluster: tuple[int, int, int] = (1, 1, 1)):
+                 warned: set[int], cluster: tuple[int, int, int] = (1, 1, 1),
+                 index: int | None = None):
         k = prog.kernel
         self.gmem = gmem
         self.nthreads = k.nthreads
         linear = ctaid[0] + grid[0] * (ctaid[1] + grid[1] * ctaid[2])
+        # its column in gmem.order (gorder.py): the linear id, or past other ranks' CTAs
+        self.index = linear if index is None else index
         cid = tuple(c % n for c, n in zip(ctaid, cluster, strict=True))
         self.rank = cid[0] + cluster[0] * (cid[1] + cluster[1] * cid[2])
         self.cluster: Any = None  # the Cluster running this CTA with its peers, if any
@@ -94,12 +97,14 @@ class CTA:
         if cluster != (1, 1, 1):
             self.label += f" (cluster rank {self.rank})"
         self.suffix = f" of CTA {self.label}" if grid != (1, 1, 1) else ""
+        if gmem.order is not None:
+            gmem.order.names[self.index] = self.label
         self.rng = random.Random(seed * 1_000_003 + linear)
         self.max_steps = max_steps
         self.steps = 0
         self.copy_ids = 0
         nbarriers = sum(max(n, 1) for _, n in prog.barriers)
-        self.clocks = Clocks(self.nthreads, nbarriers)
+        self.clocks = Clocks(self.nthreads, nbarriers, gmem.order.ncta if gmem.order else 0)
         garbage = self.rng.randbytes(max(prog.layout.size, 16))
         self.smem = SharedMemory(prog.layout, garbage, self.clocks, prog.track_proxy, warned)
         # cross-CTA ordering of shared memory, tracked in a cluster (dsmem.py)

@@ -225,7 +225,8 @@ def _load(c: KernelCode, src: Source, e: ir.Load) -> str:
             off = f"{src.bind(aligned)}(th, {off}, {n}, {node})"
         return f"th.cta.smem.read(th, {off}, {n}, {src.bind(read)}, {node})"
     addr, esize = global_address(c, src, e.ref)
-    return f"{src.bind(read)}(*th.cta.gmem.locate(th, {addr}, {n}, {esize}, {node}, 'load', {n}))"
+    return (f"{src.bind(read)}(*th.cta.gmem.locate(th, {addr}, {n}, {esize}, {node}, 'load', "
+            f"{n}, 'read'))")
 
 
 _RENDER: dict[type, Callable[[KernelCode, Source, Any], str]] = {

@@ -19,8 +19,9 @@ NOBODY = np.iinfo(np.int64).max
 class Clocks:
     """The vector clocks of one CTA's threads (one row per thread)."""
 
-    def __init__(self, nthreads: int, nbarriers: int):
-        self.size = nthreads + nbarriers + 1
+    def __init__(self, nthreads: int, nbarriers: int, grid_columns: int = 0):
+        # grid_columns: one a CTA of a grid that talks through global memory (gorder.py)
+        self.size = nthreads + nbarriers + grid_columns + 1
         self.vc = np.zeros((nthreads, self.size), np.int64)
         own = np.arange(nthreads)
         self.vc[own, own] = 1  # epoch 1: not covered by anyone's initial zero vector

@@ -14,7 +14,8 @@ checks (agents and clocks as in `hb.py`):
 Two accesses conflict unless the first happened before the second.
 
 Global memory is the kernel's numpy arguments, each at its own virtual base address, so
-pointer arithmetic works on plain integers.
+pointer arithmetic works on plain integers. In a grid whose CTAs talk through it, `order`
+(gorder.py) checks that plain accesses are ordered after other CTAs' plain stores.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .state import Sel
 
 if TYPE_CHECKING:
     from .copies import AsyncLoad, AsyncStore
+    from .gorder import GridOrder
     from .state import ThreadState
 
 
@@ -360,11 +362,14 @@ class GlobalMemory:
         self.regions: list[tuple[str, memoryview, int]] = []
         self.epoch = 0
         self.watch = GlobalWatch()
+        self.wakes = 0  # how many writes woke spinning threads
+        self.order: GridOrder | None = None
 
     def bump(self) -> None:
         """Global memory was written: wake the threads spinning on it, in whatever CTA."""
         self.epoch += 1
         if self.watch.waiters:
+            self.wakes += 1
             for t in self.watch.waiters:
                 t.cta.runnable.append(t)
             self.watch.waiters.clear()
@@ -375,9 +380,10 @@ class GlobalMemory:
         return len(self.regions) << self.SHIFT
 
     def locate(self, th: ThreadState, addr: int, nbytes: int, esize: int, node: Any, what: str,
-               align: int = 0) -> tuple[memoryview, int]:
+               align: int = 0, plain: str = "") -> tuple[memoryview, int]:
         """(bytes of the array, byte offset) of an access of `nbytes` to elements of
-        `esize` bytes, bounds- and alignment-checked (`align` defaults to `esize`)."""
+        `esize` bytes, bounds- and alignment-checked (`align` defaults to `esize`). `plain`
+        is "read" or "write" for a plain load or store, which `order` checks."""
         r = (addr >> self.SHIFT) - 1
         off = addr & ((1 << self.SHIFT) - 1)
         if not 0 <= r < len(self.regions):
@@ -391,4 +397,14 @@ class GlobalMemory:
         if off % align:
             fail("alignment", f"{th.name}: {what} at byte {off} of '{name}' is not aligned to "
                  f"{align} bytes", node)
+        if plain and self.order is not None:
+            self.order.access(th, r, name, off, nbytes, esize, node, plain == "write")
         return mv, off
+
+    def strong(self, th: ThreadState, addr: int, nbytes: int, sem: str, scope: str) -> None:
+        """An atomic access with order `sem` at `scope` (or a release store) at `addr`, which
+        `locate` has checked."""
+        if self.order is not None:
+            r, off = (addr >> self.SHIFT) - 1, addr & ((1 << self.SHIFT) - 1)
+            self.order.strong(r, off, nbytes)
+            self.order.ordered(th, sem, scope, addr)

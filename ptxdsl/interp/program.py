@@ -306,7 +306,7 @@ def _store(c: Program, code: Code, s: ir.Store) -> None:
         code.line(f"th.cta.smem.write(th, {off}, {n}, {wr}, {render(c, src, s.value)}, {node})")
         return
     addr, esize = global_address(c, src, s.ref)
-    code.line(f"{wr}(*th.cta.gmem.locate(th, {addr}, {n}, {esize}, {node}, 'store', {n}), "
+    code.line(f"{wr}(*th.cta.gmem.locate(th, {addr}, {n}, {esize}, {node}, 'store', {n}, 'write'), "
               f"{render(c, src, s.value)})")
     code.line("th.cta.gmem.bump()")
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import Diagnostic, LaunchError
 from .cta import CTA
+from .gorder import GridOrder, communicates
 from .memory import GlobalMemory
 from .run import DEFAULT_MAX_STEPS, bind, grid_dims, launch_order, prefixed, prepare, run_parked
 
@@ -29,6 +30,9 @@ def run_ranks(kernel: Any, grid: int | tuple[int, ...], args_per_rank: list[dict
     several `TensorMapModel`s. A view of an array (`stacked[r]`) is a region of its own,
     bounds-checked on its own, over the same bytes: writes through it land in `stacked`
     and are seen through every other view. Each pointer argument must be C-contiguous.
+    When the kernel has atomics or ordered accesses, a plain load or store of a byte that
+    another CTA (of any rank) stored must follow an acquire of a release of that CTA's after
+    the store, or it is a race (`gorder.py`, as within one grid).
 
     Scheduling: the CTAs of every rank go through one scheduler (`run.run_parked`): those
     of rank 0 in launch order, then rank 1's, and so on for seed 0; shuffled across ranks
@@ -73,8 +77,14 @@ def run_ranks(kernel: Any, grid: int | tuple[int, ...], args_per_rank: list[dict
     if seed:  # the ranks' launches are not synchronised: CTAs of all ranks start in any order
         random.Random(seed).shuffle(launches)
     warned: set[int] = set()
+    per_rank = prod(dims)
+    if communicates(k):  # plain accesses across ranks follow releases (gorder.py)
+        gmem.order = GridOrder(world * per_rank, k.nthreads + sum(
+            max(n, 1) for _, n in prog.barriers), per_rank)
     run_parked((f"rank {r}: ", CTA(prog, ctaid, dims, gmem, params[r], seed * world + r,
-                                   max_steps, warned))
+                                   max_steps, warned,
+                                   index=r * per_rank + ctaid[0] + dims[0] * (
+                                       ctaid[1] + dims[1] * ctaid[2])))
                for r, ctaid in launches)
 
 

@@ -22,6 +22,7 @@ from . import scalar
 from .cluster import Cluster
 from .cta import CTA
 from .errors import InterpError
+from .gorder import GridOrder, communicates
 from .memory import GlobalMemory
 from .program import Program
 from .tensormap import TensorMapModel, short_box_message, short_boxes
@@ -38,7 +39,9 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     `args` maps every parameter name to its value: a numpy array for a `ptr<T>` (written in
     place), a `TensorMapModel` for a `tmap<T, rank>`, a Python number for a scalar. CTAs run
     one after another, in launch order for seed 0 and shuffled by other seeds (one spinning
-    on global memory for another CTA is set aside until global memory changes: `run_grid`);
+    on global memory for another CTA is set aside until global memory changes: `run_grid`),
+    or, when they talk through global memory (atomics, flags), interleaved, with plain
+    global accesses checked against the atomics' release/acquire orders (`gorder.py`);
     inside a CTA the threads and the asynchronous copies interleave in an order drawn from
     `seed` (same seed, same schedule). `max_steps` bounds the work of one CTA. Raises
     InterpError on a deadlock, race, missing fence or other kernel bug, and LaunchError when
@@ -73,12 +76,44 @@ def prepare(kernel: Any, arch: str | None) -> tuple[ir.Kernel, Program]:
 def run_grid(prog: Program, dims: tuple[int, int, int], gmem: GlobalMemory, params: list[Any],
              seed: int, max_steps: int, warned: set[int]) -> None:
     """CTAs one after another, in launch order for seed 0 and in an order drawn from the
-    seed otherwise, through `run_parked`."""
+    seed otherwise, through `run_parked`; a grid whose CTAs talk through global memory
+    (atomics, flags) together, interleaved (`Grid`)."""
     order = launch_order(dims)
     if seed:  # the hardware promises no launch order: other seeds start CTAs shuffled
         random.Random(seed).shuffle(order)
+    if len(order) > 1 and communicates(prog.kernel):
+        gmem.order = GridOrder(len(order), prog.kernel.nthreads + sum(
+            max(n, 1) for _, n in prog.barriers))
+        Grid([CTA(prog, ctaid, dims, gmem, params, seed, max_steps, warned)
+              for ctaid in order], seed).run()
+        return
     run_parked(("", CTA(prog, ctaid, dims, gmem, params, seed, max_steps, warned))
                for ctaid in order)
+
+
+class Grid:
+    """The CTAs of a grid that talk through global memory, run together: each scheduling
+    step goes to a CTA with work drawn from a seeded stream, so a semaphore's last CTA, a
+    flag's waiter and the partial stores they read interleave in different orders under
+    different seeds (`gorder.py` checks which of those orders the kernel guarantees)."""
+
+    def __init__(self, ctas: list[CTA], seed: int):
+        self.ctas = ctas
+        self.rng = random.Random(seed * 7_927 + 1)
+
+    def run(self) -> None:
+        gmem = self.ctas[0].gmem
+        busy, wakes = self._busy(), gmem.wakes
+        while busy:
+            # a write that woke a spinning CTA brings it back, though the others still run
+            if not self.rng.choice(busy).step() or gmem.wakes != wakes:
+                busy, wakes = self._busy(), gmem.wakes
+        live = [c for c in self.ctas if c.live]
+        if live:
+            raise InterpError("deadlock", [d for c in live for d in c.deadlock().diagnostics])
+
+    def _busy(self) -> list[CTA]:
+        return [c for c in self.ctas if c.runnable or c.inflight]
 
 
 def launch_order(dims: tuple[int, int, int]) -> list[tuple[int, int, int]]:
@@ -216,6 +251,8 @@ def _program(k: ir.Kernel, arch: str | None = None) -> Program:
 
 def grid_dims(grid: int | tuple[int, ...]) -> tuple[int, int, int]:
     """`grid` as (x, y, z); LaunchError unless it is 1 to 3 positive integers."""
+    if not isinstance(grid, (int, tuple, list)):
+        raise LaunchError(f"grid takes 1 to 3 positive integers, got {grid!r}")
     dims = (grid,) if isinstance(grid, int) else tuple(grid)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d >= 1 for d in dims):
         raise LaunchError(f"grid takes 1 to 3 positive integers, got {grid!r}")

@@ -2,9 +2,10 @@
 proxy fence: what grid-level synchronisation (a split-K semaphore, a flag, a counter) is
 built from.
 
-The interpreter runs the atomics one at a time, so every one sees the latest value and the
-orders hold trivially; a spin loop on global memory waits for another CTA's write instead of
-burning steps (see `interp.program._while` and `interp.run.run_grid`).
+The interpreter runs the atomics one at a time, so every one sees the latest value; their
+orders decide which plain stores of other CTAs a thread may then read (`interp.gorder`). A
+spin loop on global memory waits for another CTA's write instead of burning steps (see
+`interp.program._while` and `interp.run.run_grid`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ class AtomicDef(ExprDef):
         update = _update(n.op, t)
 
         def atomic(th: Thread) -> Any:
-            mv, o = th.cta.gmem.locate(th, addr(th), t.nbytes, esize, n, n.syntax)
+            a = addr(th)
+            mv, o = th.cta.gmem.locate(th, a, t.nbytes, esize, n, n.syntax)
+            th.cta.gmem.strong(th, a, t.nbytes, n.sem, n.scope)
             old = read(mv, o)
             new = update(old, *(f(th) for f in args))
             if new != old:
@@ -89,7 +92,10 @@ class AtomicLoadDef(ExprDef):
         addr, esize = c.global_place(n.ref)
 
         def load(th: Thread) -> Any:
-            mv, o = th.cta.gmem.locate(th, addr(th), t.nbytes, esize, n, n.syntax)  # type: ignore[attr-defined]
+            a = addr(th)
+            mv, o = th.cta.gmem.locate(th, a, t.nbytes, esize, n, n.syntax)  # type: ignore[attr-defined]
+            if n.sem == "acquire" and th.cta.gmem.order is not None:
+                th.cta.gmem.order.ordered(th, n.sem, n.scope, a)
             return read(mv, o)
 
         return load
@@ -132,7 +138,9 @@ class StoreRelease(OpDef):
         v = c.expr(n.value)
 
         def store(th: Thread) -> None:
-            mv, o = th.cta.gmem.locate(th, addr(th), t.nbytes, esize, n, n.syntax)
+            a = addr(th)
+            mv, o = th.cta.gmem.locate(th, a, t.nbytes, esize, n, n.syntax)
+            th.cta.gmem.strong(th, a, t.nbytes, "release", n.scope)
             write(mv, o, v(th))
             th.cta.gmem.bump()
 

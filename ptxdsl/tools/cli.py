@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--max-steps", metavar="N", type=int, default=None,
                    help="steps one CTA may take before it is taken to loop forever (default "
                         "1000000); the twin's SMALL sizes keep a run short")
+    i.add_argument("--ranks", metavar="N", type=int, default=None,
+                   help="run a multi-rank kernel as N ranks over one global memory (symmetric "
+                        "buffers, peer flags): the twin's ranks_example(rng, world) returns "
+                        "{'grid', 'ranks': [the arguments of each rank], 'expected': {name: "
+                        "array}}, an array passed to several ranks being one buffer they share")
     t = sub.add_parser("autotune", help="list (or clear) the autotuned configs on disk",
                        description="The launch configs the torch ops chose per shape, as "
                                    "cached in $PTXDSL_CACHE_DIR/autotune (default "
@@ -264,6 +269,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.max_steps is not None and args.max_steps < 1:
             raise PtxdslError(f"--max-steps {args.max_steps}: expected a positive number of "
                               "steps, e.g. --max-steps 5000000")
+        if args.ranks is not None:
+            return _interp_ranks(args)
         runs = interp_sample(args.file, kernel=args.kernel, seed=args.seed,
                              defines=_defines(args.defines), arch=args.arch,
                              max_steps=args.max_steps)
@@ -282,6 +289,57 @@ def _run(args: argparse.Namespace) -> int:
             extra = f": {r.detail}" if r.detail else ""
             print(f"{status} {name}: {r.name} max |err| {r.max_abs_err:.3g}, relative "
                   f"{r.max_rel_err:.3g}{extra}")
+    return 1 if failed else 0
+
+
+def _interp_ranks(args: argparse.Namespace) -> int:
+    """`interp --ranks N`: one launch a rank over one global memory (`interp.run_ranks`, as
+    tests/multigpu drives it), then each expected array compared after every rank ran."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from ..frontend import parse_file
+    from ..interp import run_ranks
+    from ..interp.run import DEFAULT_MAX_STEPS
+    from .runner import compare, import_twin
+
+    if args.ranks < 1:
+        raise PtxdslError(f"--ranks {args.ranks}: expected a positive number of ranks, e.g. "
+                          "--ranks 4")
+    module = parse_file(args.file, _defines(args.defines))
+    path = Path(args.file).with_suffix(".py")
+    if not path.is_file():
+        raise PtxdslError(f"{args.file}: no Python twin {path.name} with a ranks_example()")
+    make = getattr(import_twin(path), "ranks_example", None)
+    if make is None:
+        raise PtxdslError(f"{args.file}: --ranks needs ranks_example(rng, world) in the twin, "
+                          "returning {'grid': ..., 'ranks': [one argument dict a rank], "
+                          "'expected': {name: array}}")
+    ex = make(np.random.default_rng(args.seed), args.ranks)
+    per_rank = ex.get("ranks") if isinstance(ex, dict) else None
+    if not isinstance(per_rank, list) or len(per_rank) != args.ranks or "grid" not in ex:
+        raise PtxdslError(f"{args.file}: ranks_example(rng, {args.ranks}) must return a dict "
+                          f"with 'grid' and 'ranks', a list of {args.ranks} argument dicts")
+    name = args.kernel or ex.get("kernel")
+    if name is None and len(module.kernels) != 1:
+        raise PtxdslError(f"{args.file} has several kernels: name one with --kernel")
+    names = [k.name for k in module.kernels]
+    if name is not None and name not in names:
+        raise PtxdslError(f"{args.file} has no kernel '{name}' (it has {', '.join(names)})")
+    k = module.kernel(name)
+    run_ranks(k, ex["grid"], per_rank, seed=args.seed, arch=args.arch,
+              max_steps=args.max_steps or DEFAULT_MAX_STEPS)
+    failed = 0
+    for out, want in ex.get("expected", {}).items():
+        got = [r[out] for r in per_rank if out in r]
+        if not got:
+            raise PtxdslError(f"{args.file}: expected '{out}' is no rank's argument")
+        arr = got[0] if all(g is got[0] for g in got) else np.stack(got)  # shared, or a rank each
+        r = compare(out, arr, want, None, ex.get("rtol", 0.0), ex.get("atol", 0.0))
+        failed += not r.ok
+        print(f"{'PASS' if r.ok else 'FAIL'} {k.name} x {args.ranks} ranks: {r.name}"
+              f"{': ' + r.detail if r.detail else ''}")
     return 1 if failed else 0
 
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from .. import ir
 from .. import types as T
 from ..errors import Diagnostic, LaunchError, Note, Span, python_source
 from ..interp.run import grid_dims
 from ..interp.tensormap import TensorMapModel, short_box_message, short_boxes
+from ..runtime.dtypes import ml_float
 
 _MODEL_OPTIONS = ("box", "swizzle", "oob_fill")  # what the interpreter's model checks
 OPTIONS = (*_MODEL_OPTIONS, "l2_promotion", "interleave")  # the GPU's TensorMap takes these too
@@ -42,6 +45,9 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
     problems += _dicts(ex, "parameter", at)
     if problems:
         raise LaunchError(problems)
+    problems += [Diagnostic(f"outputs['{n}'] is a {type(v).__name__}; expected a numpy array, "
+                            "the template (shape and dtype) of what the kernel writes", at)
+                 for n, v in ex.get("outputs", {}).items() if not isinstance(v, np.ndarray)]
     arrays = {**ex.get("inputs", {}), **ex.get("outputs", {})}
     maps = ex.get("tensor_maps", {})
     for p in kernel.params:
@@ -51,6 +57,7 @@ def check_example(ex: Any, kernel: ir.Kernel, example: Any) -> None:
                                        f"'{kernel.name}' has no value; expected {where} "
                                        '"inputs" (or "outputs", where the kernel writes it)', at))
     problems += _unnamed_references(ex, arrays, "the run", at)
+    problems += _reference_problems(ex, arrays, at)
     for p in kernel.params:
         if isinstance(p.type, T.TensorMap):
             problems += _map_problems(p.name, p.type, kernel, arrays.get(p.name),
@@ -78,6 +85,39 @@ def _unnamed_references(ex: dict, arrays: dict, after: str, at: Span | None
     return [Diagnostic(f"expected['{name}'] names no array of \"inputs\" or \"outputs\": a "
                        f"reference is compared with the array of its name after {after}", at)
             for name in ex.get("expected", {}) if name not in arrays]
+
+
+def _reference_problems(ex: dict, arrays: dict, at: Span | None) -> list[Diagnostic]:
+    """A problem for each reference that is not numbers as many as its array holds, and for
+    a tolerance that is not a number (atol: or an array of them)."""
+    out = []
+    for name, want in ex.get("expected", {}).items():
+        got = arrays.get(name)
+        if name not in arrays:
+            continue  # _unnamed_references reports it
+        if not isinstance(got, np.ndarray):
+            out.append(Diagnostic(f"expected['{name}'] names {_kind(got)} input; a reference is "
+                                  "compared with an array the kernel writes", at))
+            continue
+        try:
+            w = np.asarray(want)
+        except ValueError:  # ragged nested lists
+            w = np.asarray(None)
+        if not (w.dtype.kind in "biuf" or ml_float(w.dtype)) or w.size != got.size:
+            out.append(Diagnostic(f"expected['{name}'] is {_kind(want)}; expected an array of "
+                                  f"{got.size} numbers, as '{name}' holds", at))
+    for tol in ("rtol", "atol"):
+        v = ex.get(tol, 0.0)
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) or
+                tol == "atol" and isinstance(v, np.ndarray) and v.dtype.kind in "iuf"):
+            out.append(Diagnostic(f'"{tol}" is {_kind(v)}; expected a number', at))
+    return out
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"a {v.dtype} array of shape {v.shape}"
+    return f"a {type(v).__name__}"
 
 
 def _def_span(example: Any) -> Span | None:

@@ -26,7 +26,7 @@ from .copies import check_asm_reductions, check_bulk_stores, check_issuers
 from .counts import check_phase_counts
 from .expect_tx import check_expect_tx
 from .facts import Facts, Report
-from .flags import check_relaxed_flags
+from .flags import check_relaxed_counters, check_relaxed_flags, check_release_before_barrier
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
 from .named import check_named_counts
 from .order import check_inval, check_stage_order
@@ -62,6 +62,8 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_bulk_stores,
     check_asm_reductions,
     check_relaxed_flags,
+    check_relaxed_counters,
+    check_release_before_barrier,
     check_cp_async,
     check_clusters,
     check_named_counts,

@@ -196,3 +196,49 @@ def test_clusters_are_refused():
         run_ranks(k, 2, [{"x": np.zeros(2, np.uint32)}])
     assert "run_ranks cannot run kernel 'pair': it has clusters of 2 CTAs" in str(info.value)
     assert "ranks.ptxdsl:2:" in str(info.value)
+
+
+# Each rank but the first waits for its flag, reads the row the rank before it stored into
+# the symmetric buffer and stores its own; the flag is raised with `RAISE`.
+HANDOFF = """
+kernel handoff(flags: ptr<u32>, rows: ptr<u32>, rank: u32, world: u32) threads(32) {
+    if rank != 0 {
+        if %tid.x == 0 {
+            while ld_acquire(flags[rank], sys) == 0 {
+            }
+        }
+        bar_sync(0);
+        rows[rank * 32 + %tid.x] = rows[(rank - 1) * 32 + %tid.x] + 1;
+    } else {
+        rows[%tid.x] = %tid.x;
+    }
+    bar_sync(0);
+    if %tid.x == 0 && rank + 1 < world {
+        RAISE;
+    }
+}
+"""
+
+
+def handoff(raise_flag: str, seed: int) -> np.ndarray:
+    flags, rows = np.zeros(4, np.uint32), np.zeros(4 * 32, np.uint32)
+    run_ranks(kernel(HANDOFF.replace("RAISE", raise_flag)), 1,
+              [{"flags": flags, "rows": rows, "rank": r, "world": 4} for r in range(4)],
+              seed=seed)
+    return rows
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_relaxed_flag_publishes_no_row_to_the_next_rank(seed):
+    """Issue 44, deliver 2 across ranks: the row is another rank's plain store, which only a
+    release the waiting rank acquires makes visible."""
+    with pytest.raises(InterpError, match=r"rank \d: .*reads element \d+ of 'rows', which "
+                       r"thread \d+ of CTA 0 of rank \d stored, and no release") as e:
+        handoff("let old: u32 = atomic_exch(flags[rank + 1], 1, relaxed, sys)", seed)
+    assert "ranks.ptxdsl:9:" in str(e.value)  # the read of the row before
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_released_flag_publishes_the_row(seed):
+    rows = handoff("st_release(flags[rank + 1], 1, sys)", seed)
+    assert list(rows.reshape(4, 32)[:, 5]) == [5, 6, 7, 8]

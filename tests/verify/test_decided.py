@@ -101,6 +101,8 @@ def test_every_rule_has_a_broken_case():
         "but the stores before it went to rank 1",  # a remote arrival at the wrong rank
         "of a peer CTA, which that CTA wrote with generic stores",  # reduce into unfenced
         "on which a thread spins with ld_acquire() and then reads memory",  # relaxed flag flip
+        "has relaxed order, and its result picks the threads",  # relaxed last-CTA counter
+        "releases for the threads this branch picks, but every thread",  # bump before barrier
     ):
         assert part in text, part
 
