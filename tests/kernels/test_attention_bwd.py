@@ -1,7 +1,7 @@
 """The attention backward (ptxdsl/kernels/attention_bwd.py) in the interpreter: its three
-kernels chained on small random problems against a float64 numpy backward. The default run
-has one case (head dim 64, ragged lengths); the rest (causal, a longer KV, GQA 2:1, head dim
-128, the deterministic mode) run with PTXDSL_DEEP=1."""
+kernels chained on small random problems against a float64 numpy backward, with
+PTXDSL_DEEP=1 (as CI runs it; seconds each): head dim 64 with ragged lengths, causal, a
+longer KV, GQA 2:1, head dim 128, the deterministic mode."""
 
 from __future__ import annotations
 
@@ -104,6 +104,7 @@ def check(got: tuple, want: tuple) -> None:
         assert np.isfinite(g).all() and err < 2 ** -6, f"{name}: max error {err:.4f} of the max"
 
 
+@deep
 def test_backward_head_dim_64_ragged():
     """Lengths that are no multiple of the blocks: padded query rows and keys past the end
     are masked, and the dQ reduce-adds of the last query block are clipped by the map."""

@@ -19,12 +19,12 @@ FAST = [
     # contiguous, lengths 0, 1 and one past a block, split in 3 ranges of 2 blocks; 4 CTAs
     # walk the 9 items
     dict(batch=3, lens=(0, 1, 257), capacity=384, splits=3, heads=4, kv_heads=1, grid=4),
+]
+SLOW = [
     # pages of 16 (8 copies a block, the length inside a page), GQA 4:1 with 2 KV heads,
     # 2 new tokens causal, splits that do not divide the 3 blocks; a CTA an item
     dict(batch=2, lens=(2, 300), capacity=384, splits=2, page_size=16, seq=2, heads=8,
          kv_heads=2),
-]
-SLOW = [
     dict(batch=2, lens=(77, 300), capacity=512, splits=3, page_size=256, d=128, seq=16,
          heads=8, kv_heads=1, grid=5),  # 128 rows: two row tiles; a page holds 2 blocks
     dict(batch=3, lens=(1, 130, 300), capacity=512, splits=2, page_size=64, causal=False,

@@ -25,10 +25,11 @@ SLOW = [(33, 136, 520, 5, 64, 64),  # 9 K steps in 5 ranges; N ragged over three
         (5, 200, 320, 3, 8, 256), (13, 264, 1000, 4, 16, 256),  # two m64 blocks a warpgroup
         (100, 64, 456, 2, 128, 128)]
 # e4m3, (m, n, k, splits, mp, bw, scales): K steps of 128
-FAST_FP8 = [(5, 72, 528, 3, 8, 64, "tensor"),  # 5 K steps, the last short, in 2, 2, 1; N ragged
-            (5, 136, 528, 3, 8, 128, "row"),  # the same over two 64-row warpgroups
-            (13, 72, 256, 1, 16, 64, "row")]  # whole tiles: C straight from the accumulators
-SLOW_FP8 = [(33, 136, 1040, 5, 64, 64, "row"),  # 9 K steps in 5 ranges; three weight tiles
+FAST_FP8 = [(5, 136, 528, 3, 8, 128, "row")]  # 5 K steps, the last short, in 2, 2, 1; N ragged;
+# two 64-row warpgroups
+SLOW_FP8 = [(5, 72, 528, 3, 8, 64, "tensor"),  # the same in one warpgroup, per-tensor scales
+            (13, 72, 256, 1, 16, 64, "row"),  # whole tiles: C straight from the accumulators
+            (33, 136, 1040, 5, 64, 64, "row"),  # 9 K steps in 5 ranges; three weight tiles
             (20, 200, 1008, 3, 8, 128, "tensor"),  # M over three tiles of 8
             (3, 264, 128, 4, 8, 64, "row"),  # one K step: one range
             (5, 200, 640, 3, 8, 256, "row"),  # two m64 blocks a warpgroup
