@@ -100,7 +100,9 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
     nt = spec.tensors
     signature = signer(nt, sum(isinstance(p, TensorParam) and p.optional for p in spec.params))
 
-    def build(raw: tuple) -> Plan:
+    def build(raw: tuple) -> tuple[Plan, torch.Tensor]:
+        """The plan of a new signature, after every check, and this call's output (the plan
+        was made over it)."""
         args = spec.bind(raw)
         spec.validate(args, real=True)
         first = raw[0]
@@ -114,13 +116,14 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
             if len(plans) >= _PLANS:
                 plans.clear()
             plans[signature(raw)] = plan
-        return plan
+        return plan, out
 
     def cuda_impl(*raw: Any) -> torch.Tensor:
         plan = plans.get(signature(raw))
         if plan is None:
-            plan = build(raw)
-        out = plan.allocate(raw[0])
+            plan, out = build(raw)
+        else:
+            out = plan.allocate(raw[0])
         if plan.run is not None:
             plan.run(raw[:nt], out, raw_stream(plan.device))
         return out
