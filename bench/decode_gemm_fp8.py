@@ -118,7 +118,7 @@ def fp8_section(torch: Any, shapes: list[tuple[int, int]], ms: list[int], copy: 
     """Every N x K and M in both scale modes (each point added to `points`, its contenders
     named '<mode> <contender>', which the bf16 plot does not draw)."""
     s = Section("decode-gemm", "Decode GEMM, fp8 (e4m3), from a CUDA graph", ABOUT)
-    notes, eager, dropped = [], [], []
+    notes, eager, dropped, loose = [], [], [], []
     g = torch.Generator(device="cuda").manual_seed(1)
     for n, k in shapes:
         wf = torch.randn(n, k, device="cuda", generator=g)
@@ -139,9 +139,14 @@ def fp8_section(torch: Any, shapes: list[tuple[int, int]], ms: list[int], copy: 
                             raise
                         dropped.append(f"{mode} {name} at {m}x{n}x{k} ({str(e)[:80]})")
                         continue
-                    if not err <= 1.0:
+                    # torch's fast-accumulation mode rounds its long fp8 sums more than the
+                    # tolerance allows ptxdsl: it stays a contender, checked at twice it
+                    limit = 1.0 if name.startswith("ptxdsl") else 2.0
+                    if not err <= limit:
                         raise BenchError(f"{mode} {name} at {m}x{n}x{k}: error {err:.2f} x the "
                                          "tolerance")
+                    if err > 1.0:
+                        loose.append(f"{mode} {name} at {m}x{n}x{k}: {err:.2f}")
                     calls[name] = call
                 times = interleaved_ms({nm: graphed(torch, c) for nm, c in calls.items()}, 20)
                 rate = {nm: gbps(m, n, k, t / CALLS, 1) for nm, t in times.items()}
@@ -170,5 +175,7 @@ def fp8_section(torch: Any, shapes: list[tuple[int, int]], ms: list[int], copy: 
                    "(its weight tile) / the faster `torch._scaled_mm` mode (ptxdsl's % of "
                    "copy), by N x K, every M and scale mode: " + "; ".join(notes)
                    + ". Eager launches: " + "; ".join(eager) + "."
-                   + (" Not run by torch: " + "; ".join(dropped) + "." if dropped else ""))
+                   + (" Not run by torch: " + "; ".join(dropped) + "." if dropped else "")
+                   + (" References past ptxdsl's tolerance (error / tolerance): "
+                      + "; ".join(loose) + "." if loose else ""))
     return s
