@@ -92,7 +92,7 @@ def test_splits_fill_the_sms_once():
     assert da.pick_splits(64, 8, 1, 4096) == 1
     assert da.pick_splits(1, 8, 1, 1024) == 2
     assert da.pick_splits(16, 8, 1, 8192) == 1
-    assert da.workspace(1, 8, 1, 16, 128) == (8 * 16 * 128 * 68, 8)
+    assert da.workspace(1, 8, 1, 16, 128) == (8 * 16 * 64 * 130, 8)
     assert da.workspace(64, 8, 1, 1, 128) == (1, 512)
     assert da.launch_grid(1, 8, 1, 16) == 128 and da.launch_grid(64, 8, 1, 1) == 132
     assert da.row_tiles(16, 8) == 2 and da.row_tiles(1, 4) == 1
