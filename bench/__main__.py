@@ -42,6 +42,7 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "decode-gemm": ("decode_gemm", {}),
     "fp8": ("fp8", {}),
     "attention": ("attention", {}),
+    "attention-backward": ("attention_bwd", {}),
     "decode-attention": ("decode_attention", {}),
     "torch-block": ("torch_block", {}),
     "splitk": ("splitk", {}),

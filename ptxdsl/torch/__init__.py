@@ -7,6 +7,7 @@
     y = torch.ops.ptxdsl.layer_norm(x, w, b, 1e-5)
     p = torch.ops.ptxdsl.softmax(x)           # over the last dimension
     o = torch.ops.ptxdsl.attention(q, k, v, causal=True)  # bf16 (B, H, S, D), GQA, KV cache
+    o.backward(do)                            # ptxdsl's backward kernels (attention_backward)
     o = torch.ops.ptxdsl.decode_attention(q, k_cache, v_cache, lens, block_table)  # split-KV
     c = torch.ops.ptxdsl.grouped_mm(a, b, offs)  # experts: a (T x K), b (E x N x K), int32 ends
 

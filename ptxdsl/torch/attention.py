@@ -11,14 +11,21 @@ read in place: (B, S, H, D) tensors transposed to (B, H, S, D), or the first S_k
 longer KV cache. Whether the consumer warpgroups take turns, whether the wait for P V is held
 after the softmax, and at head dim 64 whether three consumer warpgroups (192-row tiles) or two
 run, is tuned per shape.
-The backward is torch's: SDPA recomputed on the saved q, k, v and differentiated (correct, at
-torch's speed; ptxdsl has no backward kernel yet)."""
+
+The backward is ptxdsl's (ptxdsl/torch/attention_bwd.py, `torch.ops.ptxdsl.attention_backward`):
+a call that needs a gradient runs `torch.ops.ptxdsl.attention_lse` in the op's place, which
+also returns the f32 log-sum-exp (B, H, S) the backward kernels read, and keeps O and it
+(the call that needs no gradient writes the LSE to scratch, as before). The backward is
+deterministic where torch.use_deterministic_algorithms(True) asks. The backward kernels take
+every dtype, head dim and GQA the forward does; sizes they do not take (no query rows, or
+element offsets past 2**32: `attention_bwd.takes`) are differentiated by torch instead, its
+SDPA recomputed on the saved q, k, v."""
 
 from __future__ import annotations
 
 import math
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -26,9 +33,18 @@ from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas
 from ..runtime.tensormap import TensorMap
 from . import autotune
+from .attention_bwd import attention_backward, takes
 from .dispatch import register
 from .kernels import ATTENTION_HEAD_DIMS, attention_configs, attention_kernel, attention_recipe
 from .opspec import Args, OpSpec, Run, ScalarParam, TensorParam
+
+
+class Launch(Protocol):
+    """A plan's launch, the attention op's run: (q, k, v), O, the CUstream handle, and the
+    LSE's f32 tensor (None: a scratch one)."""
+
+    def __call__(self, tensors: tuple, out: torch.Tensor, stream: int,
+                 lse: torch.Tensor | None = None) -> None: ...
 
 BLOCK = 128  # keys of a block; query rows of a tile: 64 per consumer warpgroup
 _S32 = 2**31
@@ -79,6 +95,10 @@ def output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
     return tuple(args["q"].shape), torch.bfloat16
 
 
+def _lse(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
+    return tuple(args["q"].shape[:3]), torch.float32
+
+
 def _map(x: torch.Tensor, box_rows: int) -> TensorMap:
     return TensorMap(x, box=(1, 1, box_rows, 64), swizzle="128B")
 
@@ -99,7 +119,9 @@ def packed(q: torch.Tensor, out: torch.Tensor, kv_heads: int,
     return q.view(shape), out.view(shape)  # out is contiguous
 
 
-def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
+def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
+    """The tuned launch over the layouts of args and the output O: `launch(tensors, o,
+    stream, lse)`, the f32 LSE (B, H, S) given, or allocated and dropped where None."""
     q, k, v, causal = args["q"], args["k"], args["v"], bool(args["causal"])
     d = q.shape[3]
     kvh, skv = k.shape[1], k.shape[2]
@@ -114,20 +136,22 @@ def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     lse_size = b * h * s
     log2_scale = scale * math.log2(math.e)
 
-    def runner(config: Any, o: torch.Tensor) -> Run:
+    def runner(config: Any, o: torch.Tensor) -> Launch:
         nwg = config["nwg"]
         kernel, resident = _loaded(d, causal, config["pingpong"], config["hold"], nwg, device)
         grid = min(-(-s // (64 * nwg)) * b * h, resident)
         qm, om = _map(q, 64 * nwg), _map(o, 64)
 
-        def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+        def launch(tensors: tuple, out: torch.Tensor, stream: int,
+                   lse: torch.Tensor | None = None) -> None:
             tq, tk, tv = tensors
-            lse = tq.new_empty(lse_size, dtype=torch.float32)
+            if lse is None:  # the kernel writes it; nothing reads it
+                lse = tq.new_empty(lse_size, dtype=torch.float32)
             kernel[grid, None, stream](qm.at(tq.data_ptr()), km.at(tk.data_ptr()),
                                        vm.at(tv.data_ptr()), om.at(out.data_ptr()), lse, s, skv,
                                        h, kvh, b, log2_scale)
 
-        return run
+        return launch
 
     tensors = (args["q"], k, v)
 
@@ -143,19 +167,29 @@ def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     return runner(config, out)
 
 
-SPEC = OpSpec(
-    name="attention",
-    params=(
-        TensorParam(name="q", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
-        TensorParam(name="k", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
-        TensorParam(name="v", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
-        ScalarParam(name="causal", type="bool", default=False),
-        ScalarParam(name="scale", type="float?", default=None),
-    ),
-    check=check,
-    output=output,
-    plan=_plan,
+def _plan_lse(args: Args, out: tuple[torch.Tensor, torch.Tensor], stream: int) -> Run:
+    launch = _launcher(args, out[0], stream)
+
+    def run(tensors: tuple, out: tuple[torch.Tensor, torch.Tensor], stream: int) -> None:
+        launch(tensors, out[0], stream, out[1])
+
+    return run
+
+
+PARAMS = (
+    TensorParam(name="q", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
+    TensorParam(name="k", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
+    TensorParam(name="v", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
+    ScalarParam(name="causal", type="bool", default=False),
+    ScalarParam(name="scale", type="float?", default=None),
 )
+
+SPEC = OpSpec(name="attention", params=PARAMS, check=check, output=output, plan=_launcher)
+
+# the same attention, returning the LSE too: what autograd runs in the op's place
+LSE_SPEC = OpSpec(name="attention_lse", params=PARAMS, check=check, output=output,
+                  extra_outputs=(_lse,), plan=_plan_lse)
+
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float | None) -> torch.Tensor:
@@ -172,22 +206,35 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                                           enable_gqa=True)
 
 
-def _setup(ctx: Any, inputs: tuple, output: Any) -> None:
-    q, k, v, *rest = inputs  # the dispatcher drops trailing defaults
-    ctx.causal = bool(rest[0]) if rest else False
-    ctx.scale = rest[1] if len(rest) > 1 else None
-    ctx.save_for_backward(q, k, v)
+def _setup(ctx: Any, inputs: tuple, output: tuple[torch.Tensor, torch.Tensor]) -> None:
+    q, k, v, causal, scale = inputs
+    ctx.causal, ctx.scale = bool(causal), scale
+    ctx.save_for_backward(q, k, v, *output)  # O and the LSE from attention_lse
 
 
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    """dL/dq, dL/dk, dL/dv by torch: its SDPA recomputed on the saved inputs and
-    differentiated (ptxdsl has no backward kernel yet)."""
-    q, k, v = ctx.saved_tensors
-    with torch.enable_grad():
-        lq, lk, lv = (t.detach().requires_grad_() for t in (q, k, v))
-        out = sdpa(lq, lk, lv, ctx.causal, ctx.scale)
-        dq, dk, dv = torch.autograd.grad(out, (lq, lk, lv), grad)
+    """dL/dq, dL/dk, dL/dv by ptxdsl's backward kernels (deterministic where torch is asked
+    for deterministic algorithms), or where they do not take the sizes, by torch."""
+    q, k, v, o, lse = ctx.saved_tensors
+    b, h, s, d = q.shape
+    if takes(b, h, s, k.shape[2], d):
+        dq, dk, dv = attention_backward(q, k, v, o, lse, grad.contiguous(), ctx.causal,
+                                        ctx.scale, torch.are_deterministic_algorithms_enabled())
+    else:
+        dq, dk, dv = recomputed(q, k, v, grad, ctx.causal, ctx.scale)
     return dq, dk, dv, None, None
 
 
-attention = register(SPEC, backward=_backward, setup_context=_setup)
+def recomputed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torch.Tensor,
+               causal: bool, scale: float | None) -> tuple[torch.Tensor, ...]:
+    """The gradients by torch: its SDPA recomputed on q, k and v and differentiated (for
+    what the backward kernels do not take: no query, or offsets past 2**32 elements)."""
+    with torch.enable_grad():
+        lq, lk, lv = (t.detach().requires_grad_() for t in (q, k, v))
+        out = sdpa(lq, lk, lv, causal, scale)
+        return torch.autograd.grad(out, (lq, lk, lv), grad)
+
+
+attention_lse = register(LSE_SPEC)
+attention = register(SPEC, backward=_backward, setup_context=_setup,
+                     forward=torch.ops.ptxdsl.attention_lse.default)

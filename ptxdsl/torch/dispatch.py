@@ -61,8 +61,7 @@ class Plan:
 
     __slots__ = ("allocate", "run", "device")
 
-    def __init__(self, allocate: Callable[[torch.Tensor], torch.Tensor], run: Run | None,
-                 device: int):
+    def __init__(self, allocate: Callable[[torch.Tensor], Any], run: Run | None, device: int):
         self.allocate, self.run, self.device = allocate, run, device
 
 
@@ -73,6 +72,15 @@ def allocator(first: torch.Tensor, shape: tuple[int, ...],
     if tuple(first.shape) == tuple(shape) and first.dtype == dtype and first.is_contiguous():
         return torch.empty_like
     return lambda t: t.new_empty(shape, dtype=dtype)
+
+
+def allocators(first: torch.Tensor,
+               outputs: list[tuple[tuple[int, ...], torch.dtype]]) -> Callable[[torch.Tensor], Any]:
+    """An op's output allocator: one output's, or for several one that returns the tuple."""
+    if len(outputs) == 1:
+        return allocator(first, *outputs[0])
+    each = tuple(allocator(first, shape, dtype) for shape, dtype in outputs)
+    return lambda t: tuple(a(t) for a in each)
 
 
 class Op:
@@ -87,15 +95,19 @@ class Op:
         """How many launch plans the op holds."""
         return len(self._plans)
 
-    def __call__(self, *args: Any) -> torch.Tensor:
+    def __call__(self, *args: Any) -> Any:
         return getattr(torch.ops.ptxdsl, self.spec.name).default(*args)
 
 
 def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
-             setup_context: Callable[..., Any] | None = None) -> Op:
-    """Define `torch.ops.ptxdsl.<spec.name>` and its kernels; `backward(ctx, grad)` and
+             setup_context: Callable[..., Any] | None = None,
+             forward: Callable[..., Any] | None = None) -> Op:
+    """Define `torch.ops.ptxdsl.<spec.name>` and its kernels; `backward(ctx, *grads)` and
     `setup_context(ctx, inputs, output)` as torch.library.register_autograd takes them (an op
-    without a backward raises when autograd reaches it, not a silent zero gradient)."""
+    without a backward raises when autograd reaches it, not a silent zero gradient).
+    `forward`: an op that autograd runs in this one's place, with the same arguments,
+    returning this op's output first and then what the backward needs (setup_context gets
+    them all): the call that needs no gradient pays for none of it."""
     plans: dict[tuple, Plan] = {}
     nt = spec.tensors
     signature = signer(nt, sum(isinstance(p, TensorParam) and p.optional for p in spec.params))
@@ -106,11 +118,11 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
         args = spec.bind(raw)
         spec.validate(args, real=True)
         first = raw[0]
-        shape, dtype = spec.output(args)
-        allocate = allocator(first, shape, dtype)
+        allocate = allocators(first, [rule(args) for rule in spec.outputs])
         device = first.get_device()
         out = allocate(first)
-        run = spec.plan(args, out, raw_stream(device)) if out.numel() else None
+        lead = out[0] if spec.extra_outputs else out
+        run = spec.plan(args, out, raw_stream(device)) if lead.numel() else None
         plan = Plan(allocate, run, device)
         if autotune.tuning_allowed():  # a plan made while capturing may hold an untuned choice
             if len(plans) >= _PLANS:
@@ -118,7 +130,7 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
             plans[signature(raw)] = plan
         return plan, out
 
-    def cuda_impl(*raw: Any) -> torch.Tensor:
+    def cuda_impl(*raw: Any) -> Any:
         plan = plans.get(signature(raw))
         if plan is None:
             plan, out = build(raw)
@@ -128,11 +140,13 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
             plan.run(raw[:nt], out, raw_stream(plan.device))
         return out
 
-    def fake_impl(*raw: Any) -> torch.Tensor:
+    def fake_impl(*raw: Any) -> Any:
         args = spec.bind(raw)
         spec.validate(args, real=False)
-        shape, dtype = spec.output(args)
-        return args[spec.params[0].name].new_empty(shape, dtype=dtype)
+        first = args[spec.params[0].name]
+        outs = tuple(first.new_empty(shape, dtype=dtype)
+                     for shape, dtype in (rule(args) for rule in spec.outputs))
+        return outs if spec.extra_outputs else outs[0]
 
     def misplaced(*raw: Any) -> torch.Tensor:
         # inputs on the CPU reach this instead of the CUDA implementation: the checks name
@@ -146,7 +160,7 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
     torch.library.register_fake(f"ptxdsl::{spec.name}", fake_impl, lib=_LIB)
     op = getattr(torch.ops.ptxdsl, spec.name).default
     autograd = _autograd_kernel(spec, op, cuda_impl, backward or _no_backward(spec.name),
-                                setup_context)
+                                setup_context, forward)
     _LIB.impl(spec.name, autograd, "Autograd", with_keyset=True)
     return Op(spec, plans)
 
@@ -156,29 +170,33 @@ _CUDA = torch._C.DispatchKey.CUDA
 _VIEWS = torch._C.DispatchKey.ADInplaceOrView  # a fallthrough for a functional op
 
 
-def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., torch.Tensor],
-                     backward: Callable[..., Any],
-                     setup_context: Callable[..., Any] | None) -> Callable[..., torch.Tensor]:
+def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., Any],
+                     backward: Callable[..., Any], setup_context: Callable[..., Any] | None,
+                     forward: Callable[..., Any] | None) -> Callable[..., Any]:
     """The op's kernel for the Autograd key. A call that needs no gradient on plain CUDA
     tensors goes straight to `cuda_impl` (what the dispatcher would reach, one Python
     trampoline sooner: torch.library.register_autograd's kernel redispatches, about 6 us a
     call on the H200 host); fake tensors, dispatch modes and subclasses redispatch; a call
-    that needs a gradient records `backward` through an autograd.Function."""
+    that needs a gradient records `backward` through an autograd.Function (running `forward`
+    in the op's place where given: its first output is the result, the rest are saved)."""
 
     class Function(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, keyset: Any, *args: Any) -> torch.Tensor:
+        def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
             with torch._C._AutoDispatchBelowAutograd():
-                out = op.redispatch(keyset & _BELOW_AUTOGRAD, *args)
+                if forward is None:
+                    out = op.redispatch(keyset & _BELOW_AUTOGRAD, *args)
+                else:  # below autograd already: the call reaches its kernel or the modes
+                    out = forward(*args)
             ctx.nargs = len(args)
             if setup_context is not None:  # it sees every argument, defaults filled in
                 filled = tuple(spec.bind(args)[p.name] for p in spec.params)
                 setup_context(ctx, filled, out)
-            return out
+            return out if forward is None else out[0]
 
         @staticmethod
-        def backward(ctx: Any, grad: torch.Tensor) -> tuple:
-            grads = backward(ctx, grad)
+        def backward(ctx: Any, *grads: Any) -> tuple:
+            grads = backward(ctx, *grads)
             grads = grads if isinstance(grads, tuple) else (grads,)
             return (None, *grads[:ctx.nargs])
 
@@ -187,7 +205,7 @@ def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., torch.Tenso
     straight: dict[int, bool] = {}  # a keyset's bits -> whether nothing stands between the
     # Autograd key and the CUDA kernel (keyset arithmetic costs microseconds from Python)
 
-    def kernel(keyset: Any, *args: Any) -> torch.Tensor:
+    def kernel(keyset: Any, *args: Any) -> Any:
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
             return Function.apply(keyset, *args)
         bits = keyset.raw_repr()

@@ -14,9 +14,11 @@ from typing import Any
 import torch
 
 Args = dict[str, Any]  # the op's arguments by name, defaults filled in
-# A launch plan's run: (the call's tensors in parameter order, its output, the CUstream handle
-# of torch's current stream, where it allocates any workspace)
-Run = Callable[[tuple, torch.Tensor, int], None]
+Output = Callable[[Args], tuple[tuple[int, ...], torch.dtype]]  # an output's (shape, dtype)
+# A launch plan's run: (the call's tensors in parameter order, its output (an op of several
+# outputs: the tuple of them), the CUstream handle of torch's current stream, where it
+# allocates any workspace)
+Run = Callable[[tuple, Any, int], None]
 
 _TORCH_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 
@@ -61,12 +63,13 @@ class OpSpec:
 
     `check(args)`: the relations between arguments (shapes that must agree, sizes the
     kernel supports); returns what is wrong as "<arg> must ..., got ..." or None.
-    `output(args)`: the (shape, dtype) of the one output, allocated on the first tensor's
-    device.
+    `output(args)`: the (shape, dtype) of the output, allocated on the first tensor's device;
+    `extra_outputs`: the rules of any further outputs (the op then returns them all as a
+    tuple, and its plan and run get them as one).
 
     `plan(args, out, stream)`: the launch plan of one signature (every tensor's dtype, shape,
     strides, device and address alignment, and every scalar), made at the first call with
-    that signature (only for a non-empty output): it may tune (launching trials on the
+    that signature (only for a non-empty first output): it may tune (launching trials on the
     CUstream handle `stream`), loads the kernels, works out grids and tensor-map templates,
     and returns the `run(tensors, out, stream)` that launches this call and every later one
     of the signature. A run reads from its tensors only what the signature leaves free:
@@ -76,8 +79,9 @@ class OpSpec:
     name: str
     params: tuple[TensorParam | ScalarParam, ...]
     check: Callable[[Args], str | None]
-    output: Callable[[Args], tuple[tuple[int, ...], torch.dtype]]
-    plan: Callable[[Args, torch.Tensor, int], Run]
+    output: Output
+    plan: Callable[[Args, Any, int], Run]
+    extra_outputs: tuple[Output, ...] = ()
 
     def __post_init__(self) -> None:
         kinds = [isinstance(p, TensorParam) for p in self.params]
@@ -93,6 +97,11 @@ class OpSpec:
         return sum(isinstance(p, TensorParam) for p in self.params)
 
     @property
+    def outputs(self) -> tuple[Output, ...]:
+        """The rule of every output, in order."""
+        return (self.output, *self.extra_outputs)
+
+    @property
     def schema(self) -> str:
         parts = []
         for p in self.params:
@@ -100,7 +109,9 @@ class OpSpec:
                 parts.append(f"Tensor? {p.name}=None" if p.optional else f"Tensor {p.name}")
             else:
                 parts.append(f"{p.type} {p.name}={p.default!r}")
-        return f"({', '.join(parts)}) -> Tensor"
+        n = len(self.outputs)
+        returns = "Tensor" if n == 1 else f"({', '.join(['Tensor'] * n)})"
+        return f"({', '.join(parts)}) -> {returns}"
 
     def bind(self, args: tuple) -> Args:
         """The arguments by name (the dispatcher passes them positionally, without the

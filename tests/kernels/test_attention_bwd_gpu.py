@@ -1,4 +1,4 @@
-"""The attention backward (ptxdsl.torch.attention_bwd.attention_backward, the kernels of
+"""The attention backward (torch.ops.ptxdsl.attention_backward, the kernels of
 ptxdsl/kernels/attention_bwd.py) on the GPU against torch autograd through the math-backend
 SDPA in f32, on fresh random bf16 data: head dims 64 and 128, causal and not, GQA 2:1,
 lengths that are no multiple of the blocks, a KV longer than the queries, and the
@@ -36,7 +36,7 @@ def backward(torch, d, s, causal, *, skv=None, b=2, h=4, kvh=4, seed=0, determin
     o, lse, q, k, v = forward(torch, d, s, causal, b=b, h=h, kvh=kvh, seed=seed, skv=skv)
     g = torch.Generator(device="cuda").manual_seed(seed + 7)
     do = torch.randn(q.shape, device="cuda", dtype=torch.bfloat16, generator=g)
-    got = attention_backward(q, k, v, o, lse, do, causal, deterministic=deterministic)
+    got = attention_backward(q, k, v, o, lse, do, causal, None, deterministic)
     torch.cuda.synchronize()
     return got, reference(torch, q, k, v, do, causal), (q, k, v, o, lse, do)
 
@@ -81,7 +81,7 @@ def test_deterministic_backward_is_bit_identical(torch, d):
 
     got, want, inputs = backward(torch, d, 2048, True, h=8, kvh=4, deterministic=True)
     assert_close(got, want)
-    again = attention_backward(*inputs, True, deterministic=True)
+    again = attention_backward(*inputs, True, None, True)
     for a, b in zip(got, again, strict=True):
         assert torch.equal(a, b)
 
