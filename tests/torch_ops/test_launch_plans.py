@@ -91,8 +91,10 @@ def test_attention_plan_re_points_every_map(ops, torch, gpu_cache):
 def test_a_plan_is_per_device(ops, torch, gpu_cache):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs (runs on the nvidia-h200-x2 machine)")
-    a, b = rand(torch, 128, 64, seed=40), rand(torch, 256, 64, seed=41)
-    check_gemm(torch, torch.ops.ptxdsl.gemm(a, b), a, b)
+    with torch.cuda.device(0):  # an earlier test may have left another device current
+        a, b = rand(torch, 128, 64, seed=40), rand(torch, 256, 64, seed=41)
+        check_gemm(torch, torch.ops.ptxdsl.gemm(a, b), a, b)
+    assert a.device.index == 0
     a1, b1 = a.to("cuda:1"), b.to("cuda:1")
     with torch.cuda.device(1):
         c1 = torch.ops.ptxdsl.gemm(a1, b1)
