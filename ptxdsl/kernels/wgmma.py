@@ -142,6 +142,7 @@ def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: An
                 a[e] = b[e]
     retire(t0, 0)
 
+
 def count_part(k: Any, sem: Any, idx: Any, parts: Any, last: Any, wg: Any, leader: Any,
                before: Callable[[], None] | None = None) -> Any:
     """Split-K's meeting point: once every thread of warpgroup `wg` has stored its part, its
