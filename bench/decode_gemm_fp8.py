@@ -3,7 +3,7 @@ dtype e4m3) against `torch._scaled_mm` in each of its modes, per tensor and per 
 decode_gemm.py's docstring).
 
 Per tensor, ptxdsl is `torch.ops.ptxdsl.scaled_mm_fp8`, which dispatches M <= 256 to the
-decode kernel, its weight tile (or, from 129 rows, the dense kernel) tuned per shape. The op
+decode kernel, its weight tile tuned per shape (129 to 256 rows in two tiles of 128). The op
 takes per-tensor scales only, so per row the kernel is launched as the op launches it
 (`fp8_runner`, ptxdsl.torch.gemm.smallm_runner), each weight tile timed and the best kept.
 The GPU tests (tests/kernels/test_smallm_gpu.py) run both."""
