@@ -1,10 +1,12 @@
 """The fp8 part of `python -m bench decode-gemm`: ptxdsl's e4m3 decode GEMM (gemm_smallm with
-dtype e4m3), launched directly, against `torch._scaled_mm` in each of its modes, per tensor
-and per row (see decode_gemm.py's docstring).
+dtype e4m3) against `torch._scaled_mm` in each of its modes, per tensor and per row (see
+decode_gemm.py's docstring).
 
-`fp8_runner` launches the kernel as the gemm op launches the bf16 one (its split count, grid,
-slot workspace and per-stream semaphores): what scaled_mm_fp8 will dispatch to once the
-kernel has run on a GPU. The GPU tests (tests/kernels/test_smallm_gpu.py) run it too."""
+Per tensor, ptxdsl is `torch.ops.ptxdsl.scaled_mm_fp8`, which dispatches M <= 256 to the
+decode kernel, its weight tile tuned per shape (129 to 256 rows in two tiles of 128). The op
+takes per-tensor scales only, so per row the kernel is launched as the op launches it
+(`fp8_runner`, ptxdsl.torch.gemm.smallm_runner), each weight tile timed and the best kept.
+The GPU tests (tests/kernels/test_smallm_gpu.py) run both."""
 
 from __future__ import annotations
 
@@ -16,52 +18,39 @@ from .decode_gemm import CALLS, ROWS, gbps, graphed
 
 FP8_MAX = 448.0  # e4m3's largest finite value
 MODES = {"tensor": "per-tensor", "row": "per-row"}  # gemm_smallm's scales -> the rows' words
+OP = "ptxdsl op"  # the per-tensor contender: torch.ops.ptxdsl.scaled_mm_fp8
 ABOUT = ("e4m3 A (M x K) and W (N x K), bf16 C = scales x A @ W^T, f32 accumulation; GB/s = "
          "((M K + N K) x 1 + M N x 2) bytes / the time of one call. Scales per tensor (one f32 "
-         "each, amax / 448) or per row (per token of A, per output channel of W). ptxdsl's "
-         "e4m3 decode kernel (swap-AB, split-K; `gemm_smallm` with dtype e4m3) launched "
-         "directly, the best of its weight tiles, against `torch._scaled_mm` in the same scale "
-         "mode, the faster of its default and `use_fast_accum` modes; each captured "
+         "each, amax / 448) or per row (per token of A, per output channel of W). ptxdsl per "
+         "tensor: `torch.ops.ptxdsl.scaled_mm_fp8` (the e4m3 decode kernel, swap-AB and "
+         "split-K, `gemm_smallm` with dtype e4m3, each 128 of K summed apart and added in f32; "
+         "tuned per shape); per row (which the op does not take): that kernel launched as the "
+         "op launches it, the best of its weight tiles. Against `torch._scaled_mm` in the same "
+         "scale mode, the faster of its default and `use_fast_accum` modes; each captured "
          f"{CALLS} times in a CUDA graph whose replays are timed, best of 3 interleaved rounds "
          "of medians of 20 replays; every output checked against the f32 product of the "
          "dequantised inputs first.")
 
 
-def _kernel(config: Any) -> Any:
-    from ptxdsl.torch.kernels import smallm_fp8_kernel
-
-    return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"])
-
-
 def fp8_runner(x8: Any, w8: Any, sa: Any, sb: Any, scales: str, bw: int) -> Callable[[], Any]:
     """A call of the e4m3 decode kernel on x8 (M x K) and w8 (N x K), e4m3 with unit inner
-    stride, over `bw`-row weight tiles, returning C (M x N, bf16). `scales` "tensor": sa and
-    sb hold one f32 each; "row": sa one per row of x8, sb one per row of w8 (any shape, f32,
-    contiguous). Each call takes a fresh slot workspace and C on torch's current stream, and
-    that stream's semaphores (shared with the gemm op's: zero between launches)."""
+    stride, over `bw`-row weight tiles (one the kernel allows at M's activation tile),
+    returning C (M x N, bf16). `scales` "tensor": sa and sb hold one f32 each; "row": sa one
+    per row of x8, sb one per row of w8 (any shape, f32, contiguous). Launched as
+    scaled_mm_fp8 launches it: a fresh slot workspace and C on torch's current stream, and
+    that stream's semaphores (shared with the ops': zero between launches)."""
     import torch
 
-    from ptxdsl.kernels import gemm_smallm as g
-    from ptxdsl.runtime.tensormap import TensorMap
-    from ptxdsl.torch.gemm import launchable, semaphores
+    from ptxdsl.kernels.gemm_smallm import pad_m
+    from ptxdsl.torch.gemm import smallm_runner
+    from ptxdsl.torch.kernels import SMALLM_FP8_MAX_MP
 
-    m, k = x8.shape
-    n = w8.shape[0]
-    mp, bk, device = g.pad_m(m), g.BK_FP8, x8.device.index
-    kernel, resident = launchable(_kernel, (("bw", bw), ("cluster", 1), ("mp", mp),
-                                            ("scales", scales)), device)
-    splits = g.pick_splits(m, n, k, bw, mp, resident, bk)
-    size, nsem = g.workspace(m, n, k, bw, mp, splits, bk)
-    grid = g.launch_grid(m, n, k, bw, mp, splits, resident, bk)
-    tw = TensorMap(w8, box=(bw, bk), swizzle="128B")
-    tx = TensorMap(x8, box=(mp, bk), swizzle="128B")
+    m, n = x8.shape[0], w8.shape[0]
+    run = smallm_runner({"bw": bw}, pad_m(m, SMALLM_FP8_MAX_MP), x8, w8, scales)
 
     def call() -> Any:
-        stream = torch.cuda.current_stream(x8.device).cuda_stream
         c = x8.new_empty((m, n), dtype=torch.bfloat16)
-        ws = x8.new_empty(size, dtype=torch.float32)
-        kernel[grid, None, stream](tw, tx, c, ws, semaphores(device, stream, nsem), sa, sb, m,
-                                   n, k, splits)
+        run((x8, w8, sa, sb), c, torch.cuda.current_stream(x8.device).cuda_stream)
         return c
 
     return call
@@ -96,14 +85,19 @@ def fp8_error(c: Any, x8: Any, sa: Any, w8: Any, sb: Any) -> float:
 
 def contenders(torch: Any, x8: Any, sa: Any, w8: Any, sb: Any, scales: str
                ) -> dict[str, Callable[[], Any]]:
-    """ptxdsl's kernel at each weight tile of its activation tile, and `torch._scaled_mm` in
-    the same scale mode (row scales as it takes them: (M, 1) and (1, N)) in both of its
-    accumulation modes."""
+    """ptxdsl (per tensor the op; per row the kernel at each weight tile of its activation
+    tile), and `torch._scaled_mm` in the same scale mode (row scales as it takes them: (M, 1)
+    and (1, N)) in both of its accumulation modes."""
+    from ptxdsl import e4m3
     from ptxdsl.kernels.gemm_smallm import pad_m
-    from ptxdsl.torch.kernels import smallm_configs
+    from ptxdsl.torch.kernels import SMALLM_FP8_MAX_MP, smallm_configs
 
-    ours = {f"ptxdsl w{c['bw']}": fp8_runner(x8, w8, sa, sb, scales, c["bw"])
-            for c in smallm_configs(pad_m(x8.shape[0]))}
+    if scales == "tensor":
+        ours = {OP: lambda: torch.ops.ptxdsl.scaled_mm_fp8(x8, w8, sa, sb)}
+    else:
+        mp = pad_m(x8.shape[0], SMALLM_FP8_MAX_MP)
+        ours = {f"ptxdsl w{c['bw']}": fp8_runner(x8, w8, sa, sb, scales, c["bw"])
+                for c in smallm_configs(mp, e4m3)}
     sb_t = sb.reshape(1, -1) if scales == "row" else sb
 
     def scaled_mm(fast: bool) -> Callable[[], Any]:
@@ -159,12 +153,14 @@ def fp8_section(torch: Any, shapes: list[tuple[int, int]], ms: list[int], copy: 
                 if not refs:
                     raise BenchError(f"{mode} at {m}x{n}x{k}: torch._scaled_mm ran in no mode")
                 ref = max(refs, key=rate.__getitem__)
-                per_m.append(f"M {m} {mode} {rate[ours]:.0f} ({ours[7:]}) / {rate[ref]:.0f} "
+                what = "the op" if ours == OP else ours[7:]
+                per_m.append(f"M {m} {mode} {rate[ours]:.0f} ({what}) / {rate[ref]:.0f} "
                              f"({rate[ours] / copy:.0%})")
                 per_m_eager.append(f"M {m} {mode} {direct[ours]:.0f} / {direct[ref]:.0f}")
                 if (m, n, k) in ROWS:
                     s.rows.append(Row(f"fp8 {m} x {n} x {k}, {mode}",
-                                      f"gemm_smallm e4m3 {ours[7:]}", rate[ours],
+                                      "torch.ops.ptxdsl.scaled_mm_fp8" if ours == OP
+                                      else f"gemm_smallm e4m3 {what}", rate[ours],
                                       f"torch.{ref}", rate[ref], "GB/s",
                                       f"python -m bench decode-gemm --nk {n}x{k} --m {m} "
                                       "--dtype fp8", target=1.0))
@@ -172,7 +168,8 @@ def fp8_section(torch: Any, shapes: list[tuple[int, int]], ms: list[int], copy: 
         notes.append(f"{n} x {k}: " + ", ".join(per_m))
         eager.append(f"{n} x {k}: " + ", ".join(per_m_eager))
     s.notes.append(f"Copy bandwidth in this run: {copy:.0f} GB/s. GB/s from the graph, ptxdsl "
-                   "(its weight tile) / the faster `torch._scaled_mm` mode (ptxdsl's % of "
+                   "(the op, or per row its best weight tile) / the faster `torch._scaled_mm` "
+                   "mode (ptxdsl's % of "
                    "copy), by N x K, every M and scale mode: " + "; ".join(notes)
                    + ". Eager launches: " + "; ".join(eager) + "."
                    + (" Not run by torch: " + "; ".join(dropped) + "." if dropped else "")

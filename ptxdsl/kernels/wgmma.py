@@ -1,6 +1,7 @@
 """The pieces every warp-specialised wgmma GEMM of the library shares: the producer's stage
-load, the consumers' main loop (one wgmma group in flight, a lagging release), and the
-epilogue that stores the accumulators as C through a swizzled shared tile and TMA stores.
+load, the consumers' main loop (one wgmma group in flight, a lagging release; for fp8 its
+two-level form, promoted_loop), and the epilogue that stores the accumulators as C through
+a swizzled shared tile and TMA stores.
 
 The families (gemm, gemm_fp8, gemm_splitk, grouped_gemm, ag_gemm, gemm_rs) call these inside
 their roles; registers are named by the `k.let` / loop names used here, so every family's
@@ -98,6 +99,48 @@ def main_loop(k: Any, ring: Any, accs: list, wg: Any, k0: Any, k1: Any, *, steps
         k.release(ring)
     k.wgmma_wait(0)
     k.release(ring)
+
+
+def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: Any, k0: Any,
+                  k1: Any, *, nacc: int, steps: int, wm: int = 64, kw: int = 32) -> None:
+    """K steps k0 .. k1 (at least one) of the tile summed into `accs` in two levels, for
+    fp8, whose products the tensor cores add in limited precision (about 14 bits): each
+    stage's wgmmas start one of two temporary accumulators afresh (`tmps`, each like `accs`:
+    an f32[nacc] per m64 accumulator), and once its group has retired the temporary is added
+    into `accs` in f32 (which the caller has zeroed), so no fp8 sum runs past one stage.
+
+    One wgmma group stays in flight, as in main_loop: stage i's group is issued before
+    stage i - 1's is waited for, released and added, so the tensor cores run under the
+    promotion. The temporaries alternate, so the steps after the first go in pairs; an even
+    count leaves one step, whose sums move into the first temporary for the last promotion."""
+    def issue(tmp: list) -> None:
+        k.wait(ring)
+        wgmma_group(k, ring, tmp, wg, steps=steps, first=True, wm=wm, kw=kw)
+
+    def retire(tmp: list, pending: int) -> None:
+        """Wait for the group before the `pending` newest, hand back its stage, add it."""
+        k.wgmma_wait(pending)
+        k.release(ring)
+        for r, (acc, t) in enumerate(zip(accs, tmp, strict=True)):
+            with k.for_(f"p{r}" if r else "p", 0, nacc, unroll=True) as e:
+                acc[e] = acc[e] + t[e]
+
+    t0, t1 = tmps
+    issue(t0)
+    with k.for_("kt", k0 + 1, k1 - 1, 2):  # steps kt (into t1) and kt + 1 (into t0)
+        issue(t1)
+        retire(t0, 1)
+        issue(t0)
+        retire(t1, 1)
+    # a loop of one trip or none, not an if: a release's threads must be known
+    with k.for_("ke", (k1 - k0) % 2, 1):  # an even count: the last step, into t1
+        issue(t1)
+        retire(t0, 1)
+        k.wgmma_wait(0)
+        for r, (a, b) in enumerate(zip(t0, t1, strict=True)):
+            with k.for_(f"mv{r}" if r else "mv", 0, nacc, unroll=True) as e:
+                a[e] = b[e]
+    retire(t0, 0)
 
 
 def count_part(k: Any, sem: Any, idx: Any, parts: Any, last: Any, wg: Any, leader: Any,

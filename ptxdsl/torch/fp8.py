@@ -3,21 +3,36 @@ scale_b * A @ B^T with A (M x K) and B (N x K) e4m3 (unit inner stride), scale_a
 f32 tensors of one element on the GPU; f32 accumulation in the tensor cores. What
 `torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16,
 use_fast_accum=True)` computes, with the library's per-tensor-scaled fp8 GEMM, its tile width,
-stage count and cluster pairing tuned per shape. Forward only: no backward is registered
-(autograd through it raises)."""
+stage count and cluster pairing tuned per shape; up to SMALLM_MAX_M rows of A (decoding), the
+e4m3 swap-AB split-K kernel (gemm_smallm, each 128 of K summed apart and added in f32), its
+weight tile tuned per shape, as the gemm op does for bf16 (129 to 256 rows: two activation
+tiles of 128). Forward only: no backward is registered (autograd through it raises)."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import torch
 
+from .. import types as T
 from ..compiler import KernelDef
+from ..kernels import gemm_smallm
 from ..runtime.tensormap import TensorMap
+from ..tools.autotune import Autotuner
 from . import autotune
 from .dispatch import register
-from .gemm import check_operands, launchable, output_c, persistent_grid
-from .kernels import FP8_CONFIGS, GEMM_BM, fp8_kernel, fp8_recipe
+from .gemm import check_operands, launchable, output_c, persistent_grid, smallm_plan
+from .kernels import (
+    FP8_CONFIGS,
+    GEMM_BM,
+    SMALLM_FP8_MAX_MP,
+    SMALLM_MAX_M,
+    fp8_kernel,
+    fp8_recipe,
+    smallm_configs,
+    smallm_fp8_recipe,
+)
 from .opspec import Args, OpSpec, Run, TensorParam
 
 BK = 128  # K per stage: a 128-byte swizzle row of fp8
@@ -53,11 +68,26 @@ def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> R
     return run
 
 
+@cache
+def smallm_tuner(mp: int) -> Autotuner:
+    """The tuner for up to mp rows of A (mp up to SMALLM_FP8_MAX_MP; M past it takes several
+    activation tiles), timing each candidate from a CUDA graph. Only the decode kernel's
+    weight tiles: unlike the gemm op at 128 rows and more, the dense kernel is no candidate,
+    as it sums the whole of K in the tensor cores' fp8 precision (every M <= SMALLM_MAX_M
+    gets the per-stage f32 sums)."""
+    return autotune.tuner(f"ptxdsl::scaled_mm_fp8_smallm_m{mp}", smallm_configs(mp, T.e4m3),
+                          lambda c: smallm_fp8_recipe(mp, c["bw"], "tensor"),
+                          timer=autotune.graph_timer)
+
+
 def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     a, b = args["a"], args["b"]
     m, k = a.shape
     n = b.shape[0]
     tensors = (a, b, args["scale_a"], args["scale_b"])
+    if m <= SMALLM_MAX_M:
+        mp = gemm_smallm.pad_m(m, SMALLM_FP8_MAX_MP)
+        return smallm_plan(tensors, out, mp, smallm_tuner(mp), scales="tensor")
 
     def trial(config: Any) -> torch.Tensor:
         c = torch.empty_like(out)

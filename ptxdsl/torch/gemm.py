@@ -30,6 +30,7 @@ from .kernels import (
     gemm_kernel,
     gemm_recipe,
     smallm_configs,
+    smallm_fp8_kernel,
     smallm_kernel,
     smallm_recipe,
 )
@@ -158,51 +159,64 @@ def semaphores(device: int, stream: int, size: int) -> torch.Tensor:
 
 
 def _smallm_kernel(config: Any) -> KernelDef:
+    if "scales" in config:
+        return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"])
     return smallm_kernel(config["mp"], config["bw"])
 
 
-def _smallm_runner(config: Any, mp: int, a: torch.Tensor, b: torch.Tensor) -> Run:
+def smallm_runner(config: Any, mp: int, a: torch.Tensor, b: torch.Tensor,
+                  scales: str | None = None) -> Run:
     """The run of the decode kernel's `config` over a's and b's layouts: an f32 slot
     workspace fresh each call (on torch's current stream, the launch's) and the stream's
-    semaphores."""
+    semaphores. `scales` ("tensor" or "row"): the e4m3 kernel, its scale tensors the run's
+    third and fourth."""
     bw = config["bw"]
     m, k = a.shape
     n = b.shape[0]
     device = a.device.index
-    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", 1), ("mp", mp)),
-                                  device)
-    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident)
-    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits)
-    tw = TensorMap(b, box=(bw, gemm_smallm.BK), swizzle="128B")
-    tx = TensorMap(a, box=(mp, gemm_smallm.BK), swizzle="128B")
-    grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident)
+    fp8 = (("scales", scales),) if scales else ()
+    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", 1), ("mp", mp),
+                                                   *fp8), device)
+    bk = gemm_smallm.BK_FP8 if scales else gemm_smallm.BK
+    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident, bk)
+    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits, bk)
+    tw = TensorMap(b, box=(bw, bk), swizzle="128B")
+    tx = TensorMap(a, box=(mp, bk), swizzle="128B")
+    grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident, bk)
 
     def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
-        x, w = tensors
+        x, w, *scale = tensors
         ws = x.new_empty(size, dtype=torch.float32)
         sem = semaphores(device, stream, nsem)
         kernel[grid, None, stream](tw.at(w.data_ptr()), tx.at(x.data_ptr()), out, ws, sem,
-                                   m, n, k, splits)
+                                   *scale, m, n, k, splits)
 
     return run
 
 
-def _smallm_plan(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Run:
-    m, k = a.shape
-    n = b.shape[0]
-    mp = gemm_smallm.pad_m(m)
+def smallm_plan(tensors: tuple, out: torch.Tensor, mp: int, tuner: Autotuner,
+                dense: Callable[[Any, torch.Tensor], Run] | None = None,
+                scales: str | None = None) -> Run:
+    """The plan for few rows of A (tensors: a, b and any scales) in activation tiles of mp
+    rows: `tuner`'s choice at (mp, N, K) among the decode kernel's configs (`scales` as
+    smallm_runner takes it) and, where `dense(config, c)` runs them, the dense kernel's
+    (those with "bn")."""
+    a, b = tensors[:2]
+    n, k = b.shape
 
     def runner(config: Any, c: torch.Tensor) -> Run:
-        return _runner(config, a, b, c) if "bn" in config else _smallm_runner(config, mp, a, b)
+        if "bn" in config and dense is not None:
+            return dense(config, c)
+        return smallm_runner(config, mp, a, b, scales)
 
     def trial(config: Any) -> torch.Tensor:
         # on the current stream, which graph_timer's capture makes its own
         c = torch.empty_like(out)
-        runner(config, c)((a, b), c, torch.cuda.current_stream(a.device).cuda_stream)
+        runner(config, c)(tensors, c, torch.cuda.current_stream(a.device).cuda_stream)
         return c
 
-    config = smallm_tuner(mp).choose((mp, n, k), trial, autotune.close(2**-6),
-                                     device=a.device.index, tune=autotune.tuning_allowed())
+    config = tuner.choose((mp, n, k), trial, autotune.close(2**-6), device=a.device.index,
+                          tune=autotune.tuning_allowed())
     return runner(config, out)
 
 
@@ -211,7 +225,9 @@ def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     m, k = a.shape
     n = b.shape[0]
     if m <= SMALLM_MAX_M:
-        return _smallm_plan(a, b, out)
+        mp = gemm_smallm.pad_m(m)
+        return smallm_plan((a, b), out, mp, smallm_tuner(mp),
+                           lambda config, c: _runner(config, a, b, c))
 
     def trial(config: Any) -> torch.Tensor:
         c = torch.empty_like(out)

@@ -16,6 +16,7 @@ from functools import cache
 
 from .. import types as T
 from ..compiler import KernelDef
+from ..kernels.gemm_smallm import max_mp
 from ..tools.precompile import Recipe
 
 # gemm: (bn, stages) pairs whose shared memory fits a CTA (bm = 128: bn 256 and 224 hold 3
@@ -39,9 +40,10 @@ SMALLM_MPS = (8, 16, 32, 64, 128, 256)
 SMALLM_CONFIGS: tuple[dict[str, int], ...] = ({"bw": 128}, {"bw": 64}, {"bw": 256})
 
 
-def smallm_configs(mp: int) -> tuple[dict[str, int], ...]:
-    """The decode kernel's weight tiles for activation tiles of mp rows."""
-    return tuple(c for c in SMALLM_CONFIGS if c["bw"] < 256 or mp <= 128)
+def smallm_configs(mp: int, dtype: T.Scalar = T.bf16) -> tuple[dict[str, int], ...]:
+    """The decode kernel's weight tiles for activation tiles of mp rows of `dtype` (those
+    whose accumulators fit its registers, gemm_smallm.max_mp)."""
+    return tuple(c for c in SMALLM_CONFIGS if mp <= max_mp(c["bw"], dtype))
 
 
 def smallm_recipe(mp: int, bw: int) -> Recipe:
@@ -49,10 +51,13 @@ def smallm_recipe(mp: int, bw: int) -> Recipe:
     return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw)
 
 
-# the e4m3 decode GEMM (the same kernel with fp8 operands, K = 128 per stage), over the bf16
-# one's activation and weight tiles, per scale mode: "tensor" (torch._scaled_mm's per-tensor
-# scales, one-element f32 tensors) or "row" (per token of A, per output channel of W). Not
-# yet behind scaled_mm_fp8 (bench/decode_gemm.py runs it directly until it has run on a GPU).
+# scaled_mm_fp8 at M <= SMALLM_MAX_M: the e4m3 decode GEMM (the same kernel with fp8
+# operands, K = 128 per stage, each stage's sums promoted into f32 registers), over the bf16
+# one's weight tiles where its registers allow (smallm_configs(mp, e4m3)): activation tiles
+# up to SMALLM_FP8_MAX_MP rows, so 129 to 256 rows take two. Per scale mode: "tensor"
+# (torch._scaled_mm's per-tensor scales, one-element f32 tensors; the op's) or "row" (per
+# token of A, per output channel of W).
+SMALLM_FP8_MAX_MP = max_mp(64, T.e4m3)
 SMALLM_FP8_SCALES = ("tensor", "row")
 
 

@@ -7,6 +7,7 @@ the dequantised product (ml_dtypes' float8_e4m3fn in numpy). More shapes with PT
 
 import numpy as np
 import pytest
+from conftest import assemble, assert_no_spills
 from fuzzing import DEEP
 
 import ptxdsl
@@ -24,17 +25,20 @@ SLOW = [(33, 136, 520, 5, 64, 64),  # 9 K steps in 5 ranges; N ragged over three
         (3, 264, 64, 4, 8, 64),  # one K step: one range however many are asked for
         (5, 200, 320, 3, 8, 256), (13, 264, 1000, 4, 16, 256),  # two m64 blocks a warpgroup
         (100, 64, 456, 2, 128, 128)]
-# e4m3, (m, n, k, splits, mp, bw, scales): K steps of 128
-FAST_FP8 = [(5, 136, 528, 3, 8, 128, "row")]  # 5 K steps, the last short, in 2, 2, 1; N ragged;
-# two 64-row warpgroups
+# e4m3, (m, n, k, splits, mp, bw, scales): K steps of 128, each summed into a temporary and
+# added into f32 (ranges of an odd and an even count of steps end the loop differently)
+FAST_FP8 = [(5, 136, 528, 3, 8, 128, "row"),  # 5 K steps, the last short, in 2, 2, 1; N
+            # ragged; two 64-row warpgroups
+            (7, 72, 1168, 3, 8, 64, "tensor")]  # 10 K steps in ranges of 4, 3, 3: pairs
 SLOW_FP8 = [(5, 72, 528, 3, 8, 64, "tensor"),  # the same in one warpgroup, per-tensor scales
             (13, 72, 256, 1, 16, 64, "row"),  # whole tiles: C straight from the accumulators
+            (3, 200, 784, 1, 8, 128, "tensor"),  # whole tiles of 7 K steps: three pairs
             (33, 136, 1040, 5, 64, 64, "row"),  # 9 K steps in 5 ranges; three weight tiles
             (20, 200, 1008, 3, 8, 128, "tensor"),  # M over three tiles of 8
             (3, 264, 128, 4, 8, 64, "row"),  # one K step: one range
             (5, 200, 640, 3, 8, 256, "row"),  # two m64 blocks a warpgroup
-            (13, 264, 1008, 4, 16, 256, "tensor"), (100, 64, 464, 2, 128, 128, "tensor")]
-
+            (13, 264, 1008, 4, 16, 256, "tensor"), (100, 64, 464, 2, 128, 128, "tensor"),
+            (150, 72, 656, 2, 128, 64, "row")]  # M over two tiles of 128, the tallest e4m3's
 
 def run(m, n, k, splits, mp, bw, seed=0, dtype=bf16, scales=None) -> np.ndarray:
     kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3, dtype=dtype, scales=scales)
@@ -73,7 +77,11 @@ def test_split_sum_is_the_same_whichever_range_is_last(seeds):
                                         ({"dtype": e4m3}, "e4m3 takes scales"),
                                         ({"dtype": e4m3, "scales": "block"}, "'block'"),
                                         ({"scales": "row"}, "bf16 none"),
-                                        ({"dtype": ptxdsl.f16}, "bf16 or e4m3, got f16")])
+                                        ({"dtype": ptxdsl.f16}, "bf16 or e4m3, got f16"),
+                                        ({"dtype": e4m3, "scales": "tensor", "mp": 256},
+                                         "e4m3 kernel with bw 128 .* up to 128, got mp 256"),
+                                        ({"dtype": e4m3, "scales": "row", "mp": 128,
+                                          "bw": 256}, "for mp up to 64, got mp 128")])
 def test_bad_configurations_are_named(bad, words):
     with pytest.raises(ValueError, match=words):
         gemm_smallm.make_smallm(**bad)
@@ -83,6 +91,13 @@ def test_bad_configurations_are_named(bad, words):
                                    (300, 256)])
 def test_activation_tile_holds_m(m, mp):
     assert gemm_smallm.pad_m(m) == mp
+
+
+@pytest.mark.parametrize("m, mp", [(1, 8), (100, 128), (129, 128), (256, 128)])
+def test_e4m3_activation_tiles_stop_at_128_rows(m, mp):
+    """e4m3 keeps two temporaries beside its accumulator: past 128 rows, M takes two tiles."""
+    assert gemm_smallm.pad_m(m, gemm_smallm.max_mp(64, e4m3)) == mp
+    assert gemm_smallm.max_mp(128, e4m3) == 128 and gemm_smallm.max_mp(256, e4m3) == 64
 
 
 def test_splits_fill_the_sms_once():
@@ -106,12 +121,24 @@ def test_splits_fill_the_sms_once():
 
 def test_every_activation_tile_builds_and_fits():
     """Each activation-tile height the gemm op may ask for (pad_m of M = 1 .. 256; the
-    tallest only, without PTXDSL_DEEP) with either weight tile builds, its ring within a CTA's
-    shared memory; with PTXDSL_DEEP, the e4m3 builds too (their stages hold as many bytes)."""
+    tallest only, without PTXDSL_DEEP) with each weight tile its registers allow builds, its
+    ring within a CTA's shared memory; with PTXDSL_DEEP, the e4m3 builds too (their stages
+    hold as many bytes)."""
     mps = sorted({gemm_smallm.pad_m(m) for m in range(1, 257)})
     kinds = ((bf16, None), (e4m3, "tensor"), (e4m3, "row")) if DEEP else ((bf16, None),)
     for mp in mps if DEEP else mps[-1:]:
-        for bw in (64, 128, 256) if mp <= 128 else (64, 128):
-            for dtype, scales in kinds:
-                kd = gemm_smallm.make_smallm(mp=mp, bw=bw, dtype=dtype, scales=scales)
-                assert kd.program().kernels[0].smem_bytes <= 232448
+        for dtype, scales in kinds:
+            for bw in (64, 128, 256):
+                if mp <= gemm_smallm.max_mp(bw, dtype):
+                    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, dtype=dtype, scales=scales)
+                    assert kd.program().kernels[0].smem_bytes <= 232448
+
+
+@pytest.mark.parametrize("mp, bw, scales", [(128, 64, "row")] + (
+    [(mp, bw, s) for mp in (8, 16, 32, 64, 128) for bw in (64, 128, 256)
+     for s in ("tensor", "row") if mp <= gemm_smallm.max_mp(bw, e4m3)] if DEEP else []))
+def test_e4m3_builds_assemble_without_spills(mp, bw, scales, tmp_path):
+    """The accumulator and its two temporaries fit the consumers' registers: ptxas spills
+    nothing (the first case holds the most: 3 x 64 f32 and the row scales)."""
+    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, dtype=e4m3, scales=scales)
+    assert_no_spills(assemble(kd.ptx("sm_90a"), tmp_path))

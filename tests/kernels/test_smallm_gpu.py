@@ -2,9 +2,9 @@
 op's launcher, against torch's f32 reference on fresh random bf16 data: every weight-tile
 config, odd M, N off the tile, K off the 64-wide step, split and whole tiles; C is the same
 bit for bit over repeated launches, and the semaphores are left at zero. The e4m3 form
-likewise, per-tensor and per-row scales, launched as `python -m bench decode-gemm` launches it
-(bench/decode_gemm_fp8.py; scaled_mm_fp8 does not dispatch to it yet), against the dequantised
-f32 product and torch._scaled_mm."""
+likewise, per-tensor and per-row scales, every weight tile its registers allow, launched as
+scaled_mm_fp8 launches it (bench/decode_gemm_fp8.py: fp8_runner), against the dequantised
+f32 product and torch._scaled_mm (the op itself: tests/torch_ops/test_torch_fp8.py)."""
 
 import pytest
 
@@ -27,11 +27,11 @@ def _inputs(torch, m, n, k, seed):
                                          if bw < 256 or s[0] <= 128])
 def test_smallm_matches_torch_and_repeats_bit_for_bit(torch, ops, m, n, k, bw):
     from ptxdsl.kernels import gemm_smallm
-    from ptxdsl.torch.gemm import _SEMAPHORES, _smallm_runner
+    from ptxdsl.torch.gemm import _SEMAPHORES, smallm_runner
 
     a, w = _inputs(torch, m, n, k, seed=m + n + k + bw)
     stream = torch.cuda.current_stream().cuda_stream
-    run = _smallm_runner({"bw": bw}, gemm_smallm.pad_m(m), a, w)
+    run = smallm_runner({"bw": bw}, gemm_smallm.pad_m(m), a, w)
     results = []
     for _ in range(3):
         c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -61,16 +61,24 @@ def test_op_at_small_m_in_a_cuda_graph(torch, ops):
 
 
 # e4m3: (M, N, K) with N and K multiples of 16 (torch._scaled_mm's rule too), K off the
-# 128-wide step where it can be
+# 128-wide step where it can be; 129 rows and more in two activation tiles of 128
 FP8_SHAPES = [(1, 4096, 4096), (7, 4112, 4096), (64, 1008, 1040), (33, 28672, 4096),
               (256, 4096, 14336), (129, 144, 80), (200, 7168, 8192), (3, 16, 16)]
 
 
+def _fits(m, bw):
+    """The e4m3 kernel holds M's activation tile with bw-row weight tiles."""
+    from ptxdsl import e4m3
+    from ptxdsl.kernels.gemm_smallm import max_mp, pad_m
+
+    return pad_m(m, max_mp(64, e4m3)) <= max_mp(bw, e4m3)
+
+
 @pytest.mark.parametrize("scales", ["tensor", "row"])
 @pytest.mark.parametrize("m, n, k, bw", [(*s, bw) for s in FP8_SHAPES for bw in (128, 64, 256)
-                                         if bw < 256 or s[0] <= 128])
+                                         if _fits(s[0], bw)])
 def test_smallm_fp8_matches_scaled_mm_and_repeats_bit_for_bit(torch, m, n, k, bw, scales):
-    """The e4m3 decode kernel (launched as bench decode-gemm launches it) against the f32
+    """The e4m3 decode kernel (launched as scaled_mm_fp8 launches it) against the f32
     product of the dequantised inputs, and within twice that tolerance of torch._scaled_mm in
     the same scale mode; rows of A and W of magnitudes 2^-4 .. 2^4, so that a row scale
     applied to the wrong row shows."""
