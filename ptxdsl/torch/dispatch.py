@@ -11,7 +11,12 @@ first call of a signature runs every check, tunes and builds the plan; a later c
 allocates its output and runs the plan, which re-points addresses and launches on torch's
 current stream (so CUDA graphs capture it). The signature holds everything the checks read
 except the addresses, and each address's alignment, so a call that changes what a plan
-depends on makes a plan of its own, after the checks."""
+depends on makes a plan of its own, after the checks.
+
+An op that writes tensors in place (TensorParam.mutated, `Tensor(a!)`) bumps their autograd
+version counters at every call, as torch's own in-place ops do (a tensor saved for a backward
+and then overwritten is an error, not a wrong gradient), and refuses inputs that need a
+gradient."""
 
 from __future__ import annotations
 
@@ -61,7 +66,7 @@ class Plan:
 
     __slots__ = ("allocate", "run", "device")
 
-    def __init__(self, allocate: Callable[[torch.Tensor], torch.Tensor], run: Run | None,
+    def __init__(self, allocate: Callable[[torch.Tensor], torch.Tensor | None], run: Run | None,
                  device: int):
         self.allocate, self.run, self.device = allocate, run, device
 
@@ -87,8 +92,12 @@ class Op:
         """How many launch plans the op holds."""
         return len(self._plans)
 
-    def __call__(self, *args: Any) -> torch.Tensor:
+    def __call__(self, *args: Any) -> torch.Tensor | None:
         return getattr(torch.ops.ptxdsl, self.spec.name).default(*args)
+
+
+def _nothing(first: torch.Tensor) -> None:
+    """The output rule of an op that returns nothing (it writes its mutated tensors)."""
 
 
 def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
@@ -100,17 +109,17 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
     nt = spec.tensors
     signature = signer(nt, sum(isinstance(p, TensorParam) and p.optional for p in spec.params))
 
-    def build(raw: tuple) -> tuple[Plan, torch.Tensor]:
+    def build(raw: tuple) -> tuple[Plan, torch.Tensor | None]:
         """The plan of a new signature, after every check, and this call's output (the plan
         was made over it)."""
         args = spec.bind(raw)
         spec.validate(args, real=True)
         first = raw[0]
-        shape, dtype = spec.output(args)
-        allocate = allocator(first, shape, dtype)
+        allocate = _nothing if spec.output is None else allocator(first, *spec.output(args))
         device = first.get_device()
         out = allocate(first)
-        run = spec.plan(args, out, raw_stream(device)) if out.numel() else None
+        work = first if out is None else out
+        run = spec.plan(args, out, raw_stream(device)) if work.numel() else None
         plan = Plan(allocate, run, device)
         if autotune.tuning_allowed():  # a plan made while capturing may hold an untuned choice
             if len(plans) >= _PLANS:
@@ -118,7 +127,7 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
             plans[signature(raw)] = plan
         return plan, out
 
-    def cuda_impl(*raw: Any) -> torch.Tensor:
+    def cuda_impl(*raw: Any) -> torch.Tensor | None:
         plan = plans.get(signature(raw))
         if plan is None:
             plan, out = build(raw)
@@ -128,9 +137,11 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
             plan.run(raw[:nt], out, raw_stream(plan.device))
         return out
 
-    def fake_impl(*raw: Any) -> torch.Tensor:
+    def fake_impl(*raw: Any) -> torch.Tensor | None:
         args = spec.bind(raw)
         spec.validate(args, real=False)
+        if spec.output is None:
+            return None
         shape, dtype = spec.output(args)
         return args[spec.params[0].name].new_empty(shape, dtype=dtype)
 
@@ -145,25 +156,57 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
     _LIB.impl(spec.name, misplaced, "CPU")
     torch.library.register_fake(f"ptxdsl::{spec.name}", fake_impl, lib=_LIB)
     op = getattr(torch.ops.ptxdsl, spec.name).default
-    autograd = _autograd_kernel(spec, op, cuda_impl, backward or _no_backward(spec.name),
-                                setup_context)
+    if spec.mutated:
+        bump = _version_bump(spec.mutated)
+        _LIB.impl(spec.name, _views_kernel(op, bump), "ADInplaceOrView", with_keyset=True)
+        autograd = _autograd_kernel(spec, op, cuda_impl, _no_backward(spec.name), None, bump)
+    else:
+        autograd = _autograd_kernel(spec, op, cuda_impl, backward or _no_backward(spec.name),
+                                    setup_context)
     _LIB.impl(spec.name, autograd, "Autograd", with_keyset=True)
     return Op(spec, plans)
 
 
 _BELOW_AUTOGRAD = torch._C._after_autograd_keyset
+_BELOW_VIEWS = torch._C._after_ADInplaceOrView_keyset
 _CUDA = torch._C.DispatchKey.CUDA
 _VIEWS = torch._C.DispatchKey.ADInplaceOrView  # a fallthrough for a functional op
 
 
-def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., torch.Tensor],
+def _version_bump(mutated: tuple[int, ...]) -> Callable[[tuple], None]:
+    """`bump(args)`: the version counters of the tensors at positions `mutated` go up."""
+    increment = torch.autograd.graph.increment_version
+
+    def bump(args: tuple) -> None:
+        for i in mutated:
+            if i < len(args) and args[i] is not None:
+                increment(args[i])
+
+    return bump
+
+
+def _views_kernel(op: Any, bump: Callable[[tuple], None]) -> Callable[..., Any]:
+    """A mutating op's kernel for the ADInplaceOrView key (what a redispatched call meets):
+    the version bump, then on to the backend."""
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        bump(args)
+        return op.redispatch(keyset & _BELOW_VIEWS, *args)
+
+    return kernel
+
+
+def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., torch.Tensor | None],
                      backward: Callable[..., Any],
-                     setup_context: Callable[..., Any] | None) -> Callable[..., torch.Tensor]:
+                     setup_context: Callable[..., Any] | None,
+                     bump: Callable[[tuple], None] | None = None) -> Callable[..., Any]:
     """The op's kernel for the Autograd key. A call that needs no gradient on plain CUDA
     tensors goes straight to `cuda_impl` (what the dispatcher would reach, one Python
     trampoline sooner: torch.library.register_autograd's kernel redispatches, about 6 us a
-    call on the H200 host); fake tensors, dispatch modes and subclasses redispatch; a call
-    that needs a gradient records `backward` through an autograd.Function."""
+    call on the H200 host), after `bump` for a mutating op (the ADInplaceOrView kernel it
+    skips); fake tensors, dispatch modes and subclasses redispatch; a call that needs a
+    gradient records `backward` through an autograd.Function (a mutating op raises: it has
+    no output to record it on)."""
 
     class Function(torch.autograd.Function):
         @staticmethod
@@ -187,8 +230,12 @@ def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., torch.Tenso
     straight: dict[int, bool] = {}  # a keyset's bits -> whether nothing stands between the
     # Autograd key and the CUDA kernel (keyset arithmetic costs microseconds from Python)
 
-    def kernel(keyset: Any, *args: Any) -> torch.Tensor:
+    def kernel(keyset: Any, *args: Any) -> torch.Tensor | None:
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            if bump is not None:
+                raise RuntimeError(f"torch.ops.ptxdsl.{spec.name} writes its inputs in place "
+                                   "and has no backward: call it on tensors that do not "
+                                   "require grad, or under torch.no_grad()")
             return Function.apply(keyset, *args)
         bits = keyset.raw_repr()
         direct = straight.get(bits)
@@ -196,6 +243,8 @@ def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., torch.Tenso
             below = (keyset & _BELOW_AUTOGRAD).remove(_VIEWS)
             direct = straight[bits] = below.highestPriorityTypeId() == _CUDA
         if direct:
+            if bump is not None:
+                bump(args)
             return cuda_impl(*args)
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & _BELOW_AUTOGRAD, *args)

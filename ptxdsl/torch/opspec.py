@@ -14,9 +14,10 @@ from typing import Any
 import torch
 
 Args = dict[str, Any]  # the op's arguments by name, defaults filled in
-# A launch plan's run: (the call's tensors in parameter order, its output, the CUstream handle
-# of torch's current stream, where it allocates any workspace)
-Run = Callable[[tuple, torch.Tensor, int], None]
+# A launch plan's run: (the call's tensors in parameter order, its output (None for an op that
+# only writes its mutated tensors), the CUstream handle of torch's current stream, where it
+# allocates any workspace)
+Run = Callable[[tuple, torch.Tensor | None, int], None]
 
 _TORCH_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 
@@ -34,7 +35,9 @@ class TensorParam:
     TMA tensor map needs); "contiguous": row-major contiguous, address 16-byte aligned
     (what 16-byte vector loads need). `aligned=False` lifts the address rule (the op picks
     narrower loads for such a tensor). `optional`: None is accepted too (the schema's
-    `Tensor? name=None`; the checks skip it)."""
+    `Tensor? name=None`; the checks skip it). `mutated`: the op writes it in place (the
+    schema's `Tensor(a!) name`, so that torch.compile's functionalization and autograd's
+    version counters know)."""
 
     name: str
     dtypes: tuple[torch.dtype, ...]
@@ -43,6 +46,7 @@ class TensorParam:
     numel: int | None = None
     aligned: bool = True
     optional: bool = False
+    mutated: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,7 +66,8 @@ class OpSpec:
     `check(args)`: the relations between arguments (shapes that must agree, sizes the
     kernel supports); returns what is wrong as "<arg> must ..., got ..." or None.
     `output(args)`: the (shape, dtype) of the one output, allocated on the first tensor's
-    device.
+    device; None for an op that returns nothing and writes its `mutated` tensors (its work
+    is the first tensor's: a call where that is empty launches nothing).
 
     `plan(args, out, stream)`: the launch plan of one signature (every tensor's dtype, shape,
     strides, device and address alignment, and every scalar), made at the first call with
@@ -76,8 +81,8 @@ class OpSpec:
     name: str
     params: tuple[TensorParam | ScalarParam, ...]
     check: Callable[[Args], str | None]
-    output: Callable[[Args], tuple[tuple[int, ...], torch.dtype]]
-    plan: Callable[[Args, torch.Tensor, int], Run]
+    output: Callable[[Args], tuple[tuple[int, ...], torch.dtype]] | None
+    plan: Callable[[Args, torch.Tensor | None, int], Run]
 
     def __post_init__(self) -> None:
         kinds = [isinstance(p, TensorParam) for p in self.params]
@@ -86,6 +91,8 @@ class OpSpec:
         optional = [p.optional for p in self.params if isinstance(p, TensorParam)]
         if optional[0] or optional != sorted(optional):
             raise ValueError(f"{self.name}: optional tensors come after the other tensors")
+        if self.output is None and not self.mutated:
+            raise ValueError(f"{self.name}: an op without an output must mutate a tensor")
 
     @property
     def tensors(self) -> int:
@@ -93,14 +100,21 @@ class OpSpec:
         return sum(isinstance(p, TensorParam) for p in self.params)
 
     @property
+    def mutated(self) -> tuple[int, ...]:
+        """The positions of the tensor parameters the op writes in place."""
+        return tuple(i for i, p in enumerate(self.params)
+                     if isinstance(p, TensorParam) and p.mutated)
+
+    @property
     def schema(self) -> str:
-        parts = []
+        parts, aliases = [], iter("abcdefghijklmnopqrstuvwxyz")
         for p in self.params:
             if isinstance(p, TensorParam):
-                parts.append(f"Tensor? {p.name}=None" if p.optional else f"Tensor {p.name}")
+                t = f"Tensor({next(aliases)}!)" if p.mutated else "Tensor"
+                parts.append(f"{t}? {p.name}=None" if p.optional else f"{t} {p.name}")
             else:
                 parts.append(f"{p.type} {p.name}={p.default!r}")
-        return f"({', '.join(parts)}) -> Tensor"
+        return f"({', '.join(parts)}) -> {'()' if self.output is None else 'Tensor'}"
 
     def bind(self, args: tuple) -> Args:
         """The arguments by name (the dispatcher passes them positionally, without the
