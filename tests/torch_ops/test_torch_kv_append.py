@@ -273,12 +273,15 @@ def test_out_of_range_writes_nothing_outside(ops, torch, gpu):
     page, kvh, d = 16, 2, 64
     kbuf, vbuf = rand(torch, 14, page, kvh, d, seed=8), rand(torch, 14, page, kvh, d, seed=9)
     kc, vc = kbuf[2:12], vbuf[2:12]  # 10 pages; two guard pages either side
-    table = torch.tensor([[0, 1, 2, 3], [4, 10**6, -7, 5], [6, 7, 8, 9]], device="cuda",
-                         dtype=torch.int32)
-    n = torch.tensor([-5, 40, 10**6], device="cuda", dtype=torch.int32)
-    kn, vn = rand(torch, 3, 5, kvh, d, seed=10), rand(torch, 3, 5, kvh, d, seed=11)
+    # sequence 1's new tokens fall on its two bad pages; sequence 3 (sequence 0's pages:
+    # that one writes nothing) crosses a page
+    table = torch.tensor([[0, 1, 2, 3], [4, 10**6, -7, 5], [6, 7, 8, 9], [0, 1, 2, 3]],
+                         device="cuda", dtype=torch.int32)
+    n = torch.tensor([-5, 34, 10**6, 18], device="cuda", dtype=torch.int32)
+    kn, vn = rand(torch, 4, 5, kvh, d, seed=10), rand(torch, 4, 5, kvh, d, seed=11)
     kb0, vb0 = kbuf.clone(), vbuf.clone()
     want_k, want_v = expected(torch, kn, kc, n, table), expected(torch, vn, vc, n, table)
+    assert not bits_equal(torch, want_k, kc)  # sequence 3 writes
     torch.ops.ptxdsl.kv_append(kn, vn, kc, vc, n, table)
     torch.cuda.synchronize()
     assert bits_equal(torch, kc, want_k) and bits_equal(torch, vc, want_v)
