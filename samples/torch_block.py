@@ -70,6 +70,11 @@ class KVCache:
         """Zeroed keys and values (the next layer's) under the same lengths."""
         return KVCache(torch.zeros_like(self.k), torch.zeros_like(self.v), self.seqlens)
 
+    def sequence(self, b: int) -> KVCache:
+        """Sequence b alone, as views: what a call writes, and advance(), land in this
+        cache (a prompt's prefill)."""
+        return KVCache(self.k[b:b + 1], self.v[b:b + 1], self.seqlens[b:b + 1])
+
     def advance(self, tokens: int) -> None:
         """Count `tokens` new tokens in every sequence (before the blocks see them)."""
         self.seqlens += tokens
@@ -118,6 +123,11 @@ class PagedKVCache:
         """Zeroed pages (the next layer's) under the same block table and lengths."""
         return PagedKVCache(torch.zeros_like(self.k), torch.zeros_like(self.v),
                             self.block_table, self.seqlens)
+
+    def sequence(self, b: int) -> PagedKVCache:
+        """Sequence b alone (its row of the table and its length, as views): what a call
+        writes, and advance(), land in this cache (a prompt's prefill)."""
+        return PagedKVCache(self.k, self.v, self.block_table[b:b + 1], self.seqlens[b:b + 1])
 
     def advance(self, tokens: int) -> None:
         """Count `tokens` new tokens in every sequence (before the blocks see them)."""

@@ -49,17 +49,17 @@ def test_decoding_through_the_cache_is_the_prefill(tb, torch, cpu_block, paged):
     assert tb.max_error(torch.cat(outs, 1), block(x, cos, sin)) < 1e-2
 
 
-def test_sequences_at_uneven_lengths(tb, torch, cpu_block):
-    """Each prompt prefilled alone into its rows of a shared paged cache (the table and
-    lengths sliced), then one decode step of the batch: each sequence's output is its own
-    prefill's last."""
+@pytest.mark.parametrize("paged", [False, True])
+def test_sequences_at_uneven_lengths(tb, torch, cpu_block, paged):
+    """Each prompt prefilled alone into its rows of a shared cache (cache.sequence(b)), then
+    one decode step of the batch: each sequence's output is its own prefill's last."""
     cfg, block, (cos, sin) = cpu_block
     lengths = [7, 30, 17]
     x = x_on(torch, cfg, 3, 31, seed=1, device="cpu")
-    cache = tb.PagedKVCache.empty(cfg, 3, 64, 16, device="cpu")
+    cache = tb.PagedKVCache.empty(cfg, 3, 64, 16, device="cpu") if paged else \
+        tb.KVCache.empty(cfg, 3, 64, device="cpu")
     for b, n in enumerate(lengths):
-        one = tb.PagedKVCache(cache.k, cache.v, cache.block_table[b:b + 1],
-                              cache.seqlens[b:b + 1])
+        one = cache.sequence(b)
         one.advance(n)
         block(x[b:b + 1, :n], cos, sin, one)
     cache.advance(1)
