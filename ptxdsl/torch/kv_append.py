@@ -24,21 +24,12 @@ import torch
 
 from ..kernels import kv_append as ka
 from ..runtime.launch import Kernel
+from .decode import capacity  # the same cache arguments, the same capacity
 from .dispatch import register
 from .kernels import kv_append_kernel
 from .opspec import Args, OpSpec, Run, TensorParam
 
 MAX_D = 512
-
-
-def _paged(args: Args) -> bool:
-    return args["block_table"] is not None
-
-
-def capacity(args: Args) -> int:
-    """The keys a sequence's cache holds: S_max, or pages per sequence x page size."""
-    k = args["k_cache"]
-    return args["block_table"].shape[1] * k.shape[1] if _paged(args) else k.shape[1]
 
 
 def check(args: Args) -> str | None:
@@ -60,7 +51,7 @@ def check(args: Args) -> str | None:
     if tuple(lens.shape) != (b,):
         return f"cache_seqlens must be ({b},), one length per sequence of k_new, got " \
                f"{tuple(lens.shape)}"
-    if _paged(args):
+    if args["block_table"] is not None:
         table, page = args["block_table"], kc.shape[1]
         if table.dim() != 2 or table.shape[0] != b or table.shape[1] < 1:
             return f"block_table must be ({b}, pages per sequence), got {tuple(table.shape)}"
@@ -90,7 +81,7 @@ def _loaded(d: int, device: int) -> tuple[Kernel, int]:
 def _plan(args: Args, out: torch.Tensor | None, stream: int) -> Run:
     kn, kc = args["k_new"], args["k_cache"]
     b, s, kvh, d = kn.shape
-    paged = _paged(args)
+    paged = args["block_table"] is not None
     kernel, sms = _loaded(d, kn.device.index)
     grid = ka.launch_grid(b * s, sms)
     page = kc.shape[1]
