@@ -9,6 +9,7 @@ append against the math SDPA, under torch.compile and in a CUDA graph."""
 import pytest
 from conftest import compile_one_graph
 from conftest import cuda_empty as cuda
+from test_torch_decode import assert_close, make_cache, rand
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")
 
@@ -178,25 +179,6 @@ def gpu(cuda, gpu_cache):
     yield
 
 
-def rand(torch, *shape, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(*shape, device="cuda", generator=g).to(torch.bfloat16)
-
-
-def make_cache(torch, b, capacity, kvh, d, page, seed):
-    """Random K and V caches holding `capacity` keys a sequence: contiguous (page None), or
-    pages in shuffled order with a block table and three spare pages nobody's table names."""
-    if page is None:
-        return (rand(torch, b, capacity, kvh, d, seed=seed),
-                rand(torch, b, capacity, kvh, d, seed=seed + 1), None)
-    per = -(-capacity // page)
-    total = b * per + 3
-    k, v = (rand(torch, total, page, kvh, d, seed=seed + i) for i in range(2))
-    g = torch.Generator(device="cuda").manual_seed(seed + 2)
-    order = torch.randperm(total, device="cuda", generator=g)[: b * per]
-    return k, v, order.reshape(b, per).to(torch.int32)
-
-
 def expected(torch, new, cache, n, table):
     """The cache after the append, by torch indexing at places worked out on the host: new
     token t of sequence b at position n[b] - S + t, skipped outside the capacity or on a page
@@ -310,12 +292,6 @@ def sdpa_math(torch, q, kc, vc, n, table):
                                                vv[None], attn_mask=see, enable_gqa=True)
         out[i] = o[0].transpose(0, 1)
     return out
-
-
-def assert_close(torch, o, ref):
-    assert o.dtype == torch.bfloat16 and torch.isfinite(o).all()
-    err = (o.float() - ref).abs()
-    assert (err <= 2**-7 * ref.abs() + 2**-7).all(), float(err.max())
 
 
 @pytest.mark.gpu
