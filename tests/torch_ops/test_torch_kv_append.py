@@ -238,14 +238,20 @@ def test_matches_torch_indexing(ops, torch, gpu, b, s, kvh, d, capacity, page, l
 
 @pytest.mark.gpu
 def test_views_of_a_fused_projection(ops, torch, gpu):
-    """K and V sliced from one (B, S, H + 2 KVH, D) tensor, as the decoder block has them."""
+    """K and V sliced from one (B, S, H + 2 KVH, D) tensor, as the decoder block has them;
+    only the caches' versions go up."""
     qkv = rand(torch, 3, 5, 32 + 16, 128, seed=5)
     kn, vn = qkv[:, :, 32:40], qkv[:, :, 40:]
     kc, vc, table = make_cache(torch, 3, 512, 8, 128, 32, seed=6)
     n = torch.tensor([5, 40, 512], device="cuda", dtype=torch.int32)
     want_k, want_v = expected(torch, kn, kc, n, table), expected(torch, vn, vc, n, table)
+    versions = kc._version, vc._version, qkv._version
     torch.ops.ptxdsl.kv_append(kn, vn, kc, vc, n, table)
     assert bits_equal(torch, kc, want_k) and bits_equal(torch, vc, want_v)
+    # the call that goes straight to the launch bumps the caches' versions once, as the
+    # dispatcher's ADInplaceOrView kernel would
+    assert (kc._version, vc._version, qkv._version) == (versions[0] + 1, versions[1] + 1,
+                                                        versions[2])
 
 
 @pytest.mark.gpu
