@@ -17,8 +17,8 @@ of bf16 logits can part at a near tie, where the two models' rounding differs, s
 sequence's tokens first differ the run prints the step, both tokens, the largest difference
 between the two models' logits there, and PyTorch's own margin between its token and ptxdsl's:
 a margin within the logits' difference is a tie (the sequences may part there), a larger one
-is a failure (exit status 1). It also checks that replaying the decode step from a CUDA graph
-generates what eager calls do, for each model.
+is a failure (exit status 1). It also checks that replaying ptxdsl's decode step from a CUDA
+graph generates what its eager calls do (for PyTorch's, a difference is only noted).
 
 What it prints: decode tokens per second of both models (batch x steps over the time of the
 steps, the prefill not counted), with eager calls (every op launched from Python) and with the
@@ -259,9 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:8s} decode: {rate / eager_s:9.1f} tokens/s eager, "
               f"{rate / graph_s:9.1f} tokens/s in a CUDA graph "
               f"({1e3 * eager_s / a.steps:.2f} / {1e3 * graph_s / a.steps:.2f} ms a step)")
-        if not same:
-            print(f"FAIL: {name}'s CUDA-graph replay generated other tokens than its eager calls")
+        if not same and name == "ptxdsl":
+            print("FAIL: ptxdsl's CUDA-graph replay generated other tokens than its eager calls")
             ok = False
+        elif not same:  # cuBLAS may pick other kernels under capture: not ours to judge
+            print(f"note: {name}'s CUDA-graph replay generated other tokens than its eager calls")
     (mine, my_logits, *_), (theirs, their_logits, *_) = results["ptxdsl"], results["PyTorch"]
     parted = {p.sequence: p for p in partings(mine, theirs, my_logits, their_logits)}
     for b in range(a.batch):
