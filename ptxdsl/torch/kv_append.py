@@ -78,23 +78,31 @@ def _loaded(d: int, device: int) -> tuple[Kernel, int]:
     return kv_append_kernel(d).program().kernel(device=device), device_info(device).sm_count
 
 
+def scalars(args: Args) -> tuple[int, ...]:
+    """The kernel's scalar arguments, in its parameter order (seq .. vc_h): sizes, the page
+    shift, and the strides of dimensions 0 .. 2 of k_new, v_new, k_cache, v_cache."""
+    kn, kc, table = args["k_new"], args["k_cache"], args["block_table"]
+    b, s, kvh, _ = kn.shape
+    paged = table is not None
+    return (s, b * s, kvh, capacity(args), kc.shape[1].bit_length() - 1 if paged else 0,
+            table.shape[1] if paged else 1, kc.shape[0], int(paged),
+            *(st for n in ("k_new", "v_new", "k_cache", "v_cache")
+              for st in args[n].stride()[:3]))
+
+
 def _plan(args: Args, out: torch.Tensor | None, stream: int) -> Run:
-    kn, kc = args["k_new"], args["k_cache"]
-    b, s, kvh, d = kn.shape
+    kn = args["k_new"]
+    b, s, _, d = kn.shape
     paged = args["block_table"] is not None
     kernel, sms = _loaded(d, kn.device.index)
     grid = ka.launch_grid(b * s, sms)
-    page = kc.shape[1]
-    scalars = (s, b * s, kvh, capacity(args), page.bit_length() - 1 if paged else 0,
-               args["block_table"].shape[1] if paged else 1, kc.shape[0], int(paged),
-               *(st for n in ("k_new", "v_new", "k_cache", "v_cache")
-                 for st in args[n].stride()[:3]))
+    values = scalars(args)
 
     def run(tensors: tuple, out: torch.Tensor | None, stream: int) -> None:
         k_new, v_new, k_cache, v_cache, lens = tensors[:5]
         # contiguous: the kernel never reads the table; any device pointer stands in
         table = tensors[5] if paged else lens
-        kernel[grid, None, stream](k_new, v_new, k_cache, v_cache, lens, table, *scalars)
+        kernel[grid, None, stream](k_new, v_new, k_cache, v_cache, lens, table, *values)
 
     return run
 

@@ -164,6 +164,55 @@ def test_inductor_writes_the_caches_in_place(ops, torch, fake):
     assert calls[0].meta["only_clone_these_tensors"] == []
 
 
+@pytest.mark.parametrize("paged", [True, False])
+def test_the_launch_arguments_drive_the_kernel(ops, torch, paged):
+    """The op's scalar arguments (kv_append.scalars, what its plan launches with) run the
+    kernel in the interpreter on CPU tensors, V a view of a fused QKV row: the caches come
+    out as numpy's reference has them (a wrong order or stride would scatter the rows)."""
+    import numpy as np
+
+    from ptxdsl.interp import run_sample
+    from ptxdsl.kernels import kv_append as ka
+    from ptxdsl.torch.kv_append import scalars
+
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(torch.bfloat16)
+
+    qkv = rand(3, 5, 4 + 2 + 2, 64)
+    kn, vn = rand(3, 5, 2, 64), qkv[:, :, 6:]
+    if paged:
+        kc, vc = rand(9, 16, 2, 64), rand(9, 16, 2, 64)
+        table = torch.tensor([[3, 0], [8, 1], [2, 5]], dtype=torch.int32)
+    else:
+        kc, vc, table = rand(3, 32, 2, 64), rand(3, 32, 2, 64), None
+    n = torch.tensor([5, 19, 33], dtype=torch.int32)  # a page crossed; the capacity passed
+    args = {"k_new": kn, "v_new": vn, "k_cache": kc, "v_cache": vc, "cache_seqlens": n,
+            "block_table": table}
+
+    def flat(t):  # raw bf16 bits from the tensor's first element on (its data pointer)
+        base = t if t._base is None else t._base
+        return base.reshape(-1).view(torch.int16)[t.storage_offset():].numpy().view(np.uint16)
+
+    kd = ka.make_kv_append(d=64)
+    names = [p.name for p in kd.ir.params]
+    values = dict(zip(names[6:], scalars(args), strict=True))
+    ex = {"grid": 2, "inputs": {"k_new": flat(kn), "v_new": flat(vn), "k_cache": flat(kc),
+                               "v_cache": flat(vc), "lens": n.numpy(),
+                               "table": (table if paged else n).numpy(),
+                               **values},
+          "expected": {"k_cache": None, "v_cache": None}}
+    out = run_sample(kd.ir, ex)
+    bits = {t: x.view(torch.int16).numpy().view(np.uint16) for t, x in
+            (("kn", kn), ("vn", vn.contiguous()), ("kc", kc), ("vc", vc))}
+    tab = None if table is None else table.numpy()
+    for name, new, cache in (("k_cache", "kn", "kc"), ("v_cache", "vn", "vc")):
+        want = ka.reference(bits[new], bits[cache], n.numpy(), tab)
+        assert not np.array_equal(want, bits[cache])
+        assert np.array_equal(out[name].reshape(want.shape), want), name
+
+
 def test_every_config_builds(ops):
     from ptxdsl.torch.kernels import KV_APPEND_HEAD_DIMS, kv_append_kernel
 
