@@ -1,6 +1,7 @@
 """samples/torch_block.py: without a GPU, the PyTorch-kernel block on the CPU decodes through a
 contiguous or paged cache (prompt prefill, a chunk of new tokens, single tokens, sequences at
-uneven lengths) to what a prefill of the whole sequence gives; on the GPU, the block on
+uneven lengths) to what a prefill of the whole sequence gives, and ptxdsl's block on fake
+tensors compiles to one graph of its ops; on the GPU, the block on
 ptxdsl's ops against the same block on PyTorch's kernels (eager), prefill and decode steps
 over paged and contiguous caches, under torch.compile(fullgraph=True) without a graph break
 and replayed from a CUDA graph."""
@@ -67,6 +68,29 @@ def test_sequences_at_uneven_lengths(tb, torch, cpu_block, paged):
     out = block(step, cos, sin, cache)
     for b, n in enumerate(lengths):
         assert tb.max_error(out[b, 0], block(x[b:b + 1, :n + 1], cos, sin)[0, -1]) < 1e-2
+
+
+def test_ptxdsl_block_traces_in_one_graph(tb, torch, fake):
+    """ptxdsl's block on fake CUDA tensors through torch.compile(fullgraph=True): a decode
+    step over a paged cache is one graph of gemm, rms_norm, kv_append and decode_attention;
+    a prompt's prefill into the cache, of attention and kv_append."""
+    from conftest import compile_one_graph
+
+    cfg = tb.Config(hidden=256, heads=8, kv_heads=2, head_dim=64, ffn=512)
+    block = tb.Block(cfg, tb.PTXDSL, device="cpu", seed=1)
+    for name, p in list(block.named_parameters()):  # fake CUDA weights of the same shapes
+        setattr(block, name, torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype,
+                                                            device="cuda"), requires_grad=False))
+    cos, sin = torch.empty(128, 64, device="cuda"), torch.empty(128, 64, device="cuda")
+    pages = (torch.empty(12, 16, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    cache = tb.PagedKVCache(*pages, torch.empty(3, 4, device="cuda", dtype=torch.int32),
+                            torch.empty(3, device="cuda", dtype=torch.int32))
+    for s, attention in ((1, "ptxdsl.decode_attention"), (20, "ptxdsl.attention")):
+        x = torch.empty(3, s, 256, device="cuda", dtype=torch.bfloat16)
+        out, targets = compile_one_graph(torch, block, x, cos, sin, cache)
+        assert out.shape == (3, s, 256)
+        assert {t for t in targets if t.startswith("ptxdsl.")} == {
+            "ptxdsl.gemm", "ptxdsl.rms_norm", "ptxdsl.kv_append", attention}
 
 
 # ----------------------------------------------------------------------------- GPU
