@@ -5,10 +5,12 @@ PyTorch's kernels, eager and torch.compile'd, at serving shapes.
     python -m bench torch-block [--reps 30]
 
 Prefill: 1 x 4096 tokens, causal. Decode: 64 sequences x 1 token at position 4095 of a KV
-cache. Each variant is checked against eager PyTorch first; times are medians of
-CUDA-event-timed calls, each call timed alone (the host's launch cost included, as a serving
-loop without CUDA graphs sees it), variants taking turns; and the compiled blocks captured in a
-CUDA graph and replayed (what a serving loop does for decode: no host cost)."""
+cache, ptxdsl's paged (pages of 64, kv_append + decode_attention), PyTorch's contiguous (index
+assignment + SDPA with the length mask). Each variant is checked against eager PyTorch first;
+times are medians of CUDA-event-timed calls, each call timed alone (the host's launch cost
+included, as a serving loop without CUDA graphs sees it), variants taking turns; and the
+compiled blocks captured in a CUDA graph and replayed (what a serving loop does for decode: no
+host cost)."""
 
 from __future__ import annotations
 
@@ -19,23 +21,26 @@ from typing import Any
 from .common import BenchError, Row, Section, interleaved_ms, twin
 
 ABOUT = ("One decoder block (Llama-3-8B shapes, bf16) per call, milliseconds, each call timed "
-         "alone with CUDA events. ptxdsl: RMSNorm, the four projections and attention are "
-         "ptxdsl ops (rotary embedding, SiLU-and-multiply and residual adds are PyTorch), run "
-         "through torch.compile(fullgraph=True). References: the same block on PyTorch's "
-         "kernels (cuBLAS, cuDNN/flash SDPA, ATen RMSNorm), eager and torch.compile'd; the "
-         "faster is the row's reference. The CUDA-graph rows replay each compiled block "
-         "captured once (no host cost: the GPU's time alone).")
+         "alone with CUDA events. ptxdsl: RMSNorm, the four projections, prefill attention, "
+         "and at decode the KV-cache append and split-KV decode attention over a paged cache "
+         "(pages of 64) are ptxdsl ops (rotary embedding, SiLU-and-multiply and residual adds "
+         "are PyTorch), run through torch.compile(fullgraph=True). References: the same block "
+         "on PyTorch's kernels (cuBLAS, cuDNN/flash SDPA, ATen RMSNorm; at decode index "
+         "assignment into a contiguous cache and SDPA over it with a length mask, the query "
+         "heads of a KV head as the rows of one head), eager and torch.compile'd; the faster "
+         "is the row's reference. The CUDA-graph rows replay each compiled block captured once "
+         "(no host cost: the GPU's time alone).")
 PROFILE = ("Where the GPU time goes (torch.profiler, H100, 2026-11-25): prefill, ptxdsl's four "
            "GEMMs 2260 us against cuBLAS's 2233 us, attention 333 us against cuDNN's 254 us, "
            "RMSNorm 2 x 25 us where inductor fuses the residual add into its own norm (2 x "
-           "27 us, one pass fewer); decode, attention over the 64 x 4096-token cache 463 us "
+           "27 us, one pass fewer); decode, then through the prefill attention kernel (before "
+           "kv_append and decode_attention), attention over the 64 x 4096-token cache 463 us "
            "(2.3 TB/s) against cuDNN's 352 us (3.0 TB/s) and the GEMMs 221 us against "
            "cuBLAS's 170 us (split-K and 64-wide tiles at M = 64), plus about 35 us of host "
            "time per ptxdsl op call, which a CUDA graph removes.")
 LIMITS = ("decode (64 tokens) is weight-bandwidth work: cuBLAS splits K or uses narrow tiles "
           "to spread 0.9 GB of weights over every SM, while ptxdsl's GEMM op tiles M by 128 "
-          "(half of each tile is padding) and has fewer tiles than SMs at N = 4096; the "
-          "attention kernel takes a 128-row query tile for one query row per head.")
+          "(half of each tile is padding) and has fewer tiles than SMs at N = 4096.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -73,13 +78,9 @@ def run(a: argparse.Namespace) -> list[Section]:
         x = torch.randn(b, seq, cfg.hidden, device="cuda", generator=g).to(torch.bfloat16)
         args: tuple = (x, cos, sin)
         ref_args: tuple = args
-        if pos:
-            cache, ref_cache = tb.KVCache.empty(cfg, b, 4096), tb.KVCache.empty(cfg, b, 4096)
-            cache.k.normal_(generator=g)
-            cache.v.normal_(generator=g)
-            ref_cache.k.copy_(cache.k)
-            ref_cache.v.copy_(cache.v)
-            args, ref_args = (x, cos, sin, cache, pos), (x, cos, sin, ref_cache, pos)
+        if pos:  # every sequence holds pos keys and the new token (each call writes it again)
+            cache, ref_cache = tb.history(cfg, [pos + seq] * b, 4096, page_size=64)
+            args, ref_args = (x, cos, sin, cache), (x, cos, sin, ref_cache)
         torch._dynamo.reset()
         fns = {
             "ptxdsl, compiled": torch.compile(ours, fullgraph=True),

@@ -11,7 +11,12 @@ first call of a signature runs every check, tunes and builds the plan; a later c
 allocates its output and runs the plan, which re-points addresses and launches on torch's
 current stream (so CUDA graphs capture it). The signature holds everything the checks read
 except the addresses, and each address's alignment, so a call that changes what a plan
-depends on makes a plan of its own, after the checks."""
+depends on makes a plan of its own, after the checks.
+
+An op that writes tensors in place (TensorParam.mutated, `Tensor(a!)`) bumps their autograd
+version counters at every call, as torch's own in-place ops do (a tensor saved for a backward
+and then overwritten is an error, not a wrong gradient), and refuses inputs that need a
+gradient."""
 
 from __future__ import annotations
 
@@ -99,6 +104,10 @@ class Op:
         return getattr(torch.ops.ptxdsl, self.spec.name).default(*args)
 
 
+def _nothing(first: torch.Tensor) -> None:
+    """The output rule of an op that returns nothing (it writes its mutated tensors)."""
+
+
 def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
              setup_context: Callable[..., Any] | None = None,
              forward: Callable[..., Any] | None = None) -> Op:
@@ -112,17 +121,18 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
     nt = spec.tensors
     signature = signer(nt, sum(isinstance(p, TensorParam) and p.optional for p in spec.params))
 
-    def build(raw: tuple) -> tuple[Plan, torch.Tensor]:
+    def build(raw: tuple) -> tuple[Plan, torch.Tensor | None]:
         """The plan of a new signature, after every check, and this call's output (the plan
         was made over it)."""
         args = spec.bind(raw)
         spec.validate(args, real=True)
         first = raw[0]
-        allocate = allocators(first, [rule(args) for rule in spec.outputs])
+        allocate = _nothing if spec.output is None else \
+            allocators(first, [rule(args) for rule in spec.outputs])
         device = first.get_device()
         out = allocate(first)
-        lead = out[0] if spec.extra_outputs else out
-        run = spec.plan(args, out, raw_stream(device)) if lead.numel() else None
+        work = first if out is None else out[0] if spec.extra_outputs else out
+        run = spec.plan(args, out, raw_stream(device)) if work.numel() else None
         plan = Plan(allocate, run, device)
         if autotune.tuning_allowed():  # a plan made while capturing may hold an untuned choice
             if len(plans) >= _PLANS:
@@ -146,7 +156,7 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
         first = args[spec.params[0].name]
         outs = tuple(first.new_empty(shape, dtype=dtype)
                      for shape, dtype in (rule(args) for rule in spec.outputs))
-        return outs if spec.extra_outputs else outs[0]
+        return None if not outs else outs if spec.extra_outputs else outs[0]
 
     def misplaced(*raw: Any) -> torch.Tensor:
         # inputs on the CPU reach this instead of the CUDA implementation: the checks name
@@ -159,26 +169,59 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
     _LIB.impl(spec.name, misplaced, "CPU")
     torch.library.register_fake(f"ptxdsl::{spec.name}", fake_impl, lib=_LIB)
     op = getattr(torch.ops.ptxdsl, spec.name).default
-    autograd = _autograd_kernel(spec, op, cuda_impl, backward or _no_backward(spec.name),
-                                setup_context, forward)
+    if spec.mutated:
+        bump = _version_bump(spec.mutated)
+        _LIB.impl(spec.name, _views_kernel(op, bump), "ADInplaceOrView", with_keyset=True)
+        autograd = _autograd_kernel(spec, op, cuda_impl, _no_backward(spec.name), None, None,
+                                    bump)
+    else:
+        autograd = _autograd_kernel(spec, op, cuda_impl, backward or _no_backward(spec.name),
+                                    setup_context, forward)
     _LIB.impl(spec.name, autograd, "Autograd", with_keyset=True)
     return Op(spec, plans)
 
 
 _BELOW_AUTOGRAD = torch._C._after_autograd_keyset
+_BELOW_VIEWS = torch._C._after_ADInplaceOrView_keyset
 _CUDA = torch._C.DispatchKey.CUDA
 _VIEWS = torch._C.DispatchKey.ADInplaceOrView  # a fallthrough for a functional op
 
 
+def _version_bump(mutated: tuple[int, ...]) -> Callable[[tuple], None]:
+    """`bump(args)`: the version counters of the tensors at positions `mutated` go up."""
+    increment = torch.autograd.graph.increment_version
+
+    def bump(args: tuple) -> None:
+        for i in mutated:
+            if i < len(args) and args[i] is not None:
+                increment(args[i])
+
+    return bump
+
+
+def _views_kernel(op: Any, bump: Callable[[tuple], None]) -> Callable[..., Any]:
+    """A mutating op's kernel for the ADInplaceOrView key (what a redispatched call meets):
+    the version bump, then on to the backend."""
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        bump(args)
+        return op.redispatch(keyset & _BELOW_VIEWS, *args)
+
+    return kernel
+
+
 def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., Any],
                      backward: Callable[..., Any], setup_context: Callable[..., Any] | None,
-                     forward: Callable[..., Any] | None) -> Callable[..., Any]:
+                     forward: Callable[..., Any] | None,
+                     bump: Callable[[tuple], None] | None = None) -> Callable[..., Any]:
     """The op's kernel for the Autograd key. A call that needs no gradient on plain CUDA
     tensors goes straight to `cuda_impl` (what the dispatcher would reach, one Python
     trampoline sooner: torch.library.register_autograd's kernel redispatches, about 6 us a
-    call on the H200 host); fake tensors, dispatch modes and subclasses redispatch; a call
-    that needs a gradient records `backward` through an autograd.Function (running `forward`
-    in the op's place where given: its first output is the result, the rest are saved)."""
+    call on the H200 host), after `bump` for a mutating op (the ADInplaceOrView kernel it
+    skips); fake tensors, dispatch modes and subclasses redispatch; a call that needs a
+    gradient records `backward` through an autograd.Function (running `forward` in the op's
+    place where given: its first output is the result, the rest are saved; a mutating op
+    raises: it has no output to record it on)."""
 
     class Function(torch.autograd.Function):
         @staticmethod
@@ -207,6 +250,10 @@ def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., Any],
 
     def kernel(keyset: Any, *args: Any) -> Any:
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            if bump is not None:
+                raise RuntimeError(f"torch.ops.ptxdsl.{spec.name} writes its inputs in place "
+                                   "and has no backward: call it on tensors that do not "
+                                   "require grad, or under torch.no_grad()")
             return Function.apply(keyset, *args)
         bits = keyset.raw_repr()
         direct = straight.get(bits)
@@ -214,6 +261,8 @@ def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., Any],
             below = (keyset & _BELOW_AUTOGRAD).remove(_VIEWS)
             direct = straight[bits] = below.highestPriorityTypeId() == _CUDA
         if direct:
+            if bump is not None:
+                bump(args)
             return cuda_impl(*args)
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & _BELOW_AUTOGRAD, *args)

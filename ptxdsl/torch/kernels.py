@@ -4,6 +4,7 @@ The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.g
 `make_smallm`, bf16 and e4m3, ptxdsl.kernels.gemm_fp8 `make_gemm_fp8`, ptxdsl.kernels.attention
 `make_attention`, ptxdsl.kernels.attention_bwd `make_attention_bwd`, `make_preprocess` and
 `make_finish`, ptxdsl.kernels.decode_attention `make_decode_attention`,
+ptxdsl.kernels.kv_append `make_kv_append`,
 ptxdsl.kernels.grouped_gemm `make_grouped`, ptxdsl.kernels.norms
 `make_norm_row`, `make_norm_masked` and `make_norm_loop`), built as
 `ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in parallel processes, and the
@@ -254,3 +255,14 @@ def decode_recipe(d: int, box: int) -> Recipe:
 @cache
 def decode_kernel(d: int, box: int) -> KernelDef:
     return decode_recipe(d, box).build()
+
+
+# kv_append: one build per head dim (ptxdsl.kernels.kv_append), any multiple of 8 to 512; the
+# decoder's are 64 and 128
+KV_APPEND_HEAD_DIMS = (64, 128)
+
+
+@cache
+def kv_append_kernel(d: int) -> KernelDef:
+    """The KV-cache append of head dim d."""
+    return Recipe.of("ptxdsl.kernels.kv_append", "make_kv_append", d=d).build()

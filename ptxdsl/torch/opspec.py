@@ -16,8 +16,8 @@ import torch
 Args = dict[str, Any]  # the op's arguments by name, defaults filled in
 Output = Callable[[Args], tuple[tuple[int, ...], torch.dtype]]  # an output's (shape, dtype)
 # A launch plan's run: (the call's tensors in parameter order, its output (an op of several
-# outputs: the tuple of them), the CUstream handle of torch's current stream, where it
-# allocates any workspace)
+# outputs: the tuple of them; None for an op that only writes its mutated tensors), the
+# CUstream handle of torch's current stream, where it allocates any workspace)
 Run = Callable[[tuple, Any, int], None]
 
 _TORCH_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -36,7 +36,9 @@ class TensorParam:
     TMA tensor map needs); "contiguous": row-major contiguous, address 16-byte aligned
     (what 16-byte vector loads need). `aligned=False` lifts the address rule (the op picks
     narrower loads for such a tensor). `optional`: None is accepted too (the schema's
-    `Tensor? name=None`; the checks skip it)."""
+    `Tensor? name=None`; the checks skip it). `mutated`: the op writes it in place (the
+    schema's `Tensor(a!) name`, so that torch.compile's functionalization and autograd's
+    version counters know)."""
 
     name: str
     dtypes: tuple[torch.dtype, ...]
@@ -45,6 +47,7 @@ class TensorParam:
     numel: int | None = None
     aligned: bool = True
     optional: bool = False
+    mutated: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +68,9 @@ class OpSpec:
     kernel supports); returns what is wrong as "<arg> must ..., got ..." or None.
     `output(args)`: the (shape, dtype) of the output, allocated on the first tensor's device;
     `extra_outputs`: the rules of any further outputs (the op then returns them all as a
-    tuple, and its plan and run get them as one).
+    tuple, and its plan and run get them as one). `output` None: the op returns nothing and
+    writes its `mutated` tensors (its work is the first tensor's: a call where that is empty
+    launches nothing).
 
     `plan(args, out, stream)`: the launch plan of one signature (every tensor's dtype, shape,
     strides, device and address alignment, and every scalar), made at the first call with
@@ -79,7 +84,7 @@ class OpSpec:
     name: str
     params: tuple[TensorParam | ScalarParam, ...]
     check: Callable[[Args], str | None]
-    output: Output
+    output: Output | None
     plan: Callable[[Args, Any, int], Run]
     extra_outputs: tuple[Output, ...] = ()
 
@@ -90,6 +95,8 @@ class OpSpec:
         optional = [p.optional for p in self.params if isinstance(p, TensorParam)]
         if optional[0] or optional != sorted(optional):
             raise ValueError(f"{self.name}: optional tensors come after the other tensors")
+        if self.output is None and not self.mutated:
+            raise ValueError(f"{self.name}: an op without an output must mutate a tensor")
 
     @property
     def tensors(self) -> int:
@@ -98,19 +105,26 @@ class OpSpec:
 
     @property
     def outputs(self) -> tuple[Output, ...]:
-        """The rule of every output, in order."""
-        return (self.output, *self.extra_outputs)
+        """The rule of every output, in order (none for an op that only mutates)."""
+        return () if self.output is None else (self.output, *self.extra_outputs)
+
+    @property
+    def mutated(self) -> tuple[int, ...]:
+        """The positions of the tensor parameters the op writes in place."""
+        return tuple(i for i, p in enumerate(self.params)
+                     if isinstance(p, TensorParam) and p.mutated)
 
     @property
     def schema(self) -> str:
-        parts = []
+        parts, aliases = [], iter("abcdefghijklmnopqrstuvwxyz")
         for p in self.params:
             if isinstance(p, TensorParam):
-                parts.append(f"Tensor? {p.name}=None" if p.optional else f"Tensor {p.name}")
+                t = f"Tensor({next(aliases)}!)" if p.mutated else "Tensor"
+                parts.append(f"{t}? {p.name}=None" if p.optional else f"{t} {p.name}")
             else:
                 parts.append(f"{p.type} {p.name}={p.default!r}")
         n = len(self.outputs)
-        returns = "Tensor" if n == 1 else f"({', '.join(['Tensor'] * n)})"
+        returns = "()" if n == 0 else "Tensor" if n == 1 else f"({', '.join(['Tensor'] * n)})"
         return f"({', '.join(parts)}) -> {returns}"
 
     def bind(self, args: tuple) -> Args:
