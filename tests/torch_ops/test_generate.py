@@ -57,15 +57,17 @@ def test_without_a_gpu_it_says_so(gen, torch, capsys):
 
 
 def test_partings_tell_a_tie_from_a_failure(gen, torch):
-    """Sequence 0 agrees; sequence 1 parts at step 1 by a margin within the logits'
-    difference (a tie); sequence 2 at step 2 by a margin beyond it (a failure)."""
+    """Sequence 0 agrees; sequence 1 parts at step 1 where the logits agree within TIE of
+    their scale and the margin is small (a tie); sequence 2 at step 2 where they do not (a
+    failure)."""
     ours = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])  # (steps, B)
     theirs = torch.tensor([[1, 2, 3], [4, 0, 6], [7, 8, 0]])
     zero = torch.zeros(3, 10)
     mine = [zero.clone() for _ in range(3)]
     ref = [zero.clone() for _ in range(3)]
+    mine[1][1, 3] = ref[1][1, 3] = 10.0  # the logits' scale: TIE x 10 = 0.31
     mine[1][1, 5], ref[1][1, 0], ref[1][1, 5] = 0.5, 0.3, 0.25  # diff 0.3, margin 0.05
-    mine[2][2, 9], ref[2][2, 0], ref[2][2, 9] = 0.1, 2.0, -0.5  # diff 2.0, margin 2.5
+    mine[2][2, 9], ref[2][2, 0], ref[2][2, 9] = 0.1, 2.0, -0.5  # diff 2.0 of 2.0, margin 2.5
     parted = gen.partings(ours, theirs, mine, ref)
     assert [(p.sequence, p.step, p.ours, p.theirs) for p in parted] == [(1, 1, 5, 0),
                                                                           (2, 2, 9, 0)]
