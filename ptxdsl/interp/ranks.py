@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import Diagnostic, LaunchError
 from .cta import CTA
 from .gorder import GridOrder, communicates
+from .gwrites import GlobalWrites
 from .memory import GlobalMemory
 from .run import DEFAULT_MAX_STEPS, bind, grid_dims, launch_order, prefixed, prepare, run_parked
 
@@ -78,9 +79,11 @@ def run_ranks(kernel: Any, grid: int | tuple[int, ...], args_per_rank: list[dict
         random.Random(seed).shuffle(launches)
     warned: set[int] = set()
     per_rank = prod(dims)
+    if world * per_rank > 1:  # stores of one element by two CTAs race (gwrites.py)
+        gmem.writes = GlobalWrites(per_rank)
     if communicates(k):  # plain accesses across ranks follow releases (gorder.py)
         gmem.order = GridOrder(world * per_rank, k.nthreads + sum(
-            max(n, 1) for _, n in prog.barriers), per_rank)
+            max(n, 1) for _, n in prog.barriers))
     run_parked((f"rank {r}: ", CTA(prog, ctaid, dims, gmem, params[r], seed * world + r,
                                    max_steps, warned,
                                    index=r * per_rank + ctaid[0] + dims[0] * (
