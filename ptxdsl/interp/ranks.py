@@ -33,7 +33,8 @@ def run_ranks(kernel: Any, grid: int | tuple[int, ...], args_per_rank: list[dict
     and are seen through every other view. Each pointer argument must be C-contiguous.
     When the kernel has atomics or ordered accesses, a plain load or store of a byte that
     another CTA (of any rank) stored must follow an acquire of a release of that CTA's after
-    the store, or it is a race (`gorder.py`, as within one grid).
+    the store, or it is a race (`gorder.py`, as within one grid); whatever the kernel, two
+    CTAs (of one rank or two) storing the same element must be so ordered (`gwrites.py`).
 
     Scheduling: the CTAs of every rank go through one scheduler (`run.run_parked`): those
     of rank 0 in launch order, then rank 1's, and so on for seed 0; shuffled across ranks
