@@ -147,14 +147,13 @@ class GlobalWrites:
         writers = (w.cta if len(shape) == 1 else w.cta.reshape(shape))[sel]
         starts = np.array([s.start or 0 for s in (sel if isinstance(sel, tuple) else (sel,))])
         strides = np.cumprod((*shape[1:], 1)[::-1])[::-1]
-        seen: dict[tuple[int, int, int, int], bool] = {}
-        for pos in np.argwhere((writers != me) & (writers >= 0)):
-            b = int((pos + starts) @ strides)
-            record = (int(w.cta[b]), int(w.tid[b]), int(w.clock[b]), int(w.epoch[b]))
-            ok = seen.get(record)
-            if ok is None:
-                ok = seen[record] = self.ordered(th, w, b)
-            if not ok:
+        at = (np.argwhere((writers != me) & (writers >= 0)) + starts) @ strides
+        # the bytes one store wrote share a record: decide each record once, in byte order
+        records = np.stack([w.cta[at], w.tid[at], w.clock[at], w.epoch[at]], axis=1)
+        _, first = np.unique(records, axis=0, return_index=True)
+        for i in sorted(first):
+            b = int(at[i])
+            if not self.ordered(th, w, b):
                 self._race(th, w, shape, b, name, esize, node, what)
 
     def _race(self, th: Any, w: Written, shape: tuple[int, ...], b: int, name: str, esize: int,
