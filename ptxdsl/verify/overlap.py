@@ -43,8 +43,7 @@ def _box(s: ir.TensorStore, bounds: Bounds, si: int, path: tuple) -> Box | None:
     """The box `s` stores in sample `si`: None when the store does not run there or its
     coordinates are not known."""
     for cond, arm in path:
-        v = bounds.value(cond, si)
-        if v is not None and bool(v.known) != arm:
+        if _never(cond, arm, bounds, si):
             return None
     shape = list(reversed(s.src.type.shape)) if isinstance(s.src.type, T.SharedRef) else []
     box = []
@@ -55,6 +54,15 @@ def _box(s: ir.TensorStore, bounds: Bounds, si: int, path: tuple) -> Box | None:
         start = v.known
         box.append((start, start + (shape[i] if i < len(shape) else 1)))
     return tuple(box)
+
+
+def _never(cond: ir.Expr, arm: bool, bounds: Bounds, si: int) -> bool:
+    """Whether the `arm` side of a branch on `cond` is never taken in sample `si`: its value
+    is known, or one conjunct of a `then` (one disjunct of an `else`) is."""
+    if isinstance(cond, ir.Binary) and cond.op == ("and" if arm else "or"):
+        return _never(cond.a, arm, bounds, si) or _never(cond.b, arm, bounds, si)
+    v = bounds.value(cond, si)
+    return v is not None and bool(v.known) != arm
 
 
 def _check(s: ir.TensorStore, path: tuple, axis: str, bounds: Bounds, pairs: list[Sample],
