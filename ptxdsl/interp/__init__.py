@@ -11,7 +11,8 @@ lays it out; mbarrier phases, arrival and transaction counts; bulk and tensor co
 complete late, in chunks and in seeded orders; bulk async-groups; tensor-map boxes with
 out-of-bounds fill and swizzle. Reported: deadlocks (each blocked group, its barrier,
 parity, phase and counts, at its source line), races between generic accesses and copies
-in flight, missing `fence_proxy_async`, bulk stores not waited before exit, mbarrier misuse,
+in flight, two CTAs (or ranks) storing one global element unordered (`gwrites`), missing
+`fence_proxy_async`, bulk stores not waited before exit, mbarrier misuse,
 out-of-bounds and misaligned accesses, and runaway loops (`max_steps`). `run_ranks` runs
 one launch per rank of a multi-GPU job together, over one global memory.
 """

@@ -19,6 +19,7 @@ import numpy as np
 from .state import Sel
 
 if TYPE_CHECKING:
+    from .gwrites import Dest
     from .mbarrier import MBarrier
     from .state import CTAState, ThreadState
 
@@ -74,14 +75,17 @@ class AsyncLoad:
 class AsyncStore:
     """A bulk or tensor copy shared -> global, tracked by its thread's bulk async-groups."""
 
-    __slots__ = ("id", "op", "node", "cta", "issuer", "src", "write", "data", "read_done",
-                 "write_done", "waited")
+    __slots__ = ("id", "op", "node", "cta", "issuer", "src", "write", "dest", "reduces",
+                 "data", "read_done", "write_done", "waited")
 
     def __init__(self, cta: CTAState, node: Any, issuer: ThreadState, src: Sel,
-                 write: Callable[[np.ndarray], None]):
+                 write: Callable[[np.ndarray], None], dest: Dest | None, reduces: bool = False):
+        """`write` puts the bytes read from `src` into `dest` (None: none lie inside the
+        tensor); a reduction (`reduces`) combines them element by element, atomically."""
         self.id = cta.new_copy_id()
         self.op = node.syntax
         self.node, self.cta, self.issuer, self.src, self.write = node, cta, issuer, src, write
+        self.dest, self.reduces = dest, reduces
         self.data: np.ndarray | None = None
         self.read_done = False
         self.write_done = False
@@ -96,6 +100,12 @@ class AsyncStore:
             self.data = self.cta.smem.u8[self.src].copy()
             self.read_done = True
         else:
+            writes, dest = self.cta.gmem.writes, self.dest
+            if writes is not None and dest is not None:  # other CTAs' stores there (gwrites.py)
+                if self.reduces:
+                    writes.strong(dest.key, dest.shape, dest.sel)
+                else:
+                    writes.landed(self.issuer, dest, self.node)
             self.write(self.data)  # type: ignore[arg-type]
             self.write_done = True
             self.cta.gmem.bump()

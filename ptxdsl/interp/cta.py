@@ -87,7 +87,8 @@ class CTA:
         self.gmem = gmem
         self.nthreads = k.nthreads
         linear = ctaid[0] + grid[0] * (ctaid[1] + grid[1] * ctaid[2])
-        # its column in gmem.order (gorder.py): the linear id, or past other ranks' CTAs
+        # its column in gmem.order (gorder.py) and its name in gmem.writes (gwrites.py): the
+        # linear id, or past other ranks' CTAs
         self.index = linear if index is None else index
         cid = tuple(c % n for c, n in zip(ctaid, cluster, strict=True))
         self.rank = cid[0] + cluster[0] * (cid[1] + cluster[1] * cid[2])
@@ -97,8 +98,6 @@ class CTA:
         if cluster != (1, 1, 1):
             self.label += f" (cluster rank {self.rank})"
         self.suffix = f" of CTA {self.label}" if grid != (1, 1, 1) else ""
-        if gmem.order is not None:
-            gmem.order.names[self.index] = self.label
         self.rng = random.Random(seed * 1_000_003 + linear)
         self.max_steps = max_steps
         self.steps = 0

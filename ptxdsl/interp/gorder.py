@@ -16,12 +16,11 @@ acquires all of them.
 Under `run_ranks` the CTAs of every rank's launch take part, numbered rank after rank, so
 the same holds across ranks (a peer's flag and the symmetric buffer it publishes).
 
-A plain global store remembers, per byte, its CTA, thread and that thread's clock. A plain
-load or store of a byte that another CTA stored is ordered after that store only if the
-accessing thread acquired a release of the writer's CTA that the writer's store happened
-before; otherwise it is a race, whatever the schedule. Atomics and `st_release` are strong
-accesses, which order themselves: they clear the record. A cta-scope order publishes
-nothing across CTAs; cluster scope is taken as gpu scope."""
+Plain global loads are checked against the record of the launch's stores (`gwrites.py`,
+which checks the stores themselves): a load of a byte that another CTA stored is ordered
+after that store only if the loading thread acquired a release of the writer's CTA that the
+writer's store happened before; otherwise it is a race, whatever the schedule. A cta-scope
+order publishes nothing across CTAs; cluster scope is taken as gpu scope."""
 
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ import numpy as np
 
 from .. import ir
 from .errors import fail, note
+from .gwrites import Written
 
 SYNCING = ("acquire", "release", "acq_rel")
 
@@ -42,32 +42,14 @@ def communicates(k: ir.Kernel) -> bool:
                for s in ir.walk(k.body))
 
 
-class Stores:
-    """Per byte of one argument array: the CTA (-1: none, or a strong access) and thread
-    whose plain store wrote it last, that thread's clock then and the store's site."""
-
-    __slots__ = ("cta", "tid", "clock", "site")
-
-    def __init__(self, size: int):
-        self.cta = np.full(size, -1, np.int32)
-        self.tid = np.zeros(size, np.int32)
-        self.clock = np.zeros(size, np.int64)
-        self.site = np.zeros(size, np.int32)
-
-
 class GridOrder:
-    """The releases of a grid's CTAs and the plain global stores they must order."""
+    """The releases of a grid's CTAs, which order its plain global accesses."""
 
-    def __init__(self, ncta: int, local: int, per_rank: int = 0):
+    def __init__(self, ncta: int, local: int):
         self.ncta = ncta
-        self.per_rank = per_rank  # the CTAs of one rank's launch under run_ranks (0: one launch)
-        self.names = [""] * ncta  # each CTA's label, set as it starts
         self.local = local  # the columns of one CTA's own agents (hb.Clocks)
         self.known: list[list[np.ndarray]] = [[] for _ in range(ncta)]  # per CTA and release
         self.published: dict[int, np.ndarray] = {}  # address -> columns released there
-        self.stores: dict[int, Stores] = {}  # region -> its stores
-        self.sites: list[Any] = [None]
-        self.site_ids: dict[int, int] = {}
 
     def _columns(self, vc: np.ndarray) -> np.ndarray:
         return vc[self.local:self.local + self.ncta]
@@ -92,56 +74,30 @@ class GridOrder:
                 mine = self._columns(clocks.vc[th.tid])
                 np.maximum(mine, pub, out=mine)
 
-    def strong(self, region: int, off: int, n: int) -> None:
-        """An atomic or release store wrote these bytes: it orders itself."""
-        st = self.stores.get(region)
-        if st is not None:
-            st.cta[off:off + n] = -1
+    def covers(self, th: Any, cta: int, tid: int, clock: int) -> bool:
+        """Whether `th` acquired a release of CTA `cta` that the access of its thread `tid`
+        at `clock` happened before."""
+        k = int(th.cta.clocks.vc[th.tid, self.local + cta])
+        return bool(k and self.known[cta][k - 1][tid] >= clock)
 
-    def access(self, th: Any, region: int, name: str, off: int, n: int, esize: int, node: Any,
-               write: bool) -> None:
-        """A plain load (or store, `write`) of `n` bytes at `off` of argument `name`."""
-        st = self.stores.get(region)
-        if st is None:
-            if not write:
-                return
-            st = self.stores[region] = Stores(len(th.cta.gmem.regions[region][1]))
-        sel = slice(off, off + n)
+    def read(self, th: Any, w: Written | None, name: str, off: int, n: int, esize: int,
+             node: Any) -> None:
+        """A plain load of `n` bytes at `off` of argument `name`, whose stores `w` records."""
+        if w is None:
+            return
+        writers = w.cta[off:off + n]
         me = th.cta.index
-        writers = st.cta[sel]
-        if np.count_nonzero((writers >= 0) & (writers != me)):
-            self._check(th, st, off, n, name, esize, node, write)
-        if write:
-            st.cta[sel] = me
-            st.tid[sel] = th.tid
-            st.clock[sel] = th.cta.clocks.vc[th.tid, th.tid]
-            i = self.site_ids.get(id(node))
-            if i is None:
-                i = self.site_ids[id(node)] = len(self.sites)
-                self.sites.append(node)
-            st.site[sel] = i
-
-    def _check(self, th: Any, st: Stores, off: int, n: int, name: str, esize: int, node: Any,
-               write: bool) -> None:
-        vc = th.cta.clocks.vc[th.tid]
+        if not np.count_nonzero((writers >= 0) & (writers != me)):
+            return
+        writes = th.cta.gmem.writes
         for b in range(off, off + n):
-            a = int(st.cta[b])
-            if a < 0 or a == th.cta.index:
+            if writes.ordered(th, w, b):
                 continue
-            k = int(vc[self.local + a])
-            if k and self.known[a][k - 1][int(st.tid[b])] >= st.clock[b]:
-                continue
-            writer = f"thread {int(st.tid[b])} of {self.label(a)}"
-            site = self.sites[int(st.site[b])]
-            fail("race", f"race: {th.name} {'writes' if write else 'reads'} element {b // esize} "
-                 f"of '{name}', which {writer} stored, and no release of that CTA after the "
-                 f"store was acquired by this thread: another CTA's plain store is visible "
-                 "only through a release (st_release, or an atomic with release or acq_rel "
-                 "order, after a CTA barrier when other threads stored) that this thread's "
-                 "acquire (ld_acquire, or an atomic with acquire or acq_rel order, then a CTA "
-                 "barrier) observes", node, note(f"{writer} stored it here", site))
-
-    def label(self, index: int) -> str:
-        """CTA `index` as messages name it."""
-        rank = f" of rank {index // self.per_rank}" if self.per_rank else ""
-        return f"CTA {self.names[index]}{rank}"
+            writer, site = writes.writer(w, b)
+            fail("race", f"race: {th.name} reads element {b // esize} of '{name}', which "
+                 f"{writer} stored, and no release of that CTA after the store was acquired "
+                 "by this thread: another CTA's plain store is visible only through a release "
+                 "(st_release, or an atomic with release or acq_rel order, after a CTA barrier "
+                 "when other threads stored) that this thread's acquire (ld_acquire, or an "
+                 "atomic with acquire or acq_rel order, then a CTA barrier) observes", node,
+                 note(f"{writer} stored it here", site))

@@ -14,8 +14,9 @@ checks (agents and clocks as in `hb.py`):
 Two accesses conflict unless the first happened before the second.
 
 Global memory is the kernel's numpy arguments, each at its own virtual base address, so
-pointer arithmetic works on plain integers. In a grid whose CTAs talk through it, `order`
-(gorder.py) checks that plain accesses are ordered after other CTAs' plain stores.
+pointer arithmetic works on plain integers. In a launch of several CTAs, `writes`
+(gwrites.py) checks that stores are ordered after other CTAs' stores of the same bytes, and
+in a grid whose CTAs talk through it, `order` (gorder.py) checks loads against them too.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .. import ir
 from ..codegen.layout import Layout
 from .dsmem import Writers
 from .errors import InterpWarning, fail, note
+from .gwrites import Dest, Key, flat_dest, key_of
 from .hb import Clocks
 from .scalar import Reader, Writer
 from .state import Sel
@@ -36,6 +38,7 @@ from .state import Sel
 if TYPE_CHECKING:
     from .copies import AsyncLoad, AsyncStore
     from .gorder import GridOrder
+    from .gwrites import GlobalWrites
     from .state import ThreadState
 
 
@@ -360,10 +363,12 @@ class GlobalMemory:
 
     def __init__(self) -> None:
         self.regions: list[tuple[str, memoryview, int]] = []
+        self.keys: list[Key] = []  # each region's record in `writes`
         self.epoch = 0
         self.watch = GlobalWatch()
         self.wakes = 0  # how many writes woke spinning threads
         self.order: GridOrder | None = None
+        self.writes: GlobalWrites | None = None
 
     def bump(self) -> None:
         """Global memory was written: wake the threads spinning on it, in whatever CTA."""
@@ -377,6 +382,7 @@ class GlobalMemory:
     def add(self, name: str, array: np.ndarray) -> int:
         """Register an argument array; returns its base address."""
         self.regions.append((name, array.reshape(-1).view(np.uint8).data, array.nbytes))
+        self.keys.append(key_of(array))
         return len(self.regions) << self.SHIFT
 
     def locate(self, th: ThreadState, addr: int, nbytes: int, esize: int, node: Any, what: str,
@@ -397,14 +403,25 @@ class GlobalMemory:
         if off % align:
             fail("alignment", f"{th.name}: {what} at byte {off} of '{name}' is not aligned to "
                  f"{align} bytes", node)
-        if plain and self.order is not None:
-            self.order.access(th, r, name, off, nbytes, esize, node, plain == "write")
+        if plain and self.writes is not None:
+            key = self.keys[r]
+            if plain == "write":
+                self.writes.write(th, key, (size,), slice(off, off + nbytes), name, esize, node)
+            elif self.order is not None:
+                self.order.read(th, self.writes.arrays.get(key), name, off, nbytes, esize, node)
         return mv, off
+
+    def dest(self, addr: int, nbytes: int, esize: int) -> Dest:
+        """The bytes a bulk copy of `nbytes` at `addr`, which `locate` has checked, writes."""
+        r = (addr >> self.SHIFT) - 1
+        return flat_dest(self.keys[r], addr & ((1 << self.SHIFT) - 1), nbytes,
+                         self.regions[r][0], esize)
 
     def strong(self, th: ThreadState, addr: int, nbytes: int, sem: str, scope: str) -> None:
         """An atomic access with order `sem` at `scope` (or a release store) at `addr`, which
         `locate` has checked."""
-        if self.order is not None:
+        if self.writes is not None:
             r, off = (addr >> self.SHIFT) - 1, addr & ((1 << self.SHIFT) - 1)
-            self.order.strong(r, off, nbytes)
+            self.writes.strong(self.keys[r], (self.regions[r][2],), slice(off, off + nbytes))
+        if self.order is not None:
             self.order.ordered(th, sem, scope, addr)

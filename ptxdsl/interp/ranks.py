@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import Diagnostic, LaunchError
 from .cta import CTA
 from .gorder import GridOrder, communicates
+from .gwrites import GlobalWrites
 from .memory import GlobalMemory
 from .run import DEFAULT_MAX_STEPS, bind, grid_dims, launch_order, prefixed, prepare, run_parked
 
@@ -32,7 +33,8 @@ def run_ranks(kernel: Any, grid: int | tuple[int, ...], args_per_rank: list[dict
     and are seen through every other view. Each pointer argument must be C-contiguous.
     When the kernel has atomics or ordered accesses, a plain load or store of a byte that
     another CTA (of any rank) stored must follow an acquire of a release of that CTA's after
-    the store, or it is a race (`gorder.py`, as within one grid).
+    the store, or it is a race (`gorder.py`, as within one grid); whatever the kernel, two
+    CTAs (of one rank or two) storing the same element must be so ordered (`gwrites.py`).
 
     Scheduling: the CTAs of every rank go through one scheduler (`run.run_parked`): those
     of rank 0 in launch order, then rank 1's, and so on for seed 0; shuffled across ranks
@@ -78,9 +80,11 @@ def run_ranks(kernel: Any, grid: int | tuple[int, ...], args_per_rank: list[dict
         random.Random(seed).shuffle(launches)
     warned: set[int] = set()
     per_rank = prod(dims)
+    if world * per_rank > 1:  # stores of one element by two CTAs race (gwrites.py)
+        gmem.writes = GlobalWrites(per_rank)
     if communicates(k):  # plain accesses across ranks follow releases (gorder.py)
         gmem.order = GridOrder(world * per_rank, k.nthreads + sum(
-            max(n, 1) for _, n in prog.barriers), per_rank)
+            max(n, 1) for _, n in prog.barriers))
     run_parked((f"rank {r}: ", CTA(prog, ctaid, dims, gmem, params[r], seed * world + r,
                                    max_steps, warned,
                                    index=r * per_rank + ctaid[0] + dims[0] * (

@@ -23,6 +23,7 @@ from .cluster import Cluster
 from .cta import CTA
 from .errors import InterpError
 from .gorder import GridOrder, communicates
+from .gwrites import GlobalWrites
 from .memory import GlobalMemory
 from .program import Program
 from .tensormap import TensorMapModel, short_box_message, short_boxes
@@ -41,7 +42,9 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     one after another, in launch order for seed 0 and shuffled by other seeds (one spinning
     on global memory for another CTA is set aside until global memory changes: `run_grid`),
     or, when they talk through global memory (atomics, flags), interleaved, with plain
-    global accesses checked against the atomics' release/acquire orders (`gorder.py`);
+    global accesses checked against the atomics' release/acquire orders (`gorder.py`); two
+    CTAs' stores to the same element race unless such an order (or, in a cluster, the
+    cluster barrier) puts one after the other (`gwrites.py`);
     inside a CTA the threads and the asynchronous copies interleave in an order drawn from
     `seed` (same seed, same schedule). `max_steps` bounds the work of one CTA. Raises
     InterpError on a deadlock, race, missing fence or other kernel bug, and LaunchError when
@@ -52,6 +55,8 @@ def run(kernel: Any, grid: int | tuple[int, ...], args: dict[str, Any], *, seed:
     gmem = GlobalMemory()
     params = bind(k, args, gmem.add)
     warned: set[int] = set()
+    if prod(dims) > 1:
+        gmem.writes = GlobalWrites()
     cl = k.cluster if k.cluster is not None else (1, 1, 1)
     if prod(cl) > 1:
         run_clusters(prog, cl, dims, gmem, params, seed, max_steps, warned)

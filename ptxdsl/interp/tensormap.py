@@ -22,6 +22,7 @@ from ..opdef import effect
 from ..runtime.dtypes import scalar_of
 from ..runtime.tensormap import TensorMapSpec, validate
 from ..swizzle import mask, tma_swizzle_bytes
+from .gwrites import Dest, window_dest
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,6 +102,12 @@ class TensorMapModel:
         if win is not None:
             box = data.view(self.array.dtype).reshape(self.box)
             self.array[win[0]] = box[win[1]]
+
+    def dest(self, coords: list[int], name: str) -> Dest | None:
+        """The bytes of the tensor that a store of the box at `coords` writes (None: it lies
+        wholly outside), for `gwrites.py`; `name` is the map's."""
+        win = self._windows(coords)
+        return None if win is None else window_dest(self.array, win[0], name)
 
     def smem_index(self, addr: int) -> np.ndarray | None:
         """The shared-memory addresses of the box's bytes, in box order, for a box placed at

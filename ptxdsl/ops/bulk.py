@@ -143,7 +143,8 @@ class BulkStore(_BulkCopy):
             def write(data: np.ndarray) -> None:
                 mv[goff : goff + k] = data.data
 
-            th.cta.issue(th, AsyncStore(th.cta, n, th, sel, write))
+            th.cta.issue(th, AsyncStore(th.cta, n, th, sel, write,
+                                        th.cta.gmem.dest(dst(th), k, esize)))
 
         return PLAIN, True, store
 

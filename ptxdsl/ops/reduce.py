@@ -143,7 +143,8 @@ class _BulkReduce(_BulkCopy):
             def write(data: np.ndarray) -> None:  # an atomic read-modify-write per element
                 target[:] = combine(n.op, elem, target.copy(), data)  # type: ignore[arg-type]
 
-            th.cta.issue(th, AsyncStore(th.cta, n, th, sel, write))
+            th.cta.issue(th, AsyncStore(th.cta, n, th, sel, write,
+                                        th.cta.gmem.dest(dst(th), k, esize), reduces=True))
 
         return PLAIN, True, reduce
 
@@ -173,7 +174,9 @@ class _TensorReduce(OpDef):
                 old = model.read_box(coords)  # out-of-bounds parts are dropped by write_box
                 model.write_box(coords, combine(n.op, model.elem, old, data))
 
-            th.cta.issue(th, AsyncStore(th.cta, n, th, sel, write))
+            th.cta.issue(th, AsyncStore(th.cta, n, th, sel, write,
+                                        model.dest(coords, n.tmap.name),  # type: ignore[attr-defined]
+                                        reduces=True))
 
         return PLAIN, True, reduce
 

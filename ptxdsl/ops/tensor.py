@@ -143,7 +143,8 @@ class TensorStore(OpDef):
                      f"{coords}", n)
             th.cta.smem.check_async_read(th, sel, n, n.syntax)
             th.cta.issue(th, AsyncStore(th.cta, n, th, sel,
-                                        lambda data: model.write_box(coords, data)))
+                                        lambda data: model.write_box(coords, data),
+                                        model.dest(coords, n.tmap.name)))  # type: ignore[attr-defined]
 
         return PLAIN, True, store
 

@@ -30,6 +30,7 @@ from .flags import check_relaxed_counters, check_relaxed_flags, check_release_be
 from .memory import check_alignment, check_smem_budget, check_tma_boxes
 from .named import check_named_counts
 from .order import check_inval, check_stage_order
+from .overlap import check_tile_overlap
 from .phases import check_early_waits
 from .registers import check_register_arrays, check_register_indices
 from .rings import check_indices, check_ring_phases
@@ -60,6 +61,7 @@ CHECKS: tuple[Callable[[Facts, Report], None], ...] = (
     check_inval,
     check_issuers,
     check_bulk_stores,
+    check_tile_overlap,
     check_asm_reductions,
     check_relaxed_flags,
     check_relaxed_counters,

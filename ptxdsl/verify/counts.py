@@ -37,7 +37,8 @@ class Sample:
     sregs: dict[str, int]
 
 
-def _samples(k: ir.Kernel) -> list[Sample]:
+def samples_of(k: ir.Kernel) -> list[Sample]:
+    """A few assignments of the integer parameters and the per-CTA registers."""
     out = []
     for base, gap, cta, ncta in ((7, 4, 0, 1), (29, 6, 3, 5), (1000, 13, 2, 7)):
         ints = [p.name for p in k.params if isinstance(p.type, T.Scalar) and
@@ -50,7 +51,7 @@ def _samples(k: ir.Kernel) -> list[Sample]:
     return out
 
 
-class _Bounds:
+class Bounds:
     """Loop trip counts in each `Sample`: variables are replaced by their one definition (a
     `let` never assigned again); anything else makes a count unknown."""
 
@@ -191,8 +192,8 @@ def check_phase_counts(facts: Facts, out: Report) -> None:
                 by_bar.setdefault(b.decl.name, ([], [], []))[slot].append(v)
     if not any(c for _, _, c in by_bar.values()):
         return
-    samples = _samples(facts.kernel)
-    bounds = _Bounds(facts.kernel, samples)
+    samples = samples_of(facts.kernel)
+    bounds = Bounds(facts.kernel, samples)
     decls = {d.name: d for d in facts.kernel.body if isinstance(d, ir.BarrierDecl)}
     for name, (arrives, waits, copies) in by_bar.items():
         d = decls.get(name)
@@ -202,7 +203,7 @@ def check_phase_counts(facts: Facts, out: Report) -> None:
 
 
 def _compare(facts: Facts, d: ir.BarrierDecl, arrives: list[Visit], waits: list[Visit],
-             copies: list[Visit], bounds: _Bounds, samples: list[Sample], out: Report) -> None:
+             copies: list[Visit], bounds: Bounds, samples: list[Sample], out: Report) -> None:
     if not all(v.certain for v in arrives + waits):
         return
     # Two waits for the same phase (the same barrier and parity expressions in the same

@@ -25,7 +25,7 @@ def build(axis: str) -> ptxdsl.KernelDef:
                 k.wait(ring)
                 k.assign(acc, acc + ring.row[0, j] + ring.row[1, j])
                 k.release(ring)
-            dst[k.ctaid.x * 32 + j] = acc
+            dst[(k.ctaid.y * k.nctaid.x + k.ctaid.x) * 32 + j] = acc
 
     return ptxdsl.kernel(api_multicast_col_part, threads=64, cluster=(2, 2))
 

@@ -91,11 +91,20 @@ def test_own_rows_pass(seed):
     np.testing.assert_array_equal(out["dst"], out["src"])
 
 
-def test_a_grid_without_atomics_runs_one_cta_after_another():
-    """No atomics, no interleaving and no tracking: the cheap path most kernels take (the
-    last CTA's store wins)."""
-    out = launch(SAME_ROWS, 0)
-    np.testing.assert_array_equal(out["dst"][:32], out["src"][64:])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_unordered_stores_race_without_atomics_too(seed):
+    """No atomics: the CTAs run one after another, and whichever ran last would leave its
+    row; the record of stores (interp/gwrites.py) reports the second store at every seed."""
+    with pytest.raises(InterpError, match=r"writes element \d+ of 'dst', which thread \d+ of "
+                       r"CTA \d stored, and nothing orders the two stores") as e:
+        launch(SAME_ROWS, seed)
+    assert "grid.ptxdsl:4:" in str(e.value)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_own_rows_pass_without_atomics(seed):
+    out = launch(OWN_ROWS, seed)
+    np.testing.assert_array_equal(out["dst"], out["src"])
 
 
 # CTA 0 waits (parked on global memory) for CTA 1's flag; CTA 1 raises it and then waits in

@@ -73,7 +73,7 @@ def test_interpreter_runs_the_derived_protocol(seed):
     w = np.arange(64, dtype=np.float32)
     b = np.arange(32, dtype=np.float32) * 100
     out = np.zeros(64, np.float32)
-    run(ptxdsl.parse(BROADCAST).kernel(), 2, {"w": w, "b": b, "out": out}, seed=seed)
+    run(ptxdsl.parse(BROADCAST).kernel(), 1, {"w": w, "b": b, "out": out}, seed=seed)
     assert (out == w + np.tile(b, 2)).all()
 
 

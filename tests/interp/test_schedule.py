@@ -26,7 +26,9 @@ kernel cover(hits: ptr<u32>, info: ptr<u32>, order: ptr<u32>, tm: u32, tn: u32, 
                 hits[t * kt + k] += 1;
             }}
             info[t * 64 + w.split] = w.splits * 2 + select(w.whole, 1, 0);
-            order[t] = w.tile + 1;
+            if w.split == 0 {{
+                order[t] = w.tile + 1;  // once a tile: its splits run in different CTAs
+            }}
         }}
     }}
 }}
@@ -114,7 +116,8 @@ def twin(mode: str):
                 with k.for_("k", w.k0, w.k1) as kk:
                     hits[t * kt + kk] = hits[t * kt + kk] + 1
                 info[t * 64 + w.split] = w.splits * 2 + k.select(w.whole, 1, 0)
-                order[t] = w.tile + 1
+                with k.if_(w.split == 0):
+                    order[t] = w.tile + 1
     return cover
 
 
@@ -395,7 +398,7 @@ def test_random_schedules_build_print_back_and_cover_every_tile(case):
                 for q in {"w.k0 .. w.k1" if ks else "0 .. 1"} {{
                     hits[w.tile * 8 + q] += 1;
                 }}
-                junk[0] = {extra};
+                junk[%ctaid.x] = {extra};  // a sink of its own per CTA
             }}
         }}
     }}"""
@@ -407,7 +410,7 @@ def test_random_schedules_build_print_back_and_cover_every_tile(case):
     tm, kt = int(rng.integers(1, 5)), int(rng.integers(1, 6))
     ntiles = (sum(-(-min(r, 4 if cap else r) // 2) for r in rows) if grouped else tm) * 3
     hits = np.zeros(64 * 8, np.uint32)
-    run(m.kernels[0], int(rng.integers(1, 7)), {"hits": hits, "junk": np.zeros(1, np.uint32),
+    run(m.kernels[0], int(rng.integers(1, 7)), {"hits": hits, "junk": np.zeros(8, np.uint32),
                                                "offs": offs, "tm": tm, "kt": kt,
                                                "s": int(rng.integers(1, 5))})
     want = np.zeros((64, 8), np.uint32)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import ptxdsl
-from ptxdsl.interp import InterpError, run
+from ptxdsl.interp import InterpError, TensorMapModel, run
 from ptxdsl.lower import lower
 from ptxdsl.verify import verify_module
 
@@ -103,13 +103,37 @@ def test_every_rule_has_a_broken_case():
         "on which a thread spins with ld_acquire() and then reads memory",  # relaxed flag flip
         "has relaxed order, and its result picks the threads",  # relaxed last-CTA counter
         "releases for the threads this branch picks, but every thread",  # bump before barrier
+        "and the boxes of the CTAs with %ctaid.x = 0 and 1 overlap",  # a ragged per-head box
     ):
         assert part in text, part
 
 
+def reads_its_place(x: object) -> bool:
+    """Whether a node (or a tuple of them) reads the CTA's place in the grid."""
+    if isinstance(x, tuple):
+        return any(reads_its_place(y) for y in x)
+    if isinstance(x, ptxdsl.ir.SReg):
+        return x.name.startswith(("ctaid.", "clusterid."))
+    return isinstance(x, ptxdsl.ir.Node) and any(
+        reads_its_place(getattr(x, name)) for name in ptxdsl.ir.node_fields(x))
+
+
+def tensor_map(path: Path, p: ptxdsl.ir.Param) -> TensorMapModel:
+    """Zeros behind tensor map `p`, of the shape and box that a header line of the kernel's
+    file names: `// tensor map out: tensor (10, 32), box (64, 32)`."""
+    m = re.search(rf"// tensor map {p.name}: tensor \(([\d, ]+)\), box \(([\d, ]+)\)",
+                  path.read_text())
+    assert m, f"{path.name}: no '// tensor map {p.name}: ...' line"
+    shape, box = ([int(x) for x in g.split(",")] for g in m.groups())
+    return TensorMapModel(np.zeros(shape, ptxdsl.types.numpy_dtype(p.type.elem)), box=box)
+
+
 def interpret(path: Path) -> None:
     """Runs the kernel of `path` on two CTAs (or clusters) with `src` random, every other
-    pointer zeros (of its element type) and every scalar 5."""
+    pointer zeros (of its element type), every tensor map as its file says and every scalar
+    5. A kernel that does not read its
+    place in the grid runs on one: two copies of it would store the same elements, a race
+    (issue 44, class 9) that is no part of what it shows."""
     k = kernel_ir(path)
     rng = np.random.default_rng(0)
     args: dict[str, object] = {}
@@ -117,10 +141,13 @@ def interpret(path: Path) -> None:
         if isinstance(p.type, ptxdsl.types.Ptr):
             args[p.name] = rng.standard_normal(1 << 15).astype(np.float32) \
                 if p.name == "src" else np.zeros(1 << 15, ptxdsl.types.numpy_dtype(p.type.elem))
+        elif isinstance(p.type, ptxdsl.types.TensorMap):
+            args[p.name] = tensor_map(path, p)
         else:
             args[p.name] = 5
     cluster = k.cluster or (1, 1, 1)
-    run(k, (2 * cluster[0], cluster[1], cluster[2]), args, seed=1)
+    copies = 2 if any(reads_its_place(s) for s in ptxdsl.ir.walk(k.body)) else 1
+    run(k, (copies * cluster[0], cluster[1], cluster[2]), args, seed=1)
 
 
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
