@@ -30,17 +30,19 @@ ABOUT = ("One decoder block (Llama-3-8B shapes, bf16) per call, milliseconds, ea
          "heads of a KV head as the rows of one head), eager and torch.compile'd; the faster "
          "is the row's reference. The CUDA-graph rows replay each compiled block captured once "
          "(no host cost: the GPU's time alone).")
-PROFILE = ("Where the GPU time goes (torch.profiler, H100, 2026-11-25): prefill, ptxdsl's four "
-           "GEMMs 2260 us against cuBLAS's 2233 us, attention 333 us against cuDNN's 254 us, "
-           "RMSNorm 2 x 25 us where inductor fuses the residual add into its own norm (2 x "
-           "27 us, one pass fewer); decode, then through the prefill attention kernel (before "
-           "kv_append and decode_attention), attention over the 64 x 4096-token cache 463 us "
-           "(2.3 TB/s) against cuDNN's 352 us (3.0 TB/s) and the GEMMs 221 us against "
-           "cuBLAS's 170 us (split-K and 64-wide tiles at M = 64), plus about 35 us of host "
-           "time per ptxdsl op call, which a CUDA graph removes.")
-LIMITS = ("decode (64 tokens) is weight-bandwidth work: cuBLAS splits K or uses narrow tiles "
-          "to spread 0.9 GB of weights over every SM, while ptxdsl's GEMM op tiles M by 128 "
-          "(half of each tile is padding) and has fewer tiles than SMs at N = 4096.")
+PROFILE = ("Where the GPU time goes at prefill (torch.profiler, H100, 2026-11-25): ptxdsl's "
+           "four GEMMs 2260 us against cuBLAS's 2233 us, attention 333 us against cuDNN's "
+           "254 us, RMSNorm 2 x 25 us where inductor fuses the residual add into its own norm "
+           "(2 x 27 us, one pass fewer). Decode: the reference changed on 2026-11-28: "
+           "PyTorch's block now decodes sequences of their own lengths (index assignment into a "
+           "contiguous cache, SDPA with a length mask, which keeps SDPA off its cuDNN and flash "
+           "kernels). The reference before it (every sequence at one length, SDPA over the "
+           "sliced cache, no mask) ran at 0.627 ms compiled and 0.388 ms in a CUDA graph "
+           "(2026-11-26), against which ptxdsl's decode of 2026-11-28 (0.618 / 0.399 ms) is "
+           "1.01x / 0.97x: the decode rows' 1.15x / 1.1x are not claimed until a length-aware "
+           "fast attention (flash_attn_with_kvcache-class) is a reference in the row.")
+LIMITS = ("prefill: ptxdsl's attention and GEMMs against cuDNN's and cuBLAS's, and an eager "
+          "call's host cost; decode: see the note on its reference.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
