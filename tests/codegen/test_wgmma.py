@@ -261,8 +261,9 @@ def test_gemm_cluster_pair_in_the_interpreter():
 DEEP = bool(os.environ.get("PTXDSL_DEEP"))
 SLOW = pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI) runs it")
 STREAMK_CASES = [
-    # (m, n, k, grid): 3 tiles on 2 CTAs, all shared, the middle one cut across both
-    (384, 256, 128, 2),
+    # (m, n, k, grid): 3 tiles on 2 CTAs, all shared, the middle one cut across both (by
+    # default the stream-K GEMM runs in the 128-rows-a-consumer test below)
+    pytest.param(384, 256, 128, 2, marks=SLOW),
     # 5 tiles on 2 CTAs: 3 shared as above, 2 whole after them
     pytest.param(640, 256, 128, 2, marks=SLOW),
     # fewer tiles than CTAs, a partial tile-row, 3 K steps on 3 CTAs (one a part)

@@ -70,9 +70,9 @@ DEEP = bool(os.environ.get("PTXDSL_DEEP"))
 
 # By default a slow sample with several kernels runs a kernel or two that stand for the rest
 # (every kernel with PTXDSL_DEEP=1), and the fused layers run in tests/multigpu/test_tp.py at
-# 2 to 8 ranks instead
+# 2 to 8 ranks instead, top-k in tests/runtime/test_topk.py (with ties)
 STAND_FOR = {"norms": ("rmsnorm_row", "layernorm")}
-ELSEWHERE = {"ag_gemm", "gemm_rs"}
+ELSEWHERE = {"ag_gemm", "gemm_rs", "topk"}
 
 
 def _sample_cases() -> list:
