@@ -16,9 +16,9 @@ What it checks: both models generate the same tokens, sequence by sequence. Gree
 of bf16 logits can part at a near tie, where the two models' rounding differs, so where a
 sequence's tokens first differ the run prints the step, both tokens, the largest difference
 between the two models' logits there, and PyTorch's own margin between its token and ptxdsl's:
-where the logits agree within TIE (2^-5) of their largest magnitude and the margin is within
-twice that, a tie (each of the two logits may have moved that far, so the sequences may part
-there); otherwise a failure (exit status 1). It also checks that replaying ptxdsl's decode
+where the logits agree within TIE (2^-5) of their largest magnitude, a tie (PyTorch's margin
+is then at most twice that: the sequences may part there); otherwise a failure (exit status
+1). It also checks that replaying ptxdsl's decode
 step from a CUDA graph generates what its eager calls do (for PyTorch's, a difference is only
 noted).
 
@@ -179,11 +179,10 @@ class Parting:
 
     @property
     def tie(self) -> bool:
-        # ptxdsl ranks its token at least as high, so the gap between the two logits moved by
-        # the margin or more between the models, at most 2 x diff: the models part at a tie
-        # when the margin is within the agreement two bf16 models can have (TIE of the
-        # logits' scale) and the logits agree that well everywhere
-        return self.diff <= TIE * self.scale and self.margin <= 2 * TIE * self.scale
+        # ptxdsl ranks its token at least as high, so PyTorch's margin is at most 2 x diff by
+        # construction: what decides is whether the logits agree as two bf16 models can
+        # (within TIE of their scale); the margin is printed, not judged
+        return self.diff <= TIE * self.scale
 
 
 def partings(ours: torch.Tensor, theirs: torch.Tensor, our_logits: list[torch.Tensor],

@@ -269,8 +269,8 @@ class Block(torch.nn.Module):
         q, k, v = qkv.split([nh, nkv, nkv], dim=2)
         if cache is None:
             cos, sin = cos[:s], sin[:s]
-        else:  # each sequence at its own length (a position below 0 only past a bad length)
-            at = new_positions(cache, s).clamp(min=0)
+        else:  # each sequence at its own length (out of the table only past a bad length)
+            at = new_positions(cache, s).clamp(0, cos.shape[0] - 1)  # as the ops clamp
             cos, sin = cos[at], sin[at]
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if cache is not None:

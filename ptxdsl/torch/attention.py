@@ -15,7 +15,9 @@ run, is tuned per shape.
 The backward is ptxdsl's (ptxdsl/torch/attention_bwd.py, `torch.ops.ptxdsl.attention_backward`):
 a call that needs a gradient runs `torch.ops.ptxdsl.attention_lse` in the op's place, which
 also returns the f32 log-sum-exp (B, H, S) the backward kernels read, and keeps O and it
-(the call that needs no gradient writes the LSE to scratch, as before). The backward is
+(the call that needs no gradient writes the LSE to scratch, as before). As with SDPA's flash
+backward, O is saved: writing into the output in place before the backward makes autograd
+refuse it (a modified saved tensor). The backward is
 deterministic where torch.use_deterministic_algorithms(True) asks. The backward kernels take
 every dtype, head dim and GQA the forward does; sizes they do not take (no query rows, or
 element offsets past 2**32: `attention_bwd.takes`) are differentiated by torch instead, its

@@ -146,16 +146,19 @@ def reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
               cache_seqlens: torch.Tensor, block_table: torch.Tensor | None = None,
               causal: bool = True, scale: float | None = None) -> torch.Tensor:
     """The same attention with torch's math in f32, sequence by sequence (for tests and the
-    benchmark's check): the pages gathered through the block table, lengths clamped as the
-    kernel clamps them, a row that sees no key zero."""
+    benchmark's check): the pages gathered through the block table (one outside the cache
+    reads as zeros, as TMA fills it), lengths clamped as the kernel clamps them, a row that
+    sees no key zero."""
     b, s, h, d = q.shape
     kvh = k_cache.shape[2]
     scale = scale if scale is not None else 1.0 / math.sqrt(d)
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     for i in range(b):
         if block_table is not None:
-            pages = block_table[i].long().clamp(0, k_cache.shape[0] - 1)
-            kk, vv = (c[pages].flatten(0, 1) for c in (k_cache, v_cache))
+            pages = block_table[i].long()
+            held = ((pages >= 0) & (pages < k_cache.shape[0]))[:, None, None, None]
+            at = pages.clamp(0, k_cache.shape[0] - 1)  # a page outside the cache reads zeros
+            kk, vv = (torch.where(held, c[at], 0).flatten(0, 1) for c in (k_cache, v_cache))
         else:
             kk, vv = k_cache[i], v_cache[i]
         n = max(0, min(int(cache_seqlens[i]), kk.shape[0]))

@@ -201,11 +201,12 @@ def _version_bump(mutated: tuple[int, ...]) -> Callable[[tuple], None]:
 
 def _views_kernel(op: Any, bump: Callable[[tuple], None]) -> Callable[..., Any]:
     """A mutating op's kernel for the ADInplaceOrView key (what a redispatched call meets):
-    the version bump, then on to the backend."""
+    on to the backend, then the version bump (a call its checks refuse bumps nothing)."""
 
     def kernel(keyset: Any, *args: Any) -> Any:
+        out = op.redispatch(keyset & _BELOW_VIEWS, *args)
         bump(args)
-        return op.redispatch(keyset & _BELOW_VIEWS, *args)
+        return out
 
     return kernel
 
@@ -261,9 +262,10 @@ def _autograd_kernel(spec: OpSpec, op: Any, cuda_impl: Callable[..., Any],
             below = (keyset & _BELOW_AUTOGRAD).remove(_VIEWS)
             direct = straight[bits] = below.highestPriorityTypeId() == _CUDA
         if direct:
-            if bump is not None:
+            out = cuda_impl(*args)
+            if bump is not None:  # after the checks and the launch, as torch's in-place ops
                 bump(args)
-            return cuda_impl(*args)
+            return out
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & _BELOW_AUTOGRAD, *args)
 

@@ -189,7 +189,8 @@ def assert_grads_close(torch, fn, q, k, v, causal, seed):
 
 CASES = [  # b, h, kvh, s, skv, causal
     (2, 8, 4, 1000, 1000, False), (2, 8, 4, 1000, 1000, True), (1, 4, 4, 777, 777, True),
-    (2, 4, 2, 40, 260, True), (2, 4, 2, 200, 130, False)]
+    (2, 4, 2, 40, 260, True), (2, 4, 2, 200, 130, False),
+    (2, 8, 2, 40, 300, False)]  # GQA 4:1 packed into one row tile: the LSE over the packed view
 
 
 @pytest.mark.gpu
