@@ -21,7 +21,8 @@ log-sum-exp (B x H x S, natural units), three kernels compute dQ, dK, dV:
    registers and are stored at the end: bf16 into (B, KVH, S_kv, D), or with `gqa` as f32
    per query head into (B, H, S_kv, D), summed afterwards. `deterministic`: every dQ
    tile's adds happen in one order (a semaphore per tile counts them in, key block by key
-   block and warpgroup by warpgroup), so runs are bit-identical.
+   block from the last that reaches the tile down to 0, the order in which they reach it,
+   and warpgroup by warpgroup), so runs are bit-identical.
 3. `make_finish()`: out = bf16(scale * sum over `group` consecutive heads of an f32
    buffer): dQ (group 1, times the softmax scale), and with `gqa` dK and dV (the query
    heads of a KV head, in head order: deterministic).
@@ -135,7 +136,10 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
         dss = k.shared("dss", bf16, [NWG, BM, 64], align=1024, swizzle=128)
         dqs = k.shared("dqs", f32, [NWG, chunks, BM, PART], align=1024, swizzle=128)
         nkv = k.let("nkv", (kv_seq + (BN - 1)) / BN)
-        n = k.let("n", k.ctaid.x % nkv)  # the key block
+        # the key block; deterministic, the last first: a tile's adds go from its last key
+        # block down, so a CTA waits only for CTAs launched before it (never for one that
+        # may not be resident yet)
+        n = k.let("n", nkv - 1 - k.ctaid.x % nkv if deterministic else k.ctaid.x % nkv)
         bh = k.let("bh", k.ctaid.x / nkv)
         qh = k.let("qh", (bh % heads).to(s32))  # coordinates (.., head, batch)
         bb = k.let("bb", (bh / heads).to(s32))
@@ -261,13 +265,17 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
         """Columns c0 .. c0 + 63 of this warpgroup's dQ partial into the f32 accumulator:
         two 64 x 32 chunks through the staging chunks, `chunks` a pass, reduce-added by the
         leader (after the previous adds read the chunks). Deterministic: one semaphore per
-        dQ tile counts its adds, warpgroup wg of key block n being add NWG n + wg (the key
-        blocks that reach a query block are 0 .. the one holding its last row's diagonal,
-        causal, else all); the `first` part waits for its turn, the `last` publishes the
-        next, and the tile's last add resets the count to 0 for the next launch."""
-        turn = (n * NWG + wg) if deterministic else None
-        # the last key block that adds to query block m
+        dQ tile counts its adds, warpgroup wg of key block n being add NWG (nlast - n) + wg
+        (the key blocks that reach a query block are 0 .. nlast, the one holding its last
+        row's diagonal, causal, else all); the `first` part waits for its turn, the `last`
+        publishes the next, and the tile's last add (key block 0's) resets the count to 0
+        for the next launch."""
+        # the last key block that adds to query block m; the adds go from it down to key
+        # block 0, the order in which the key blocks reach the tile (causal: key block n
+        # starts its walk at its diagonal, so the higher ones arrive first; in key-block
+        # order each would wait for block 0's walk to come by)
         nlast = k.min((m * BM + (BM - 1) + off) / BN, nkv - 1) if causal else nkv - 1
+        turn = ((nlast - n) * NWG + wg) if deterministic else None
         for ps in range(2 // chunks):  # passes of `chunks` chunks
             with k.if_(leader):
                 k.bulk_wait_read(0)
@@ -289,7 +297,7 @@ def make_attention_bwd(d: int = 128, causal: bool = False, gqa: bool = False,
                 k.bulk_commit()
                 if deterministic and last and ps == 2 // chunks - 1:
                     k.bulk_wait(0)  # complete, not just read: the count publishes the sums
-                    done = (n == nlast) & (wg == NWG - 1)
+                    done = (n == 0) & (wg == NWG - 1)
                     k.st_release(sem[bh * mblocks + m], k.select(done, 0, turn + 1))
 
     def store_dkv(k, dka, dva, dk, dv, row, col, k0, bh, kv_seq, scale) -> None:

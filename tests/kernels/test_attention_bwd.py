@@ -151,11 +151,12 @@ def test_backward_head_dim_128(heads, kv_heads, seq, kv_seq, causal, determinist
 
 @deep
 def test_backward_deterministic_is_bit_identical():
-    """The deterministic mode adds each dQ tile's partials in key-block order: runs with
-    different CTA orders and interleavings (seeds) leave the same f32 dQ bits (the seeds
-    chosen are ones whose unordered adds differ), and the semaphores end at zero (causal
-    with 200 queries and 300 keys, the first two query blocks get adds from two of the
-    three key blocks: the second resets their counts)."""
+    """The deterministic mode adds each dQ tile's partials in one key-block order (the last
+    key block reaching the tile first, down to block 0): runs with different CTA orders and
+    interleavings (seeds) leave the same f32 dQ bits (the seeds chosen are ones whose
+    unordered adds differ), and the semaphores end at zero (causal with 200 queries and 300
+    keys, the first two query blocks get adds from two of the three key blocks: block 0
+    resets their counts)."""
     runs = []
     for seed, seq, kv_seq in ((0, 70, 400), (2, 70, 400), (0, 200, 300)):
         pb = problem(np.random.default_rng(9), 1, 1, 1, seq, kv_seq, 64, True)
