@@ -38,11 +38,10 @@ ABOUT = ("Forward + backward, bf16 in and out (f32 softmax, accumulation and dQ)
          "(under `torch.use_deterministic_algorithms(True)`) is timed in the same rounds, in "
          "the notes.")
 LIMITS = ("Not profiled yet (2026-11-28). The deterministic backward's 0.38-0.40x: every dQ "
-          "tile takes its reduce-adds in key-block order, and the key blocks of a head, "
-          "resident together, walk the query blocks in the same order, so key block n waits "
-          "for the ones before it at every tile: a wavefront that idles the later CTAs "
-          "(ordering each tile's adds by when the key blocks reach it, with each key block's "
-          "walk rotated, keeps the order fixed without the wait).")
+          "tile took its reduce-adds in key-block order while causal key block n starts its "
+          "walk at its diagonal, so it waited at every tile for block 0's walk to come by. "
+          "Since this run the adds go from the last key block reaching a tile down to block 0, "
+          "the order they arrive in, key blocks launched last-first (not yet measured).")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
