@@ -1,0 +1,94 @@
+"""The all-reduce (ptxdsl/kernels/all_reduce.py) at 2, 3, 4 and 8 ranks at once in the CPU
+interpreter: every rank's output bit-identical to numpy's sum in rank order, over two launches
+(the second on the other input slot, the flags' epochs carrying over), with ranks' CTAs
+started out of order; a rank that never launches is a located deadlock. One- and two-shot,
+bf16 and f32, lengths that are not whole vectors or CTA pieces. One case a mode by default;
+the rest under PTXDSL_DEEP=1 (as CI runs). The GPU runs against NCCL are in
+test_multigpu.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assemble, assert_no_spills
+from fuzzing import DEEP
+
+from ptxdsl.interp import InterpError
+from ptxdsl.kernels import all_reduce as ar
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return x.view(np.uint32) if x.dtype == np.float32 else x
+
+
+# (world, n, dtype, shots, grid, seed, copy): n 1000 bf16 is 125 vectors, two CTAs of 63 and
+# 62; 517 leaves a 5-element tail; 3 is all tail; two-shot parts of 4001 f32 at world 3 are
+# 334, 334 and 332 vectors
+CASES = [(2, 1000, "bf16", 1, 2, 1, True), (3, 517, "f32", 2, 2, 2, True)] + ([
+    (2, 1003, "f32", 1, 3, 3, False), (3, 517, "bf16", 1, 2, 4, True),
+    (4, 517, "bf16", 1, 2, 5, True), (4, 4001, "f32", 2, 3, 6, True),
+    (4, 1003, "bf16", 2, 2, 7, False), (8, 1000, "bf16", 1, 2, 8, True),
+    (8, 1000, "f32", 2, 2, 9, True), (8, 4001, "bf16", 2, 3, 10, False),
+    (3, 3, "bf16", 1, 2, 11, True), (3, 3, "f32", 2, 1, 12, True),
+    (2, 4096, "bf16", 2, 4, 13, True),  # two-shot at world 2: the host never picks it
+] if DEEP else [])
+
+
+@pytest.mark.parametrize("world, n, dtype, shots, grid, seed, copy", CASES)
+def test_every_rank_gets_the_rank_order_sum(world, n, dtype, shots, grid, seed, copy):
+    r = ar.interp(world, n, dtype, shots=shots, grid=grid, seed=seed, copy=copy)
+    want = bits(ar.reference(r["inputs"], dtype))
+    for rank in range(world):
+        np.testing.assert_array_equal(bits(r["out"][rank]), want, err_msg=f"rank {rank}")
+    # every CTA's words of round 0 (and 1, two-shot) hold the last epoch, the rank's own not
+    words = r["sig"].reshape(world, 2, grid, world)
+    for rnd in range(2):
+        want_flags = (1 - np.eye(world, dtype=np.uint32))[:, None, :] * (2 if rnd < shots else 0)
+        np.testing.assert_array_equal(words[:, rnd],
+                                      np.broadcast_to(want_flags, words[:, rnd].shape))
+
+
+@pytest.mark.skipif(not DEEP, reason="the production build (512 threads) at 8 ranks: PTXDSL_DEEP=1")
+@pytest.mark.parametrize("shots", [1, 2])
+def test_the_production_build(shots):
+    r = ar.interp(8, 5000, "bf16", shots=shots, grid=3, seed=shots, threads=ar.THREADS)
+    want = ar.reference(r["inputs"], "bf16")
+    for rank in range(8):
+        np.testing.assert_array_equal(r["out"][rank], want)
+
+
+@pytest.mark.parametrize("shots", [1, 2] if DEEP else [2])
+def test_a_rank_that_never_launches_is_a_located_deadlock(shots):
+    with pytest.raises(InterpError) as e:
+        ar.interp(3, 300, shots=shots, launch=[0, 1], epochs=1)
+    text = str(e.value)
+    assert "deadlock" in text and "rank 0: " in text and "rank 1: " in text, text
+    assert "rank 2: " not in text
+    assert "all_reduce.py" in text and "ld_acquire(sig[" in text, text
+
+
+def test_rank_order_makes_the_result_depend_on_order():
+    """The reference adds in rank order: with values whose f32 sum depends on the order it
+    differs from a reversed sum (so the tests above would see a kernel adding in another
+    order)."""
+    x = np.array([[1e8], [1.0], [-1e8], [1.0]], np.float32)
+    assert ar.reference(x, "f32")[0] != ar.reference(x[::-1], "f32")[0]
+
+
+def test_plan_arithmetic():
+    assert ar.slot_elems(1000, "bf16") == 1024 and ar.slot_elems(1, "f32") == 64
+    assert not ar.two_shot(1 << 20, "bf16", 2)  # world 2: always one-shot
+    assert ar.two_shot(1 << 19, "bf16", 4) and not ar.two_shot((1 << 19) - 8, "bf16", 4)
+    assert ar.grid_for(2048, "bf16", 4, 132) == 1  # 4 KB: 256 vectors, one CTA
+    assert ar.grid_for(1 << 27, "bf16", 8, 132) == 132
+    assert ar.grid_for(1 << 20, "f32", 4, 132, shots=2) == 128  # parts of 65536 vectors
+    with pytest.raises(ValueError, match="not 'f16'"):
+        ar.make_all_reduce("f16")
+
+
+@pytest.mark.ptxas
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("world", [2, 4, 8] if DEEP else [8])
+def test_builds_assemble_without_spills(dtype, world, tmp_path):
+    log = assemble(ar.make_all_reduce(dtype, world).ptx("sm_90a"), tmp_path)
+    assert_no_spills(log)
