@@ -3,15 +3,18 @@ interpreter: every rank's output bit-identical to numpy's sum in rank order, ove
 (the second on the other input slot, the flags' epochs carrying over), with ranks' CTAs
 started out of order; a rank that never launches is a located deadlock. One- and two-shot,
 bf16 and f32, lengths that are not whole vectors or CTA pieces. One case a mode by default;
-the rest under PTXDSL_DEEP=1 (as CI runs). The GPU runs against NCCL are in
-test_multigpu.py."""
+the rest under PTXDSL_DEEP=1 (as CI runs). On GPUs (marked gpu, two or more), every GPU of
+the host under torchrun (samples/all_reduce_dist.py) against the rank-order sum and NCCL."""
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
-from conftest import assemble, assert_no_spills
+from conftest import ROOT, assemble, assert_no_spills, sample_module
 from fuzzing import DEEP
+from test_multigpu import ENV, PY, gpu_count, needs_two
 
 from ptxdsl.interp import InterpError
 from ptxdsl.kernels import all_reduce as ar
@@ -92,3 +95,46 @@ def test_plan_arithmetic():
 def test_builds_assemble_without_spills(dtype, world, tmp_path):
     log = assemble(ar.make_all_reduce(dtype, world).ptx("sm_90a"), tmp_path)
     assert_no_spills(log)
+
+
+# ----------------------------------------------------------------------------- GPUs
+
+
+def _torchrun(world: int, *args: str, timeout: int = 600) -> str:
+    r = subprocess.run([PY, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
+                        str(ROOT / "samples" / "all_reduce_dist.py"), *args],
+                       capture_output=True, text=True, env=ENV, timeout=timeout)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    return out
+
+
+@pytest.mark.gpu
+@needs_two
+def test_every_gpu_gets_the_rank_order_sum_and_agrees_with_nccl():
+    """Every GPU of the host, one process each: both modes, bf16 and f32, seven sizes (1
+    element to 6 MB), three calls a plan (in place, into another tensor, through input()):
+    the same bits as the rank-order sum of the gathered inputs, close to NCCL's all_reduce."""
+    pytest.importorskip("torch")
+    world = gpu_count()
+    out = _torchrun(world)
+    assert "MISMATCH" not in out and "FAR" not in out, out[-4000:]
+    calls = len(sample_module("all_reduce_dist").SIZES) * 2 * 2 * 3
+    for rank in range(world):
+        assert out.count(f"rank {rank}: all_reduce bf16") + \
+            out.count(f"rank {rank}: all_reduce f32") == calls, out[-4000:]
+        assert f"rank {rank}: all_reduce() in place: same bits" in out, out[-4000:]
+    assert "all ok" in out
+
+
+@pytest.mark.gpu
+@needs_two
+def test_a_rank_that_never_launches_is_a_named_error_on_the_gpu():
+    """Rank 1 builds the plan and never launches: rank 0's kernel (with the watchdog) ends in
+    a DeviceError naming the spin on rank 1's flag and its line."""
+    pytest.importorskip("torch")
+    out = _torchrun(2, "--hang", timeout=180)
+    assert "rank 1: not launching" in out, out[-4000:]
+    assert "rank 0: named error: error: watchdog: kernel 'all_reduce_bf16_w2'" in out, out[-4000:]
+    assert "spun more than 2000 ms in spin loop `while (ld_acquire(sig[" in out, out[-4000:]
+    assert "ptxdsl/kernels/all_reduce.py:" in out, out[-4000:]
