@@ -48,7 +48,7 @@ def check(rank: int, world: int, gen: torch.Generator, n: int, dtype: str, shots
     for call in range(calls):
         x = (torch.randn(n, device="cuda", generator=gen) * 4).to(TORCH[dtype])
         want = rank_order_sum(x, world)
-        nccl = x.float()
+        nccl = x.to(torch.float32, copy=True)  # (x.float() of f32 is x itself)
         dist.all_reduce(nccl)
         how = ("in place", "into out", "input()")[call % 3]
         if how == "in place":

@@ -268,8 +268,10 @@ class AllReduce:
         launch = self.kernel[self.grid, None, stream]
         launch(out if x is None else x, out, self._all, self.buf.stride // self._all.elem.nbytes,
                self.slot, self._sig_all, self.sig.stride // 4, self.rank, self.n,
-               self.epoch + 1, int(x is not None), int(self.shots == 2))
-        self.epoch += 1  # launches enqueued: a refused one does not count
+               (self.epoch + 1) % (1 << 32), int(x is not None), int(self.shots == 2))
+        # launches enqueued (a refused one does not count); the kernel's epoch wraps at 2^32
+        # (its flags compare a signed difference, and the parity of 2^32 is even)
+        self.epoch += 1
         return out
 
     def free(self) -> None:
