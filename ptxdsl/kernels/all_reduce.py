@@ -218,13 +218,15 @@ def reference(inputs: np.ndarray, dtype: str) -> np.ndarray:
 
 def interp(world: int, n: int, dtype: str = "bf16", *, grid: int = 2, shots: int = 1,
            epochs: int = 2, seed: int = 0, threads: int = 64, copy: bool = True,
-           launch: list[int] | None = None) -> dict:
+           launch: list[int] | None = None, first: int = 1) -> dict:
     """The kernel for `world` ranks at once in the CPU interpreter (`run_ranks`), launched
     `epochs` times on fresh random inputs (the slots and flags carry over, as on the GPU;
     the output is poisoned before each launch): returns each rank's output and the inputs of
     the last launch, with the flags. `copy`: the kernel copies the input into its slot
     (else it is written there first, as a caller of the in-place API does); `launch`: the
-    ranks that launch (default all; one left out leaves the others waiting for it)."""
+    ranks that launch (default all; one left out leaves the others waiting for it); `first`:
+    the first launch's epoch (the flags then hold the one before, as after first - 1
+    launches; epochs wrap at 2^32)."""
     from ptxdsl.interp import run_ranks
     from ptxdsl.runtime.dtypes import f32_to_bf16
 
@@ -234,13 +236,14 @@ def interp(world: int, n: int, dtype: str = "bf16", *, grid: int = 2, shots: int
     stride = 2 * slot
     bufs = np.full((world, stride), 0xFFFF if dtype == "bf16" else np.nan, npdt)
     words = flag_words(grid, world)
-    sig = np.zeros((world, words), np.uint32)
+    sig = np.full((world, words), (first - 1) % (1 << 32), np.uint32)
     kern = make_all_reduce(dtype, world, threads).ir
     ranks = list(range(world)) if launch is None else launch
     outs = [np.empty(n, npdt) for _ in range(world)]
     # one object each, passed to every rank: run_ranks shares a region by the array object
     flat_buf, flat_sig = bufs.reshape(-1), sig.reshape(-1)
-    for epoch in range(1, epochs + 1):
+    for i in range(epochs):
+        epoch = (first + i) % (1 << 32)
         vals = rng.standard_normal((world, n), np.float32) * 4
         xs = f32_to_bf16(vals) if dtype == "bf16" else vals
         for r in range(world):
@@ -251,7 +254,7 @@ def interp(world: int, n: int, dtype: str = "bf16", *, grid: int = 2, shots: int
                      slot=np.uint64(slot), sig=flat_sig, sig_stride=words, rank=r, n=n,
                      epoch=epoch, copy=int(copy), two_shot=int(shots == 2))
                 for r in ranks]
-        run_ranks(kern, grid, args, seed=seed + epoch - 1)
+        run_ranks(kern, grid, args, seed=seed + i)
     return {"out": outs, "inputs": xs, "sig": sig}
 
 

@@ -163,3 +163,14 @@ def test_the_bench_section_from_a_run():
     for bad in (res(4 << 10, 8.0, 12.0, exact=False), res(4 << 10, 8.0, 12.0, err=2.0)):
         with pytest.raises(BenchError, match="4 KB: wrong results"):
             allreduce.section({"world": 4, "results": [bad]}, a)
+
+
+@pytest.mark.parametrize("shots", [1, 2])
+def test_epochs_wrap_at_two_to_the_32(shots):
+    """Launches 2^32 - 1 and 0 (the flags compare a signed difference; the slots' parity
+    goes on alternating, 2^32 being even): the second launch still waits for its peers and
+    reads the right slot."""
+    r = ar.interp(3, 300, "bf16", shots=shots, seed=shots, first=(1 << 32) - 1)
+    want = ar.reference(r["inputs"], "bf16")
+    for rank in range(3):
+        np.testing.assert_array_equal(r["out"][rank], want)
