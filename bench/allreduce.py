@@ -8,16 +8,10 @@ one process per GPU under torchrun (bench/allreduce_worker.py).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-from .common import BenchError, Row, Section, Unavailable
+from .common import BenchError, Row, Section
+from .tp import torchrun_json
 
-ROOT = Path(__file__).resolve().parent.parent
 ABOUT = ("Sum of a bf16 vector over the GPUs of one host, every rank getting the same bits, "
          "us per call on the GPU (the slower rank's median of CUDA-event-timed intervals of "
          "eight calls queued behind a sleep kernel and a one-word all-reduce that starts the "
@@ -34,24 +28,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> list[Section]:
-    import torch
-
-    gpus = a.gpus or torch.cuda.device_count()
-    if gpus < 2:
-        raise Unavailable("the all-reduce needs two GPUs")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "allreduce.json"
-        env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(gpus),
-               "-m", "bench.allreduce_worker", "--json", str(out)] + \
-            (["--quick"] if a.quick else [])
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500,
-                           cwd=ROOT)
-        if r.returncode != 0 or not out.exists():
-            raise BenchError("the torchrun job failed:\n" + (r.stdout + r.stderr)[-3000:])
-        data = json.loads(out.read_text())
-    return [section(data, a)]
+    return [section(torchrun_json("allreduce_worker", a, "all-reduces"), a)]
 
 
 def size(nbytes: int) -> str:

@@ -10,13 +10,9 @@ Rank 0 writes the medians (us per call, the slower rank's; `tp_worker.timed`) as
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-from pathlib import Path
 from typing import Any
 
-from bench.tp_worker import agreed, slowest, timed
+from bench.tp_worker import agreed, serve, slowest, timed
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20,
          256 << 20]  # bytes a rank
@@ -31,6 +27,7 @@ def symm_ops(dist: Any, x: Any) -> tuple[dict[str, Any], str]:
         from torch.distributed import _symmetric_memory as symm
 
         group = dist.group.WORLD.group_name
+        symm.enable_symm_mem_for_group(group)
         t = symm.empty(x.numel(), dtype=x.dtype, device=x.device)
         symm.rendezvous(t, group)
 
@@ -98,27 +95,5 @@ def case(dist: Any, nbytes: int, reps: int) -> dict[str, Any]:
             "symm_error": why}
 
 
-def main() -> int:
-    import torch
-    import torch.distributed as dist
-
-    p = argparse.ArgumentParser()
-    p.add_argument("--json", required=True)
-    p.add_argument("--quick", action="store_true")
-    a = p.parse_args()
-    dev = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
-    reps = 5 if a.quick else 15
-    results = [case(dist, nbytes, reps) for nbytes in SIZES]
-    if dist.get_rank() == 0:
-        Path(a.json).write_text(json.dumps({
-            "world": dist.get_world_size(), "gpu": torch.cuda.get_device_name(0),
-            "results": results}, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(serve(lambda dist, reps: [case(dist, nb, reps) for nb in SIZES]))

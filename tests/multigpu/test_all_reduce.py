@@ -8,13 +8,11 @@ the host under torchrun (samples/all_reduce_dist.py) against the rank-order sum 
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
-from conftest import ROOT, assemble, assert_no_spills, sample_module
+from conftest import assemble, assert_no_spills, sample_module
 from fuzzing import DEEP
-from test_multigpu import ENV, PY, gpu_count, needs_two
+from test_multigpu import gpu_count, needs_two, torchrun
 
 from ptxdsl.interp import InterpError
 from ptxdsl.kernels import all_reduce as ar
@@ -100,15 +98,6 @@ def test_builds_assemble_without_spills(dtype, world, tmp_path):
 # ----------------------------------------------------------------------------- GPUs
 
 
-def _torchrun(world: int, *args: str, timeout: int = 600) -> str:
-    r = subprocess.run([PY, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
-                        str(ROOT / "samples" / "all_reduce_dist.py"), *args],
-                       capture_output=True, text=True, env=ENV, timeout=timeout)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-4000:]
-    return out
-
-
 @pytest.mark.gpu
 @needs_two
 def test_every_gpu_gets_the_rank_order_sum_and_agrees_with_nccl():
@@ -117,7 +106,7 @@ def test_every_gpu_gets_the_rank_order_sum_and_agrees_with_nccl():
     the same bits as the rank-order sum of the gathered inputs, close to NCCL's all_reduce."""
     pytest.importorskip("torch")
     world = gpu_count()
-    out = _torchrun(world)
+    out = torchrun(sample="all_reduce_dist.py", ranks=world)
     assert "MISMATCH" not in out and "FAR" not in out, out[-4000:]
     calls = len(sample_module("all_reduce_dist").SIZES) * 2 * 2 * 3
     for rank in range(world):
@@ -133,7 +122,7 @@ def test_a_rank_that_never_launches_is_a_named_error_on_the_gpu():
     """Rank 1 builds the plan and never launches: rank 0's kernel (with the watchdog) ends in
     a DeviceError naming the spin on rank 1's flag and its line."""
     pytest.importorskip("torch")
-    out = _torchrun(2, "--hang", timeout=180)
+    out = torchrun("--hang", timeout=180, sample="all_reduce_dist.py")
     assert "rank 1: not launching" in out, out[-4000:]
     assert "rank 0: named error: error: watchdog: kernel 'all_reduce_bf16_w2'" in out, out[-4000:]
     assert "spun more than 2000 ms in spin loop `while (ld_acquire(sig[" in out, out[-4000:]
