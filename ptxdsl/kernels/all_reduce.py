@@ -39,6 +39,8 @@ A CTA waits only for the CTAs of the same index on the other ranks, but those mu
 the host launches at most one CTA an SM (the fused layers' rule). Launches of one plan go
 on one stream, in the same order on every rank."""
 
+from typing import Any
+
 import numpy as np
 
 import ptxdsl
@@ -204,6 +206,19 @@ def flag_words(grid: int, world: int) -> int:
     return 2 * grid * world
 
 
+def arguments(x: Any, out: Any, buf: Any, stride: int, slot: int, sig: Any, sig_stride: int,
+              rank: int, n: int, epoch: int, shots: int) -> dict[str, Any]:
+    """The kernel's arguments for launch `epoch` (1, 2, ...; wrapped at 2^32: the flags
+    compare a signed difference and 2^32 keeps the slots' parity), by parameter name in the
+    kernel's order (the host launches with the values, the interpreter with the dict). `x`
+    None: the input is already in this launch's slot. `buf` every rank's slots back to back,
+    `stride` elements apart, `slot` elements each; `sig` every rank's flag words,
+    `sig_stride` apart."""
+    return {"x": out if x is None else x, "out": out, "buf": buf, "stride": stride,
+            "slot": slot, "sig": sig, "sig_stride": sig_stride, "rank": rank, "n": n,
+            "epoch": epoch % (1 << 32), "copy": int(x is not None), "two_shot": int(shots == 2)}
+
+
 def reference(inputs: np.ndarray, dtype: str) -> np.ndarray:
     """The sum over ranks (axis 0) in rank order, in f32, rounded once to `dtype` (bf16 as
     uint16 bits, f32 as float32)."""
@@ -243,16 +258,15 @@ def interp(world: int, n: int, dtype: str = "bf16", *, grid: int = 2, shots: int
     # one object each, passed to every rank: run_ranks shares a region by the array object
     flat_buf, flat_sig = bufs.reshape(-1), sig.reshape(-1)
     for i in range(epochs):
-        epoch = (first + i) % (1 << 32)
+        epoch = (first + i) % (1 << 32)  # (as `arguments` wraps it)
         vals = rng.standard_normal((world, n), np.float32) * 4
         xs = f32_to_bf16(vals) if dtype == "bf16" else vals
         for r in range(world):
             outs[r].fill(0xFFFF if dtype == "bf16" else np.nan)
             if not copy:
                 bufs[r, epoch % 2 * slot:][:n] = xs[r]
-        args = [dict(x=xs[r].copy(), out=outs[r], buf=flat_buf, stride=np.uint64(stride),
-                     slot=np.uint64(slot), sig=flat_sig, sig_stride=words, rank=r, n=n,
-                     epoch=epoch, copy=int(copy), two_shot=int(shots == 2))
+        args = [arguments(xs[r].copy() if copy else None, outs[r], flat_buf, stride, slot,
+                          flat_sig, words, r, n, first + i, shots)
                 for r in ranks]
         run_ranks(kern, grid, args, seed=seed + i)
     return {"out": outs, "inputs": xs, "sig": sig}

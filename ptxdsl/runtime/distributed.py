@@ -255,6 +255,8 @@ class AllReduce:
         `input()`, summed into out). Returns out."""
         import sys
 
+        from ..kernels.all_reduce import arguments
+
         if x is not None:
             self._check(x, "all_reduce input")
         out = x if out is None else out
@@ -265,13 +267,11 @@ class AllReduce:
             import torch  # type: ignore[import-not-found]
 
             stream = torch.cuda.current_stream(self.device).cuda_stream
-        launch = self.kernel[self.grid, None, stream]
-        launch(out if x is None else x, out, self._all, self.buf.stride // self._all.elem.nbytes,
-               self.slot, self._sig_all, self.sig.stride // 4, self.rank, self.n,
-               (self.epoch + 1) % (1 << 32), int(x is not None), int(self.shots == 2))
-        # launches enqueued (a refused one does not count); the kernel's epoch wraps at 2^32
-        # (its flags compare a signed difference, and the parity of 2^32 is even)
-        self.epoch += 1
+        args = arguments(x, out, self._all, self.buf.stride // self._all.elem.nbytes, self.slot,
+                         self._sig_all, self.sig.stride // 4, self.rank, self.n, self.epoch + 1,
+                         self.shots)
+        self.kernel[self.grid, None, stream](*args.values())  # positional: the fast path
+        self.epoch += 1  # launches enqueued (a refused one does not count)
         return out
 
     def free(self) -> None:

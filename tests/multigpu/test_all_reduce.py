@@ -76,6 +76,14 @@ def test_rank_order_makes_the_result_depend_on_order():
     assert ar.reference(x, "f32")[0] != ar.reference(x[::-1], "f32")[0]
 
 
+def test_arguments_are_the_kernels_parameters_in_order():
+    """The host launches with `arguments(...).values()` (positional: the launcher's fast
+    path), the interpreter runs above with the dict by name: one order for both."""
+    args = ar.arguments(None, "out", "buf", 4096, 1024, "sig", 64, 1, 1000, (1 << 32) + 3, 2)
+    assert list(args) == [p.name for p in ar.make_all_reduce().ir.params]
+    assert (args["x"], args["epoch"], args["copy"], args["two_shot"]) == ("out", 3, 0, 1)
+
+
 def test_plan_arithmetic():
     assert ar.slot_elems(1000, "bf16") == 1024 and ar.slot_elems(1, "f32") == 64
     assert not ar.two_shot(1 << 20, "bf16", 2)  # world 2: always one-shot
