@@ -248,7 +248,8 @@ def interp(world: int, n: int, dtype: str = "bf16", *, grid: int = 2, shots: int
     rng = np.random.default_rng(seed)
     npdt = np.uint16 if dtype == "bf16" else np.float32
     slot = slot_elems(n, dtype)
-    stride = 2 * slot
+    # rank regions a little apart, as the VMM granularity leaves them (never read)
+    stride = 2 * slot + SLOT_ALIGN // DTYPES[dtype].nbytes
     bufs = np.full((world, stride), 0xFFFF if dtype == "bf16" else np.nan, npdt)
     words = flag_words(grid, world)
     sig = np.full((world, words), (first - 1) % (1 << 32), np.uint32)
