@@ -96,24 +96,24 @@ def make_all_reduce(dtype: str = "bf16", world: int = 2, threads: int = THREADS
             return q.to(u64) * stride + base + off if not isinstance(q, int) else \
                 stride * q + base + off
 
+        def ranked_sum(vals):
+            """vals[0] + vals[1] + ... in f32, in that order, rounded once to T."""
+            acc = vals[0].to(f32) if t != f32 else vals[0]
+            for v in vals[1:]:
+                acc = acc + (v.to(f32) if t != f32 else v)
+            return acc.to(t) if t != f32 else acc
+
         def summed(name, off, count):
-            """The sum over ranks, in rank order, of `count` elements at `off` (a vector or
-            one element), rounded once to the element type."""
+            """The sum over ranks of `count` elements at `off` (a vector or one element);
+            every rank's loads are issued before the first add."""
             if count == 1:
-                xs = [k.let(f"{name}{q}", buf[at(q, off)]) for q in range(world)]
-                return _sum(xs).to(t) if t != f32 else _sum(xs)
+                return ranked_sum([k.let(f"{name}{q}", buf[at(q, off)]) for q in range(world)])
             xs = [k.let(f"{name}{q}", k.vload(buf[at(q, off)], width), type=vt)
                   for q in range(world)]
             o = k.let("o", type=vt)
             for j in range(width):
-                o[j] = _sum([v[j] for v in xs]).to(t) if t != f32 else _sum([v[j] for v in xs])
+                o[j] = ranked_sum([v[j] for v in xs])
             return o
-
-        def _sum(vals):
-            acc = vals[0].to(f32) if t != f32 else vals[0]
-            for v in vals[1:]:
-                acc = acc + (v.to(f32) if t != f32 else v)
-            return acc
 
         def flags(rnd):
             """Round `rnd`: tell every peer this CTA's stores are in, then see theirs."""
