@@ -241,6 +241,10 @@ class AllReduce:
         if count != self.n or d.elem.name != self.dtype:
             raise LaunchError(f"{what} must hold {self.n} {self.dtype} elements, got {d.elem} "
                               f"{d.shape}")
+        dev = getattr(x, "device", None)  # a torch device, or a DeviceArray's ordinal
+        index = getattr(dev, "index", dev)
+        if isinstance(index, int) and index != self.device:
+            raise LaunchError(f"{what} is on GPU {index}; this plan runs on GPU {self.device}")
         if d.strides != contiguous_strides(d.shape, d.elem.nbytes) or d.ptr % 16:
             raise LaunchError(f"{what} must be contiguous and 16-byte aligned (the kernel "
                               f"moves 16-byte vectors), got strides {d.strides} (bytes) at "

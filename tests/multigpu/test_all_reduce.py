@@ -171,3 +171,31 @@ def test_epochs_wrap_at_two_to_the_32(shots):
     want = ar.reference(r["inputs"], "bf16")
     for rank in range(3):
         np.testing.assert_array_equal(r["out"][rank], want)
+
+
+def test_the_plan_refuses_arrays_the_kernel_cannot_take():
+    """AllReduce's checks of x and out (no GPU: a plan's fields set by hand, arrays described
+    by their ArrayDesc): the element count and type, row-major 16-byte aligned memory, the
+    plan's GPU; and a call with neither x nor out."""
+    from ptxdsl import bf16, f32
+    from ptxdsl.errors import LaunchError
+    from ptxdsl.runtime.distributed import AllReduce
+    from ptxdsl.runtime.interop import ArrayDesc
+
+    class Array:
+        def __init__(self, shape=(10, 100), strides=(200, 2), elem=bf16, ptr=0x10000, device=0):
+            self.__ptxdsl_array__ = ArrayDesc(ptr, shape, strides, elem)
+            self.device = device
+
+    plan = object.__new__(AllReduce)
+    plan.n, plan.dtype, plan.device, plan._checked = 1000, "bf16", 0, {}
+    plan._check(Array(), "x")  # any shape of 1000 elements
+    for bad, words in ((Array(shape=(999,), strides=(2,)), "must hold 1000 bf16 elements"),
+                       (Array(strides=(400, 4), elem=f32), "must hold 1000 bf16 elements"),
+                       (Array(strides=(400, 2)), "contiguous and 16-byte aligned"),
+                       (Array(ptr=0x10008), "contiguous and 16-byte aligned"),
+                       (Array(ptr=0x20000, device=1), "is on GPU 1; this plan runs on GPU 0")):
+        with pytest.raises(LaunchError, match=words):
+            plan._check(bad, "x")
+    with pytest.raises(LaunchError, match="needs an out array"):
+        plan()
