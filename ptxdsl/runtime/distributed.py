@@ -178,7 +178,7 @@ class AllReduce:
         ar = AllReduce(n, "bf16")                 # a collective: every rank builds one
         ar(x)                                     # x (n elements, any shape) summed in place
         ar(x, out)                                # or into out
-        ar.input().copy_from_host(v); ar()        # no copy: the input written into its slot
+        ar.input().copy_from_host(v); ar(None, out)   # no copy: the input in its slot
 
     The plan owns symmetric memory (two input slots, used by turns, and the flags) and
     counts its calls; every rank calls it the same number of times, in the same order, on
@@ -207,7 +207,7 @@ class AllReduce:
         self.grid = ar.grid_for(n, dtype, self.world, device_info(self.device).sm_count,
                                 shots=self.shots)
         agree(dist, group, "all-reduce plans (n, dtype, shots, grid)",
-               (n, dtype, self.shots, self.grid))
+              (n, dtype, self.shots, self.grid))
         self.slot = ar.slot_elems(n, dtype)
         self.buf = SymmetricBuffer(2 * self.slot * ar.DTYPES[dtype].nbytes, dtype,
                                    device=self.device, group=group)
