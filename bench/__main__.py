@@ -51,6 +51,7 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "sm80": ("sm80", {}),
     "peer": ("peer", {}),
     "tp": ("tp", {}),
+    "allreduce": ("allreduce", {}),
     "compile": ("compile_time", {}),
 }
 INTRO = ("The current results: ptxdsl against the strongest reference measured in the same "

@@ -66,24 +66,30 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int, default=0, help="ranks (default: every visible GPU)")
 
 
-def run(a: argparse.Namespace) -> list[Section]:
+def torchrun_json(worker: str, a: argparse.Namespace, what: str) -> dict:
+    """Run bench module `worker` (its main is tp_worker.serve) on `a.gpus` GPUs (default:
+    every visible one) under torchrun, NVLink multicast off, and return the JSON its rank 0
+    wrote; Unavailable with fewer than two GPUs (`what` needs them)."""
     import torch
 
     gpus = a.gpus or torch.cuda.device_count()
     if gpus < 2:
-        raise Unavailable("the fused tensor-parallel layers need two GPUs")
+        raise Unavailable(f"{what} need two GPUs")
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "tp.json"
+        out = Path(tmp) / "results.json"
         env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(gpus),
-               "-m", "bench.tp_worker", "--json", str(out)] + (["--quick"] if a.quick else [])
+               "-m", f"bench.{worker}", "--json", str(out)] + (["--quick"] if a.quick else [])
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500,
                            cwd=ROOT)
         if r.returncode != 0 or not out.exists():
             raise BenchError("the torchrun job failed:\n" + (r.stdout + r.stderr)[-3000:])
-        data = json.loads(out.read_text())
-    return [section(data, a)]
+        return json.loads(out.read_text())
+
+
+def run(a: argparse.Namespace) -> list[Section]:
+    return [section(torchrun_json("tp_worker", a, "the fused tensor-parallel layers"), a)]
 
 
 def section(data: dict, a: argparse.Namespace) -> Section:

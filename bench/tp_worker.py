@@ -241,7 +241,10 @@ def symm_fused(dist: Any, call: Any) -> Any:
         return agreed(dist, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
 
 
-def main() -> int:
+def serve(cases: Any) -> int:
+    """A worker's main under torchrun: parses --json and --quick, joins the NCCL group on
+    LOCAL_RANK's GPU, runs `cases(dist, reps)` (a list of result dicts) and has rank 0 write
+    them with the world size and GPU as JSON (bench/tp.py's `torchrun_json` reads it)."""
     import torch
     import torch.distributed as dist
 
@@ -252,13 +255,7 @@ def main() -> int:
     dev = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
-    reps = 5 if a.quick else 15
-    results = []
-    for name, m, k, n in AG_SHAPES:
-        results.append({"layer": "ag", **ag_case(dist, name, m, k, n, reps)})
-    for name, m, k, n in RS_SHAPES:
-        for ordered in (False, True):
-            results.append({"layer": "rs", **rs_case(dist, name, m, k, n, reps, ordered)})
+    results = cases(dist, 5 if a.quick else 15)
     if dist.get_rank() == 0:
         Path(a.json).write_text(json.dumps({
             "world": dist.get_world_size(), "gpu": torch.cuda.get_device_name(0),
@@ -268,5 +265,15 @@ def main() -> int:
     return 0
 
 
+def cases(dist: Any, reps: int) -> list[dict[str, Any]]:
+    results = []
+    for name, m, k, n in AG_SHAPES:
+        results.append({"layer": "ag", **ag_case(dist, name, m, k, n, reps)})
+    for name, m, k, n in RS_SHAPES:
+        for ordered in (False, True):
+            results.append({"layer": "rs", **rs_case(dist, name, m, k, n, reps, ordered)})
+    return results
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(serve(cases))

@@ -37,6 +37,7 @@ import ptxdsl
 from ptxdsl import kernels
 from ptxdsl import runtime as rt
 from ptxdsl.errors import LaunchError
+from ptxdsl.runtime.distributed import agree as _agree
 from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 from ptxdsl.swizzle import chunk_box, chunk_columns
 from ptxdsl.target import target
@@ -134,16 +135,6 @@ def rs_tiling(world: int, m_local: int, n: int, k_local: int, sms: int, splits: 
             tiles * cdiv(n, 128) <= sms else BN
     want = splits if splits else min(sms // (tiles * cdiv(n, bn)), 4)
     return bn, rs_stages(bn), max(1, min(want, cdiv(k_local, BK)))
-
-
-def _agree(dist: Any, group: Any, what: str, values: tuple) -> None:
-    """Raise on every rank unless every rank passed the same `values`."""
-    seen: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(seen, values, group=group)
-    if any(v != seen[0] for v in seen):
-        table = ", ".join(f"rank {r}: {v}" for r, v in enumerate(seen))
-        raise LaunchError(f"{what} differ across ranks ({table}); every rank must build "
-                          "the same plan")
 
 
 class _Plan:

@@ -17,6 +17,7 @@ Ordering between ranks is the caller's: synchronise the GPU work, then `buf.barr
 from __future__ import annotations
 
 import os
+from functools import cache
 from typing import Any
 
 from ..errors import DeviceError, LaunchError
@@ -145,3 +146,167 @@ class SymmetricBuffer:
         for a in self.allocations:
             a.free()
         self.arrays = []
+
+
+# ----------------------------------------------------------------------------- all-reduce
+
+
+@cache
+def _all_reduce_program(dtype: str, world: int, device: int, watchdog_ms: int) -> Any:
+    from ..compiler import compile
+    from ..kernels.all_reduce import make_all_reduce
+
+    return compile(make_all_reduce(dtype, world), device=device, watchdog_ms=watchdog_ms)
+
+
+def agree(dist: Any, group: Any, what: str, values: tuple) -> None:
+    """Raise on every rank unless every rank passed the same `values` (a collective), so a
+    mismatch is an error everywhere instead of a kernel waiting for peers that never come."""
+    seen: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(seen, values, group=group)
+    if any(v != seen[0] for v in seen):
+        table = ", ".join(f"rank {r}: {v}" for r, v in enumerate(seen))
+        raise LaunchError(f"{what} differ across ranks ({table}); every rank must build "
+                          "the same plan")
+
+
+class AllReduce:
+    """A plan to sum `n` elements of `dtype` ("bf16" or "f32") over the ranks of `group`,
+    every rank getting the same bits (ptxdsl/kernels/all_reduce.py: f32 sums in rank order
+    over peer memory; one-shot below `TWO_SHOT_BYTES` or at two ranks, two-shot above).
+
+        ar = AllReduce(n, "bf16")                 # a collective: every rank builds one
+        ar(x)                                     # x (n elements, any shape) summed in place
+        ar(x, out)                                # or into out
+        ar.input().copy_from_host(v); ar(None, out)   # no copy: the input in its slot
+
+    The plan owns symmetric memory (two input slots, used by turns, and the flags) and
+    counts its calls; every rank calls it the same number of times, in the same order, on
+    one stream each (torch's current stream when None and torch is loaded). x and out are
+    contiguous device arrays (torch tensors, DeviceArrays), 16-byte aligned. `shots` 1 or 2
+    forces a mode (0: by size). With `watchdog_ms`, a peer that never launches ends in a
+    named DeviceError instead of a hang."""
+
+    def __init__(self, n: int, dtype: str = "bf16", *, device: Any = None, group: Any = None,
+                 watchdog_ms: int = 0, shots: int = 0):
+        import numpy as np
+
+        from ..kernels import all_reduce as ar
+        from .driver import device_info
+
+        dist = _dist()
+        if dtype not in ar.DTYPES:
+            raise LaunchError(f"all_reduce sums {' or '.join(ar.DTYPES)} elements, not {dtype!r}")
+        if n < 1 or shots not in (0, 1, 2):
+            raise LaunchError(f"all_reduce needs n >= 1 and shots 0, 1 or 2, got n={n}, "
+                              f"shots={shots}")
+        self.n, self.dtype, self.group = n, dtype, group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        self.device = local_device() if device is None else device_ordinal(device)
+        self.shots = shots or (2 if ar.two_shot(n, dtype, self.world) else 1)
+        self.grid = ar.grid_for(n, dtype, self.world, device_info(self.device).sm_count,
+                                shots=self.shots)
+        agree(dist, group, "all-reduce plans (n, dtype, shots, grid)",
+              (n, dtype, self.shots, self.grid))
+        self.slot = ar.slot_elems(n, dtype)
+        self.buf = SymmetricBuffer(2 * self.slot * ar.DTYPES[dtype].nbytes, dtype,
+                                   device=self.device, group=group)
+        words = ar.flag_words(self.grid, self.world)
+        self.sig = SymmetricBuffer(words * 4, "u32", device=self.device, group=group)
+        self.sig.local.copy_from_host(np.zeros(self.sig.local.shape, np.uint32))
+        self.sig.barrier()  # every rank's flags are zero before any launch
+        self._all = self.buf.stacked().array(dtype=dtype)
+        self._sig_all = self.sig.stacked().array(dtype="u32")
+        self.prog = _all_reduce_program(dtype, self.world, self.device, watchdog_ms)
+        self.kernel = self.prog.kernel(device=self.device)
+        self.epoch = 0
+        self._checked: dict = {}
+
+    def input(self) -> Any:
+        """The slot the next call reads when it is given no x: write the input there."""
+        return self.buf.allocations[self.rank].array(
+            (self.n,), self.dtype, device=self.device,
+            offset=(self.epoch + 1) % 2 * self.slot * self._all.elem.nbytes)
+
+    def _check(self, x: Any, what: str) -> None:
+        from .interop import contiguous_strides, describe, layout_key
+
+        key = layout_key(x)
+        if key is not None and key in self._checked:
+            return
+        d = describe(x, what)
+        count = 1
+        for s in d.shape:
+            count *= s
+        if count != self.n or d.elem.name != self.dtype:
+            raise LaunchError(f"{what} must hold {self.n} {self.dtype} elements, got {d.elem} "
+                              f"{d.shape}")
+        dev = getattr(x, "device", None)  # a torch device, or a DeviceArray's ordinal
+        index = getattr(dev, "index", dev)
+        if isinstance(index, int) and index != self.device:
+            raise LaunchError(f"{what} is on GPU {index}; this plan runs on GPU {self.device}")
+        if d.strides != contiguous_strides(d.shape, d.elem.nbytes) or d.ptr % 16:
+            raise LaunchError(f"{what} must be contiguous and 16-byte aligned (the kernel "
+                              f"moves 16-byte vectors), got strides {d.strides} (bytes) at "
+                              f"address {d.ptr:#x}")
+        if key is not None:
+            if len(self._checked) > 64:
+                self._checked.clear()
+            self._checked[key] = True
+
+    def __call__(self, x: Any = None, out: Any = None, stream: Any = None) -> Any:
+        """Sum x over the ranks into out (default: x itself; with no x, the input written into
+        `input()`, summed into out). Returns out."""
+        import sys
+
+        from ..kernels.all_reduce import arguments
+
+        if x is not None:
+            self._check(x, "all_reduce input")
+        out = x if out is None else out
+        if out is None:
+            raise LaunchError("all_reduce with no input (it is in input()) needs an out array")
+        self._check(out, "all_reduce output")
+        if stream is None and "torch" in sys.modules:
+            import torch  # type: ignore[import-not-found]
+
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+        args = arguments(x, out, self._all, self.buf.stride // self._all.elem.nbytes, self.slot,
+                         self._sig_all, self.sig.stride // 4, self.rank, self.n, self.epoch + 1,
+                         self.shots)
+        self.kernel[self.grid, None, stream](*args.values())  # positional: the fast path
+        self.epoch += 1  # launches enqueued (a refused one does not count)
+        return out
+
+    def free(self) -> None:
+        """Release the symmetric memory (a collective)."""
+        self.buf.free()
+        self.sig.free()
+
+
+_plans: dict[tuple, AllReduce] = {}
+
+
+def all_reduce(x: Any, out: Any = None, *, group: Any = None, stream: Any = None) -> Any:
+    """torch.distributed.all_reduce's sum, on symmetric memory: x (a contiguous bf16 or f32
+    device array, 16-byte aligned) summed over the ranks of `group` into out (default: in
+    place), every rank getting the same bits. The first call for a size, type and group
+    builds its plan (a collective) and keeps it until `free_all_reduce_plans()`."""
+    from .interop import describe
+
+    d = describe(x, "all_reduce input")
+    n = 1
+    for s in d.shape:
+        n *= s
+    key = (n, d.elem.name, local_device(), id(group))
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = AllReduce(n, d.elem.name, group=group)
+    return plan(x, out, stream)
+
+
+def free_all_reduce_plans() -> None:
+    """Free every plan `all_reduce` built (a collective: every rank calls it)."""
+    for plan in _plans.values():
+        plan.free()
+    _plans.clear()

@@ -299,9 +299,11 @@ def test_two_processes_with_torchrun():
 # ----------------------------------------------------------------------------- fused TP layers
 
 
-def _torchrun(*args: str, timeout: int = 600) -> str:
-    r = subprocess.run([PY, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                        str(ROOT / "samples" / "tp_linear_dist.py"), *args],
+def torchrun(*args: str, timeout: int = 600, sample: str = "tp_linear_dist.py",
+             ranks: int = 2) -> str:
+    """`sample` (samples/) on `ranks` GPUs under torchrun: its output, which must exit 0."""
+    r = subprocess.run([PY, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+                        str(ROOT / "samples" / sample), *args],
                        capture_output=True, text=True, env=ENV, timeout=timeout)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
@@ -316,7 +318,7 @@ def test_fused_tp_layers_match_nccl_and_torch():
     waves, and decode-sized with more gather units than pulling CTAs and the reduce-scatter's
     zeroing)."""
     pytest.importorskip("torch")
-    out = _torchrun()
+    out = torchrun()
     assert "MISMATCH" not in out and "DIFFERS" not in out, out[-4000:]
     for rank in (0, 1):
         assert out.count(f"rank {rank}: all-gather GEMM") == 5 * 3, out[-4000:]
@@ -334,7 +336,7 @@ def test_a_rank_that_never_launches_is_a_named_error(layer, spin):
     an mbarrier wait behind one (the consumers waiting for a producer that spins, or for
     warp 1, which spins for the peer's zeros in the reduce-scatter's `zeroed` mode)."""
     pytest.importorskip("torch")
-    out = _torchrun("--hang", layer, timeout=180)
+    out = torchrun("--hang", layer, timeout=180)
     assert "rank 1: not launching" in out, out[-4000:]
     assert "rank 0: named error: error: watchdog: kernel" in out, out[-4000:]
     # a spin on a peer's word, or a wait behind one: a full barrier whose producer spins,
