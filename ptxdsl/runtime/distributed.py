@@ -178,14 +178,17 @@ class AllReduce:
         ar = AllReduce(n, "bf16")                 # a collective: every rank builds one
         ar(x)                                     # x (n elements, any shape) summed in place
         ar(x, out)                                # or into out
-        ar.input().copy_from_host(v); ar(None, out)   # no copy: the input in its slot
+        ar.input(); ar(None, out)                  # no copy: the input in its slot
 
     The plan owns symmetric memory (two input slots, used by turns, and the flags) and
     counts its calls; every rank calls it the same number of times, in the same order, on
     one stream each (torch's current stream when None and torch is loaded). x and out are
     contiguous device arrays (torch tensors, DeviceArrays), 16-byte aligned. `shots` 1 or 2
     forces a mode (0: by size). With `watchdog_ms`, a peer that never launches ends in a
-    named DeviceError instead of a hang."""
+    named DeviceError instead of a hang. Refused: a call under CUDA graph capture (a replay
+    would repeat the launch count the flags compare), a call on another stream than the
+    first, an out overlapping the input slots. Write `input()` in the plan's stream order
+    (torch's copy_ on its current stream), not with a synchronous copy of another stream."""
 
     def __init__(self, n: int, dtype: str = "bf16", *, device: Any = None, group: Any = None,
                  watchdog_ms: int = 0, shots: int = 0):
@@ -221,6 +224,7 @@ class AllReduce:
         self.kernel = self.prog.kernel(device=self.device)
         self.epoch = 0
         self._checked: dict = {}
+        self._stream: int | None = None  # the stream of the first call: every call's
 
     def input(self) -> Any:
         """The slot the next call reads when it is given no x: write the input there."""
@@ -271,12 +275,46 @@ class AllReduce:
             import torch  # type: ignore[import-not-found]
 
             stream = torch.cuda.current_stream(self.device).cuda_stream
+        self._refuse(stream, out)
         args = arguments(x, out, self._all, self.buf.stride // self._all.elem.nbytes, self.slot,
                          self._sig_all, self.sig.stride // 4, self.rank, self.n, self.epoch + 1,
                          self.shots)
         self.kernel[self.grid, None, stream](*args.values())  # positional: the fast path
         self.epoch += 1  # launches enqueued (a refused one does not count)
         return out
+
+    def _refuse(self, stream: Any, out: Any) -> None:
+        """What the flag protocol cannot take: a call captured in a CUDA graph (its epoch, a
+        launch argument, would replay frozen: the flags already hold it, so a replay would
+        read peers' slots before they are written), and what `_apart` refuses."""
+        from .driver import check, device_context, driver, make_current, stream_handle
+        from .interop import describe
+
+        make_current(device_context(self.device))  # stream 0 is the current context's
+        handle = stream_handle(stream)
+        status = check(driver().cuStreamIsCapturing(handle), "cuStreamIsCapturing")
+        if int(status) != 0:
+            raise LaunchError("all_reduce cannot be captured in a CUDA graph: its launch count "
+                              "is a launch argument, which a replay would repeat; call it "
+                              "eagerly (or reduce with NCCL inside the graph)")
+        self._apart(handle, describe(out, "all_reduce output").ptr)
+
+    def _apart(self, handle: int, out_ptr: int) -> None:
+        """Refuse a call on another stream than the first (launches e and e + 1 could then
+        run out of order) and an out overlapping this rank's input slots (the kernel would
+        write sums where peers are reading)."""
+        if self._stream is None:
+            self._stream = handle
+        elif handle != self._stream:
+            raise LaunchError(f"all_reduce plans run on one stream: this one first ran on "
+                              f"stream {self._stream:#x}, now {handle:#x} (calls on two "
+                              "streams could run out of order); build a plan per stream")
+        lo = self.buf.local.ptr
+        end = out_ptr + self.n * self._all.elem.nbytes
+        if out_ptr < lo + self.buf.nbytes and lo < end:
+            raise LaunchError("all_reduce's output overlaps this rank's input slots (peers "
+                              "read them while the kernel writes out): give an array of "
+                              "its own")
 
     def free(self) -> None:
         """Release the symmetric memory (a collective)."""

@@ -199,3 +199,30 @@ def test_the_plan_refuses_arrays_the_kernel_cannot_take():
             plan._check(bad, "x")
     with pytest.raises(LaunchError, match="needs an out array"):
         plan()
+
+
+def test_the_plan_refuses_a_second_stream_and_an_out_over_its_slots():
+    """AllReduce._apart (no GPU: a plan's fields set by hand): the first call's stream is
+    every call's, and an out overlapping this rank's two input slots is refused, one just
+    past them is not. (The refusal of a call under CUDA graph capture asks the driver: it
+    runs with the GPU tests.)"""
+    from types import SimpleNamespace
+
+    from ptxdsl import bf16
+    from ptxdsl.errors import LaunchError
+    from ptxdsl.runtime.distributed import AllReduce
+
+    plan = object.__new__(AllReduce)
+    plan.n, plan._stream = 1000, None
+    plan._all = SimpleNamespace(elem=bf16)
+    plan.buf = SimpleNamespace(local=SimpleNamespace(ptr=0x100000), nbytes=4096)
+    plan._apart(0x7, 0x200000)
+    plan._apart(0x7, 0x200000)
+    with pytest.raises(LaunchError, match="one stream: this one first ran on stream 0x7, "
+                                          "now 0x8"):
+        plan._apart(0x8, 0x200000)
+    plan._apart(0x7, 0x100000 + 4096)  # right after the slots
+    plan._apart(0x7, 0x100000 - 2000)  # right before them (1000 bf16 end where they start)
+    for at in (0x100000, 0x100000 + 4000, 0x100000 - 1998):
+        with pytest.raises(LaunchError, match="overlaps this rank's input slots"):
+            plan._apart(0x7, at)
