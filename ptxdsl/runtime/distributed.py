@@ -336,11 +336,30 @@ def all_reduce(x: Any, out: Any = None, *, group: Any = None, stream: Any = None
     n = 1
     for s in d.shape:
         n *= s
-    key = (n, d.elem.name, local_device(), id(group))
+    dev = getattr(x, "device", None)  # a torch device, or a DeviceArray's ordinal
+    device = getattr(dev, "index", dev)
+    device = device if isinstance(device, int) else local_device()
+    # the group itself (not its id, which a collected group's successor may reuse) and
+    # the stream: a plan runs on one stream
+    key = (n, d.elem.name, device, group, _stream_of(stream, device))
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = AllReduce(n, d.elem.name, group=group)
+        plan = _plans[key] = AllReduce(n, d.elem.name, device=device, group=group)
     return plan(x, out, stream)
+
+
+def _stream_of(stream: Any, device: int) -> int:
+    """The raw stream a call runs on: `stream`, or torch's current one on `device` where
+    torch is loaded (as AllReduce.__call__ picks it), else the legacy default stream."""
+    import sys
+
+    from .driver import stream_handle
+
+    if stream is None and "torch" in sys.modules:
+        import torch  # type: ignore[import-not-found]
+
+        return int(torch.cuda.current_stream(device).cuda_stream)
+    return stream_handle(stream)
 
 
 def free_all_reduce_plans() -> None:
