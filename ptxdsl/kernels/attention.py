@@ -21,21 +21,32 @@ from .wgmma import consumer_lanes
 
 BN = 128  # keys per block (a tile has 64 query rows per consumer warpgroup: block_rows)
 NEG = -1.0e30  # the score of a masked column: exp2 of it minus any real maximum is 0
+EMPTY = -1.0e29  # the least max a window build subtracts: exp2 of NEG minus it is 0 too
 LN2 = 0.6931471805599453
 
 
 def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                    stages: tuple[int, int] = (2, 2), hold: bool = True,
-                   nwg: int = 2, lazy: bool | None = None) -> ptxdsl.KernelDef:
+                   nwg: int = 2, lazy: bool | None = None,
+                   window: bool = False) -> ptxdsl.KernelDef:
     """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
     `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: no, it
     no longer pays). `stages`: of the K and the V pipeline. `hold`: a fence_cta() keeps the
     wait for P V after the softmax (default: yes). `nwg`: consumer warpgroups (2,
     or 3 at head dim 64), 64 query rows each: a tile is 64 nwg rows (`block_rows`). `lazy`:
     a row's max moves only when it grows by more than 2^8, so O is rarely rescaled (default:
-    at head dim 128, where it pays)."""
+    at head dim 128, where it pays). `window`: sliding-window (local) attention, the window
+    given at launch (`window_left`, `window_right`, u32 parameters after scale_log2): query
+    row r sees keys r + off - window_left .. r + off + window_right, off = kv_seq - seq (the
+    diagonal aligned to the end, as the causal mask; kv_seq >= seq), a bound of kv_seq or
+    more being none; a query tile reads only the key blocks its rows' windows reach, and masks
+    the blocks a window's edge crosses. Causal attention is the window (kv_seq, 0), so a
+    window build is not also causal."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
+    if window and causal:
+        raise ValueError("make_attention: a window build takes the causal mask as the window "
+                         "(kv_seq, 0); it is not also causal")
     if nwg not in (2, 3) or nwg == 3 and d != 64:
         raise ValueError(f"make_attention: 2 consumer warpgroups, or 3 at head dim 64; not "
                          f"{nwg} at {d}")
@@ -45,20 +56,33 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
     hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
     cz = int(causal)
     lz = int(d == 128 if lazy is None else lazy)
-    name = "attention" if (d, cz, pp, stages, hd, lz) == (128, 0, False, (2, 2), True, 1) else \
+    name = "attention" if (d, cz, pp, stages, hd, lz, window) == \
+        (128, 0, False, (2, 2), True, 1, False) else \
         f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}" + \
         ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}") + ("_hold" if hd else "") + \
-        ("" if nwg == 2 else f"_w{nwg}") + ("" if lz == (d == 128) else f"_lazy{lz}")
+        ("" if nwg == 2 else f"_w{nwg}") + ("" if lz == (d == 128) else f"_lazy{lz}") + \
+        ("_window" if window else "")
 
     def softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2,  # noqa: E741
-                first: bool) -> None:
-        """Mask block j's scores, update the row maxima and sums, and turn S into P (f32)."""
-        with k.if_((c0 + 128 > kv_seq) | (cz != 0) & (mb * bm + off < j * 128 + 127)):
+                first: bool, win=None) -> None:
+        """Mask block j's scores, update the row maxima and sums, and turn S into P (f32).
+        `win`: the window build's (left, right) bounds."""
+        edge = (c0 + 128 > kv_seq) | (cz != 0) & (mb * bm + off < j * 128 + 127)
+        if win is not None:  # a window's right edge before the block's end, or its left
+            # edge after the block's start, for some row of the tile
+            edge = edge | (mb * bm + off + win[1] < j * 128 + 127) | \
+                (j * 128 + win[0] < mb * bm + (bm - 1) + off)
+        with k.if_(edge):
             with k.for_("jj", 0, 16, unroll=True) as jj:
                 with k.for_("e", 0, 4, unroll=True) as e:
                     cc = k.let("cc", c0 + jj * 8 + e % 2)
-                    masked = k.let("masked",
-                                   (cc >= kv_seq) | (cz != 0) & (cc > r0 + e / 2 * 8 + off))
+                    if win is None:
+                        masked = k.let("masked", (cc >= kv_seq) |
+                                       (cz != 0) & (cc > r0 + e / 2 * 8 + off))
+                    else:
+                        diag = r0 + e / 2 * 8 + off  # the row's key on the diagonal
+                        masked = k.let("masked", (cc >= kv_seq) | (cc > diag + win[1]) |
+                                       (cc + win[0] < diag))
                     s[4 * jj + e] = k.select(masked, NEG, s[4 * jj + e])
         with k.for_("i", 0, 2, unroll=True) as i:
             m = k.let("m", NEG if first else mx[i])
@@ -71,7 +95,10 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                     k.assign(m, k.select((m - mx[i]) * scale_log2 > 8.0, m, mx[i]))
                 fac[i] = k.ex2((mx[i] - m) * scale_log2)
             mx[i] = m
-            ms = k.let("ms", (m if first else mx[i]) * scale_log2)
+            top = m if first else mx[i]
+            if win is not None:  # a row whose keys so far are all masked: P = 0, not 2^(NEG - NEG)
+                top = k.max(top, EMPTY)
+            ms = k.let("ms", top * scale_log2)
             total = k.let("sum", 0.0)
             with k.for_("jj", 0, 16, unroll=True) as jj:
                 with k.for_("e", 0, 2, unroll=True) as e:
@@ -84,10 +111,10 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
         with k.for_("x", 0, 64, unroll=True) as x:
             p[x] = s[x].to(bf16)
 
-    def attention(ctx, q: tmap(bf16, 4), k: tmap(bf16, 4), v: tmap(bf16, 4), o: tmap(bf16, 4),
-                  lse: ptr(f32), seq: u32, kv_seq: u32, heads: u32, kv_heads: u32, batch: u32,
-                  scale_log2: f32):
-        kt, k = k, ctx  # the parameter is named k, as in the text; k is the context below
+    def body(k, q, kt, v, o, lse, seq, kv_seq, heads, kv_heads, batch, scale_log2,
+             win) -> None:
+        """The kernel; kt is K's map (k the context), `win` the window's (left, right) or
+        None."""
         qp = k.pipeline("qp", 1, q=(bf16, [hb, bm, 64], 1024, 128))
         kp = k.pipeline("kp", stages[0], k=(bf16, [hb, BN, 64], 1024, 128))
         vp = k.pipeline("vp", stages[1], v=(bf16, [hb, BN, 64], 1024, 128, "mn"))
@@ -97,8 +124,15 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
         off = k.let("off", kv_seq - seq)  # causal: row r sees keys <= r + off
 
         def kv_blocks(mb):
-            """The key blocks query block mb reads (causal: up to its last row's diagonal)."""
-            return k.select(cz != 0, k.min((mb * bm + (bm - 1) + off) / 128 + 1, nkv), nkv)
+            """The first and the stop of the key blocks query block mb reads (causal: up to
+            its last row's diagonal; a window: from its first row's left edge to its last
+            row's right edge)."""
+            if win is None:
+                return 0, k.let("nblocks", k.select(cz != 0, k.min((mb * bm + (bm - 1) + off)
+                                                                   / 128 + 1, nkv), nkv))
+            diag = k.let("diag", mb * bm + off)  # the first row's key on the diagonal
+            return (k.let("jlo", k.select(diag > win[0], (diag - win[0]) / 128, 0)),
+                    k.let("jhi", k.min((diag + (bm - 1) + win[1]) / 128 + 1, nkv)))
 
         nbh = k.let("nbh", batch * heads)
         ntiles = k.let("ntiles", mblocks * nbh)
@@ -123,12 +157,12 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                         qh = k.let("qh", (bh % heads).to(s32))  # coordinates (.., head, batch)
                         bb = k.let("bb", (bh / heads).to(s32))
                         kvh = k.let("kvh", (bh % heads / group).to(s32))
-                        nblocks = k.let("nblocks", kv_blocks(mb))
+                        first, stop = kv_blocks(mb)
                         k.acquire(qp)
                         with k.for_("h", 0, hb, unroll=True) as h:
                             k.tma_load(qp.q[h], q, [(h * 64).to(s32), (mb * bm).to(s32), qh, bb])
                         k.commit(qp)
-                        with k.for_("j", 0, nblocks) as j:
+                        with k.for_("j", first, stop) as j:
                             for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
                                 k.acquire(pipe)
                                 with k.for_("h", 0, hb, unroll=True) as h:
@@ -140,7 +174,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
             with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
                 with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
                     mb, bh = tile(t)
-                    nblocks = k.let("nblocks", kv_blocks(mb))
+                    first, stop = kv_blocks(mb)
                     r0 = k.let("r0", mb * bm + wg * 64 + row)
                     s = k.let("s", type=array(f32, 64))
                     p = k.let("p", type=array(bf16, 64))
@@ -170,18 +204,21 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                         qk()
                     k.wgmma_wait(0)
                     k.release(kp)
-                    softmax(k, s, mx, l, fac, col, 0, mb, r0, kv_seq, off, scale_log2, True)
+                    c0 = col if win is None else k.let("cfirst", first * 128 + col)
+                    softmax(k, s, mx, l, fac, c0, first, mb, r0, kv_seq, off, scale_log2, True,
+                            win)
                     to_bf16(k, s, p)
-                    with k.for_("j", 1, nblocks) as j:
+                    with k.for_("j", first + 1, stop) as j:
                         k.wait(kp)
                         k.wait(vp)
                         with k.turn(pp):
                             qk()
-                            pv(j > 1)
+                            pv(j > first + 1)
                         k.wgmma_wait(1)
                         k.release(kp)
                         c0 = k.let("c0", j * 128 + col)
-                        softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2, False)
+                        softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2, False,
+                                win)
                         with k.if_(hd != 0):
                             k.fence_cta()  # the wait stays after the softmax
                         k.wgmma_wait(0)
@@ -192,7 +229,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                         to_bf16(k, s, p)
                     k.wait(vp)
                     with k.turn(pp):
-                        pv(nblocks > 1)
+                        pv(stop > first + 1)
                     k.wgmma_wait(0)
                     k.release(vp)
                     k.release(qp)
@@ -220,6 +257,19 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
             with k.if_(leader):
                 k.bulk_wait(0)
 
+    if window:
+        def attention(ctx, q: tmap(bf16, 4), k: tmap(bf16, 4), v: tmap(bf16, 4),
+                      o: tmap(bf16, 4), lse: ptr(f32), seq: u32, kv_seq: u32, heads: u32,
+                      kv_heads: u32, batch: u32, scale_log2: f32, window_left: u32,
+                      window_right: u32):
+            body(ctx, q, k, v, o, lse, seq, kv_seq, heads, kv_heads, batch, scale_log2,
+                 (window_left, window_right))
+    else:
+        def attention(ctx, q: tmap(bf16, 4), k: tmap(bf16, 4), v: tmap(bf16, 4),
+                      o: tmap(bf16, 4), lse: ptr(f32), seq: u32, kv_seq: u32, heads: u32,
+                      kv_heads: u32, batch: u32, scale_log2: f32):
+            body(ctx, q, k, v, o, lse, seq, kv_seq, heads, kv_heads, batch, scale_log2, None)
+
     return ptxdsl.kernel(threads=128 * (nwg + 1), name=name)(attention)
 
 
@@ -231,16 +281,28 @@ def block_rows(nwg: int = 2) -> int:
 attention = make_attention()
 
 
-def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float):
+def window_mask(seq: int, kv_seq: int, causal: bool = False,
+                window: tuple[int, int] = (-1, -1)) -> np.ndarray:
+    """The (seq, kv_seq) keys each query row sees: causal, or the window (left, right) in
+    keys, -1 unbounded (FlashAttention's window_size), both aligned to the end: row r's
+    diagonal is key r + kv_seq - seq."""
+    left, right = window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    rel = np.arange(kv_seq)[None, :] - np.arange(seq)[:, None] - (kv_seq - seq)
+    return ((left < 0) | (rel >= -left)) & ((right < 0) | (rel <= right))
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
+              window: tuple[int, int] = (-1, -1)):
     """(O, LSE) in float64 for float Q (B, H, S, D), K and V (B, KVH, S_kv, D); the causal
-    mask is aligned to the end (query row r sees keys up to r + S_kv - S)."""
+    mask and the window are aligned to the end (window_mask)."""
     group = q.shape[1] // k.shape[1]
     k = np.repeat(k, group, axis=1).astype(np.float64)
     v = np.repeat(v, group, axis=1).astype(np.float64)
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
-    if causal:
-        sq, skv = s.shape[-2:]
-        s = np.where(np.tril(np.ones((sq, skv), bool), skv - sq), s, -np.inf)
+    if causal or window != (-1, -1):
+        s = np.where(window_mask(*s.shape[-2:], causal, window), s, -np.inf)
     mx = s.max(-1, keepdims=True)
     e = np.exp(s - mx)
     total = e.sum(-1, keepdims=True)
@@ -249,12 +311,14 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: 
 
 def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: int = 1,
             seq: int = 200, d: int = 128, causal: bool = False, grid: int | None = None,
-            defines: dict | None = None, kv_seq: int | None = None, nwg: int = 2) -> dict:
+            defines: dict | None = None, kv_seq: int | None = None, nwg: int = 2,
+            window: tuple[int, int] | None = None) -> dict:
     """Random bf16 Q, K, V; the reference is attention in float64 on the bf16 values.
     `defines` (the text sample's -D D=64 -D CAUSAL=1) override d and causal (the kernel is
     built by the caller; the inputs do not depend on PINGPONG). `kv_seq`: the keys' length
     (default `seq`; at least `seq` when causal). `nwg`: the kernel's consumer warpgroups (its
-    tile's query rows, `block_rows`; -D NWG=3)."""
+    tile's query rows, `block_rows`; -D NWG=3). `window`: (left, right) for a window build
+    (make_attention(window=True)), -1 unbounded, at least kv_seq keys."""
     from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     if defines:
@@ -262,22 +326,27 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
         causal = bool(int(str(defines.get("CAUSAL", int(causal))), 0))
         nwg = int(str(defines.get("NWG", nwg)), 0)
     kv_seq = seq if kv_seq is None else kv_seq
-    if causal and kv_seq < seq:
-        raise ValueError(f"causal attention needs kv_seq >= seq, got {kv_seq} < {seq}")
+    if (causal or window) and kv_seq < seq:
+        raise ValueError(f"causal or windowed attention needs kv_seq >= seq, got {kv_seq} < "
+                         f"{seq}")
     shape = (batch, heads, seq, d)
     kv_shape = (batch, kv_heads, kv_seq, d)
     q = f32_to_bf16(rng.standard_normal(shape, np.float32))
     k = f32_to_bf16(rng.standard_normal(kv_shape, np.float32))
     v = f32_to_bf16(rng.standard_normal(kv_shape, np.float32))
     scale = 1.0 / math.sqrt(d)
-    ref_o, ref_lse = reference(bf16_to_f32(q), bf16_to_f32(k), bf16_to_f32(v), causal, scale)
+    ref_o, ref_lse = reference(bf16_to_f32(q), bf16_to_f32(k), bf16_to_f32(v), causal, scale,
+                               window or (-1, -1))
     bm = block_rows(nwg)
     tiles = -(-seq // bm) * batch * heads
     box = {"swizzle": "128B"}
     return {"grid": grid or min(132, tiles),
             "inputs": {"q": q, "k": k, "v": v, "seq": seq, "kv_seq": kv_seq, "heads": heads,
                        "kv_heads": kv_heads, "batch": batch,
-                       "scale_log2": np.float32(scale * math.log2(math.e))},
+                       "scale_log2": np.float32(scale * math.log2(math.e)),
+                       **({} if window is None else dict(zip(
+                           ("window_left", "window_right"), window_bounds(window, kv_seq),
+                           strict=True)))},
             "tensor_maps": {"q": {"box": (1, 1, bm, 64), **box},
                             "k": {"box": (1, 1, BN, 64), **box},
                             "v": {"box": (1, 1, BN, 64), **box},
@@ -286,6 +355,13 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
                         "lse": np.zeros(batch * heads * seq, np.float32)},
             "expected": {"o": ref_o, "lse": ref_lse.reshape(-1)},
             "rtol": 2 ** -6, "atol": 2 ** -6}
+
+
+def window_bounds(window: tuple[int, int], kv_seq: int) -> tuple[int, int]:
+    """A window build's window_left and window_right for FlashAttention's window_size
+    (left, right), -1 unbounded: kv_seq keys are unbounded (a row's diagonal is a key)."""
+    left, right = window
+    return (kv_seq if left < 0 else min(left, kv_seq), kv_seq if right < 0 else min(right, kv_seq))
 
 
 SMALL = {"batch": 1, "heads": 2, "kv_heads": 1, "seq": 100, "kv_seq": 190, "grid": 2}
