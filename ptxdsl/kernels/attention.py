@@ -458,7 +458,7 @@ def example_varlen(rng: np.random.Generator, lengths: list[tuple[int, int]], hea
     """Random bf16 packed sequences for a varlen build (make_attention(varlen=True), with
     window=True where `window` is given): `lengths` is each sequence's (query rows, keys);
     Q (total_q, heads, d), K and V (total_k, kv_heads, d); the reference is attention in
-    float64 per sequence, the LSE (heads, total_q)."""
+    float64 per sequence (O = 0 for a sequence without keys), the LSE (heads, total_q)."""
     from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     nq, nk = (np.array([n[i] for n in lengths]) for i in (0, 1))
@@ -470,9 +470,10 @@ def example_varlen(rng: np.random.Generator, lengths: list[tuple[int, int]], hea
     ref_o = np.zeros((total_q, heads, d))
     ref_lse = np.zeros((heads, total_q))
     for b in range(len(lengths)):
-        if nq[b] == 0:
-            continue
         rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if nk[b] == 0:  # queries without keys: O = 0 (FlashAttention's), the LSE -inf
+            ref_lse[:, rows] = -np.inf
+            continue
         o_b, lse_b = reference(*(bf16_to_f32(x[part]).transpose(1, 0, 2)[None]
                                  for x, part in ((q, rows), (k, keys), (v, keys))),
                                False, scale, window or (-1, -1))
