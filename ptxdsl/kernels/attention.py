@@ -62,8 +62,8 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
 
     `varlen`: packed sequences of different lengths (FlashAttention's varlen layout): Q
     (total_q, H, D), K and V (total_k, KVH, D) through 3-D tensor maps, sequence b's rows
-    cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 and keys likewise (u32, B + 1 each, read on
-    the GPU); `seq` is the longest sequence's query rows (the walk's blocks a head), O a
+    cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 and keys likewise (int32, B + 1 each, read
+    on the GPU); `seq` is the longest sequence's query rows (the walk's blocks a head), O a
     contiguous (total_q, H, D) written row by row where a tile's rows are its sequence's,
     the LSE (H, total_q). Tiles never cross a sequence's end: a query block past its
     sequence's rows is skipped, keys past its keys are masked. Causal is the window."""
@@ -162,10 +162,10 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
             """varlen: the lengths and first row and key of tile bh's sequence (at least one
             key block, all masked where it has no key, so that O is 0)."""
             b = k.let("b", bh / heads)
-            q0 = k.let("q0", a["cu_seqlens_q"][b])
-            k0 = k.let("k0", a["cu_seqlens_k"][b])
-            n = k.let("nq", a["cu_seqlens_q"][b + 1] - q0)
-            nk = k.let("nk", a["cu_seqlens_k"][b + 1] - k0)
+            q0 = k.let("q0", a["cu_seqlens_q"][b].to(u32))
+            k0 = k.let("k0", a["cu_seqlens_k"][b].to(u32))
+            n = k.let("nq", a["cu_seqlens_q"][b + 1].to(u32) - q0)
+            nk = k.let("nk", a["cu_seqlens_k"][b + 1].to(u32) - k0)
             return Lengths(seq=n, kv_seq=nk, nkv=k.let("nkv", k.max((nk + 127) / 128, 1)),
                            q0=q0, k0=k0)
 
@@ -346,7 +346,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
 
     params = [(x, tmap(bf16, 3 if varlen else 4)) for x in "qkv"] + \
         [("o", ptr(bf16) if varlen else tmap(bf16, 4)), ("lse", ptr(f32))] + \
-        ([("cu_seqlens_q", ptr(u32)), ("cu_seqlens_k", ptr(u32)), ("seq", u32),
+        ([("cu_seqlens_q", ptr(s32)), ("cu_seqlens_k", ptr(s32)), ("seq", u32),
           ("total_q", u32)] if varlen else [("seq", u32), ("kv_seq", u32)]) + \
         [("heads", u32), ("kv_heads", u32), ("batch", u32), ("scale_log2", f32)] + \
         ([("window_left", u32), ("window_right", u32)] if window else [])
@@ -462,7 +462,7 @@ def example_varlen(rng: np.random.Generator, lengths: list[tuple[int, int]], hea
     from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     nq, nk = (np.array([n[i] for n in lengths]) for i in (0, 1))
-    cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(np.uint32) for n in (nq, nk))
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (nq, nk))
     total_q, total_k = int(cu_q[-1]), int(cu_k[-1])
     q = f32_to_bf16(rng.standard_normal((total_q, heads, d), np.float32))
     k, v = (f32_to_bf16(rng.standard_normal((total_k, kv_heads, d), np.float32)) for _ in "kv")

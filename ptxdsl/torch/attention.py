@@ -16,6 +16,16 @@ window_size, -1 unbounded, causal making the right bound 0) runs the kernel's wi
 row r sees keys r + S_kv - S - window_left .. r + S_kv - S + window_right (S_kv >= S), and a
 query tile skips the key blocks outside its rows' windows.
 
+`torch.ops.ptxdsl.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=-1,
+causal=False, scale=None, window_left=-1, window_right=-1)`: packed sequences of different
+lengths, as FlashAttention's varlen functions take them: q (total_q, H, D), k and v (total_k,
+KVH, D), int32 cu_seqlens (B + 1) of the sequences' first rows and keys (read on the GPU;
+nothing checks them there: they must rise from 0 to total_q and total_k), max_seqlen_q the
+longest sequence's query rows (-1: total_q, correct but walking many empty tiles; one too
+small leaves rows unwritten); the output (total_q, H, D). Causal and the window align to
+each sequence's end; a row that sees no key (a sequence without keys) gets zeros. Forward
+only (autograd refuses it), untuned (the first config).
+
 The backward is ptxdsl's (ptxdsl/torch/attention_bwd.py, `torch.ops.ptxdsl.attention_backward`):
 a call that needs a gradient runs `torch.ops.ptxdsl.attention_lse` in the op's place, which
 also returns the f32 log-sum-exp (B, H, S) the backward kernels read, and keeps O and it
@@ -69,8 +79,8 @@ def _tuner(d: int, causal: bool, window: bool) -> Any:
 
 @cache
 def _loaded(d: int, causal: bool, pingpong: int, hold: int, nwg: int, window: bool,
-            device: int) -> tuple[Kernel, int]:
-    kernel = attention_kernel(d, causal, pingpong, hold, nwg, window).program().kernel(
+            device: int, varlen: bool = False) -> tuple[Kernel, int]:
+    kernel = attention_kernel(d, causal, pingpong, hold, nwg, window, varlen).program().kernel(
         device=device)
     return kernel, resident_ctas(kernel, 1, device)
 
@@ -290,6 +300,93 @@ def recomputed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torch.Te
         return torch.autograd.grad(out, (lq, lk, lv), grad)
 
 
+def check_varlen(args: Args) -> str | None:
+    q, k, v = args["q"], args["k"], args["v"]
+    cu_q, cu_k = args["cu_seqlens_q"], args["cu_seqlens_k"]
+    (total_q, h, d), (total_k, hk, dk) = q.shape, k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        return f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}"
+    if dk != d:
+        return f"k and v must be (total_k, KVH, D) with q's D = {d}, got {tuple(k.shape)}"
+    if d not in ATTENTION_HEAD_DIMS:
+        return f"the head dim (q's last dimension) must be 64 or 128, got {d}"
+    if hk < 1 or h % hk:
+        return f"k's heads must divide q's ({h}), got {hk}"
+    if cu_q.shape[0] < 2 or cu_k.shape != cu_q.shape:
+        return (f"cu_seqlens_q and cu_seqlens_k must both be (B + 1,) with B >= 1, got "
+                f"{tuple(cu_q.shape)} and {tuple(cu_k.shape)}")
+    if total_k < 1 and total_q > 0:
+        return "k and v must hold at least one key"
+    maxq = args["max_seqlen_q"]
+    if maxq < -1 or maxq == 0 and total_q > 0 or maxq > total_q:
+        return (f"max_seqlen_q must be the longest sequence's query rows (1 .. total_q = "
+                f"{total_q}), or -1 (total_q), got {maxq}")
+    left, right = args["window_left"], args["window_right"]
+    if min(left, right) < -1:
+        return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
+                f"({left}, {right})")
+    scale = args["scale"]
+    if scale is not None and not (0 < scale < math.inf):
+        return f"scale must be positive and finite, got {scale}"
+    if max(total_q * h, total_k) >= _S32:
+        return f"total_q * H and total_k must be below 2**31, got {total_q * h}, {total_k}"
+    return None
+
+
+def varlen_window(args: Args) -> tuple[int, int] | None:
+    """The window of a varlen call (its build has no causal form: causal is the window
+    (window_left, 0)); None without a mask."""
+    if args["causal"]:
+        return args["window_left"], 0
+    return window_of(False, args["window_left"], args["window_right"])
+
+
+def _plan_varlen(args: Args, out: torch.Tensor, stream: int) -> Run:
+    """The varlen build's launch, untuned: the first of attention_configs (the benchmark's
+    fastest on equal lengths)."""
+    q, k = args["q"], args["k"]
+    (total_q, h, d), (total_k, kvh, _) = q.shape, k.shape
+    b = args["cu_seqlens_q"].shape[0] - 1
+    seq = total_q if args["max_seqlen_q"] < 0 else args["max_seqlen_q"]
+    window = varlen_window(args)
+    bounds = window_bounds(window, total_k) if window is not None else ()
+    scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
+    log2_scale = scale * math.log2(math.e)
+    config = attention_configs(d)[0]
+    nwg = config["nwg"]
+    kernel, resident = _loaded(d, False, config["pingpong"], config["hold"], nwg,
+                               window is not None, q.device.index, True)
+    grid = min(-(-seq // (64 * nwg)) * b * h, resident)
+    qm = TensorMap(q, box=(64 * nwg, 1, 64), swizzle="128B")
+    km, vm = (TensorMap(args[x], box=(BLOCK, 1, 64), swizzle="128B") for x in "kv")
+
+    def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+        tq, tk, tv, cu_q, cu_k = tensors
+        lse = tq.new_empty(h * total_q, dtype=torch.float32)  # nothing reads it (no backward)
+        kernel[grid, None, stream](qm.at(tq.data_ptr()), km.at(tk.data_ptr()),
+                                   vm.at(tv.data_ptr()), out, lse, cu_q, cu_k, seq, total_q, h,
+                                   kvh, b, log2_scale, *bounds)
+
+    return run
+
+
+VARLEN_SPEC = OpSpec(
+    name="attention_varlen",
+    params=(
+        TensorParam(name="q", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+        TensorParam(name="k", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+        TensorParam(name="v", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+        TensorParam(name="cu_seqlens_q", dtypes=(torch.int32,), rank=1, aligned=False),
+        TensorParam(name="cu_seqlens_k", dtypes=(torch.int32,), rank=1, aligned=False),
+        ScalarParam(name="max_seqlen_q", type="int", default=-1),
+        *PARAMS[3:],
+    ),
+    check=check_varlen,
+    output=output,
+    plan=_plan_varlen,
+)
+
+attention_varlen = register(VARLEN_SPEC)
 attention_lse = register(LSE_SPEC)
 attention = register(SPEC, backward=_backward, setup_context=_setup,
                      forward=torch.ops.ptxdsl.attention_lse.default)
