@@ -7,6 +7,7 @@ rows."""
 import pytest
 from conftest import compile_one_graph
 from conftest import cuda_empty as cuda
+from test_torch_decode import lens
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")
 
@@ -19,10 +20,6 @@ def test_schema(ops, torch):
         "ptxdsl::attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
         "Tensor cu_seqlens_k, int max_seqlen_q=-1, bool causal=False, float? scale=None, "
         "int window_left=-1, int window_right=-1) -> Tensor")
-
-
-def lens(torch, n):
-    return cuda(torch, n, dtype=torch.int32)
 
 
 def test_fake_outputs(ops, torch, fake):
