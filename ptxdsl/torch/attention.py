@@ -341,21 +341,30 @@ def varlen_window(args: Args) -> tuple[int, int] | None:
     return window_of(False, args["window_left"], args["window_right"])
 
 
+def varlen_scalars(args: Args) -> tuple[int | float, ...]:
+    """The varlen kernel's scalar arguments, in its parameter order (seq .. scale_log2, and
+    a window's window_left and window_right): the walk's query rows a sequence (max_seqlen_q,
+    or total_q), total_q, the heads, B and the scale in log2 units."""
+    q, k = args["q"], args["k"]
+    (total_q, h, d), (total_k, kvh, _) = q.shape, k.shape
+    seq = total_q if args["max_seqlen_q"] < 0 else args["max_seqlen_q"]
+    window = varlen_window(args)
+    scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
+    return (seq, total_q, h, kvh, args["cu_seqlens_q"].shape[0] - 1,
+            scale * math.log2(math.e), *(window_bounds(window, total_k) if window else ()))
+
+
 def _plan_varlen(args: Args, out: torch.Tensor, stream: int) -> Run:
     """The varlen build's launch, untuned: the first of attention_configs (the benchmark's
     fastest on equal lengths)."""
-    q, k = args["q"], args["k"]
-    (total_q, h, d), (total_k, kvh, _) = q.shape, k.shape
-    b = args["cu_seqlens_q"].shape[0] - 1
-    seq = total_q if args["max_seqlen_q"] < 0 else args["max_seqlen_q"]
-    window = varlen_window(args)
-    bounds = window_bounds(window, total_k) if window is not None else ()
-    scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
-    log2_scale = scale * math.log2(math.e)
+    q = args["q"]
+    total_q, h, d = q.shape
+    values = varlen_scalars(args)
+    seq, b = values[0], values[4]
     config = attention_configs(d)[0]
     nwg = config["nwg"]
     kernel, resident = _loaded(d, False, config["pingpong"], config["hold"], nwg,
-                               window is not None, q.device.index, True)
+                               varlen_window(args) is not None, q.device.index, True)
     grid = min(-(-seq // (64 * nwg)) * b * h, resident)
     qm = TensorMap(q, box=(64 * nwg, 1, 64), swizzle="128B")
     km, vm = (TensorMap(args[x], box=(BLOCK, 1, 64), swizzle="128B") for x in "kv")
@@ -364,8 +373,7 @@ def _plan_varlen(args: Args, out: torch.Tensor, stream: int) -> Run:
         tq, tk, tv, cu_q, cu_k = tensors
         lse = tq.new_empty(h * total_q, dtype=torch.float32)  # nothing reads it (no backward)
         kernel[grid, None, stream](qm.at(tq.data_ptr()), km.at(tk.data_ptr()),
-                                   vm.at(tv.data_ptr()), out, lse, cu_q, cu_k, seq, total_q, h,
-                                   kvh, b, log2_scale, *bounds)
+                                   vm.at(tv.data_ptr()), out, lse, cu_q, cu_k, *values)
 
     return run
 

@@ -4,6 +4,7 @@ trace, every build it may run assembling; on the GPU (fresh random data) against
 math-backend SDPA sequence by sequence, causal, windowed and GQA, with sequences of 0 and 1
 rows."""
 
+import numpy as np
 import pytest
 from conftest import compile_one_graph
 from conftest import cuda_empty as cuda
@@ -85,6 +86,38 @@ def test_the_window_a_varlen_call_runs(ops):
     assert call(True) == (-1, 0)
     assert call(True, 100, 5) == (100, 0)
     assert call(False, -1, 3) == (-1, 3)
+
+
+@pytest.mark.parametrize("causal, left, right", [(False, -1, -1), (True, 20, -1)])
+def test_the_launch_arguments_drive_the_kernel(ops, torch, causal, left, right):
+    """The op's scalar arguments (varlen_scalars, what its plan launches with) run the
+    kernel it picks in the interpreter: O matches numpy's per-sequence reference (a wrong
+    order, window or scale would not)."""
+    from conftest import sample_module
+
+    from ptxdsl.interp import run_sample
+    from ptxdsl.runtime.dtypes import bf16_bits_to_f32
+    from ptxdsl.torch.attention import varlen_scalars, varlen_window
+    from ptxdsl.torch.kernels import attention_configs, attention_kernel
+
+    lengths = [(40, 60), (1, 1), (90, 130)]
+    twin = sample_module("attention")
+    args = {"q": torch.empty(131, 2, 64, dtype=torch.bfloat16),
+            "k": torch.empty(191, 1, 64, dtype=torch.bfloat16),
+            "cu_seqlens_q": torch.zeros(4, dtype=torch.int32), "max_seqlen_q": 90,
+            "causal": causal, "scale": None, "window_left": left, "window_right": right}
+    window = varlen_window(args)
+    c = attention_configs(64)[0]
+    kd = attention_kernel(64, False, c["pingpong"], c["hold"], c["nwg"], window is not None,
+                          True)
+    ex = twin.example_varlen(np.random.default_rng(1), lengths, heads=2, kv_heads=1, d=64,
+                             nwg=c["nwg"], window=window, grid=2)
+    names = [p.name for p in kd.ir.params]
+    ex["inputs"] = {**{n: ex["inputs"][n] for n in names[:7] if n in ex["inputs"]},
+                    **dict(zip(names[7:], varlen_scalars(args), strict=True))}
+    out = run_sample(kd.ir, {"kernel": kd.name, **ex})
+    want = ex["expected"]["o"]
+    assert np.abs(bf16_bits_to_f32(out["o"]) - want).max() < 2 ** -6 * (1 + np.abs(want).max())
 
 
 def test_compile_traces_without_a_graph_break(ops, torch, fake):
