@@ -85,14 +85,15 @@ def _loaded(d: int, causal: bool, pingpong: int, hold: int, nwg: int, window: bo
     return kernel, resident_ctas(kernel, 1, device)
 
 
-def window_of(causal: bool, left: int, right: int) -> tuple[int, int] | None:
-    """The sliding window (left, right) in keys, -1 unbounded, of a call with `causal` and
-    window_left / window_right as FlashAttention's window_size takes them (causal makes the
-    right bound 0); None where it bounds nothing the causal mask (or none) does not."""
+def mask_of(causal: bool, left: int, right: int) -> tuple[bool, tuple[int, int] | None]:
+    """(causal, window) of a call with `causal` and window_left / window_right as
+    FlashAttention's window_size takes them (-1 unbounded; causal makes the right bound 0):
+    the sliding window (left, right) in keys, or None where it bounds nothing the causal
+    mask (or none) does not; causal spelled as the window (-1, 0) is causal."""
     right = 0 if causal else right
-    if left < 0 and (right < 0 or causal):
-        return None
-    return left, right
+    if left < 0 and right <= 0:
+        return right == 0, None
+    return False, (left, right)
 
 
 def check(args: Args) -> str | None:
@@ -113,10 +114,11 @@ def check(args: Args) -> str | None:
     if min(left, right) < -1:
         return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
                 f"({left}, {right})")
-    if args["causal"] and skv < s:
+    causal, window = mask_of(bool(args["causal"]), left, right)
+    if causal and skv < s:
         return (f"causal attention needs at least as many keys as queries (the mask aligns "
                 f"to the end), got S = {s} queries and S_kv = {skv} keys")
-    if window_of(args["causal"], left, right) is not None and skv < s:
+    if window is not None and skv < s:
         return (f"a sliding window needs at least as many keys as queries (it aligns to the "
                 f"end, as the causal mask), got S = {s} queries and S_kv = {skv} keys")
     scale = args["scale"]
@@ -162,11 +164,9 @@ def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
     d = q.shape[3]
     kvh, skv = k.shape[1], k.shape[2]
     scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
-    window = window_of(causal, args["window_left"], args["window_right"])
-    bounds: tuple[int, ...] = ()  # the window build's window_left and window_right
-    if window is not None:  # the window build, not causal; kv_seq keys are unbounded
-        bounds = window_bounds(window, skv)
-        causal = False
+    causal, window = mask_of(causal, args["window_left"], args["window_right"])
+    # the window build's window_left and window_right (kv_seq keys are unbounded)
+    bounds = () if window is None else window_bounds(window, skv)
     stacked = packed(q, out, kvh, causal, window is not None)
     if stacked is not None:  # views of the same memory: the maps take their shapes
         q, out = stacked
@@ -252,7 +252,7 @@ def window_mask(s: int, skv: int, window: tuple[int, int], device: Any) -> torch
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float | None, window: tuple[int, int] | None = None) -> torch.Tensor:
     """The same attention with torch's scaled_dot_product_attention (its causal mask aligned
-    to the end like the op's; `window` as window_of gives it)."""
+    to the end like the op's; `window` as mask_of gives it)."""
     import torch.nn.functional as F
 
     s, skv = q.shape[2], k.shape[2]
@@ -269,8 +269,8 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 
 def _setup(ctx: Any, inputs: tuple, output: tuple[torch.Tensor, torch.Tensor]) -> None:
     q, k, v, causal, scale, left, right = inputs
-    ctx.causal, ctx.scale = bool(causal), scale
-    ctx.window = window_of(ctx.causal, left, right)
+    ctx.scale = scale
+    ctx.causal, ctx.window = mask_of(bool(causal), left, right)
     ctx.save_for_backward(q, k, v, *output)  # O and the LSE from attention_lse
 
 
@@ -336,9 +336,8 @@ def check_varlen(args: Args) -> str | None:
 def varlen_window(args: Args) -> tuple[int, int] | None:
     """The window of a varlen call (its build has no causal form: causal is the window
     (window_left, 0)); None without a mask."""
-    if args["causal"]:
-        return args["window_left"], 0
-    return window_of(False, args["window_left"], args["window_right"])
+    causal, window = mask_of(bool(args["causal"]), args["window_left"], args["window_right"])
+    return (-1, 0) if causal else window
 
 
 def varlen_scalars(args: Args) -> tuple[int | float, ...]:

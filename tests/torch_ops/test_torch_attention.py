@@ -55,10 +55,12 @@ def bad_inputs(torch):
         ((q, kv[:, :, :10], kv[:, :, :10]), {"window_right": 4}, ValueError,
          "a sliding window needs at least as many keys as queries .* S = 64 queries and "
          "S_kv = 10 keys"),
+        ((q, kv[:, :, :10], kv[:, :, :10]), {"window_right": 0}, ValueError,
+         "causal attention needs at least as many keys"),  # the window (-1, 0) is causal
     ]
 
 
-BAD = 12  # the cases of bad_inputs
+BAD = 13  # the cases of bad_inputs
 
 
 def test_every_bad_input_case_runs(ops, torch, fake):

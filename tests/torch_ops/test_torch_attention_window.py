@@ -15,15 +15,16 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")
 # ----------------------------------------------------------------------------- no GPU
 
 
-def test_window_of_a_call(ops):
-    from ptxdsl.torch.attention import window_of
+def test_the_mask_of_a_call(ops):
+    from ptxdsl.torch.attention import mask_of
 
-    assert window_of(False, -1, -1) is None
-    assert window_of(True, -1, -1) is None  # the causal mask alone
-    assert window_of(True, -1, 7) is None  # causal makes the right bound 0
-    assert window_of(True, 100, -1) == (100, 0)
-    assert window_of(False, -1, 0) == (-1, 0)  # causal spelled as a window
-    assert window_of(False, 3, 5) == (3, 5)
+    assert mask_of(False, -1, -1) == (False, None)
+    assert mask_of(True, -1, -1) == (True, None)  # the causal mask alone
+    assert mask_of(True, -1, 7) == (True, None)  # causal makes the right bound 0
+    assert mask_of(False, -1, 0) == (True, None)  # causal spelled as a window: the causal build
+    assert mask_of(True, 100, -1) == (False, (100, 0))
+    assert mask_of(False, 3, 5) == (False, (3, 5))
+    assert mask_of(False, -1, 5) == (False, (-1, 5))
 
 
 def test_window_mask_matches_the_twins(ops, torch):
@@ -73,7 +74,7 @@ def test_a_windowed_backward_recomputes_with_torch(ops, torch, fake, monkeypatch
         o = torch.ops.ptxdsl.attention(q, k, v, True, 0.1, 50, 10)
         grads = o.grad_fn.apply(torch.ones_like(o))
     assert [n for n in names if n.startswith("ptxdsl")] == ["ptxdsl.attention_lse.default"]
-    assert seen == [(True, 0.1, (50, 0))]  # causal: the right bound 0
+    assert seen == [(False, 0.1, (50, 0))]  # the window holds causal's right bound 0
     assert [tuple(g.shape) for g in grads[1:4]] == [(1, 4, 200, 64), (1, 2, 260, 64),
                                                     (1, 2, 260, 64)]
 
