@@ -9,7 +9,10 @@ P V of the current one, P handed to wgmma from registers with frag(p, k), the wa
 held after the softmax with fence_cta(), the warpgroups optionally taking turns with
 `k.turn()`) is described in attention.ptxdsl."""
 
+import contextlib
+import inspect
 import math
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -21,21 +24,54 @@ from .wgmma import consumer_lanes
 
 BN = 128  # keys per block (a tile has 64 query rows per consumer warpgroup: block_rows)
 NEG = -1.0e30  # the score of a masked column: exp2 of it minus any real maximum is 0
+EMPTY = -1.0e29  # the least max a window build subtracts: exp2 of NEG minus it is 0 too
 LN2 = 0.6931471805599453
+
+
+class Lengths(NamedTuple):
+    """A tile's sequence: its query rows and keys, its key blocks, `off` (the causal build's
+    kv_seq - seq) and, varlen, its first query row and key in the packed tensors."""
+
+    seq: Any
+    kv_seq: Any
+    nkv: Any
+    off: Any = None
+    q0: Any = None
+    k0: Any = None
 
 
 def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                    stages: tuple[int, int] = (2, 2), hold: bool = True,
-                   nwg: int = 2, lazy: bool | None = None) -> ptxdsl.KernelDef:
+                   nwg: int = 2, lazy: bool | None = None,
+                   window: bool = False, varlen: bool = False) -> ptxdsl.KernelDef:
     """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
     `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: no, it
     no longer pays). `stages`: of the K and the V pipeline. `hold`: a fence_cta() keeps the
     wait for P V after the softmax (default: yes). `nwg`: consumer warpgroups (2,
     or 3 at head dim 64), 64 query rows each: a tile is 64 nwg rows (`block_rows`). `lazy`:
     a row's max moves only when it grows by more than 2^8, so O is rarely rescaled (default:
-    at head dim 128, where it pays)."""
+    at head dim 128, where it pays).
+
+    `window`: sliding-window (local) attention, the window given at launch (`window_left`,
+    `window_right`, u32 parameters last): query row r sees keys r + off - window_left ..
+    r + off + window_right, off = kv_seq - seq (the diagonal aligned to the end, as the
+    causal mask), a bound of kv_seq or more being none; a query tile reads only the key
+    blocks its rows' windows reach and masks the blocks a window's edge crosses; a row that
+    sees no key gets O = 0. Causal attention is the window (kv_seq, 0), so a window build is
+    not also causal.
+
+    `varlen`: packed sequences of different lengths (FlashAttention's varlen layout): Q
+    (total_q, H, D), K and V (total_k, KVH, D) through 3-D tensor maps, sequence b's rows
+    cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 and keys likewise (int32, B + 1 each, read
+    on the GPU); `seq` is the longest sequence's query rows (the walk's blocks a head), O a
+    contiguous (total_q, H, D) written row by row where a tile's rows are its sequence's,
+    the LSE (H, total_q). Tiles never cross a sequence's end: a query block past its
+    sequence's rows is skipped, keys past its keys are masked. Causal is the window."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
+    if (window or varlen) and causal:
+        raise ValueError("make_attention: a window or varlen build takes the causal mask as "
+                         "the window (kv_seq, 0); it is not also causal")
     if nwg not in (2, 3) or nwg == 3 and d != 64:
         raise ValueError(f"make_attention: 2 consumer warpgroups, or 3 at head dim 64; not "
                          f"{nwg} at {d}")
@@ -45,20 +81,39 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
     hb = d // 64  # 64-wide column blocks of a tile (a 128-byte swizzle row each)
     cz = int(causal)
     lz = int(d == 128 if lazy is None else lazy)
-    name = "attention" if (d, cz, pp, stages, hd, lz) == (128, 0, False, (2, 2), True, 1) else \
+    plain = not (window or varlen)  # the pinned builds: the causal mask or none, one length
+    name = "attention" if (d, cz, pp, stages, hd, lz, plain) == \
+        (128, 0, False, (2, 2), True, 1, True) else \
         f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}" + \
         ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}") + ("_hold" if hd else "") + \
-        ("" if nwg == 2 else f"_w{nwg}") + ("" if lz == (d == 128) else f"_lazy{lz}")
+        ("" if nwg == 2 else f"_w{nwg}") + ("" if lz == (d == 128) else f"_lazy{lz}") + \
+        ("_window" if window else "") + ("_varlen" if varlen else "")
 
-    def softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2,  # noqa: E741
-                first: bool) -> None:
-        """Mask block j's scores, update the row maxima and sums, and turn S into P (f32)."""
-        with k.if_((c0 + 128 > kv_seq) | (cz != 0) & (mb * bm + off < j * 128 + 127)):
+    def softmax(k, s, mx, l, fac, c0, j, mb, r0, sq, scale_log2,  # noqa: E741
+                first: bool, win=None) -> None:
+        """Mask block j's scores, update the row maxima and sums, and turn S into P (f32).
+        `sq`: the tile's Lengths; `win`: the window build's (left, right) bounds."""
+        if plain:
+            edge = (c0 + 128 > sq.kv_seq) | (cz != 0) & (mb * bm + sq.off < j * 128 + 127)
+        else:
+            edge = c0 + 128 > sq.kv_seq
+        if win is not None:  # some row's window ends before the block's end, or starts
+            # after its start (row r's diagonal key, r + kv_seq - seq, kept off u32's wrap)
+            edge = edge | (mb * bm + sq.kv_seq + win[1] < j * 128 + 127 + sq.seq) | \
+                (j * 128 + win[0] + sq.seq < mb * bm + (bm - 1) + sq.kv_seq)
+        with k.if_(edge):
             with k.for_("jj", 0, 16, unroll=True) as jj:
                 with k.for_("e", 0, 4, unroll=True) as e:
                     cc = k.let("cc", c0 + jj * 8 + e % 2)
-                    masked = k.let("masked",
-                                   (cc >= kv_seq) | (cz != 0) & (cc > r0 + e / 2 * 8 + off))
+                    if plain:
+                        masked = k.let("masked", (cc >= sq.kv_seq) |
+                                       (cz != 0) & (cc > r0 + e / 2 * 8 + sq.off))
+                    elif win is None:
+                        masked = k.let("masked", cc >= sq.kv_seq)
+                    else:  # the row's diagonal key: rr + kv_seq - seq
+                        rr = r0 + e / 2 * 8 + sq.kv_seq
+                        masked = k.let("masked", (cc >= sq.kv_seq) |
+                                       (cc + sq.seq > rr + win[1]) | (cc + sq.seq + win[0] < rr))
                     s[4 * jj + e] = k.select(masked, NEG, s[4 * jj + e])
         with k.for_("i", 0, 2, unroll=True) as i:
             m = k.let("m", NEG if first else mx[i])
@@ -71,7 +126,10 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                     k.assign(m, k.select((m - mx[i]) * scale_log2 > 8.0, m, mx[i]))
                 fac[i] = k.ex2((mx[i] - m) * scale_log2)
             mx[i] = m
-            ms = k.let("ms", (m if first else mx[i]) * scale_log2)
+            top = m if first else mx[i]
+            if not plain:  # a row whose keys so far are all masked: P = 0, not 2^(NEG - NEG)
+                top = k.max(top, EMPTY)
+            ms = k.let("ms", top * scale_log2)
             total = k.let("sum", 0.0)
             with k.for_("jj", 0, 16, unroll=True) as jj:
                 with k.for_("e", 0, 2, unroll=True) as e:
@@ -84,21 +142,57 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
         with k.for_("x", 0, 64, unroll=True) as x:
             p[x] = s[x].to(bf16)
 
-    def attention(ctx, q: tmap(bf16, 4), k: tmap(bf16, 4), v: tmap(bf16, 4), o: tmap(bf16, 4),
-                  lse: ptr(f32), seq: u32, kv_seq: u32, heads: u32, kv_heads: u32, batch: u32,
-                  scale_log2: f32):
-        kt, k = k, ctx  # the parameter is named k, as in the text; k is the context below
+    def body(k, a: dict) -> None:
+        """The kernel, its parameters by name in `a` (K's map is a["k"]; k is the context)."""
+        q, kt, v = a["q"], a["k"], a["v"]
+        seq, heads, kv_heads, batch = a["seq"], a["heads"], a["kv_heads"], a["batch"]
+        win = (a["window_left"], a["window_right"]) if window else None
         qp = k.pipeline("qp", 1, q=(bf16, [hb, bm, 64], 1024, 128))
         kp = k.pipeline("kp", stages[0], k=(bf16, [hb, BN, 64], 1024, 128))
         vp = k.pipeline("vp", stages[1], v=(bf16, [hb, BN, 64], 1024, 128, "mn"))
-        os_ = k.shared("os", bf16, [nwg, hb, 64, 64], align=1024, swizzle=128)
+        if not varlen:  # varlen stores O from registers: a tile may end inside the map
+            os_ = k.shared("os", bf16, [nwg, hb, 64, 64], align=1024, swizzle=128)
         mblocks = k.let("mblocks", (seq + (bm - 1)) / bm)
-        nkv = k.let("nkv", (kv_seq + 127) / 128)
-        off = k.let("off", kv_seq - seq)  # causal: row r sees keys <= r + off
+        if not varlen:
+            kv_seq = a["kv_seq"]
+            lengths = Lengths(seq=seq, kv_seq=kv_seq, nkv=k.let("nkv", (kv_seq + 127) / 128),
+                              off=k.let("off", kv_seq - seq) if plain else None)
 
-        def kv_blocks(mb):
-            """The key blocks query block mb reads (causal: up to its last row's diagonal)."""
-            return k.select(cz != 0, k.min((mb * bm + (bm - 1) + off) / 128 + 1, nkv), nkv)
+        def sequence(bh) -> Lengths:
+            """varlen: the lengths and first row and key of tile bh's sequence (at least one
+            key block, all masked where it has no key, so that O is 0)."""
+            b = k.let("b", bh / heads)
+            q0 = k.let("q0", a["cu_seqlens_q"][b].to(u32))
+            k0 = k.let("k0", a["cu_seqlens_k"][b].to(u32))
+            n = k.let("nq", a["cu_seqlens_q"][b + 1].to(u32) - q0)
+            nk = k.let("nk", a["cu_seqlens_k"][b + 1].to(u32) - k0)
+            return Lengths(seq=n, kv_seq=nk, nkv=k.let("nkv", k.max((nk + 127) / 128, 1)),
+                           q0=q0, k0=k0)
+
+        def kv_blocks(mb, sq):
+            """The first and the stop of the key blocks query block mb reads (causal: up to
+            its last row's diagonal; a window: from its first row's left edge to its last
+            row's right edge, at least one)."""
+            if plain:
+                return 0, k.let("nblocks", k.select(cz != 0, k.min((mb * bm + (bm - 1) + sq.off)
+                                                                   / 128 + 1, sq.nkv), sq.nkv))
+            if win is None:
+                return 0, sq.nkv
+            lo = k.let("lo", mb * bm + sq.kv_seq)  # the first row's diagonal key + seq
+            hi = k.let("hi", lo + (bm - 1) + win[1])  # the last row's last key + seq
+            return (k.let("jlo", k.select(lo > sq.seq + win[0],
+                                          (lo - sq.seq - win[0]) / 128, 0)),
+                    k.let("jhi", k.min(k.select(hi >= sq.seq, (hi - sq.seq) / 128 + 1, 1),
+                                       sq.nkv)))
+
+        def within(mb, sq):
+            """varlen: the tile's rows begin inside its sequence (else nothing is loaded): a
+            loop of 0 or 1 trips, not an `if`, since the verifier derives the pipelines'
+            arrival counts through loops of any trip count but not through branches on
+            memory."""
+            if not varlen:
+                return contextlib.nullcontext()
+            return k.for_("live", 0, k.select(mb * bm < sq.seq, 1, 0))
 
         nbh = k.let("nbh", batch * heads)
         ntiles = k.let("ntiles", mblocks * nbh)
@@ -121,105 +215,149 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                     with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
                         mb, bh = tile(t)
                         qh = k.let("qh", (bh % heads).to(s32))  # coordinates (.., head, batch)
-                        bb = k.let("bb", (bh / heads).to(s32))
+                        if varlen:  # coordinates (.., head, row)
+                            sq = sequence(bh)
+                        else:
+                            sq, bb = lengths, k.let("bb", (bh / heads).to(s32))
                         kvh = k.let("kvh", (bh % heads / group).to(s32))
-                        nblocks = k.let("nblocks", kv_blocks(mb))
-                        k.acquire(qp)
-                        with k.for_("h", 0, hb, unroll=True) as h:
-                            k.tma_load(qp.q[h], q, [(h * 64).to(s32), (mb * bm).to(s32), qh, bb])
-                        k.commit(qp)
-                        with k.for_("j", 0, nblocks) as j:
-                            for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
-                                k.acquire(pipe)
-                                with k.for_("h", 0, hb, unroll=True) as h:
-                                    k.tma_load(getattr(pipe, buf)[h], tm, [(h * 64).to(s32),
-                                               (j * 128).to(s32), kvh, bb])
-                                k.commit(pipe)
+                        with within(mb, sq):
+                            first, stop = kv_blocks(mb, sq)
+                            k.acquire(qp)
+                            with k.for_("h", 0, hb, unroll=True) as h:
+                                k.tma_load(qp.q[h], q, [(h * 64).to(s32), qh,
+                                                        (sq.q0 + mb * bm).to(s32)] if varlen
+                                           else [(h * 64).to(s32), (mb * bm).to(s32), qh, bb])
+                            k.commit(qp)
+                            with k.for_("j", first, stop) as j:
+                                for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
+                                    k.acquire(pipe)
+                                    with k.for_("h", 0, hb, unroll=True) as h:
+                                        k.tma_load(getattr(pipe, buf)[h], tm, [
+                                            (h * 64).to(s32), kvh, (sq.k0 + j * 128).to(s32)]
+                                            if varlen else [(h * 64).to(s32), (j * 128).to(s32),
+                                                            kvh, bb])
+                                    k.commit(pipe)
         with k.role("consumer", 4, 4 + 4 * nwg, regs=240 if nwg == 2 else 160):
             wg, leader, row, col = consumer_lanes(k)
             with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
                 with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
                     mb, bh = tile(t)
-                    nblocks = k.let("nblocks", kv_blocks(mb))
-                    r0 = k.let("r0", mb * bm + wg * 64 + row)
-                    s = k.let("s", type=array(f32, 64))
-                    p = k.let("p", type=array(bf16, 64))
-                    acc = k.let("acc", type=array(f32, d // 2))
-                    mx = k.let("mx", type=array(f32, 2))
-                    l = k.let("l", type=array(f32, 2))  # noqa: E741
-                    fac = k.let("fac", type=array(f32, 2))
+                    sq = sequence(bh) if varlen else lengths
+                    with within(mb, sq):
+                        consume(k, a, mb, bh, sq, kv_blocks(mb, sq), (wg, leader, row, col),
+                                (qp, kp, vp), None if varlen else os_, win)
+            if not varlen:
+                with k.if_(leader):
+                    k.bulk_wait(0)
 
-                    def qk() -> None:
-                        """S = Q K_j^T, issued as one group."""
-                        k.wgmma_fence()
-                        with k.for_("kk", 0, d // 16, unroll=True) as kk:
-                            k.wgmma(s, qp.q[kk / 4, wg * 64, kk % 4 * 16],
-                                    kp.k[kk / 4, 0, kk % 4 * 16], kk > 0)
-                        k.wgmma_commit()
+    def consume(k, a, mb, bh, sq, blocks, lanes, pipes, os_, win) -> None:
+        """A consumer warpgroup's tile: its 64 rows of O over key blocks `blocks` (first,
+        stop), stored through os_ by TMA, or (varlen: os_ None) row by row from registers."""
+        (first, stop), (wg, leader, row, col), (qp, kp, vp) = blocks, lanes, pipes
+        scale_log2, heads = a["scale_log2"], a["heads"]
+        r0 = k.let("r0", mb * bm + wg * 64 + row)
+        s = k.let("s", type=array(f32, 64))
+        p = k.let("p", type=array(bf16, 64))
+        acc = k.let("acc", type=array(f32, d // 2))
+        mx = k.let("mx", type=array(f32, 2))
+        l = k.let("l", type=array(f32, 2))  # noqa: E741
+        fac = k.let("fac", type=array(f32, 2))
 
-                    def pv(accumulate) -> None:
-                        """O += P V_j with P from registers, issued as one group."""
-                        k.wgmma_fence()
-                        with k.for_("kk", 0, 8, unroll=True) as kk:
-                            k.wgmma(acc, k.frag(p, kk), vp.v[0, kk * 16, 0], accumulate | (kk > 0))
-                        k.wgmma_commit()
+        def qk() -> None:
+            """S = Q K_j^T, issued as one group."""
+            k.wgmma_fence()
+            with k.for_("kk", 0, d // 16, unroll=True) as kk:
+                k.wgmma(s, qp.q[kk / 4, wg * 64, kk % 4 * 16],
+                        kp.k[kk / 4, 0, kk % 4 * 16], kk > 0)
+            k.wgmma_commit()
 
-                    k.wait(qp)
-                    k.wait(kp)
-                    with k.turn(pp):
-                        qk()
-                    k.wgmma_wait(0)
-                    k.release(kp)
-                    softmax(k, s, mx, l, fac, col, 0, mb, r0, kv_seq, off, scale_log2, True)
-                    to_bf16(k, s, p)
-                    with k.for_("j", 1, nblocks) as j:
-                        k.wait(kp)
-                        k.wait(vp)
-                        with k.turn(pp):
-                            qk()
-                            pv(j > 1)
-                        k.wgmma_wait(1)
-                        k.release(kp)
-                        c0 = k.let("c0", j * 128 + col)
-                        softmax(k, s, mx, l, fac, c0, j, mb, r0, kv_seq, off, scale_log2, False)
-                        with k.if_(hd != 0):
-                            k.fence_cta()  # the wait stays after the softmax
-                        k.wgmma_wait(0)
-                        k.release(vp)
-                        with k.if_((lz == 0) | (fac[0] != 1.0) | (fac[1] != 1.0)):
-                            with k.for_("x", 0, d // 2, unroll=True) as x:
-                                acc[x] = acc[x] * fac[x % 4 / 2]
-                        to_bf16(k, s, p)
-                    k.wait(vp)
-                    with k.turn(pp):
-                        pv(nblocks > 1)
-                    k.wgmma_wait(0)
-                    k.release(vp)
-                    k.release(qp)
-                    with k.for_("i", 0, 2, unroll=True) as i:
-                        l[i] = l[i] + k.shfl_xor(l[i], 1)
-                        l[i] = l[i] + k.shfl_xor(l[i], 2)
-                        fac[i] = k.rcp(l[i])
-                        with k.if_((k.laneid % 4 == 0) & (r0 + i * 8 < seq)):
-                            lse[bh * seq + r0 + i * 8] = (mx[i] * scale_log2 + k.lg2(l[i])) * LN2
-                    with k.if_(leader):
-                        k.bulk_wait_read(0)
-                    k.bar_sync(8 + wg, 128)
+        def pv(accumulate) -> None:
+            """O += P V_j with P from registers, issued as one group."""
+            k.wgmma_fence()
+            with k.for_("kk", 0, 8, unroll=True) as kk:
+                k.wgmma(acc, k.frag(p, kk), vp.v[0, kk * 16, 0], accumulate | (kk > 0))
+            k.wgmma_commit()
+
+        k.wait(qp)
+        k.wait(kp)
+        with k.turn(pp):
+            qk()
+        k.wgmma_wait(0)
+        k.release(kp)
+        c0 = col if win is None else k.let("cfirst", first * 128 + col)
+        softmax(k, s, mx, l, fac, c0, first, mb, r0, sq, scale_log2, True, win)
+        to_bf16(k, s, p)
+        with k.for_("j", first + 1, stop) as j:
+            k.wait(kp)
+            k.wait(vp)
+            with k.turn(pp):
+                qk()
+                pv(j > first + 1)
+            k.wgmma_wait(1)
+            k.release(kp)
+            c0 = k.let("c0", j * 128 + col)
+            softmax(k, s, mx, l, fac, c0, j, mb, r0, sq, scale_log2, False, win)
+            with k.if_(hd != 0):
+                k.fence_cta()  # the wait stays after the softmax
+            k.wgmma_wait(0)
+            k.release(vp)
+            with k.if_((lz == 0) | (fac[0] != 1.0) | (fac[1] != 1.0)):
+                with k.for_("x", 0, d // 2, unroll=True) as x:
+                    acc[x] = acc[x] * fac[x % 4 / 2]
+            to_bf16(k, s, p)
+        k.wait(vp)
+        with k.turn(pp):
+            pv(stop > first + 1)
+        k.wgmma_wait(0)
+        k.release(vp)
+        k.release(qp)
+        with k.for_("i", 0, 2, unroll=True) as i:
+            l[i] = l[i] + k.shfl_xor(l[i], 1)
+            l[i] = l[i] + k.shfl_xor(l[i], 2)
+            # a row that sees no key (a window, or a sequence without keys) has l = 0: O = 0
+            fac[i] = k.rcp(l[i]) if plain else k.select(l[i] > 0.0, k.rcp(l[i]), 0.0)
+            with k.if_((k.laneid % 4 == 0) & (r0 + i * 8 < sq.seq)):
+                at = (bh % heads * a["total_q"] + sq.q0 if varlen else bh * sq.seq) + r0 + i * 8
+                a["lse"][at] = (mx[i] * scale_log2 + k.lg2(l[i])) * LN2
+        if varlen:
+            with k.for_("i", 0, 2, unroll=True) as i:
+                with k.if_(r0 + i * 8 < sq.seq):  # rows past the sequence's are the next's
+                    at = k.let("at", ((sq.q0 + r0 + i * 8) * heads + bh % heads) * d + col)
                     with k.for_("jj", 0, d // 8, unroll=True) as jj:
-                        with k.for_("i", 0, 2, unroll=True) as i:
-                            os_[wg, jj / 8, row + i * 8, jj % 8 * 8 + col] = k.bf16x2(
-                                (acc[4 * jj + 2 * i] * fac[i]).to(bf16),
-                                (acc[4 * jj + 2 * i + 1] * fac[i]).to(bf16))
-                    k.fence_proxy_async()
-                    k.bar_sync(8 + wg, 128)
-                    with k.if_(leader):
-                        with k.for_("h", 0, hb, unroll=True) as h:
-                            k.tma_store(o, [(h * 64).to(s32), (mb * bm + wg * 64).to(s32),
-                                            (bh % heads).to(s32), (bh / heads).to(s32)], os_[wg, h])
-                        k.bulk_commit()
-            with k.if_(leader):
-                k.bulk_wait(0)
+                        a["o"][at + jj * 8] = k.bf16x2(
+                            (acc[4 * jj + 2 * i] * fac[i]).to(bf16),
+                            (acc[4 * jj + 2 * i + 1] * fac[i]).to(bf16))
+            return
+        with k.if_(leader):
+            k.bulk_wait_read(0)
+        k.bar_sync(8 + wg, 128)
+        with k.for_("jj", 0, d // 8, unroll=True) as jj:
+            with k.for_("i", 0, 2, unroll=True) as i:
+                os_[wg, jj / 8, row + i * 8, jj % 8 * 8 + col] = k.bf16x2(
+                    (acc[4 * jj + 2 * i] * fac[i]).to(bf16),
+                    (acc[4 * jj + 2 * i + 1] * fac[i]).to(bf16))
+        k.fence_proxy_async()
+        k.bar_sync(8 + wg, 128)
+        with k.if_(leader):
+            with k.for_("h", 0, hb, unroll=True) as h:
+                k.tma_store(a["o"], [(h * 64).to(s32), (mb * bm + wg * 64).to(s32),
+                                     (bh % heads).to(s32), (bh / heads).to(s32)], os_[wg, h])
+            k.bulk_commit()
 
+    params = [(x, tmap(bf16, 3 if varlen else 4)) for x in "qkv"] + \
+        [("o", ptr(bf16) if varlen else tmap(bf16, 4)), ("lse", ptr(f32))] + \
+        ([("cu_seqlens_q", ptr(s32)), ("cu_seqlens_k", ptr(s32)), ("seq", u32),
+          ("total_q", u32)] if varlen else [("seq", u32), ("kv_seq", u32)]) + \
+        [("heads", u32), ("kv_heads", u32), ("batch", u32), ("scale_log2", f32)] + \
+        ([("window_left", u32), ("window_right", u32)] if window else [])
+
+    def attention(ctx, *args) -> None:
+        body(ctx, {name: arg for (name, _), arg in zip(params, args, strict=True)})
+
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    attention.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("ctx", kind)] + [inspect.Parameter(n, kind, annotation=t)
+                                            for n, t in params])
     return ptxdsl.kernel(threads=128 * (nwg + 1), name=name)(attention)
 
 
@@ -231,16 +369,28 @@ def block_rows(nwg: int = 2) -> int:
 attention = make_attention()
 
 
-def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float):
+def window_mask(seq: int, kv_seq: int, causal: bool = False,
+                window: tuple[int, int] = (-1, -1)) -> np.ndarray:
+    """The (seq, kv_seq) keys each query row sees: causal, or the window (left, right) in
+    keys, -1 unbounded (FlashAttention's window_size), both aligned to the end: row r's
+    diagonal is key r + kv_seq - seq."""
+    left, right = window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    rel = np.arange(kv_seq)[None, :] - np.arange(seq)[:, None] - (kv_seq - seq)
+    return ((left < 0) | (rel >= -left)) & ((right < 0) | (rel <= right))
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
+              window: tuple[int, int] = (-1, -1)):
     """(O, LSE) in float64 for float Q (B, H, S, D), K and V (B, KVH, S_kv, D); the causal
-    mask is aligned to the end (query row r sees keys up to r + S_kv - S)."""
+    mask and the window are aligned to the end (window_mask)."""
     group = q.shape[1] // k.shape[1]
     k = np.repeat(k, group, axis=1).astype(np.float64)
     v = np.repeat(v, group, axis=1).astype(np.float64)
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
-    if causal:
-        sq, skv = s.shape[-2:]
-        s = np.where(np.tril(np.ones((sq, skv), bool), skv - sq), s, -np.inf)
+    if causal or window != (-1, -1):
+        s = np.where(window_mask(*s.shape[-2:], causal, window), s, -np.inf)
     mx = s.max(-1, keepdims=True)
     e = np.exp(s - mx)
     total = e.sum(-1, keepdims=True)
@@ -249,12 +399,14 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: 
 
 def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: int = 1,
             seq: int = 200, d: int = 128, causal: bool = False, grid: int | None = None,
-            defines: dict | None = None, kv_seq: int | None = None, nwg: int = 2) -> dict:
+            defines: dict | None = None, kv_seq: int | None = None, nwg: int = 2,
+            window: tuple[int, int] | None = None) -> dict:
     """Random bf16 Q, K, V; the reference is attention in float64 on the bf16 values.
     `defines` (the text sample's -D D=64 -D CAUSAL=1) override d and causal (the kernel is
     built by the caller; the inputs do not depend on PINGPONG). `kv_seq`: the keys' length
     (default `seq`; at least `seq` when causal). `nwg`: the kernel's consumer warpgroups (its
-    tile's query rows, `block_rows`; -D NWG=3)."""
+    tile's query rows, `block_rows`; -D NWG=3). `window`: (left, right) for a window build
+    (make_attention(window=True)), -1 unbounded, at least kv_seq keys."""
     from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     if defines:
@@ -262,28 +414,86 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
         causal = bool(int(str(defines.get("CAUSAL", int(causal))), 0))
         nwg = int(str(defines.get("NWG", nwg)), 0)
     kv_seq = seq if kv_seq is None else kv_seq
-    if causal and kv_seq < seq:
-        raise ValueError(f"causal attention needs kv_seq >= seq, got {kv_seq} < {seq}")
+    if (causal or window) and kv_seq < seq:
+        raise ValueError(f"causal or windowed attention needs kv_seq >= seq, got {kv_seq} < "
+                         f"{seq}")
     shape = (batch, heads, seq, d)
     kv_shape = (batch, kv_heads, kv_seq, d)
     q = f32_to_bf16(rng.standard_normal(shape, np.float32))
     k = f32_to_bf16(rng.standard_normal(kv_shape, np.float32))
     v = f32_to_bf16(rng.standard_normal(kv_shape, np.float32))
     scale = 1.0 / math.sqrt(d)
-    ref_o, ref_lse = reference(bf16_to_f32(q), bf16_to_f32(k), bf16_to_f32(v), causal, scale)
+    ref_o, ref_lse = reference(bf16_to_f32(q), bf16_to_f32(k), bf16_to_f32(v), causal, scale,
+                               window or (-1, -1))
     bm = block_rows(nwg)
     tiles = -(-seq // bm) * batch * heads
     box = {"swizzle": "128B"}
     return {"grid": grid or min(132, tiles),
             "inputs": {"q": q, "k": k, "v": v, "seq": seq, "kv_seq": kv_seq, "heads": heads,
                        "kv_heads": kv_heads, "batch": batch,
-                       "scale_log2": np.float32(scale * math.log2(math.e))},
+                       "scale_log2": np.float32(scale * math.log2(math.e)),
+                       **({} if window is None else dict(zip(
+                           ("window_left", "window_right"), window_bounds(window, kv_seq),
+                           strict=True)))},
             "tensor_maps": {"q": {"box": (1, 1, bm, 64), **box},
                             "k": {"box": (1, 1, BN, 64), **box},
                             "v": {"box": (1, 1, BN, 64), **box},
                             "o": {"box": (1, 1, 64, 64), **box}},
             "outputs": {"o": np.zeros(shape, np.uint16),
                         "lse": np.zeros(batch * heads * seq, np.float32)},
+            "expected": {"o": ref_o, "lse": ref_lse.reshape(-1)},
+            "rtol": 2 ** -6, "atol": 2 ** -6}
+
+
+def window_bounds(window: tuple[int, int], kv_seq: int) -> tuple[int, int]:
+    """A window build's window_left and window_right for FlashAttention's window_size
+    (left, right), -1 unbounded: kv_seq keys are unbounded (a row's diagonal is a key)."""
+    left, right = window
+    return (kv_seq if left < 0 else min(left, kv_seq), kv_seq if right < 0 else min(right, kv_seq))
+
+
+def example_varlen(rng: np.random.Generator, lengths: list[tuple[int, int]], heads: int = 2,
+                   kv_heads: int = 1, d: int = 64, nwg: int = 2,
+                   window: tuple[int, int] | None = None, grid: int | None = None) -> dict:
+    """Random bf16 packed sequences for a varlen build (make_attention(varlen=True), with
+    window=True where `window` is given): `lengths` is each sequence's (query rows, keys);
+    Q (total_q, heads, d), K and V (total_k, kv_heads, d); the reference is attention in
+    float64 per sequence (O = 0 for a sequence without keys), the LSE (heads, total_q)."""
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
+
+    nq, nk = (np.array([n[i] for n in lengths]) for i in (0, 1))
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (nq, nk))
+    total_q, total_k = int(cu_q[-1]), int(cu_k[-1])
+    q = f32_to_bf16(rng.standard_normal((total_q, heads, d), np.float32))
+    k, v = (f32_to_bf16(rng.standard_normal((total_k, kv_heads, d), np.float32)) for _ in "kv")
+    scale = 1.0 / math.sqrt(d)
+    ref_o = np.zeros((total_q, heads, d))
+    ref_lse = np.zeros((heads, total_q))
+    for b in range(len(lengths)):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if nk[b] == 0:  # queries without keys: O = 0 (FlashAttention's), the LSE -inf
+            ref_lse[:, rows] = -np.inf
+            continue
+        o_b, lse_b = reference(*(bf16_to_f32(x[part]).transpose(1, 0, 2)[None]
+                                 for x, part in ((q, rows), (k, keys), (v, keys))),
+                               False, scale, window or (-1, -1))
+        ref_o[rows], ref_lse[:, rows] = o_b[0].transpose(1, 0, 2), lse_b[0]
+    bm = block_rows(nwg)
+    seq = int(nq.max())
+    box = {"swizzle": "128B"}
+    inputs = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k, "seq": seq,
+              "total_q": total_q, "heads": heads, "kv_heads": kv_heads, "batch": len(lengths),
+              "scale_log2": np.float32(scale * math.log2(math.e))}
+    if window is not None:
+        left, right = window_bounds(window, total_k)
+        inputs |= {"window_left": left, "window_right": right}
+    return {"grid": grid or min(132, -(-seq // bm) * len(lengths) * heads),
+            "inputs": inputs,
+            "tensor_maps": {"q": {"box": (bm, 1, 64), **box},
+                            "k": {"box": (BN, 1, 64), **box},
+                            "v": {"box": (BN, 1, 64), **box}},
+            "outputs": {"o": np.zeros((total_q, heads, d), np.uint16),
+                        "lse": np.zeros(heads * total_q, np.float32)},
             "expected": {"o": ref_o, "lse": ref_lse.reshape(-1)},
             "rtol": 2 ** -6, "atol": 2 ** -6}
 

@@ -1,5 +1,6 @@
-"""`torch.ops.ptxdsl.attention(q, k, v, causal=False, scale=None)`: softmax(Q K^T scale) V, the
-library's FlashAttention-3-style forward kernel (ptxdsl/kernels/attention.ptxdsl).
+"""`torch.ops.ptxdsl.attention(q, k, v, causal=False, scale=None, window_left=-1,
+window_right=-1)`: softmax(Q K^T scale) V, the library's FlashAttention-3-style forward kernel
+(ptxdsl/kernels/attention.ptxdsl).
 
 q is (B, H, S, D), k and v (B, KVH, S_kv, D), bf16, head dim 64 or 128, KVH dividing H
 (GQA/MQA), as `torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)` takes
@@ -10,7 +11,20 @@ Any strides a tensor map takes (unit stride in D, the others multiples of 16 byt
 read in place: (B, S, H, D) tensors transposed to (B, H, S, D), or the first S_kv rows of a
 longer KV cache. Whether the consumer warpgroups take turns, whether the wait for P V is held
 after the softmax, and at head dim 64 whether three consumer warpgroups (192-row tiles) or two
-run, is tuned per shape.
+run, is tuned per shape. A sliding window (window_left, window_right as FlashAttention's
+window_size, -1 unbounded, causal making the right bound 0) runs the kernel's window build:
+row r sees keys r + S_kv - S - window_left .. r + S_kv - S + window_right (S_kv >= S), and a
+query tile skips the key blocks outside its rows' windows.
+
+`torch.ops.ptxdsl.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=-1,
+causal=False, scale=None, window_left=-1, window_right=-1)`: packed sequences of different
+lengths, as FlashAttention's varlen functions take them: q (total_q, H, D), k and v (total_k,
+KVH, D), int32 cu_seqlens (B + 1) of the sequences' first rows and keys (read on the GPU;
+nothing checks them there: they must rise from 0 to total_q and total_k), max_seqlen_q the
+longest sequence's query rows (-1: total_q, correct but walking many empty tiles; one too
+small leaves rows unwritten); the output (total_q, H, D). Causal and the window align to
+each sequence's end; a row that sees no key (a sequence without keys) gets zeros. Forward
+only (autograd refuses it), untuned (the first config).
 
 The backward is ptxdsl's (ptxdsl/torch/attention_bwd.py, `torch.ops.ptxdsl.attention_backward`):
 a call that needs a gradient runs `torch.ops.ptxdsl.attention_lse` in the op's place, which
@@ -20,8 +34,8 @@ backward, O is saved: writing into the output in place before the backward makes
 refuse it (a modified saved tensor). The backward is
 deterministic where torch.use_deterministic_algorithms(True) asks. The backward kernels take
 every dtype, head dim and GQA the forward does; sizes they do not take (no query rows, or
-element offsets past 2**32: `attention_bwd.takes`) are differentiated by torch instead, its
-SDPA recomputed on the saved q, k, v."""
+element offsets past 2**32: `attention_bwd.takes`) and windowed calls are differentiated by
+torch instead, its SDPA recomputed on the saved q, k, v (with the window's mask)."""
 
 from __future__ import annotations
 
@@ -31,6 +45,7 @@ from typing import Any, Protocol
 
 import torch
 
+from ..kernels.attention import window_bounds
 from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas
 from ..runtime.tensormap import TensorMap
@@ -53,19 +68,32 @@ _S32 = 2**31
 
 
 @cache
-def _tuner(d: int, causal: bool) -> Any:
+def _tuner(d: int, causal: bool, window: bool) -> Any:
     def recipe(config: Any) -> Any:
-        return attention_recipe(d, causal, config["pingpong"], config["hold"], config["nwg"])
+        return attention_recipe(d, causal, config["pingpong"], config["hold"], config["nwg"],
+                                window)
 
-    name = f"ptxdsl::attention_d{d}{'_causal' if causal else ''}"
+    name = f"ptxdsl::attention_d{d}{'_causal' if causal else ''}{'_window' if window else ''}"
     return autotune.tuner(name, attention_configs(d), recipe)
 
 
 @cache
-def _loaded(d: int, causal: bool, pingpong: int, hold: int, nwg: int,
-            device: int) -> tuple[Kernel, int]:
-    kernel = attention_kernel(d, causal, pingpong, hold, nwg).program().kernel(device=device)
+def _loaded(d: int, causal: bool, pingpong: int, hold: int, nwg: int, window: bool,
+            device: int, varlen: bool = False) -> tuple[Kernel, int]:
+    kernel = attention_kernel(d, causal, pingpong, hold, nwg, window, varlen).program().kernel(
+        device=device)
     return kernel, resident_ctas(kernel, 1, device)
+
+
+def mask_of(causal: bool, left: int, right: int) -> tuple[bool, tuple[int, int] | None]:
+    """(causal, window) of a call with `causal` and window_left / window_right as
+    FlashAttention's window_size takes them (-1 unbounded; causal makes the right bound 0):
+    the sliding window (left, right) in keys, or None where it bounds nothing the causal
+    mask (or none) does not; causal spelled as the window (-1, 0) is causal."""
+    right = 0 if causal else right
+    if left < 0 and right <= 0:
+        return right == 0, None
+    return False, (left, right)
 
 
 def check(args: Args) -> str | None:
@@ -82,9 +110,17 @@ def check(args: Args) -> str | None:
         return f"k's heads must divide q's ({h}), got {hk}"
     if skv < 1 and s > 0:
         return "k and v must hold at least one key"
-    if args["causal"] and skv < s:
+    left, right = args["window_left"], args["window_right"]
+    if min(left, right) < -1:
+        return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
+                f"({left}, {right})")
+    causal, window = mask_of(bool(args["causal"]), left, right)
+    if causal and skv < s:
         return (f"causal attention needs at least as many keys as queries (the mask aligns "
                 f"to the end), got S = {s} queries and S_kv = {skv} keys")
+    if window is not None and skv < s:
+        return (f"a sliding window needs at least as many keys as queries (it aligns to the "
+                f"end, as the causal mask), got S = {s} queries and S_kv = {skv} keys")
     scale = args["scale"]
     if scale is not None and not (0 < scale < math.inf):
         return f"scale must be positive and finite, got {scale}"
@@ -105,15 +141,15 @@ def _map(x: torch.Tensor, box_rows: int) -> TensorMap:
     return TensorMap(x, box=(1, 1, box_rows, 64), swizzle="128B")
 
 
-def packed(q: torch.Tensor, out: torch.Tensor, kv_heads: int,
-           causal: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+def packed(q: torch.Tensor, out: torch.Tensor, kv_heads: int, causal: bool,
+           window: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
     """q and out (B, H, S, D) seen as (B, KVH, H / KVH * S, D): the query heads that share a
     KV head stacked as rows of one head, so that short queries (decode) fill the query tiles
     (128 or 192 rows) instead of padding them. Only where the mask allows it (not causal, or
-    S = 1, where the causal mask hides nothing), S is below 128 and the strides let the heads
-    and rows merge; else None."""
+    S = 1, where the causal mask hides nothing; no `window`), S is below 128 and the strides
+    let the heads and rows merge; else None."""
     b, h, s, d = q.shape
-    if h == kv_heads or s >= BLOCK or (causal and s > 1):
+    if h == kv_heads or s >= BLOCK or (causal and s > 1) or window:
         return None
     if s > 1 and q.stride(1) != s * q.stride(2):  # heads and rows do not merge in q
         return None
@@ -128,7 +164,10 @@ def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
     d = q.shape[3]
     kvh, skv = k.shape[1], k.shape[2]
     scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
-    stacked = packed(q, out, kvh, causal)
+    causal, window = mask_of(causal, args["window_left"], args["window_right"])
+    # the window build's window_left and window_right (kv_seq keys are unbounded)
+    bounds = () if window is None else window_bounds(window, skv)
+    stacked = packed(q, out, kvh, causal, window is not None)
     if stacked is not None:  # views of the same memory: the maps take their shapes
         q, out = stacked
         causal = False  # S = 1 or not causal
@@ -140,7 +179,8 @@ def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
 
     def runner(config: Any, o: torch.Tensor) -> Launch:
         nwg = config["nwg"]
-        kernel, resident = _loaded(d, causal, config["pingpong"], config["hold"], nwg, device)
+        kernel, resident = _loaded(d, causal, config["pingpong"], config["hold"], nwg,
+                                   window is not None, device)
         grid = min(-(-s // (64 * nwg)) * b * h, resident)
         qm, om = _map(q, 64 * nwg), _map(o, 64)
 
@@ -151,7 +191,7 @@ def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
                 lse = tq.new_empty(lse_size, dtype=torch.float32)
             kernel[grid, None, stream](qm.at(tq.data_ptr()), km.at(tk.data_ptr()),
                                        vm.at(tv.data_ptr()), om.at(out.data_ptr()), lse, s, skv,
-                                       h, kvh, b, log2_scale)
+                                       h, kvh, b, log2_scale, *bounds)
 
         return launch
 
@@ -164,8 +204,8 @@ def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
 
     # lengths rounded up to powers of two: sequences vary, the best choice barely does
     shape = (b * h, h // kvh, 1 << (s - 1).bit_length(), 1 << (skv - 1).bit_length())
-    config = _tuner(d, causal).choose(shape, trial, autotune.close(2**-6), device=device,
-                                      tune=autotune.tuning_allowed())
+    config = _tuner(d, causal, window is not None).choose(
+        shape, trial, autotune.close(2**-6), device=device, tune=autotune.tuning_allowed())
     return runner(config, out)
 
 
@@ -184,6 +224,8 @@ PARAMS = (
     TensorParam(name="v", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
     ScalarParam(name="causal", type="bool", default=False),
     ScalarParam(name="scale", type="float?", default=None),
+    ScalarParam(name="window_left", type="int", default=-1),
+    ScalarParam(name="window_right", type="int", default=-1),
 )
 
 SPEC = OpSpec(name="attention", params=PARAMS, check=check, output=output, plan=_launcher)
@@ -193,13 +235,30 @@ LSE_SPEC = OpSpec(name="attention_lse", params=PARAMS, check=check, output=outpu
                   extra_outputs=(_lse,), plan=_plan_lse)
 
 
+def window_mask(s: int, skv: int, window: tuple[int, int], device: Any) -> torch.Tensor:
+    """The (s, skv) keys each query row sees through the window (left, right), -1 unbounded,
+    aligned to the end: row r's diagonal is key r + skv - s."""
+    rel = (torch.arange(skv, device=device)[None, :] - torch.arange(s, device=device)[:, None]
+           - (skv - s))
+    left, right = window
+    seen = torch.ones(s, skv, dtype=torch.bool, device=device)
+    if left >= 0:
+        seen &= rel >= -left
+    if right >= 0:
+        seen &= rel <= right
+    return seen
+
+
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-         scale: float | None) -> torch.Tensor:
+         scale: float | None, window: tuple[int, int] | None = None) -> torch.Tensor:
     """The same attention with torch's scaled_dot_product_attention (its causal mask aligned
-    to the end like the op's)."""
+    to the end like the op's; `window` as mask_of gives it)."""
     import torch.nn.functional as F
 
     s, skv = q.shape[2], k.shape[2]
+    if window is not None:
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True,
+                                              attn_mask=window_mask(s, skv, window, q.device))
     if causal and s != skv:
         mask = torch.ones(s, skv, dtype=torch.bool, device=q.device).tril(skv - s)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
@@ -209,34 +268,132 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 
 
 def _setup(ctx: Any, inputs: tuple, output: tuple[torch.Tensor, torch.Tensor]) -> None:
-    q, k, v, causal, scale = inputs
-    ctx.causal, ctx.scale = bool(causal), scale
+    q, k, v, causal, scale, left, right = inputs
+    ctx.scale = scale
+    ctx.causal, ctx.window = mask_of(bool(causal), left, right)
     ctx.save_for_backward(q, k, v, *output)  # O and the LSE from attention_lse
 
 
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     """dL/dq, dL/dk, dL/dv by ptxdsl's backward kernels (deterministic where torch is asked
-    for deterministic algorithms), or where they do not take the sizes, by torch."""
+    for deterministic algorithms), or where they do not take the sizes or the call has a
+    sliding window, by torch."""
     q, k, v, o, lse = ctx.saved_tensors
     b, h, s, d = q.shape
-    if takes(b, h, s, k.shape[2], d):
+    if ctx.window is None and takes(b, h, s, k.shape[2], d):
         dq, dk, dv = attention_backward(q, k, v, o, lse, grad.contiguous(), ctx.causal,
                                         ctx.scale, torch.are_deterministic_algorithms_enabled())
     else:
-        dq, dk, dv = recomputed(q, k, v, grad, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None
+        dq, dk, dv = recomputed(q, k, v, grad, ctx.causal, ctx.scale, ctx.window)
+    return dq, dk, dv, None, None, None, None
 
 
 def recomputed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torch.Tensor,
-               causal: bool, scale: float | None) -> tuple[torch.Tensor, ...]:
+               causal: bool, scale: float | None,
+               window: tuple[int, int] | None = None) -> tuple[torch.Tensor, ...]:
     """The gradients by torch: its SDPA recomputed on q, k and v and differentiated (for
-    what the backward kernels do not take: no query, or offsets past 2**32 elements)."""
+    what the backward kernels do not take: no query, offsets past 2**32 elements, or a
+    sliding window)."""
     with torch.enable_grad():
         lq, lk, lv = (t.detach().requires_grad_() for t in (q, k, v))
-        out = sdpa(lq, lk, lv, causal, scale)
+        out = sdpa(lq, lk, lv, causal, scale, window)
         return torch.autograd.grad(out, (lq, lk, lv), grad)
 
 
+def check_varlen(args: Args) -> str | None:
+    q, k, v = args["q"], args["k"], args["v"]
+    cu_q, cu_k = args["cu_seqlens_q"], args["cu_seqlens_k"]
+    (total_q, h, d), (total_k, hk, dk) = q.shape, k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        return f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}"
+    if dk != d:
+        return f"k and v must be (total_k, KVH, D) with q's D = {d}, got {tuple(k.shape)}"
+    if d not in ATTENTION_HEAD_DIMS:
+        return f"the head dim (q's last dimension) must be 64 or 128, got {d}"
+    if hk < 1 or h % hk:
+        return f"k's heads must divide q's ({h}), got {hk}"
+    if cu_q.shape[0] < 2 or cu_k.shape != cu_q.shape:
+        return (f"cu_seqlens_q and cu_seqlens_k must both be (B + 1,) with B >= 1, got "
+                f"{tuple(cu_q.shape)} and {tuple(cu_k.shape)}")
+    if total_k < 1 and total_q > 0:
+        return "k and v must hold at least one key"
+    maxq = args["max_seqlen_q"]
+    if maxq < -1 or maxq == 0 and total_q > 0 or maxq > total_q:
+        return (f"max_seqlen_q must be the longest sequence's query rows (1 .. total_q = "
+                f"{total_q}), or -1 (total_q), got {maxq}")
+    left, right = args["window_left"], args["window_right"]
+    if min(left, right) < -1:
+        return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
+                f"({left}, {right})")
+    scale = args["scale"]
+    if scale is not None and not (0 < scale < math.inf):
+        return f"scale must be positive and finite, got {scale}"
+    if max(total_q * h, total_k) >= _S32:
+        return f"total_q * H and total_k must be below 2**31, got {total_q * h}, {total_k}"
+    return None
+
+
+def varlen_window(args: Args) -> tuple[int, int] | None:
+    """The window of a varlen call (its build has no causal form: causal is the window
+    (window_left, 0)); None without a mask."""
+    causal, window = mask_of(bool(args["causal"]), args["window_left"], args["window_right"])
+    return (-1, 0) if causal else window
+
+
+def varlen_scalars(args: Args) -> tuple[int | float, ...]:
+    """The varlen kernel's scalar arguments, in its parameter order (seq .. scale_log2, and
+    a window's window_left and window_right): the walk's query rows a sequence (max_seqlen_q,
+    or total_q), total_q, the heads, B and the scale in log2 units."""
+    q, k = args["q"], args["k"]
+    (total_q, h, d), (total_k, kvh, _) = q.shape, k.shape
+    seq = total_q if args["max_seqlen_q"] < 0 else args["max_seqlen_q"]
+    window = varlen_window(args)
+    scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
+    return (seq, total_q, h, kvh, args["cu_seqlens_q"].shape[0] - 1,
+            scale * math.log2(math.e), *(window_bounds(window, total_k) if window else ()))
+
+
+def _plan_varlen(args: Args, out: torch.Tensor, stream: int) -> Run:
+    """The varlen build's launch, untuned: the first of attention_configs (the benchmark's
+    fastest on equal lengths)."""
+    q = args["q"]
+    total_q, h, d = q.shape
+    values = varlen_scalars(args)
+    seq, b = values[0], values[4]
+    config = attention_configs(d)[0]
+    nwg = config["nwg"]
+    kernel, resident = _loaded(d, False, config["pingpong"], config["hold"], nwg,
+                               varlen_window(args) is not None, q.device.index, True)
+    grid = min(-(-seq // (64 * nwg)) * b * h, resident)
+    qm = TensorMap(q, box=(64 * nwg, 1, 64), swizzle="128B")
+    km, vm = (TensorMap(args[x], box=(BLOCK, 1, 64), swizzle="128B") for x in "kv")
+
+    def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+        tq, tk, tv, cu_q, cu_k = tensors
+        lse = tq.new_empty(h * total_q, dtype=torch.float32)  # nothing reads it (no backward)
+        kernel[grid, None, stream](qm.at(tq.data_ptr()), km.at(tk.data_ptr()),
+                                   vm.at(tv.data_ptr()), out, lse, cu_q, cu_k, *values)
+
+    return run
+
+
+VARLEN_SPEC = OpSpec(
+    name="attention_varlen",
+    params=(
+        TensorParam(name="q", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+        TensorParam(name="k", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+        TensorParam(name="v", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+        TensorParam(name="cu_seqlens_q", dtypes=(torch.int32,), rank=1, aligned=False),
+        TensorParam(name="cu_seqlens_k", dtypes=(torch.int32,), rank=1, aligned=False),
+        ScalarParam(name="max_seqlen_q", type="int", default=-1),
+        *PARAMS[3:],
+    ),
+    check=check_varlen,
+    output=output,
+    plan=_plan_varlen,
+)
+
+attention_varlen = register(VARLEN_SPEC)
 attention_lse = register(LSE_SPEC)
 attention = register(SPEC, backward=_backward, setup_context=_setup,
                      forward=torch.ops.ptxdsl.attention_lse.default)

@@ -118,15 +118,20 @@ def attention_configs(d: int) -> tuple[dict[str, int], ...]:
     return ({"pingpong": 0, "hold": 1, "nwg": 3}, *two) if d == 64 else two
 
 
-def attention_recipe(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2) -> Recipe:
-    """The forward attention of head dim d (ptxdsl.kernels.attention `make_attention`)."""
+def attention_recipe(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2,
+                     window: bool = False, varlen: bool = False) -> Recipe:
+    """The forward attention of head dim d (ptxdsl.kernels.attention `make_attention`);
+    `window`: its sliding-window build (the window given at launch; not also causal);
+    `varlen`: its build for packed sequences (cu_seqlens)."""
+    more = {name: True for name, on in (("window", window), ("varlen", varlen)) if on}
     return Recipe.of("ptxdsl.kernels.attention", "make_attention", d=d, causal=bool(causal),
-                     pingpong=bool(pingpong), hold=bool(hold), nwg=nwg)
+                     pingpong=bool(pingpong), hold=bool(hold), nwg=nwg, **more)
 
 
 @cache
-def attention_kernel(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2) -> KernelDef:
-    return attention_recipe(d, causal, pingpong, hold, nwg).build()
+def attention_kernel(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2,
+                     window: bool = False, varlen: bool = False) -> KernelDef:
+    return attention_recipe(d, causal, pingpong, hold, nwg, window, varlen).build()
 
 
 # attention backward (ptxdsl.kernels.attention_bwd): per head dim and causal or not, the main

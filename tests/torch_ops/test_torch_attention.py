@@ -16,7 +16,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")
 def test_schema(ops, torch):
     assert str(torch.ops.ptxdsl.attention.default._schema) == (
         "ptxdsl::attention(Tensor q, Tensor k, Tensor v, bool causal=False, "
-        "float? scale=None) -> Tensor")
+        "float? scale=None, int window_left=-1, int window_right=-1) -> Tensor")
 
 
 def test_fake_outputs(ops, torch, fake):
@@ -50,10 +50,17 @@ def bad_inputs(torch):
         ((cuda(torch, 2, 4, 64, 132)[..., :128], kv, kv), {}, ValueError,
          "q's stride in dimension 2 must be a multiple of 16 bytes"),
         ((q, kv[:, :, :0], kv[:, :, :0]), {}, ValueError, "k and v must hold at least one key"),
+        ((q, kv, kv), {"window_left": -2}, ValueError,
+         r"window_left and window_right must be -1 \(unbounded\) or at least 0, got \(-2, -1\)"),
+        ((q, kv[:, :, :10], kv[:, :, :10]), {"window_right": 4}, ValueError,
+         "a sliding window needs at least as many keys as queries .* S = 64 queries and "
+         "S_kv = 10 keys"),
+        ((q, kv[:, :, :10], kv[:, :, :10]), {"window_right": 0}, ValueError,
+         "causal attention needs at least as many keys"),  # the window (-1, 0) is causal
     ]
 
 
-BAD = 10  # the cases of bad_inputs
+BAD = 13  # the cases of bad_inputs
 
 
 def test_every_bad_input_case_runs(ops, torch, fake):

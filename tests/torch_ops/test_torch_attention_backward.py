@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")
 def test_schemas(ops, torch):
     assert str(torch.ops.ptxdsl.attention_lse.default._schema) == (
         "ptxdsl::attention_lse(Tensor q, Tensor k, Tensor v, bool causal=False, "
-        "float? scale=None) -> (Tensor, Tensor)")
+        "float? scale=None, int window_left=-1, int window_right=-1) -> (Tensor, Tensor)")
     assert str(torch.ops.ptxdsl.attention_backward.default._schema) == (
         "ptxdsl::attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
         "Tensor do, bool causal=False, float? scale=None, bool deterministic=False) -> "
