@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 from conftest import LIBRARY, SAMPLES
+from fuzzing import DEEP
 
 import ptxdsl
 from ptxdsl.compiler import compile_module
@@ -103,6 +104,7 @@ def noisy(tmp_path):
     return twin
 
 
+@pytest.mark.skipif(not DEEP, reason="a second of worker pools: PTXDSL_DEEP=1 (CI) runs it")
 def test_workers_follow_the_cache_settings_and_survive_a_printing_factory(monkeypatch,
                                                                           tmp_path, noisy):
     """The cache directory of each batch is the one set when it is sent."""
@@ -122,6 +124,7 @@ def test_one_worker_or_fewer_builds_nothing_ahead(monkeypatch):
     assert pc.precompile([r, norm(4, "rmsnorm"), norm(2, "rmsnorm")]) == {} and not r.built()
 
 
+@pytest.mark.skipif(not DEEP, reason="a second of worker pools: PTXDSL_DEEP=1 (CI) runs it")
 def test_a_dead_worker_fails_one_batch_then_the_pool_starts_afresh(monkeypatch, noisy):
     monkeypatch.setenv("PTXDSL_COMPILE_WORKERS", "2")
     monkeypatch.setenv("PTXDSL_CACHE", "0")
