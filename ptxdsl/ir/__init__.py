@@ -19,6 +19,7 @@ from .walk import (  # noqa: F401
     Path,
     block_fields,
     blocks,
+    exprs_of,
     free_names,
     has_expr,
     node_fields,

@@ -12,6 +12,7 @@ from typing import Any, TypeVar, get_type_hints
 from .core import Expr, For, If, Node, Stmt, Var, While
 
 _S = TypeVar("_S", bound=Stmt)
+_E = TypeVar("_E", bound=Node)
 
 _BLOCK_FIELDS: dict[type, tuple[str, ...]] = {}
 
@@ -95,6 +96,22 @@ def has_expr(x: object, cls: type | tuple[type, ...]) -> bool:
     if isinstance(x, cls):
         return True
     return any(has_expr(getattr(x, name), cls) for name in node_fields(x))
+
+
+def exprs_of(x: object, cls: type[_E]) -> list[_E]:
+    """Every expression of class `cls` a node holds (or a tuple of them): a statement's own
+    expressions, its nested blocks left out; inside a match too."""
+    out: list[_E] = []
+    stack = [x]
+    while stack:
+        y = stack.pop()
+        if isinstance(y, tuple):
+            stack.extend(y)
+        elif isinstance(y, Node):
+            if isinstance(y, cls):
+                out.append(y)
+            stack.extend(getattr(y, name) for name in node_fields(y))
+    return out
 
 
 def free_names(x: object) -> set[str]:

@@ -38,7 +38,7 @@ def check_cluster_publication(facts: Facts, out: Report) -> None:
             exposed = unpublished
             continue
         if exposed and relaxed is not None:
-            for load in _loads(s):
+            for load in ir.exprs_of(s, ir.Load):
                 name = root(load.ref) or ""
                 peer = ir.has_expr(load.ref, ir.Peer)
                 # a peer reads what its owner wrote, or what anyone wrote into it remotely;
@@ -58,20 +58,6 @@ def check_cluster_publication(facts: Facts, out: Report) -> None:
                     break
         if isinstance(s, ir.Store) and (written := root(s.ref) or "") in shared:
             pending[(written, ir.has_expr(s.ref, ir.Peer))] = s
-
-
-def _loads(s: ir.Stmt) -> list[ir.Load]:
-    out: list[ir.Load] = []
-    stack: list[object] = [getattr(s, name) for name in ir.node_fields(s)]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, tuple):
-            stack.extend(x)
-        elif isinstance(x, ir.Load):
-            out.append(x)
-        elif isinstance(x, ir.Node):
-            stack.extend(getattr(x, name) for name in ir.node_fields(x))
-    return out
 
 
 def check_remote_handoffs(facts: Facts, out: Report) -> None:

@@ -61,25 +61,11 @@ def check_fp8_conversions(facts: Facts, out: Report) -> None:
     if facts.target.fp8_cvt:
         return
     for s in facts.statements:
-        for e in _casts(s):
+        for e in ir.exprs_of(s, ir.Cast):
             src, dst = e.x.type, e.type
             if isinstance(src, T.Scalar) and isinstance(dst, T.Scalar) and \
                     (src.is_fp8 or dst.is_fp8) and not src.is_pred:
                 out.error(conversion_unsupported(src, dst, facts.target.name), e.loc or s.loc)
-
-
-def _casts(s: ir.Stmt) -> list[ir.Cast]:
-    out: list[ir.Cast] = []
-    stack: list[object] = [getattr(s, f) for f in ir.node_fields(s)]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, tuple):
-            stack.extend(x)
-        elif isinstance(x, ir.Node):
-            if isinstance(x, ir.Cast):
-                out.append(x)
-            stack.extend(getattr(x, f) for f in ir.node_fields(x))
-    return out
 
 
 def verify_sm80_kernel(k: ir.Kernel, diags: DiagnosticBag, t: Target) -> None:
