@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ptxdsl.errors import DeviceError
-from ptxdsl.runtime.distributed import AllReduce, all_reduce, free_all_reduce_plans
+from ptxdsl.runtime.distributed import AllReduce, all_reduce, free_all_reduce_plans, report
 
 SIZES = [1, 7, 1000, 4099, 65536, (1 << 20) + 5, 3 << 20]
 TORCH = {"bf16": torch.bfloat16, "f32": torch.float32}
@@ -118,13 +118,9 @@ def main() -> int:
     fails = sum(check(rank, world, gen, n, dtype, shots, calls)
                 for n in sizes for dtype in ("bf16", "f32") for shots in (1, 2))
     fails += check_function(rank, world, gen)
-    totals = [None] * world
-    dist.all_gather_object(totals, fails)
+    code = report(fails)
     dist.destroy_process_group()
-    if rank == 0:
-        print("all ok" if not any(totals) else f"FAILED on ranks "
-              f"{[r for r, f in enumerate(totals) if f]}", flush=True)
-    return 1 if any(totals) else 0
+    return code
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import peer_copy as pc  # noqa: E402
 
 from ptxdsl import runtime as rt  # noqa: E402
-from ptxdsl.runtime.distributed import SymmetricBuffer, local_device  # noqa: E402
+from ptxdsl.runtime.distributed import SymmetricBuffer, local_device, report  # noqa: E402
 
 NCHUNKS = 48  # 768 KiB a slot
 
@@ -96,14 +96,10 @@ def main() -> int:
     except rt.PeerAccessError as e:
         print(f"rank {rank}: refused as expected: {e}", flush=True)
 
-    totals = [None] * world
-    dist.all_gather_object(totals, failures)
+    code = report(failures)
     buf.free()
     dist.destroy_process_group()
-    if rank == 0:
-        print("all ok" if not any(totals) else f"FAILED on ranks "
-              f"{[r for r, f in enumerate(totals) if f]}", flush=True)
-    return 1 if any(totals) else 0
+    return code
 
 
 if __name__ == "__main__":

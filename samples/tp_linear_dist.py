@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tp_linear as tp  # noqa: E402
 
 from ptxdsl.errors import DeviceError, LaunchError  # noqa: E402
+from ptxdsl.runtime.distributed import report  # noqa: E402
 
 # (m_local, k, n): ragged, decode-sized, one of several waves of tiles, and a decode-sized
 # one with more gather units (32) than the all-gather's pulling CTAs (16) (and every
@@ -148,13 +149,9 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(1234 + rank)
     shapes, calls = ([SHAPES[1], SHAPES[-1]], 1) if args.quick else (SHAPES, 3)
     fails = check_ag(rank, world, gen, shapes, calls) + check_rs(rank, world, gen, shapes, calls)
-    totals = [None] * world
-    dist.all_gather_object(totals, fails)
+    code = report(fails)
     dist.destroy_process_group()
-    if rank == 0:
-        print("all ok" if not any(totals) else f"FAILED on ranks "
-              f"{[r for r, f in enumerate(totals) if f]}", flush=True)
-    return 1 if any(totals) else 0
+    return code
 
 
 if __name__ == "__main__":

@@ -159,6 +159,19 @@ def _all_reduce_program(dtype: str, world: int, device: int, watchdog_ms: int) -
     return compile(make_all_reduce(dtype, world), device=device, watchdog_ms=watchdog_ms)
 
 
+def report(failures: int, group: Any = None) -> int:
+    """A multi-rank check's end (a collective): every rank's count of failures gathered,
+    rank 0 prints "all ok" or the ranks that failed; the exit status, the same on every
+    rank (1 when any failed)."""
+    dist = _dist()
+    totals: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(totals, failures, group=group)
+    if dist.get_rank(group) == 0:
+        print("all ok" if not any(totals) else f"FAILED on ranks "
+              f"{[r for r, f in enumerate(totals) if f]}", flush=True)
+    return 1 if any(totals) else 0
+
+
 def agree(dist: Any, group: Any, what: str, values: tuple) -> None:
     """Raise on every rank unless every rank passed the same `values` (a collective), so a
     mismatch is an error everywhere instead of a kernel waiting for peers that never come."""
