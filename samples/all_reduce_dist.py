@@ -24,8 +24,13 @@ import os
 import torch
 import torch.distributed as dist
 
-from ptxdsl.errors import DeviceError
-from ptxdsl.runtime.distributed import AllReduce, all_reduce, free_all_reduce_plans, report
+from ptxdsl.runtime.distributed import (
+    AllReduce,
+    all_reduce,
+    expect_named_hang,
+    free_all_reduce_plans,
+    report,
+)
 
 SIZES = [1, 7, 1000, 4099, 65536, (1 << 20) + 5, 3 << 20]
 TORCH = {"bf16": torch.bfloat16, "f32": torch.float32}
@@ -88,17 +93,7 @@ def hang(rank: int) -> int:
     """Rank 1 never launches; every other rank must end in the watchdog's named error."""
     plan = AllReduce(4096, "bf16", watchdog_ms=2000)
     x = torch.randn(4096, device="cuda").to(torch.bfloat16)
-    if rank == 1:
-        print(f"rank {rank}: not launching", flush=True)
-        return 0
-    try:
-        plan(x)
-        torch.cuda.synchronize()
-    except DeviceError as e:
-        print(f"rank {rank}: named error: {e}", flush=True)
-        return 0
-    print(f"rank {rank}: the launch returned without an error", flush=True)
-    return 1
+    return expect_named_hang(lambda: (plan(x), torch.cuda.synchronize()), rank)
 
 
 def main() -> int:

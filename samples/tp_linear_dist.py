@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tp_linear as tp  # noqa: E402
 
-from ptxdsl.errors import DeviceError, LaunchError  # noqa: E402
-from ptxdsl.runtime.distributed import report  # noqa: E402
+from ptxdsl.errors import LaunchError  # noqa: E402
+from ptxdsl.runtime.distributed import expect_named_hang, report  # noqa: E402
 
 # (m_local, k, n): ragged, decode-sized, one of several waves of tiles, and a decode-sized
 # one with more gather units (32) than the all-gather's pulling CTAs (16) (and every
@@ -120,17 +120,7 @@ def hang(kind: str, rank: int) -> int:
         plan = tp.GemmReduceScatter(m_local, n, k, watchdog_ms=2000)
         args = (torch.randn(plan.world * m_local, k, device="cuda").bfloat16(),
                 torch.randn(n, k, device="cuda").bfloat16())
-    if rank == 1:
-        print(f"rank {rank}: not launching", flush=True)
-        return 0
-    try:
-        plan(*args)
-        torch.cuda.synchronize()
-    except DeviceError as e:
-        print(f"rank {rank}: named error: {e}", flush=True)
-        return 0
-    print(f"rank {rank}: the launch returned without an error", flush=True)
-    return 1
+    return expect_named_hang(lambda: (plan(*args), torch.cuda.synchronize()), rank)
 
 
 def main() -> int:

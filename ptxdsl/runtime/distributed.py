@@ -172,6 +172,23 @@ def report(failures: int, group: Any = None) -> int:
     return 1 if any(totals) else 0
 
 
+def expect_named_hang(launch: Any, rank: int, absent: int = 1) -> int:
+    """The watchdog check of a multi-rank kernel: rank `absent` never launches; every other
+    rank calls `launch()` (a kernel built with a watchdog, waiting for the absent peer, and
+    the caller's synchronize) and must end in the watchdog's named DeviceError. Returns 0
+    when it did (or this is the absent rank), 1 when the launch returned without an error."""
+    if rank == absent:
+        print(f"rank {rank}: not launching", flush=True)
+        return 0
+    try:
+        launch()
+    except DeviceError as e:
+        print(f"rank {rank}: named error: {e}", flush=True)
+        return 0
+    print(f"rank {rank}: the launch returned without an error", flush=True)
+    return 1
+
+
 def agree(dist: Any, group: Any, what: str, values: tuple) -> None:
     """Raise on every rank unless every rank passed the same `values` (a collective), so a
     mismatch is an error everywhere instead of a kernel waiting for peers that never come."""

@@ -226,3 +226,20 @@ def test_the_plan_refuses_a_second_stream_and_an_out_over_its_slots():
     for at in (0x100000, 0x100000 + 4000, 0x100000 - 1998):
         with pytest.raises(LaunchError, match="overlaps this rank's input slots"):
             plan._apart(0x7, at)
+
+
+def test_a_hang_check_passes_only_on_the_watchdogs_named_error(capsys):
+    """expect_named_hang (the torchrun samples' --hang): the absent rank does not launch; a
+    launch ending in a DeviceError passes, one that returns fails."""
+    from ptxdsl.errors import DeviceError
+    from ptxdsl.runtime.distributed import expect_named_hang
+
+    def trapped():
+        raise DeviceError("watchdog: kernel 'k' waited more than 2000 ms")
+
+    assert expect_named_hang(lambda: pytest.fail("rank 1 launched"), 1) == 0
+    assert expect_named_hang(trapped, 0) == 0
+    assert expect_named_hang(lambda: None, 2) == 1
+    out = capsys.readouterr().out
+    assert "rank 1: not launching" in out and "rank 0: named error: watchdog:" in out
+    assert "rank 2: the launch returned without an error" in out
