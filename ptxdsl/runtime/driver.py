@@ -175,10 +175,13 @@ def device_context(device: Any) -> Context:
 
 
 def make_current(ctx: Context) -> None:
-    """Make `ctx` current in this thread (one driver call, skipped when it already is)."""
-    if getattr(_tls, "actual", None) is not ctx:
-        check(driver().cuCtxSetCurrent(ctx.handle), "cuCtxSetCurrent")
-        _tls.actual = ctx
+    """Make `ctx` current in this thread: one driver call, every time. A cache of what ptxdsl
+    made current last would go stale whenever other code in the thread switches contexts
+    (torch's `torch.cuda.device(i)` does), and a launch in the wrong context fails with
+    CUDA_ERROR_INVALID_HANDLE (seen on 2 x H200), so the driver's own state is the only truth."""
+    err = driver().cuCtxSetCurrent(ctx.handle)[0]
+    if err != 0:
+        raise DeviceError(failure_message(err, "cuCtxSetCurrent"))
 
 
 @contextlib.contextmanager
@@ -245,10 +248,12 @@ def _open_context() -> Context:
 
 
 def ensure_current() -> None:
-    """Make this thread's device's primary context current (a no-op when it already is)."""
+    """Make this thread's device's primary context current."""
     want = getattr(_tls, "want", None) or _ctx
-    if want is None or getattr(_tls, "actual", None) is not want:
+    if want is None:
         context()
+    else:
+        make_current(want)
 
 
 def gpu_available() -> bool:

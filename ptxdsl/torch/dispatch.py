@@ -32,6 +32,11 @@ _PLANS = 4096  # plans kept per op (a serving loop has a few dozen signatures)
 _LIB = torch.library.Library("ptxdsl", "FRAGMENT")  # noqa: TOR901 (ops defined below)
 
 
+def current_device() -> int:
+    """torch's current CUDA device (the C accessor torch.cuda.current_device wraps)."""
+    return torch._C._cuda_getDevice()
+
+
 def raw_stream_getter() -> Callable[[int], int]:
     """`get(device_index)`: the CUstream handle of torch's current stream there (inductor's own
     accessor, several microseconds cheaper than torch.cuda.current_stream)."""
@@ -140,8 +145,7 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
             plans[signature(raw)] = plan
         return plan, out
 
-    def cuda_impl(*raw: Any) -> Any:
-        plan = plans.get(signature(raw))
+    def call(raw: tuple, plan: Plan | None) -> Any:
         if plan is None:
             plan, out = build(raw)
         else:
@@ -149,6 +153,15 @@ def register(spec: OpSpec, *, backward: Callable[..., Any] | None = None,
         if plan.run is not None:
             plan.run(raw[:nt], out, raw_stream(plan.device))
         return out
+
+    def cuda_impl(*raw: Any) -> Any:
+        plan = plans.get(signature(raw))
+        if plan is not None and plan.device == current_device():
+            return call(raw, plan)
+        # ATen's device guard: the launch makes the tensors' device current for the driver,
+        # and torch would report it as the current device afterwards
+        with torch.cuda.device(raw[0].get_device()):
+            return call(raw, plan)
 
     def fake_impl(*raw: Any) -> Any:
         args = spec.bind(raw)

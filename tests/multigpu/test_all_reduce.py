@@ -241,5 +241,6 @@ def test_a_hang_check_passes_only_on_the_watchdogs_named_error(capsys):
     assert expect_named_hang(trapped, 0) == 0
     assert expect_named_hang(lambda: None, 2) == 1
     out = capsys.readouterr().out
-    assert "rank 1: not launching" in out and "rank 0: named error: " in out and "watchdog: kernel 'k'" in out
+    assert "rank 1: not launching" in out and "rank 0: named error: " in out
+    assert "watchdog: kernel 'k'" in out
     assert "rank 2: the launch returned without an error" in out

@@ -100,6 +100,12 @@ def test_a_plan_is_per_device(ops, torch, gpu_cache):
         c1 = torch.ops.ptxdsl.gemm(a1, b1)
         torch.cuda.synchronize()
     assert c1.device.index == 1
+    with torch.cuda.device(0):  # tensors of another device: the op guards the device as ATen
+        for _ in range(2):  # the new plan, then the known one
+            again = torch.ops.ptxdsl.gemm(a1, b1)
+            assert torch.cuda.current_device() == 0
+            torch.testing.assert_close(again, c1, rtol=0, atol=0)
+        check_gemm(torch, torch.ops.ptxdsl.gemm(a, b), a, b)  # device 0's plan still runs
     check_gemm(torch, c1.to("cuda:0"), a, b)
     with pytest.raises(ValueError, match="^gemm: b must be on a's device"):
         torch.ops.ptxdsl.gemm(a, b1)
