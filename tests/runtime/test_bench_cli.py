@@ -221,7 +221,8 @@ def test_the_compile_workload_runs_here_and_writes_its_section(tmp_path, capsys)
 
 def test_benchmarks_md_is_the_generators_page():
     text = (ROOT / "BENCHMARKS.md").read_text()
-    assert len(text.splitlines()) < 18 * len(WORKLOADS)  # about a screenful a workload
+    # about a screenful a workload (the decoding and multi-GPU sections hold a row per size)
+    assert len(text.splitlines()) < 20 * len(WORKLOADS)
     header, sections = common.split_page(text)
     assert header.startswith("# ptxdsl benchmarks\n") and "\nMachine: " in header
     assert list(sections) == [w for w in WORKLOADS if w in sections]
