@@ -4,6 +4,7 @@
     c = torch.ops.ptxdsl.gemm(a, b)           # bf16 a (M x K) @ b (N x K)^T
     y = torch.ops.ptxdsl.rms_norm(x, w, 1e-5)
     c = torch.ops.ptxdsl.scaled_mm_fp8(a8, b8, sa, sb)   # e4m3 in, bf16 sa * sb * a8 @ b8^T
+    c = torch.ops.ptxdsl.scaled_mm_fp8_block(a8, b8, sa, sb)  # 1 x 128 / 128 x 128 scales
     y = torch.ops.ptxdsl.layer_norm(x, w, b, 1e-5)
     p = torch.ops.ptxdsl.softmax(x)           # over the last dimension
     o = torch.ops.ptxdsl.attention(q, k, v, causal=True)  # bf16 (B, H, S, D), GQA, KV cache
@@ -18,11 +19,11 @@ autotuned per shape on first use and cached on disk (see ptxdsl.tools.autotune f
 
 from .attention import attention
 from .decode import decode_attention
-from .fp8 import scaled_mm_fp8
+from .fp8 import scaled_mm_fp8, scaled_mm_fp8_block
 from .gemm import gemm
 from .grouped import grouped_mm
 from .kv_append import kv_append
 from .norms import layer_norm, rms_norm, softmax
 
 __all__ = ["attention", "decode_attention", "gemm", "grouped_mm", "kv_append", "layer_norm",
-           "rms_norm", "scaled_mm_fp8", "softmax"]
+           "rms_norm", "scaled_mm_fp8", "scaled_mm_fp8_block", "softmax"]

@@ -172,6 +172,25 @@ def fp8_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
     return fp8_recipe(bn, stages, cluster).build()
 
 
+# scaled_mm_fp8_block (DeepGEMM's scales): the benchmarked 128 x 128, 5-stage kernel with the
+# consumer warpgroups taking turns first, then its 2 x 1 cluster, 4 stages, and 64-wide tiles
+FP8_BLOCK_CONFIGS: tuple[dict[str, int], ...] = (
+    {"bn": 128, "stages": 5, "cluster": 1}, {"bn": 128, "stages": 5, "cluster": 2},
+    {"bn": 128, "stages": 4, "cluster": 1}, {"bn": 64, "stages": 8, "cluster": 1},
+)
+
+
+def fp8_block_recipe(bn: int, stages: int, cluster: int) -> Recipe:
+    """The e4m3 GEMM with 1 x 128 scales on A and 128 x 128 on B, promoted every K block."""
+    return Recipe.of("ptxdsl.kernels.gemm_fp8", "make_gemm_fp8", bm=GEMM_BM, bn=bn, stages=stages,
+                     cluster=(cluster, 1, 1), block=True)
+
+
+@cache
+def fp8_block_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
+    return fp8_block_recipe(bn, stages, cluster).build()
+
+
 @cache
 def grouped_kernel() -> KernelDef:
     """The grouped (mixture-of-experts) GEMM, contiguous layout (ptxdsl.kernels.grouped_gemm)."""

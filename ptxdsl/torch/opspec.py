@@ -33,8 +33,9 @@ class TensorParam:
     `numel`, a tensor of exactly that many elements and any rank, 0 included (a scale).
 
     layout "tma": innermost stride 1, other strides and the address 16-byte aligned (what a
-    TMA tensor map needs); "contiguous": row-major contiguous, address 16-byte aligned
-    (what 16-byte vector loads need). `aligned=False` lifts the address rule (the op picks
+    TMA tensor map needs); "tma_t": a matrix whose transpose is "tma" (column-major, as block
+    scales are stored); "contiguous": row-major contiguous, address 16-byte aligned (what
+    16-byte vector loads need). `aligned=False` lifts the address rule (the op picks
     narrower loads for such a tensor). `optional`: None is accepted too (the schema's
     `Tensor? name=None`; the checks skip it). `mutated`: the op writes it in place (the
     schema's `Tensor(a!) name`, so that torch.compile's functionalization and autograd's
@@ -186,6 +187,13 @@ def _check_layout(op: str, p: TensorParam, t: Any, real: bool) -> None:
             raise ValueError(
                 f"{op}: {p.name} must be contiguous (row-major), got strides {t.stride()} "
                 f"for shape {tuple(t.shape)}; call .contiguous() first"
+            )
+    elif p.layout == "tma_t":
+        if t.dim() != 2 or t.stride(0) != 1 or t.stride(1) * size % 16:
+            raise ValueError(
+                f"{op}: {p.name} must be column-major with a 16-byte column pitch (strides "
+                f"(1, n), n x {size} bytes a multiple of 16), got strides {t.stride()} for "
+                f"shape {tuple(t.shape)}; pass s.t().contiguous().t()"
             )
     elif t.stride(-1) != 1:
         raise ValueError(

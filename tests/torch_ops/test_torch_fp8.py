@@ -114,3 +114,87 @@ def test_scaled_mm_fp8_at_small_m_in_a_cuda_graph(ops, torch, gpu_cache):
     graph.replay()
     torch.cuda.synchronize()
     assert fp8_error(out, x8, sa, w8, sb) <= 1.0
+
+
+# --------------------------------------------------------------------- block-scaled op
+
+
+def _block_args(torch, m=256, n=296, k=512):
+    """Fake e4m3 operands and block scales of the layouts the op takes."""
+    from conftest import cuda_empty
+
+    a, b = (cuda_empty(torch, r, k, dtype=torch.float8_e4m3fn) for r in (m, n))
+    sa = cuda_empty(torch, k // 128, m, dtype=torch.float32).t()  # (M, K / 128), strides (1, M)
+    sb = cuda_empty(torch, -(-n // 128), k // 128, dtype=torch.float32)
+    return a, b, sa, sb
+
+
+def test_block_op_schema_and_fake_output(ops, torch, fake):
+    assert str(torch.ops.ptxdsl.scaled_mm_fp8_block.default._schema) == (
+        "ptxdsl::scaled_mm_fp8_block(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b) -> "
+        "Tensor")
+    c = torch.ops.ptxdsl.scaled_mm_fp8_block(*_block_args(torch))
+    assert (c.shape, c.dtype, c.device.type) == ((256, 296), torch.bfloat16, "cuda")
+
+
+BLOCK_ERRORS = [
+    (lambda t, a, b, sa, sb: (a, b, sa.contiguous(), sb),
+     r"scaled_mm_fp8_block: scale_a must be column-major with a 16-byte column pitch \(strides "
+     r"\(1, n\), n x 4 bytes a multiple of 16\), got strides \(4, 1\) for shape \(256, 4\); "
+     r"pass s.t\(\).contiguous\(\).t\(\)"),
+    (lambda t, a, b, sa, sb: (a, b, sa, sb[:2]),
+     r"scaled_mm_fp8_block: scale_b must have shape \(3, 4\), got \(2, 4\)"),
+    (lambda t, a, b, sa, sb: (a, b, sa[:255], sb),
+     r"scaled_mm_fp8_block: scale_a must have shape \(256, 4\), got \(255, 4\)"),
+    (lambda t, a, b, sa, sb: (a[:, :448], b[:, :448], sa, sb),
+     r"scaled_mm_fp8_block: K must be a multiple of 128 and M of 4, got M = 256, K = 448"),
+    (lambda t, a, b, sa, sb: (a[:254], b, sa, sb),
+     r"scaled_mm_fp8_block: K must be a multiple of 128 and M of 4, got M = 254, K = 512"),
+]
+
+
+@pytest.mark.parametrize("make, message", BLOCK_ERRORS)
+def test_block_op_rejects(ops, torch, fake, make, message):
+    with pytest.raises(ValueError, match=f"^{message}"):
+        torch.ops.ptxdsl.scaled_mm_fp8_block(*make(torch, *_block_args(torch)))
+
+
+def block_operands(torch, m, n, k, seed):
+    """x (M x K) and w (N x K) f32 with rows of magnitudes 2^-8 .. 2^8, quantised in blocks
+    (1 x 128 of x, 128 x 128 of w: amax / 448), the scales in the op's layouts, and the f32
+    product of the dequantised operands."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    mags = [torch.exp2(torch.randint(-8, 9, (r, 1), device="cuda", generator=g).float())
+            for r in (m, n)]
+    x = torch.randn(m, k, device="cuda", generator=g) * mags[0]
+    w = torch.randn(n, k, device="cuda", generator=g) * mags[1]
+    xb = x.view(m, k // 128, 128)
+    sa = (xb.abs().amax(2) / 448).clamp_min(1e-30)  # (M, K / 128)
+    a8 = (xb / sa[:, :, None]).to(torch.float8_e4m3fn).view(m, k)
+    npad = -(-n // 128) * 128
+    wp = torch.zeros(npad, k, device="cuda")
+    wp[:n] = w
+    wb = wp.view(npad // 128, 128, k // 128, 128)
+    sb = (wb.abs().amax((1, 3)) / 448).clamp_min(1e-30)
+    b8 = (wb / sb[:, None, :, None]).to(torch.float8_e4m3fn).view(npad, k)[:n].contiguous()
+    deq_a = a8.float() * sa.repeat_interleave(128, 1)
+    deq_b = b8.float() * sb.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+    return a8, b8, sa.t().contiguous().t(), sb.contiguous(), deq_a, deq_b
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(256, 296, 512), (1000, 1528, 1024), (4, 4096, 4096)])
+def test_block_op_matches_the_dequantised_product(ops, torch, gpu_cache, m, n, k):
+    """Each element within bf16 rounding plus fp8 sums' rounding scaled by its row and
+    column norms (bench/fp8.py's tolerance), a second call (the plan) bit-identical."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a8, b8, sa, sb, deq_a, deq_b = block_operands(torch, m, n, k, seed=m + n)
+    c = torch.ops.ptxdsl.scaled_mm_fp8_block(a8, b8, sa, sb)
+    torch.cuda.synchronize()
+    ref = deq_a @ deq_b.T
+    tol = 2 ** -7 * ref.abs() + 2 ** -6 * torch.outer(deq_a.norm(dim=1), deq_b.norm(dim=1)) \
+        / k ** 0.5
+    assert bool(((c.float() - ref).abs() <= tol).all())
+    again = torch.ops.ptxdsl.scaled_mm_fp8_block(a8, b8, sa, sb)
+    torch.cuda.synchronize()
+    assert torch.equal(again.view(torch.int16), c.view(torch.int16))
