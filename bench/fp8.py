@@ -55,18 +55,22 @@ ABOUT = ("e4m3 in, f32 accumulate, bf16 out, through the torch ops. Per-tensor: 
          "`F.scaled_mm` with BlockWise1x128 / BlockWise128x128 scales. Best of 3 interleaved "
          "rounds of medians of 30 CUDA-event-timed intervals of 10 queued calls; every "
          "contender checked first (the errors below the table).")
-LIMITS = ("the per-tensor rows swing by up to 10% from run to run on the power-capped cards: on "
-          "the H100, within minutes the same kernel measured 1260-1487 TFLOP/s at 8192^3 and "
-          "cuBLASLt 1240-1377 (loaded from nvJitLink's cubin instead of the driver JIT, within 2% "
-          "of it in the same process); the block-scaled kernel keeps the tensor pipe active 71% "
-          "of cycles at 8192^3 (Nsight Compute; the per-tensor kernel 95%), with L2 traffic at "
-          "53% of peak (the per-tensor kernel's 40%): its 128 x 128 tile reads twice the L2 and "
-          "shared memory per FLOP, and each K block's group is still waited for (wgmma_wait(0)) "
-          "before its 64 promotion FMAs a thread. The consumer warpgroups take turns issuing, so "
-          "one promotes while the tensor cores run the other's group (0.58-0.72x without the "
-          "turns). Not tried: two temporary accumulators with one group in flight (192 of 232 "
-          "registers); 3 consumer warpgroups on 192 x 128 spill at 152 registers (530-570 "
-          "TFLOP/s). Loading B's scale one K block ahead changed nothing.")
+LIMITS = ("per-tensor, through the op: 1.005-1.04x the faster cuBLASLt mode from 4096^3 to "
+          "16384 x 4096 x 14336, 0.98x at 2048^3 (2026-11-28): the kernel's own 1.0-1.19x "
+          "(2026-11-25, launched directly) less run-to-run spread of up to 10% on the "
+          "power-capped cards (on the H100, within minutes the same kernel measured 1260-1487 "
+          "TFLOP/s at 8192^3 and cuBLASLt 1240-1377); at 2048^3 the 128 x 256 tiles make 128 "
+          "work items for 132 SMs, one wave. Block-scaled: 0.75-0.78x the per-tensor op, "
+          "0.89-0.92x F.scaled_mm's block-wise cuBLASLt kernel at 4096 and above (1.51x at "
+          "2048^3): the kernel keeps the tensor pipe active 71% of cycles at 8192^3 (Nsight "
+          "Compute; the per-tensor kernel 95%), with L2 traffic at 53% of peak (the per-tensor "
+          "kernel's 40%): its 128 x 128 tile reads twice the L2 and shared memory per FLOP, and "
+          "each K block's group is still waited for (wgmma_wait(0)) before its 64 promotion FMAs "
+          "a thread. The consumer warpgroups take turns issuing, so one promotes while the "
+          "tensor cores run the other's group (0.58-0.72x without the turns). Not tried: 128 x "
+          "256 tiles promoted in two 128-column halves (128 + 64 accumulator registers), two "
+          "temporary accumulators with one group in flight (192 of 232 registers); 3 consumer "
+          "warpgroups on 192 x 128 spill at 152 registers (530-570 TFLOP/s).")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
