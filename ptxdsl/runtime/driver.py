@@ -187,19 +187,23 @@ def make_current(ctx: Context) -> None:
 @contextlib.contextmanager
 def use_device(device: Any) -> Iterator[Context]:
     """`with use_device(1): ...` makes device 1 this thread's device inside the block:
-    allocations, loads, streams and tensor maps without a `device=` go there. The previous
-    device is current again afterwards."""
+    allocations, loads, streams and tensor maps without a `device=` go there. The context
+    current before the block (ptxdsl's or another library's) is current again afterwards."""
     ctx = device_context(device)
     prev = getattr(_tls, "want", None)
+    err, before = driver().cuCtxGetCurrent()  # torch's, say: it is current again afterwards
     _tls.want = ctx
     try:
         make_current(ctx)
         yield ctx
     finally:
         _tls.want = prev
-        back = prev or _ctx
-        if back is not None:
-            make_current(back)
+        if prev is not None:
+            make_current(prev)
+        elif err == 0 and int(before):
+            check(driver().cuCtxSetCurrent(before), "cuCtxSetCurrent")
+        elif _ctx is not None:
+            make_current(_ctx)
 
 
 def current_device() -> int:
@@ -248,12 +252,17 @@ def _open_context() -> Context:
 
 
 def ensure_current() -> None:
-    """Make this thread's device's primary context current."""
-    want = getattr(_tls, "want", None) or _ctx
-    if want is None:
-        context()
-    else:
+    """Have a context current for a driver call that needs one (an allocation, a stream, a
+    map's encoding): inside `use_device(...)` that device's; otherwise whichever is current
+    already (torch's, a launch's: switching it here would move torch's current device under
+    it, even in the middle of a CUDA graph capture), else this thread's device's."""
+    want = getattr(_tls, "want", None)
+    if want is not None:
         make_current(want)
+        return
+    err, ctx = driver().cuCtxGetCurrent()
+    if err != 0 or not int(ctx):
+        context()
 
 
 def gpu_available() -> bool:

@@ -82,7 +82,7 @@ def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     tb = TensorMap(b, box=(bn // cluster, BK), swizzle="128B")
     tc = TensorMap(c, box=(64, 64), swizzle="128B")
     grid = persistent_grid(resident, m, n, bn, cluster)
-    if block:
+    if scale_a is not None:
         ts = TensorMap(scale_a.t(), box=(1, GEMM_BM))
 
         def run_block(tensors: tuple, out: torch.Tensor, stream: int) -> None:
