@@ -252,17 +252,26 @@ def _open_context() -> Context:
 
 
 def ensure_current() -> None:
-    """Have a context current for a driver call that needs one (an allocation, a stream, a
-    map's encoding): inside `use_device(...)` that device's; otherwise whichever is current
-    already (torch's, a launch's: switching it here would move torch's current device under
-    it, even in the middle of a CUDA graph capture), else this thread's device's."""
-    want = getattr(_tls, "want", None)
-    if want is not None:
+    """Make this thread's device's primary context current (`context()`'s device: the
+    innermost `use_device` block's, else ptxdsl's default one)."""
+    want = getattr(_tls, "want", None) or _ctx
+    if want is None:
+        context()
+    else:
         make_current(want)
+
+
+def any_current() -> None:
+    """Have some context current, for a driver call that needs one but no device in
+    particular (a tensor map's encoding): the one current already (torch's, a launch's:
+    switching it would move torch's current device under it, even in the middle of a CUDA
+    graph capture), else this thread's device's."""
+    if getattr(_tls, "want", None) is not None:
+        ensure_current()
         return
     err, ctx = driver().cuCtxGetCurrent()
     if err != 0 or not int(ctx):
-        context()
+        ensure_current()
 
 
 def gpu_available() -> bool:

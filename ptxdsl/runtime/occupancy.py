@@ -11,7 +11,7 @@ from math import prod
 from typing import Any
 
 from ..errors import DeviceError
-from .driver import check, device_info, driver, ensure_current
+from .driver import check, device_info, driver, ensure_current, make_current
 from .launch import Kernel, _launch_config, plan_launch
 
 
@@ -24,7 +24,10 @@ def max_active_clusters(kernel: Kernel, cluster: Any = None) -> int:
     shape = cluster if cluster is not None else (info.cluster or (1, 1, 1))
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     plan = plan_launch(info, prod(dims), cluster=dims)
-    ensure_current()
+    if kernel.context is None:
+        ensure_current()
+    else:  # the function's attributes are set in its own context
+        make_current(kernel.context)
     kernel.function.prepare(plan, info.name)
     cfg = _launch_config(plan, 0)
     return int(check(driver().cuOccupancyMaxActiveClusters(kernel.function.handle, cfg),

@@ -18,7 +18,7 @@ import numpy as np
 from .. import types as T
 from ..codegen.abi import TMAP_ALIGN, TMAP_BYTES
 from ..errors import Diagnostic, LaunchError
-from .driver import check, driver, ensure_current
+from .driver import any_current, check, driver
 from .dtypes import scalar_of
 from .interop import DevicePointer, contiguous_strides, describe, host_array_error, layout_key
 from .tensormap_rules import TMA_DATA_TYPE, TensorMapSpec, validate
@@ -318,7 +318,7 @@ def _repoint(raw: bytes, address: int) -> bytes:
 
 def _driver_encode(spec: TensorMapSpec) -> bytes:
     drv = driver()
-    ensure_current()
+    any_current()
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     dtype = getattr(
         drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{TMA_DATA_TYPE[spec.elem.name]}"

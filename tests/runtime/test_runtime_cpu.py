@@ -395,7 +395,7 @@ def test_tmap_driver_gets_innermost_first(monkeypatch):
         return (drv.CUresult.CUDA_SUCCESS, FakeMap())
 
     monkeypatch.setattr(drv, "cuTensorMapEncodeTiled", encode)
-    monkeypatch.setattr(rt, "ensure_current", lambda: None)
+    monkeypatch.setattr(rt, "any_current", lambda: None)
     clear_encode_cache()
     try:
         tm = TensorMap(
