@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -301,9 +300,9 @@ def serve(cases: Any) -> int:
     p.add_argument("--json", required=True)
     p.add_argument("--quick", action="store_true")
     a = p.parse_args()
-    dev = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
+    from ptxdsl.runtime.distributed import join_nccl
+
+    join_nccl()
     results = cases(dist, 5 if a.quick else 15)
     if dist.get_rank() == 0:
         Path(a.json).write_text(json.dumps({

@@ -24,7 +24,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from ptxdsl.runtime.distributed import expect_named_hang, report
+from ptxdsl.runtime.distributed import expect_named_hang, join_nccl, report
 from ptxdsl.runtime.gemm_allreduce import GemmAllReduce
 
 # (M, N, K over all ranks): decode rows of a Llama-70B-like MLP down projection and attention
@@ -82,10 +82,7 @@ def main() -> int:
     p.add_argument("--hang", action="store_true")
     p.add_argument("--quick", action="store_true", help="two shapes, one call each")
     args = p.parse_args()
-    dev = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = join_nccl()
     if args.hang:
         code = hang(rank, world)
         os._exit(code)  # the trapped context and the waiting peer: no orderly teardown

@@ -43,6 +43,18 @@ def local_device() -> int:
     return device_ordinal(int(os.environ.get("LOCAL_RANK", "0")), "LOCAL_RANK")
 
 
+def join_nccl() -> tuple[int, int]:
+    """A torchrun process's start: its GPU (LOCAL_RANK) made torch's current device and the
+    NCCL process group joined on it. Returns (rank, world size)."""
+    import torch  # type: ignore[import-not-found]
+    import torch.distributed as dist  # type: ignore[import-not-found]
+
+    dev = local_device()
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
+    return dist.get_rank(), dist.get_world_size()
+
+
 def exchange(alloc: VmmAllocation, group: Any = None) -> list[VmmAllocation]:
     """Share `alloc` (shareable VMM memory of this rank) with every rank of `group` and map
     theirs here: returns one allocation per rank, this rank's own at its index. A
@@ -200,6 +212,15 @@ def agree(dist: Any, group: Any, what: str, values: tuple) -> None:
                           "the same plan")
 
 
+def on_device(x: Any, device: int, what: str) -> None:
+    """Refuse (LaunchError) an array on another GPU than a plan's `device` (a torch tensor's
+    device, or a DeviceArray's ordinal; an array that says neither passes)."""
+    dev = getattr(x, "device", None)
+    index = getattr(dev, "index", dev)
+    if isinstance(index, int) and index != device:
+        raise LaunchError(f"{what} is on GPU {index}; this plan runs on GPU {device}")
+
+
 def refuse_capture(device: int, stream: Any, what: str) -> int:
     """The raw handle of `stream` on `device`, refused (LaunchError) while it is capturing a
     CUDA graph: a plan whose flags compare a launch count passed as a launch argument would
@@ -302,10 +323,7 @@ class AllReduce:
         if count != self.n or d.elem.name != self.dtype:
             raise LaunchError(f"{what} must hold {self.n} {self.dtype} elements, got {d.elem} "
                               f"{d.shape}")
-        dev = getattr(x, "device", None)  # a torch device, or a DeviceArray's ordinal
-        index = getattr(dev, "index", dev)
-        if isinstance(index, int) and index != self.device:
-            raise LaunchError(f"{what} is on GPU {index}; this plan runs on GPU {self.device}")
+        on_device(x, self.device, what)
         if d.strides != contiguous_strides(d.shape, d.elem.nbytes) or d.ptr % 16:
             raise LaunchError(f"{what} must be contiguous and 16-byte aligned (the kernel "
                               f"moves 16-byte vectors), got strides {d.strides} (bytes) at "

@@ -21,6 +21,7 @@ from .distributed import (
     _stream_of,
     agree,
     local_device,
+    on_device,
     one_stream,
     refuse_capture,
 )
@@ -111,10 +112,7 @@ class GemmAllReduce:
         if tuple(d.shape) != shape or d.elem.name != "bf16":
             raise LaunchError(f"{what} must be a bf16 array of shape {shape}, got {d.elem} "
                               f"{tuple(d.shape)}")
-        dev = getattr(x, "device", None)  # a torch device, or a DeviceArray's ordinal
-        index = getattr(dev, "index", dev)
-        if isinstance(index, int) and index != self.device:
-            raise LaunchError(f"{what} is on GPU {index}; this plan runs on GPU {self.device}")
+        on_device(x, self.device, what)
 
     def __call__(self, a: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
         """out (m x n bf16; default a new torch tensor where a is one) = the sum over ranks of
