@@ -129,14 +129,16 @@ def section(data: dict, a: argparse.Namespace) -> Section:
 
 
 def all_reduce_rows(s: Section, res: dict, cmd: str) -> None:
-    """A GEMM + all-reduce result (bench/tp_worker.py's gar_case): a row against torch.mm
-    then NCCL's all_reduce, and a note with torch.mm then ptxdsl's all_reduce and each
-    alone."""
+    """A GEMM + all-reduce result (bench/tp_worker.py's gar_case): a row of the default plan
+    (128-row weight tiles) against torch.mm then NCCL's all_reduce, and a note with 64-row
+    tiles, torch.mm then ptxdsl's all_reduce, and each alone."""
     us = res["us"]
     case = f"GEMM + all-reduce, {res['name']} (K {res['k']}, N {res['n']})"
     s.rows.append(Row(case, "ptxdsl fused", us["ours"], "torch.mm + NCCL all_reduce", us["a"],
                       "us", cmd, target=1.2))
+    splits = res["splits"]
     s.notes.append(
-        f"- {case}: ptxdsl {us['ours']:.1f} us ({res['splits']} K ranges a tile); torch.mm + "
+        f"- {case}: ptxdsl {us['ours']:.1f} us (128-row weight tiles, {splits['ours']} K "
+        f"ranges a tile; 64-row tiles, {splits['bw64']} ranges: {us['bw64']:.1f}); torch.mm + "
         f"NCCL all_reduce {us['a']:.1f}, torch.mm + ptxdsl all_reduce {us['ptx_ar']:.1f}; "
         f"torch.mm alone {us['gemm']:.1f}, NCCL all_reduce alone {us['comm']:.1f}")

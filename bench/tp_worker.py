@@ -206,8 +206,9 @@ def rs_case(dist: Any, name: str, m: int, k_all: int, n: int, reps: int,
 
 
 def gar_case(dist: Any, m: int, n: int, k_all: int, reps: int) -> dict[str, Any]:
-    """GemmAllReduce (one launch a rank) against torch.mm then NCCL's all_reduce (a), and
-    torch.mm then ptxdsl's own all_reduce; each alone too. Times in us."""
+    """GemmAllReduce (one launch a rank; and with 64-row weight tiles, more tiles for fewer K
+    ranges) against torch.mm then NCCL's all_reduce (a), and torch.mm then ptxdsl's own
+    all_reduce; each alone too. Times in us."""
     import torch
 
     from ptxdsl.runtime.distributed import AllReduce
@@ -221,6 +222,7 @@ def gar_case(dist: Any, m: int, n: int, k_all: int, reps: int) -> dict[str, Any]
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     part = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     plan = GemmAllReduce(m, n, kl)
+    narrow = GemmAllReduce(m, n, kl, bw=64)
     ar = AllReduce(m * n, "bf16")
 
     def ours():
@@ -235,18 +237,19 @@ def gar_case(dist: Any, m: int, n: int, k_all: int, reps: int) -> dict[str, Any]
         torch.matmul(a, w.T, out=part)
         return ar(part)
 
-    fns = {"ours": ours, "a": mm_nccl, "ptx_ar": mm_ptxdsl_ar,
+    fns = {"ours": ours, "bw64": lambda: narrow(a, w, c), "a": mm_nccl, "ptx_ar": mm_ptxdsl_ar,
            "gemm": lambda: torch.matmul(a, w.T, out=part), "comm": lambda: dist.all_reduce(part)}
     want = a.float() @ w.float().T
     dist.all_reduce(want)
-    checks = {key: error(fns[key]().clone(), want, k_all) for key in ("ours", "a", "ptx_ar")}
+    checks = {key: error(fns[key]().clone(), want, k_all)
+              for key in ("ours", "bw64", "a", "ptx_ar")}
     every = torch.empty(world, m, n, device="cuda", dtype=c.dtype)
     dist.all_gather_into_tensor(every, ours())
     same = all(torch.equal(every[q], every[0]) for q in range(world))
     us = {key: 1000 * slowest(dist, timed(fn, reps)) for key, fn in fns.items()}
-    splits = plan.splits
-    plan.free()
-    ar.free()
+    splits = {"ours": plan.splits, "bw64": narrow.splits}
+    for p in (plan, narrow, ar):
+        p.free()
     return {"layer": "gar", "name": f"decode M {m}", "m": m, "k": kl * world, "n": n, "us": us,
             "errors": checks, "same_bits": same, "splits": splits}
 

@@ -189,16 +189,18 @@ def test_the_bench_rows_from_a_run():
 
     def res(ours=20.0, errors=None, same=True):
         return {"layer": "gar", "name": "decode M 16", "m": 16, "k": 14336, "n": 4096,
-                "us": {"ours": ours, "a": 30.0, "ptx_ar": 25.0, "gemm": 18.0, "comm": 12.0},
-                "errors": errors or {"ours": 0.2, "a": 0.3, "ptx_ar": 0.3},
-                "same_bits": same, "splits": 4}
+                "us": {"ours": ours, "bw64": 22.0, "a": 30.0, "ptx_ar": 25.0, "gemm": 18.0,
+                       "comm": 12.0},
+                "errors": errors or {"ours": 0.2, "bw64": 0.2, "a": 0.3, "ptx_ar": 0.3},
+                "same_bits": same, "splits": {"ours": 4, "bw64": 2}}
 
     a = argparse.Namespace(gpus=2, quick=False)
     s = tp.section({"world": 2, "results": [res(), res(ours=40.0)]}, a)
     assert [(r.case, r.unit, r.target) for r in s.rows] == \
         [("GEMM + all-reduce, decode M 16 (K 14336, N 4096)", "us", 1.2)] * 2
     assert s.rows[0].ratio == pytest.approx(1.5) and not s.rows[0].missed and s.rows[1].missed
-    assert "torch.mm + ptxdsl all_reduce 25.0; torch.mm alone 18.0" in s.notes[0]
+    assert "4 K ranges a tile; 64-row tiles, 2 ranges: 22.0); torch.mm + NCCL all_reduce " \
+        "30.0, torch.mm + ptxdsl all_reduce 25.0; torch.mm alone 18.0" in s.notes[0]
     for bad, words in ((res(errors={"ours": 2.0}), "wrong results {'ours': 2.0}"),
                        (res(same=False), "C differs across ranks")):
         with pytest.raises(BenchError, match=words):
