@@ -31,9 +31,10 @@ the epoch's parity. Rank q's launch e + 2 writes rank p's slots of parity e % 2 
 q's launch e + 1 ended, in which q's sum of every tile saw p's pushes of launch e + 1; p
 pushes only after `griddep_wait`, so after its launch e (which read those slots) ended.
 
-Traffic: a rank sends each of its world - 1 peers splits x mp x N f32 (the padded activation
-rows included), against bf16 M x N a rank for a one-shot all-reduce of C: the host keeps
-splits small as mp grows (`pick_splits`)."""
+Traffic: a rank sends each of its world - 1 peers splits x N x (M rounded up to an even
+number, past 8: to mp) f32 (a thread's vector of the partial holds two adjacent rows of C, so
+a vector wholly past M is not sent), against bf16 M x N for a one-shot all-reduce of C: the
+host keeps splits small as mp grows (`pick_splits`)."""
 
 from typing import Any
 
@@ -101,7 +102,7 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                 accs = [k.let(nm, type=array(f32, nacc)) for nm in names]
                 main_loop(k, ring, accs, wg, it.k0, it.k1, steps=sm.BK // 16, wm=wm)
                 push(k, it, accs, ws, ws_stride, sig, sig_stride, rank, world, epoch, half,
-                     wg, t)
+                     wg, t, col, m)
             with k.for_("it2", work) as it:
                 with k.if_(it.split == 0):
                     accs = [k.let(f"s{nm}", type=array(f32, nacc)) for nm in names]
@@ -114,9 +115,13 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
         nslots = k.let("nslots", world * it.splits)
         return k.let("tw", (half + it.tile * consumers + wg) * nslots), nslots
 
-    def push(k, it, accs, ws, ws_stride, sig, sig_stride, rank, world, epoch, half, wg, t):
+    def push(k, it, accs, ws, ws_stride, sig, sig_stride, rank, world, epoch, half, wg, t,
+             col, m):
         """This item's partial into slot (rank, split) of every rank's region; then each
-        rank's flag word for it, released once the warpgroup's stores are in."""
+        rank's flag word for it, released once the warpgroup's stores are in. A thread's
+        vector v holds columns 8 v + col and 8 v + col + 1 of the activation tile: where
+        both lie past M (zero rows of A, never stored into C) it is not sent, so that at M 1
+        in an 8-row tile a quarter of the tile crosses the link."""
         tw, nslots = slots_of(k, it, world, half, wg)
         slot = k.let("slot", tw + rank * it.splits + it.split)
         mine = k.let("mine", slot * block + t * 4)
@@ -124,8 +129,9 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
             dst = k.let("dst", q.to(u64) * ws_stride + mine.to(u64))
             for r, acc in enumerate(accs):
                 with k.for_(f"v{r}" if r else "v", 0, nacc // 4, unroll=True) as v:
-                    ws[dst + (v * 512 + r * plane).to(u64)] = k.f32x4(
-                        acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3])
+                    with k.if_(it.n * mp + v * 8 + col < m):
+                        ws[dst + (v * 512 + r * plane).to(u64)] = k.f32x4(
+                            acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3])
         k.bar_sync(8 + wg, 128)
         flag = k.let("flag", slot - half * nslots)  # flags are not double-buffered
         with k.for_("fq", t, world, 128) as fq:
@@ -134,7 +140,7 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
     def sum_slots(k, it, accs, ws, ws_stride, sig, sig_stride, rank, world, epoch, half, wg,
                   t):
         """Wait for every rank's pushes of the tile, then its slots summed in order into
-        `accs`."""
+        `accs` (columns past M, never pushed, add up stale values that are never stored)."""
         tw, nslots = slots_of(k, it, world, half, wg)
         words = k.let("words", rank * sig_stride + (tw - half * nslots))
         with k.for_("f", t, nslots, 128) as f:
@@ -231,7 +237,7 @@ def fragments(region: np.ndarray, m: int, n: int, bw: int, mp: int, nslots: int,
     """The slots of launch half `half` of one rank's region as partial products: an f32
     array (nslots, m, n) (slot order: rank-major, then K range), each slot's warpgroup blocks
     laid out as the kernel pushes them (thread t's values of accumulator element 4 v + e at
-    t * 4 + v * 512 + e, m64 block r at r * 64 mp)."""
+    t * 4 + v * 512 + e, m64 block r at r * 64 mp); rows past m (stale: not pushed) cut off."""
     consumers = min(bw // 64, 2)
     mw = bw // consumers // 64
     tn, tm = cdiv(n, bw), cdiv(m, mp)
