@@ -1,5 +1,6 @@
 """Communication fused with the GEMM across GPUs: all-gather + GEMM and GEMM + reduce-scatter
-(ptxdsl/kernels/ag_gemm.ptxdsl, gemm_rs.ptxdsl through samples/tp_linear.py) against what a
+(ptxdsl/kernels/ag_gemm.ptxdsl, gemm_rs.ptxdsl through samples/tp_linear.py), and GEMM +
+all-reduce at decode (ptxdsl/kernels/gemm_allreduce.py through GemmAllReduce), against what a
 PyTorch user runs. Needs two GPUs or more; runs one process per GPU under torchrun.
 
     NCCL_NVLS_ENABLE=0 python -m bench tp [--quick] [--gpus N]
@@ -30,7 +31,10 @@ ABOUT = ("Tensor-parallel linear layers of a Llama-70B-like model over the GPUs 
          "ptxdsl: one kernel per rank (`AllGatherGemm` copies the input shard into symmetric "
          "memory first, inside the timing). Rows compare with (a) NCCL then cuBLAS (target "
          "1.2x) and with the best of (b) two-stream chunked overlap and (c) torch's "
-         "symmetric-memory fused ops (target 1.05x). NVLink multicast off everywhere.")
+         "symmetric-memory fused ops (target 1.05x). GEMM + all-reduce at decode (M 1 to "
+         "256, K split across ranks; us per call): `GemmAllReduce`, one launch a rank, against "
+         "torch.mm then NCCL's all_reduce (target 1.2x); torch.mm then ptxdsl's own "
+         "all_reduce in the notes. NVLink multicast off everywhere.")
 LIMITS = ("(a) runs NCCL then cuBLAS, so its ceiling against a fused kernel is (GEMM + "
           "communication) / GEMM, 1.11-1.12 here with cuBLAS's GEMM: 1.2x needs a GEMM some "
           "7% faster than cuBLAS, and ptxdsl's dense GEMM is within 5% of it on the H100 and "
@@ -98,9 +102,14 @@ def section(data: dict, a: argparse.Namespace) -> Section:
     s = Section("tp", f"Fused communication + GEMM across {world} GPUs", ABOUT, limits=LIMITS)
     for res in data["results"]:
         bad = {k: v for k, v in res["errors"].items() if not v <= 1}
-        if bad or not res.get("gathered_ok", True):
-            raise BenchError(f"{res['name']}: wrong results {bad} "
-                             f"(gathered A {'ok' if res.get('gathered_ok', True) else 'wrong'})")
+        gathered, same = res.get("gathered_ok", True), res.get("same_bits", True)
+        if bad or not gathered or not same:
+            raise BenchError(f"{res['name']}: wrong results {bad} (gathered A "
+                             f"{'ok' if gathered else 'wrong'}, C "
+                             f"{'the same on every rank' if same else 'differs across ranks'})")
+        if res["layer"] == "gar":
+            all_reduce_rows(s, res, cmd)
+            continue
         ms = res["ms"]
         layer = "all-gather + GEMM" if res["layer"] == "ag" else "GEMM + reduce-scatter"
         case = f"{layer}, {res['name']} (M {res['m']}, K {res['k']}, N {res['n']})"
@@ -117,3 +126,19 @@ def section(data: dict, a: argparse.Namespace) -> Section:
             f"NCCL alone {ms['comm']:.3f}: fused / max(GEMM, comm) = {ms['ours'] / bound:.2f} "
             "(target <= 1.1)")
     return s
+
+
+def all_reduce_rows(s: Section, res: dict, cmd: str) -> None:
+    """A GEMM + all-reduce result (bench/tp_worker.py's gar_case): a row of the default plan
+    (128-row weight tiles) against torch.mm then NCCL's all_reduce, and a note with 64-row
+    tiles, torch.mm then ptxdsl's all_reduce, and each alone."""
+    us = res["us"]
+    case = f"GEMM + all-reduce, {res['name']} (K {res['k']}, N {res['n']})"
+    s.rows.append(Row(case, "ptxdsl fused", us["ours"], "torch.mm + NCCL all_reduce", us["a"],
+                      "us", cmd, target=1.2))
+    splits = res["splits"]
+    s.notes.append(
+        f"- {case}: ptxdsl {us['ours']:.1f} us (128-row weight tiles, {splits['ours']} K "
+        f"ranges a tile; 64-row tiles, {splits['bw64']} ranges: {us['bw64']:.1f}); torch.mm + "
+        f"NCCL all_reduce {us['a']:.1f}, torch.mm + ptxdsl all_reduce {us['ptx_ar']:.1f}; "
+        f"torch.mm alone {us['gemm']:.1f}, NCCL all_reduce alone {us['comm']:.1f}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -26,6 +25,9 @@ AG_SHAPES = [("gate-up, 8192 tokens", 8192, 8192, 28672), ("gate-up, decode 256 
                                                             8192, 28672)]
 RS_SHAPES = [("down, 8192 tokens", 8192, 28672, 8192), ("down, decode 256 tokens", 256, 28672,
                                                        8192)]
+# (M tokens, N, K in all): GEMM + all-reduce at decode, row-parallel (K split across ranks):
+# an MLP down projection (N 4096, K 14336) and an attention output projection (7168 x 8192)
+GAR_SHAPES = [(m, n, k) for n, k in ((4096, 14336), (7168, 8192)) for m in (1, 16, 64, 256)]
 
 
 def timed(fn: Any, reps: int, batch: int = 4) -> float:
@@ -203,6 +205,55 @@ def rs_case(dist: Any, name: str, m: int, k_all: int, n: int, reps: int,
             "ms": ms, "errors": checks, **done}
 
 
+def gar_case(dist: Any, m: int, n: int, k_all: int, reps: int) -> dict[str, Any]:
+    """GemmAllReduce (one launch a rank; and with 64-row weight tiles, more tiles for fewer K
+    ranges) against torch.mm then NCCL's all_reduce (a), and torch.mm then ptxdsl's own
+    all_reduce; each alone too. Times in us."""
+    import torch
+
+    from ptxdsl.runtime.distributed import AllReduce
+    from ptxdsl.runtime.gemm_allreduce import GemmAllReduce
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    kl = k_all // world // 8 * 8  # a rank's K: 16-byte rows for TMA
+    g = torch.Generator(device="cuda").manual_seed(13 + rank)
+    a = torch.randn(m, kl, device="cuda", generator=g).bfloat16()
+    w = torch.randn(n, kl, device="cuda", generator=g).bfloat16() / 16
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    part = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    plan = GemmAllReduce(m, n, kl)
+    narrow = GemmAllReduce(m, n, kl, bw=64)
+    ar = AllReduce(m * n, "bf16")
+
+    def ours():
+        return plan(a, w, c)
+
+    def mm_nccl():
+        torch.matmul(a, w.T, out=part)
+        dist.all_reduce(part)
+        return part
+
+    def mm_ptxdsl_ar():
+        torch.matmul(a, w.T, out=part)
+        return ar(part)
+
+    fns = {"ours": ours, "bw64": lambda: narrow(a, w, c), "a": mm_nccl, "ptx_ar": mm_ptxdsl_ar,
+           "gemm": lambda: torch.matmul(a, w.T, out=part), "comm": lambda: dist.all_reduce(part)}
+    want = a.float() @ w.float().T
+    dist.all_reduce(want)
+    checks = {key: error(fns[key]().clone(), want, k_all)
+              for key in ("ours", "bw64", "a", "ptx_ar")}
+    every = torch.empty(world, m, n, device="cuda", dtype=c.dtype)
+    dist.all_gather_into_tensor(every, ours())
+    same = all(torch.equal(every[q], every[0]) for q in range(world))
+    us = {key: 1000 * slowest(dist, timed(fn, reps)) for key, fn in fns.items()}
+    splits = {"ours": plan.splits, "bw64": narrow.splits}
+    for p in (plan, narrow, ar):
+        p.free()
+    return {"layer": "gar", "name": f"decode M {m}", "m": m, "k": kl * world, "n": n, "us": us,
+            "errors": checks, "same_bits": same, "splits": splits}
+
+
 def agreed(dist: Any, symm: Any) -> Any:
     """(c) where it runs on every rank, else the first rank's reason on all of them (a rank
     timing it alone would wait in its collectives for ranks that never join)."""
@@ -252,9 +303,9 @@ def serve(cases: Any) -> int:
     p.add_argument("--json", required=True)
     p.add_argument("--quick", action="store_true")
     a = p.parse_args()
-    dev = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
+    from ptxdsl.runtime.distributed import join_nccl
+
+    join_nccl()
     results = cases(dist, 5 if a.quick else 15)
     if dist.get_rank() == 0:
         Path(a.json).write_text(json.dumps({
@@ -272,6 +323,8 @@ def cases(dist: Any, reps: int) -> list[dict[str, Any]]:
     for name, m, k, n in RS_SHAPES:
         for ordered in (False, True):
             results.append({"layer": "rs", **rs_case(dist, name, m, k, n, reps, ordered)})
+    for m, n, k in GAR_SHAPES:
+        results.append(gar_case(dist, m, n, k, reps))
     return results
 
 

@@ -29,6 +29,7 @@ from ptxdsl.runtime.distributed import (
     all_reduce,
     expect_named_hang,
     free_all_reduce_plans,
+    join_nccl,
     report,
 )
 
@@ -101,10 +102,7 @@ def main() -> int:
     p.add_argument("--hang", action="store_true")
     p.add_argument("--quick", action="store_true", help="two sizes, one call each")
     args = p.parse_args()
-    dev = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = join_nccl()
     if args.hang:
         code = hang(rank)
         os._exit(code)  # the trapped context and the waiting peer: no orderly teardown

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tp_linear as tp  # noqa: E402
 
 from ptxdsl.errors import LaunchError  # noqa: E402
-from ptxdsl.runtime.distributed import expect_named_hang, report  # noqa: E402
+from ptxdsl.runtime.distributed import expect_named_hang, join_nccl, report  # noqa: E402
 
 # (m_local, k, n): ragged, decode-sized, one of several waves of tiles, and a decode-sized
 # one with more gather units (32) than the all-gather's pulling CTAs (16) (and every
@@ -129,10 +129,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="two shapes, one call each "
                    "(for compute-sanitizer)")
     args = p.parse_args()
-    dev = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = join_nccl()
     if args.hang:
         code = hang(args.hang, rank)
         os._exit(code)  # the trapped context and the waiting peer: no orderly teardown

@@ -43,6 +43,18 @@ def local_device() -> int:
     return device_ordinal(int(os.environ.get("LOCAL_RANK", "0")), "LOCAL_RANK")
 
 
+def join_nccl() -> tuple[int, int]:
+    """A torchrun process's start: its GPU (LOCAL_RANK) made torch's current device and the
+    NCCL process group joined on it. Returns (rank, world size)."""
+    import torch  # type: ignore[import-not-found]
+    import torch.distributed as dist  # type: ignore[import-not-found]
+
+    dev = local_device()
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
+    return dist.get_rank(), dist.get_world_size()
+
+
 def exchange(alloc: VmmAllocation, group: Any = None) -> list[VmmAllocation]:
     """Share `alloc` (shareable VMM memory of this rank) with every rank of `group` and map
     theirs here: returns one allocation per rank, this rank's own at its index. A
@@ -200,6 +212,42 @@ def agree(dist: Any, group: Any, what: str, values: tuple) -> None:
                           "the same plan")
 
 
+def on_device(x: Any, device: int, what: str) -> None:
+    """Refuse (LaunchError) an array on another GPU than a plan's `device` (a torch tensor's
+    device, or a DeviceArray's ordinal; an array that says neither passes)."""
+    dev = getattr(x, "device", None)
+    index = getattr(dev, "index", dev)
+    if isinstance(index, int) and index != device:
+        raise LaunchError(f"{what} is on GPU {index}; this plan runs on GPU {device}")
+
+
+def refuse_capture(device: int, stream: Any, what: str) -> int:
+    """The raw handle of `stream` on `device`, refused (LaunchError) while it is capturing a
+    CUDA graph: a plan whose flags compare a launch count passed as a launch argument would
+    replay that count frozen, and a replay would read peers' slots before they are written."""
+    from .driver import check, device_context, driver, make_current, stream_handle
+
+    make_current(device_context(device))  # stream 0 is the current context's
+    handle = stream_handle(stream)
+    status = check(driver().cuStreamIsCapturing(handle), "cuStreamIsCapturing")
+    if int(status) != 0:
+        raise LaunchError(f"{what} cannot be captured in a CUDA graph: its launch count is a "
+                          "launch argument, which a replay would repeat; call it eagerly (or "
+                          "reduce with NCCL inside the graph)")
+    return handle
+
+
+def one_stream(first: int | None, handle: int, what: str) -> int:
+    """The stream a plan runs on: `handle` on its first call (`first` None), refused
+    (LaunchError) when a later call's differs (launches e and e + 1 could then run out of
+    order, and the flags assume they do not)."""
+    if first is not None and handle != first:
+        raise LaunchError(f"{what} plans run on one stream: this one first ran on stream "
+                          f"{first:#x}, now {handle:#x} (calls on two streams could run out "
+                          "of order); build a plan per stream")
+    return handle
+
+
 class AllReduce:
     """A plan to sum `n` elements of `dtype` ("bf16" or "f32") over the ranks of `group`,
     every rank getting the same bits (ptxdsl/kernels/all_reduce.py: f32 sums in rank order
@@ -275,10 +323,7 @@ class AllReduce:
         if count != self.n or d.elem.name != self.dtype:
             raise LaunchError(f"{what} must hold {self.n} {self.dtype} elements, got {d.elem} "
                               f"{d.shape}")
-        dev = getattr(x, "device", None)  # a torch device, or a DeviceArray's ordinal
-        index = getattr(dev, "index", dev)
-        if isinstance(index, int) and index != self.device:
-            raise LaunchError(f"{what} is on GPU {index}; this plan runs on GPU {self.device}")
+        on_device(x, self.device, what)
         if d.strides != contiguous_strides(d.shape, d.elem.nbytes) or d.ptr % 16:
             raise LaunchError(f"{what} must be contiguous and 16-byte aligned (the kernel "
                               f"moves 16-byte vectors), got strides {d.strides} (bytes) at "
@@ -314,31 +359,18 @@ class AllReduce:
         return out
 
     def _refuse(self, stream: Any, out: Any) -> None:
-        """What the flag protocol cannot take: a call captured in a CUDA graph (its epoch, a
-        launch argument, would replay frozen: the flags already hold it, so a replay would
-        read peers' slots before they are written), and what `_apart` refuses."""
-        from .driver import check, device_context, driver, make_current, stream_handle
+        """What the flag protocol cannot take: a call captured in a CUDA graph
+        (`refuse_capture`), and what `_apart` refuses."""
         from .interop import describe
 
-        make_current(device_context(self.device))  # stream 0 is the current context's
-        handle = stream_handle(stream)
-        status = check(driver().cuStreamIsCapturing(handle), "cuStreamIsCapturing")
-        if int(status) != 0:
-            raise LaunchError("all_reduce cannot be captured in a CUDA graph: its launch count "
-                              "is a launch argument, which a replay would repeat; call it "
-                              "eagerly (or reduce with NCCL inside the graph)")
+        handle = refuse_capture(self.device, stream, "all_reduce")
         self._apart(handle, describe(out, "all_reduce output").ptr)
 
     def _apart(self, handle: int, out_ptr: int) -> None:
-        """Refuse a call on another stream than the first (launches e and e + 1 could then
-        run out of order) and an out overlapping this rank's input slots (the kernel would
-        write sums where peers are reading)."""
-        if self._stream is None:
-            self._stream = handle
-        elif handle != self._stream:
-            raise LaunchError(f"all_reduce plans run on one stream: this one first ran on "
-                              f"stream {self._stream:#x}, now {handle:#x} (calls on two "
-                              "streams could run out of order); build a plan per stream")
+        """Refuse a call on another stream than the first (`one_stream`) and an out
+        overlapping this rank's input slots (the kernel would write sums where peers are
+        reading)."""
+        self._stream = one_stream(self._stream, handle, "all_reduce")
         lo = self.buf.local.ptr
         end = out_ptr + self.n * self._all.elem.nbytes
         if out_ptr < lo + self.buf.nbytes and lo < end:
