@@ -46,7 +46,9 @@ SMEM = 227 * 1024  # shared memory a CTA may take on the H100 / H200
 MAX_STAGES = 12
 SCALES = ("tensor", "row")  # fp8: per-tensor scales, or per row of A and per row of W
 EPILOGUES = ("residual", "silu_mul")  # the decoder block's steps fused into the store
-GATE_UP_GROUP = 8  # silu_mul: gate and up rows interleaved in groups of this many
+# silu_mul: gate and up rows interleaved in groups of this many: a wgmma accumulator
+# fragment's row step (a thread holds C^T rows n and n + 8)
+GATE_UP_GROUP = 8
 
 
 def stages_for(bw: int, mp: int) -> int:

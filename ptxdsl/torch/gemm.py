@@ -100,7 +100,7 @@ def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> R
         grid = persistent_grid(resident, m, n, bn, cluster)
 
         def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
-            x, w = tensors[:2]  # a fused op's further tensors are its epilogue's
+            x, w = tensors[:2]  # then gemm's residual (None where absent)
             kernel[grid, None, stream](ta.at(x.data_ptr()), tb.at(w.data_ptr()),
                                        tc.at(out.data_ptr()), m, n, k)
 
