@@ -6,9 +6,13 @@ RMSNorm (`torch.ops.ptxdsl.rms_norm`), the fused QKV, output, gate-up and down p
 (`torch.ops.ptxdsl.gemm`, x @ W^T), causal prefill attention with grouped KV heads
 (`torch.ops.ptxdsl.attention`), and at decode the KV-cache append (`torch.ops.ptxdsl.kv_append`)
 and split-KV decode attention over the cache (`torch.ops.ptxdsl.decode_attention`) run
-ptxdsl's kernels; the rotary embedding, SiLU-and-multiply and the residual adds stay PyTorch
-(torch.compile fuses them). The same `Block` runs on PyTorch's own kernels with
-`Block(cfg, kernels=TORCH)`: that is the reference, eager or compiled.
+ptxdsl's kernels. Up to SMALLM_MAX_M tokens (decoding) the decode GEMM's store does the next
+step too: the residual adds after the output and down projections (`gemm(x, w, residual)`)
+and SiLU-and-multiply after the gate-up projection (`gemm_silu_mul`, whose weight holds the
+gate and up rows interleaved: `interleave_gate_up`, once, as the block is made); past that,
+and the rotary embedding always, PyTorch does them (torch.compile fuses them). The same
+`Block` runs on PyTorch's own kernels with `Block(cfg, kernels=TORCH)`: that is the
+reference, eager or compiled.
 
 Prefill: `block(x, cos, sin)` with x (B, S, hidden) at positions 0 .. S - 1 attends causally
 within x. With a cache, `block(x, cos, sin, cache)`: x holds each sequence's S newest tokens,
@@ -30,7 +34,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-import ptxdsl.torch  # noqa: F401  (registers torch.ops.ptxdsl)
+import ptxdsl.torch  # registers torch.ops.ptxdsl
+from ptxdsl.kernels.gemm_smallm import GATE_UP_GROUP
+from ptxdsl.torch.kernels import SMALLM_MAX_M
 
 MAX_NEW = 16  # new tokens a sequence that attend over the cache (decode_attention's limit)
 
@@ -142,14 +148,32 @@ def new_positions(cache: Cache, s: int) -> torch.Tensor:
     return cache.seqlens[:, None].long() - s + torch.arange(s, device=cache.seqlens.device)
 
 
+def silu_mul(y: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up of y = x @ W^T over the interleaved gate-up weight (its columns are
+    groups of GATE_UP_GROUP gate outputs, each followed by the same outputs' up)."""
+    pairs = y.unflatten(-1, (-1, 2, GATE_UP_GROUP))
+    return (F.silu(pairs[..., 0, :]) * pairs[..., 1, :]).flatten(-2)
+
+
 class Kernels:
     """The kernels the block calls, ptxdsl's or PyTorch's."""
 
     def rms_norm(self, x, w, eps):
         return torch.ops.ptxdsl.rms_norm(x, w, eps)
 
-    def linear(self, x, w):
-        return torch.ops.ptxdsl.gemm(x, w)
+    def linear(self, x, w, residual=None):
+        """x @ w^T (x rows of tokens), plus `residual` (x's rows of the output's width)."""
+        if residual is None:
+            return torch.ops.ptxdsl.gemm(x, w)
+        if x.shape[0] <= SMALLM_MAX_M:  # added as the decode GEMM stores
+            return torch.ops.ptxdsl.gemm(x, w, residual)
+        return torch.ops.ptxdsl.gemm(x, w) + residual
+
+    def gate_up(self, x, w):
+        """silu(gate) * up of x @ w^T, w the interleaved gate-up weight."""
+        if x.shape[0] <= SMALLM_MAX_M:
+            return torch.ops.ptxdsl.gemm_silu_mul(x, w)
+        return silu_mul(torch.ops.ptxdsl.gemm(x, w))
 
     def attention(self, q, k, v):
         """Prefill: q (B, H, S, D), k and v (B, KVH, S, D), causal."""
@@ -170,8 +194,12 @@ class TorchKernels(Kernels):
     def rms_norm(self, x, w, eps):
         return F.rms_norm(x, (x.shape[-1],), w, eps)
 
-    def linear(self, x, w):
-        return F.linear(x, w)
+    def linear(self, x, w, residual=None):
+        y = F.linear(x, w)
+        return y if residual is None else y + residual
+
+    def gate_up(self, x, w):
+        return silu_mul(F.linear(x, w))
 
     def attention(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
@@ -247,7 +275,9 @@ class Block(torch.nn.Module):
         self.attn_norm, self.mlp_norm = norm(), norm()
         self.wqkv = weight(qkv, cfg.hidden)
         self.wo = weight(cfg.hidden, cfg.heads * cfg.head_dim)
-        self.w_gate_up = weight(2 * cfg.ffn, cfg.hidden)
+        # gate and up rows interleaved as gemm_silu_mul takes them (both kernels read it so)
+        self.w_gate_up = torch.nn.Parameter(
+            ptxdsl.torch.interleave_gate_up(weight(2 * cfg.ffn, cfg.hidden)), requires_grad=False)
         self.w_down = weight(cfg.hidden, cfg.ffn)
 
     def share_weights(self, other: Block) -> Block:
@@ -281,10 +311,9 @@ class Block(torch.nn.Module):
             o = kn.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
             o = o.transpose(1, 2)
         o = o.reshape(b * s, nh * hd)
-        x = x + kn.linear(o, self.wo).view(b, s, c.hidden)
-        h = kn.rms_norm(x, self.mlp_norm, c.eps).view(b * s, c.hidden)
-        gate, up = kn.linear(h, self.w_gate_up).chunk(2, dim=-1)
-        return x + kn.linear(F.silu(gate) * up, self.w_down).view(b, s, c.hidden)
+        x = kn.linear(o, self.wo, x.reshape(b * s, c.hidden))
+        h = kn.rms_norm(x, self.mlp_norm, c.eps)
+        return kn.linear(kn.gate_up(h, self.w_gate_up), self.w_down, x).view(b, s, c.hidden)
 
 
 def max_error(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -45,6 +45,10 @@ BK_FP8 = SWIZZLE  # K per stage of fp8
 SMEM = 227 * 1024  # shared memory a CTA may take on the H100 / H200
 MAX_STAGES = 12
 SCALES = ("tensor", "row")  # fp8: per-tensor scales, or per row of A and per row of W
+EPILOGUES = ("residual", "silu_mul")  # the decoder block's steps fused into the store
+# silu_mul: gate and up rows interleaved in groups of this many: a wgmma accumulator
+# fragment's row step (a thread holds C^T rows n and n + 8)
+GATE_UP_GROUP = 8
 
 
 def stages_for(bw: int, mp: int) -> int:
@@ -62,8 +66,8 @@ def max_mp(bw: int, dtype=bf16) -> int:
 
 
 def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
-                consumer_regs: int = 232, dtype=bf16, scales: str | None = None
-                ) -> ptxdsl.KernelDef:
+                consumer_regs: int = 232, dtype=bf16, scales: str | None = None,
+                epilogue: str | None = None) -> ptxdsl.KernelDef:
     """The swap-AB kernel for activation tiles of `mp` rows (8 to 256, a multiple of 8) and
     weight tiles of `bw` rows (64 or 128: one consumer warpgroup per 64; 256: two of 128 rows,
     each two m64 accumulators, for mp up to 128), with a `stages`-deep TMA ring (default: as
@@ -76,12 +80,21 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
     output channel); either is applied to the f32 sums as C is stored (with swap-AB a weight
     row is an accumulator row), after the split-K slot sum. e4m3 sums each stage's 128 of K
     in the tensor cores and adds it into f32 registers (`promoted_loop`), so its tiles are
-    smaller (`max_mp`: mp up to 128, 64 with bw 256)."""
+    smaller (`max_mp`: mp up to 128, 64 with bw 256).
+
+    `epilogue` (bf16 only) fuses the decoder block's next step into the store, applied once
+    to the f32 sums (after the split-K slot sum): "residual" adds R (a bf16 M x N parameter
+    `r`, after the semaphores) to C; "silu_mul" takes W's rows as gate and up rows
+    interleaved in eights (`interleave_gate_up`) and stores silu(gate) * up, C of N / 2
+    columns (N a multiple of 16)."""
     if dtype not in (bf16, e4m3):
         raise ValueError(f"make_smallm: dtype is bf16 or e4m3, got {dtype}")
     if (scales is None) != (dtype == bf16) or scales not in (None, *SCALES):
         raise ValueError(f"make_smallm: e4m3 takes scales 'tensor' or 'row', bf16 none; got "
                          f"dtype {dtype} with scales {scales!r}")
+    if epilogue not in (None, *EPILOGUES) or (epilogue and dtype != bf16):
+        raise ValueError(f"make_smallm: epilogue is None or one of {', '.join(EPILOGUES)}, "
+                         f"with bf16; got {epilogue!r} with dtype {dtype}")
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"make_smallm: mp is a multiple of 8 from 8 to 256, got {mp}")
     if bw not in (64, 128, 256):
@@ -99,8 +112,10 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
     bk, kw = (BK, 16) if dtype == bf16 else (BK_FP8, 32)  # K per stage, per wgmma
     name = f"gemm_smallm_m{mp}_w{bw}_s{stages}" if dtype == bf16 else \
         f"gemm_smallm_{dtype}_{scales}_m{mp}_w{bw}_s{stages}"
+    if epilogue:
+        name = f"gemm_smallm_{epilogue}_m{mp}_w{bw}_s{stages}"
 
-    def body(k, w, x, c, ws, sem, m, n, kdim, splits, sa=None, sb=None):
+    def body(k, w, x, c, ws, sem, m, n, kdim, splits, sa=None, sb=None, r=None):
         ring = k.pipeline("ring", stages, a=(dtype, [bw, bk], 1024, SWIZZLE),
                           b=(dtype, [mp, bk], 1024, SWIZZLE))
         last = k.shared("last", u32, [consumers])  # a warpgroup's 'my range completed it'
@@ -137,7 +152,10 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                 with k.if_(~it.whole):
                     k.assign(write, sum_slots(k, it, accs, last, ws, sem, wg, leader))
                 with k.if_(write):
-                    store(k, it, accs, c, m, n, wg, row, col, sa, sb)
+                    if epilogue == "silu_mul":
+                        store_silu_mul(k, it, accs, c, m, n, wg, row, col)
+                    else:
+                        store(k, it, accs, c, m, n, wg, row, col, sa, sb, r)
 
     def sum_slots(k, it, accs, last, ws, sem, wg, leader):
         """Store this range's partial in its slot, count it on the warpgroup's semaphore, and
@@ -171,10 +189,10 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                                 acc[4 * q + e] = acc[4 * q + e] + k.select(here, v[e], 0.0)
         return total
 
-    def store(k, it, accs, c, m, n, wg, row, col, sa, sb) -> None:
+    def store(k, it, accs, c, m, n, wg, row, col, sa, sb, res) -> None:
         """C from the C^T fragments: acc[4 j + 2 i + e] of m64 block r is C^T row (64 r + row
         + 8 i) and column (8 j + col + e) of the warpgroup's rows of the tile, i.e. C[m, n]
-        with m in the tile's columns; times the fp8 scales."""
+        with m in the tile's columns; times the fp8 scales, plus the residual `res`."""
         n0 = k.let("n0", it.m * bw + wg * wm + row)
         m0 = k.let("m0", it.n * mp + col)
         if scales == "tensor":
@@ -196,9 +214,33 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                                 v = v * scale
                             elif scales == "row":
                                 v = v * (sa[gm] * rs[2 * r + i])
+                            if res is not None:
+                                v = v + res[gm * n + gn].to(f32)
                             c[gm * n + gn] = v.to(bf16)
 
-    if dtype == bf16:
+    def store_silu_mul(k, it, accs, c, m, n, wg, row, col) -> None:
+        """silu(gate) * up from the C^T fragments (as `store` reads them): W's rows come as
+        eight gate rows then the eight up rows of the same outputs, so a thread's row n + 8
+        (i = 1) is the up row of its gate row n (i = 0; n % 16 < 8), and C's column is the
+        gate row's output, n / 16 * 8 + n % 8, of N / 2."""
+        n0 = k.let("n0", it.m * bw + wg * wm + row)
+        m0 = k.let("m0", it.n * mp + col)
+        half = k.let("half", n / 2)
+        for r, acc in enumerate(accs):
+            gn = n0 + r * 64
+            out = k.let(f"out{r}" if r else "out", gn / 16 * 8 + gn % 8)
+            with k.for_(f"j{r}" if r else "j", 0, mp // 8, unroll=True) as j:
+                with k.for_(f"e{r}" if r else "e", 0, 2, unroll=True) as e:
+                    gm = m0 + j * 8 + e
+                    with k.if_((gm < m) & (gn < n)):
+                        gate = acc[4 * j + e]
+                        c[gm * half + out] = (k.silu(gate) * acc[4 * j + 2 + e]).to(bf16)
+
+    if epilogue == "residual":
+        def gemm_smallm(k, w: tmap(bf16, 2), x: tmap(bf16, 2), c: ptr(bf16), ws: ptr(f32),
+                        sem: ptr(u32), r: ptr(bf16), m: u32, n: u32, kdim: u32, splits: u32):
+            body(k, w, x, c, ws, sem, m, n, kdim, splits, r=r)
+    elif dtype == bf16:
         def gemm_smallm(k, w: tmap(bf16, 2), x: tmap(bf16, 2), c: ptr(bf16), ws: ptr(f32),
                         sem: ptr(u32), m: u32, n: u32, kdim: u32, splits: u32):
             body(k, w, x, c, ws, sem, m, n, kdim, splits)
@@ -247,9 +289,22 @@ def launch_grid(m: int, n: int, k: int, bw: int, mp: int, splits: int, sms: int 
     return min(items, sms)
 
 
+def interleave_gate_up(w):
+    """The gate-up weight (2 F x K, the F gate rows then the F up rows; numpy or torch, F a
+    multiple of GATE_UP_GROUP) as the silu_mul epilogue takes it: each group of gate rows
+    followed by the same outputs' up rows."""
+    f2, kdim = w.shape
+    if f2 % (2 * GATE_UP_GROUP):
+        raise ValueError(f"interleave_gate_up: the gate-up weight's rows (2 F) must be a "
+                         f"multiple of {2 * GATE_UP_GROUP}, got {f2}")
+    g = GATE_UP_GROUP
+    return w.reshape(2, f2 // (2 * g), g, kdim).swapaxes(0, 1).reshape(f2, kdim)
+
+
 def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
             splits: int | None = None, mp: int | None = None, bw: int = 128,
-            grid: int | None = None, dtype=bf16, scales: str | None = None) -> dict:
+            grid: int | None = None, dtype=bf16, scales: str | None = None,
+            epilogue: str | None = None) -> dict:
     """Random A (m x k) and W (n x k) of `dtype`; the reference is A @ W^T in f32 (rows of k
     elements a multiple of 16 bytes, as TMA wants: k a multiple of 8 for bf16, of 16 for
     e4m3). The semaphores start and end at zero.
@@ -258,7 +313,10 @@ def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
     the reference the dequantised product in f64, the absolute tolerance that of the smallest
     scale (a number, so that it serves the semaphores' check too), 2^-10 sqrt(K): each
     stage's sums are added in f32, so only a GPU's limited-precision sums of one stage's 128
-    products (the interpreter's are f32) add to the rounding of C."""
+    products (the interpreter's are f32) add to the rounding of C.
+    `epilogue` "residual": a random bf16 R (m x n) added; "silu_mul": W the gate-up weight of
+    n / 2 outputs, interleaved, and C of n / 2 columns (the tolerance sqrt(K) times larger:
+    the product of two sums of K terms)."""
     from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     mp = mp or pad_m(m, max_mp(bw, dtype))
@@ -271,6 +329,14 @@ def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
         w = f32_to_bf16(rng.standard_normal((n, k), np.float32))
         ref = bf16_to_f32(a) @ bf16_to_f32(w).T
         atol = 2 ** -7 * float(np.sqrt(k)) * 4
+        if epilogue == "residual":
+            inputs["r"] = f32_to_bf16(rng.standard_normal((m, n), np.float32))
+            ref = ref + bf16_to_f32(inputs["r"])
+        elif epilogue == "silu_mul":
+            gate, up = ref[:, :n // 2].astype(np.float64), ref[:, n // 2:]
+            ref = gate / (1 + np.exp(-gate)) * up
+            w = interleave_gate_up(w)
+            atol *= float(np.sqrt(k))
     else:
         from ptxdsl.fp8 import quantize
 
@@ -288,7 +354,7 @@ def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
                        "sem": np.zeros(nsem, np.uint32), **inputs, "m": m, "n": n, "kdim": k,
                        "splits": splits},
             "tensor_maps": {"w": {"box": (bw, bk), **box}, "x": {"box": (mp, bk), **box}},
-            "outputs": {"c": np.zeros((m, n), np.uint16)},
+            "outputs": {"c": np.zeros(ref.shape, np.uint16)},
             "expected": {"c": ref, "sem": np.zeros(nsem, np.uint32)},
             "rtol": 2 ** -7, "atol": atol}
 

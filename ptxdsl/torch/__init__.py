@@ -2,6 +2,8 @@
 
     import ptxdsl.torch                       # registers the ops
     c = torch.ops.ptxdsl.gemm(a, b)           # bf16 a (M x K) @ b (N x K)^T
+    c = torch.ops.ptxdsl.gemm(a, b, r)        # ... + r (M x N), fused at decode
+    y = torch.ops.ptxdsl.gemm_silu_mul(a, interleave_gate_up(w_gate_up))  # silu(gate) * up
     y = torch.ops.ptxdsl.rms_norm(x, w, 1e-5)
     c = torch.ops.ptxdsl.scaled_mm_fp8(a8, b8, sa, sb)   # e4m3 in, bf16 sa * sb * a8 @ b8^T
     c = torch.ops.ptxdsl.scaled_mm_fp8_block(a8, b8, sa, sb)  # 1 x 128 / 128 x 128 scales
@@ -21,9 +23,11 @@ from .attention import attention
 from .decode import decode_attention
 from .fp8 import scaled_mm_fp8, scaled_mm_fp8_block
 from .gemm import gemm
+from .gemm_silu import gemm_silu_mul, interleave_gate_up
 from .grouped import grouped_mm
 from .kv_append import kv_append
 from .norms import layer_norm, rms_norm, softmax
 
-__all__ = ["attention", "decode_attention", "gemm", "grouped_mm", "kv_append", "layer_norm",
-           "rms_norm", "scaled_mm_fp8", "scaled_mm_fp8_block", "softmax"]
+__all__ = ["attention", "decode_attention", "gemm", "gemm_silu_mul", "grouped_mm",
+           "interleave_gate_up", "kv_append", "layer_norm", "rms_norm", "scaled_mm_fp8",
+           "scaled_mm_fp8_block", "softmax"]

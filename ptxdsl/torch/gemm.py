@@ -1,8 +1,10 @@
-"""`torch.ops.ptxdsl.gemm(a, b)`: C = A @ B^T in bf16 (A is M x K, B is N x K, both with
-unit inner stride; f32 accumulation), the library's warp-specialised wgmma GEMM, its tile
-width, stage count, cluster pairing and walk (data-parallel or stream-K) tuned per shape; up
-to SMALLM_MAX_M rows of A (decoding), the swap-AB split-K kernel (gemm_smallm), its weight
-tile tuned per shape."""
+"""`torch.ops.ptxdsl.gemm(a, b, residual=None)`: C = A @ B^T (+ R) in bf16 (A is M x K, B is
+N x K, both with unit inner stride, R M x N contiguous; f32 accumulation), the library's
+warp-specialised wgmma GEMM, its tile width, stage count, cluster pairing and walk
+(data-parallel or stream-K) tuned per shape; up to SMALLM_MAX_M rows of A (decoding), the
+swap-AB split-K kernel (gemm_smallm), its weight tile tuned per shape, which adds R as it
+stores C (a decoder block's residual add fused into its o_proj and down_proj). Past
+SMALLM_MAX_M rows R is added by PyTorch after the GEMM (`unfused`)."""
 
 from __future__ import annotations
 
@@ -52,12 +54,15 @@ TUNER = autotune.tuner("ptxdsl::gemm", GEMM_CONFIGS, _recipe)
 
 def check_operands(args: Args) -> str | None:
     """The checks of a GEMM of a (M x K) and b (N x K) into a bf16 C (M x N): every shape
-    TMA addresses (a, b and C are each read or written by a map; `tma_shape_error`)."""
-    a, b = args["a"], args["b"]
+    TMA addresses (a, b and C are each read or written by a map; `tma_shape_error`); a
+    residual (where the op takes one) of C's shape."""
+    a, b, r = args["a"], args["b"], args.get("residual")
     (m, k), (n, kb) = a.shape, b.shape
     if k != kb:
         return (f"a (M x K) and b (N x K) must have the same K, got a {tuple(a.shape)} "
                 f"and b {tuple(b.shape)}")
+    if r is not None and tuple(r.shape) != (m, n):
+        return f"residual must be C's shape (M x N) = {(m, n)}, got {tuple(r.shape)}"
     return tma_shape_error(m, n, k, a.element_size())
 
 
@@ -95,7 +100,7 @@ def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> R
         grid = persistent_grid(resident, m, n, bn, cluster)
 
         def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
-            x, w = tensors
+            x, w = tensors[:2]  # then gemm's residual (None where absent)
             kernel[grid, None, stream](ta.at(x.data_ptr()), tb.at(w.data_ptr()),
                                        tc.at(out.data_ptr()), m, n, k)
 
@@ -107,13 +112,67 @@ def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> R
     size, nsem, slots = streamk_workspace(m, n, k, resident, GEMM_BM, bn)
 
     def run_streamk(tensors: tuple, out: torch.Tensor, stream: int) -> None:
-        x, w = tensors
+        x, w = tensors[:2]
         ws = x.new_empty(size, dtype=torch.float32)
         sem = x.new_zeros(nsem, dtype=torch.uint32)
         kernel[resident, None, stream](ta.at(x.data_ptr()), tb.at(w.data_ptr()),
                                        tc.at(out.data_ptr()), m, n, k, ws, sem, slots)
 
     return run_streamk
+
+
+def dense_config(a: torch.Tensor, b: torch.Tensor, stream: int) -> Any:
+    """The dense kernel's config for C = a @ b^T, tuned (trials on `stream`) at the first
+    call of its shape."""
+    m, k = a.shape
+    n = b.shape[0]
+
+    def trial(config: Any) -> torch.Tensor:
+        c = a.new_empty((m, n))
+        _runner(config, a, b, c)((a, b), c, stream)
+        return c
+
+    # M is rounded up to a power of two: batch sizes vary, the best tiling barely does; the
+    # stream-K config's worth does, with the last wave's fill, so that goes in the key too
+    shape = (1 << (m - 1).bit_length(), n, k, wave_fill(m, n, a.device.index))
+    return TUNER.choose(shape, trial, autotune.close(2**-6), device=a.device.index,
+                        tune=autotune.tuning_allowed())
+
+
+def unfused(config: Any, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+            epilogue: str | None) -> Run:
+    """The dense kernel's run of `config` with the decode kernel's `epilogue` done after it
+    by PyTorch (on the launch's stream, torch's current one): "residual" adds the run's
+    third tensor to C; "silu_mul" computes C of the interleaved gate-up weight into a
+    temporary and stores silu(gate) * up (`silu_mul`). Past SMALLM_MAX_M rows and for the
+    dense candidates of a fused decode op's tuning."""
+    if epilogue is None:
+        return _runner(config, a, b, out)
+    full = (a.shape[0], b.shape[0])
+    run = _runner(config, a, b, a.new_empty(full))  # its C map re-pointed at each call's
+
+    def run_then(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+        x, w, *residual = tensors
+        if epilogue == "residual":
+            run((x, w), out, stream)
+            out.add_(residual[0])
+        else:
+            c = x.new_empty(full)
+            run((x, w), c, stream)
+            out.copy_(silu_mul(c))
+
+    return run_then
+
+
+def silu_mul(c: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up of C over the interleaved gate-up weight (gemm_smallm
+    .interleave_gate_up): C's columns are groups of gate outputs, each followed by the same
+    outputs' up; f32 math, bf16 out, N / 2 columns."""
+    m, n = c.shape
+    g = gemm_smallm.GATE_UP_GROUP
+    pairs = c.view(m, n // (2 * g), 2, g).float()
+    return (torch.nn.functional.silu(pairs[:, :, 0]) * pairs[:, :, 1]).to(c.dtype).view(
+        m, n // 2)
 
 
 def wave_fill(m: int, n: int, device: int) -> int:
@@ -131,11 +190,14 @@ def decode_candidates(mp: int) -> tuple[dict[str, int], ...]:
 
 
 @cache
-def smallm_tuner(mp: int) -> Autotuner:
-    """The tuner for up to mp rows of A, timing each candidate from a CUDA graph (a decode
-    GEMM takes microseconds, less than an eager launch)."""
-    return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", decode_candidates(mp),
-                          lambda c: _recipe(c) if "bn" in c else smallm_recipe(mp, c["bw"]),
+def smallm_tuner(mp: int, epilogue: str | None = None) -> Autotuner:
+    """The tuner for up to mp rows of A (with the decode kernel's fused `epilogue`, which the
+    dense candidates do after their GEMM: `unfused`), timing each candidate from a CUDA
+    graph (a decode GEMM takes microseconds, less than an eager launch)."""
+    fused = f"{epilogue}_" if epilogue else ""
+    return autotune.tuner(f"ptxdsl::gemm_smallm_{fused}m{mp}", decode_candidates(mp),
+                          lambda c: _recipe(c) if "bn" in c else
+                          smallm_recipe(mp, c["bw"], epilogue),
                           timer=autotune.graph_timer)
 
 
@@ -161,53 +223,69 @@ def semaphores(device: int, stream: int, size: int) -> torch.Tensor:
 def _smallm_kernel(config: Any) -> KernelDef:
     if "scales" in config:
         return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"])
-    return smallm_kernel(config["mp"], config["bw"])
+    return smallm_kernel(config["mp"], config["bw"], config.get("epilogue"))
+
+
+def overlap_error(r: torch.Tensor, c: torch.Tensor) -> str | None:
+    """What is wrong with a residual R whose memory overlaps C's: the kernel's threads read
+    R while others store C, so an overlap would read outputs already stored."""
+    r0, c0 = r.data_ptr(), c.data_ptr()
+    if r0 < c0 + c.numel() * c.element_size() and c0 < r0 + r.numel() * r.element_size():
+        return (f"the residual (0x{r0:x}, {tuple(r.shape)}) must not overlap C "
+                f"(0x{c0:x}, {tuple(c.shape)}): pass a copy")
+    return None
 
 
 def smallm_runner(config: Any, mp: int, a: torch.Tensor, b: torch.Tensor,
-                  scales: str | None = None) -> Run:
+                  scales: str | None = None, epilogue: str | None = None) -> Run:
     """The run of the decode kernel's `config` over a's and b's layouts: an f32 slot
     workspace fresh each call (on torch's current stream, the launch's) and the stream's
     semaphores. `scales` ("tensor" or "row"): the e4m3 kernel, its scale tensors the run's
-    third and fourth."""
+    third and fourth. `epilogue` (gemm_smallm.EPILOGUES): "residual" adds the run's third
+    tensor (refused where it overlaps C: `overlap_error`); "silu_mul" stores silu(gate) * up
+    of the interleaved gate-up weight b, C of N / 2 columns."""
     bw = config["bw"]
     m, k = a.shape
     n = b.shape[0]
     device = a.device.index
     fp8 = (("scales", scales),) if scales else ()
+    fused = (("epilogue", epilogue),) if epilogue else ()
     kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", 1), ("mp", mp),
-                                                   *fp8), device)
+                                                   *fp8, *fused), device)
     bk = gemm_smallm.BK_FP8 if scales else gemm_smallm.BK
     splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident, bk)
     size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits, bk)
     tw = TensorMap(b, box=(bw, bk), swizzle="128B")
     tx = TensorMap(a, box=(mp, bk), swizzle="128B")
     grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident, bk)
+    ntensors = 4 if scales else 3 if epilogue == "residual" else 2  # (gemm's may add None)
 
     def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
-        x, w, *scale = tensors
+        x, w, *extra = tensors[:ntensors]  # the scales, or the residual
+        if epilogue == "residual" and (problem := overlap_error(extra[0], out)):
+            raise ValueError(f"gemm: {problem}")
         ws = x.new_empty(size, dtype=torch.float32)
         sem = semaphores(device, stream, nsem)
         kernel[grid, None, stream](tw.at(w.data_ptr()), tx.at(x.data_ptr()), out, ws, sem,
-                                   *scale, m, n, k, splits)
+                                   *extra, m, n, k, splits)
 
     return run
 
 
 def smallm_plan(tensors: tuple, out: torch.Tensor, mp: int, tuner: Autotuner,
                 dense: Callable[[Any, torch.Tensor], Run] | None = None,
-                scales: str | None = None) -> Run:
-    """The plan for few rows of A (tensors: a, b and any scales) in activation tiles of mp
-    rows: `tuner`'s choice at (mp, N, K) among the decode kernel's configs (`scales` as
-    smallm_runner takes it) and, where `dense(config, c)` runs them, the dense kernel's
-    (those with "bn")."""
+                scales: str | None = None, epilogue: str | None = None) -> Run:
+    """The plan for few rows of A (tensors: a, b and any scales or residual) in activation
+    tiles of mp rows: `tuner`'s choice at (mp, N, K) among the decode kernel's configs
+    (`scales` and `epilogue` as smallm_runner takes them) and, where `dense(config, c)` runs
+    them, the dense kernel's (those with "bn")."""
     a, b = tensors[:2]
     n, k = b.shape
 
     def runner(config: Any, c: torch.Tensor) -> Run:
         if "bn" in config and dense is not None:
             return dense(config, c)
-        return smallm_runner(config, mp, a, b, scales)
+        return smallm_runner(config, mp, a, b, scales, epilogue)
 
     def trial(config: Any) -> torch.Tensor:
         # on the current stream, which graph_timer's capture makes its own
@@ -220,26 +298,22 @@ def smallm_plan(tensors: tuple, out: torch.Tensor, mp: int, tuner: Autotuner,
     return runner(config, out)
 
 
+def fused_plan(args: Args, out: torch.Tensor, stream: int, epilogue: str | None) -> Run:
+    """The plan of a GEMM of args' a and b with the decode kernel's `epilogue` (or none):
+    the decode kernel's up to SMALLM_MAX_M rows, else the dense kernel's and the epilogue in
+    PyTorch."""
+    a, b, r = args["a"], args["b"], args.get("residual")
+    tensors = (a, b) if r is None else (a, b, r)
+    if a.shape[0] <= SMALLM_MAX_M:
+        mp = gemm_smallm.pad_m(a.shape[0])
+        return smallm_plan(tensors, out, mp, smallm_tuner(mp, epilogue),
+                           lambda config, c: unfused(config, a, b, c, epilogue),
+                           epilogue=epilogue)
+    return unfused(dense_config(a, b, stream), a, b, out, epilogue)
+
+
 def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
-    a, b = args["a"], args["b"]
-    m, k = a.shape
-    n = b.shape[0]
-    if m <= SMALLM_MAX_M:
-        mp = gemm_smallm.pad_m(m)
-        return smallm_plan((a, b), out, mp, smallm_tuner(mp),
-                           lambda config, c: _runner(config, a, b, c))
-
-    def trial(config: Any) -> torch.Tensor:
-        c = torch.empty_like(out)
-        _runner(config, a, b, c)((a, b), c, stream)
-        return c
-
-    # M is rounded up to a power of two: batch sizes vary, the best tiling barely does; the
-    # stream-K config's worth does, with the last wave's fill, so that goes in the key too
-    shape = (1 << (m - 1).bit_length(), n, k, wave_fill(m, n, a.device.index))
-    config = TUNER.choose(shape, trial, autotune.close(2**-6), device=a.device.index,
-                          tune=autotune.tuning_allowed())
-    return _runner(config, a, b, out)
+    return fused_plan(args, out, stream, None if args["residual"] is None else "residual")
 
 
 SPEC = OpSpec(
@@ -247,6 +321,7 @@ SPEC = OpSpec(
     params=(
         TensorParam(name="a", dtypes=(torch.bfloat16,), rank=2, layout="tma"),
         TensorParam(name="b", dtypes=(torch.bfloat16,), rank=2, layout="tma"),
+        TensorParam(name="residual", dtypes=(torch.bfloat16,), rank=2, optional=True),
     ),
     check=check_operands,
     output=output_c,

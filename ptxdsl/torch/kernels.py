@@ -47,9 +47,11 @@ def smallm_configs(mp: int, dtype: T.Scalar = T.bf16) -> tuple[dict[str, int], .
     return tuple(c for c in SMALLM_CONFIGS if mp <= max_mp(c["bw"], dtype))
 
 
-def smallm_recipe(mp: int, bw: int) -> Recipe:
-    """The decode GEMM C = A @ W^T for up to mp rows of A, over bw-row weight tiles."""
-    return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw)
+def smallm_recipe(mp: int, bw: int, epilogue: str | None = None) -> Recipe:
+    """The decode GEMM C = A @ W^T for up to mp rows of A, over bw-row weight tiles, with a
+    fused `epilogue` ("residual" or "silu_mul": gemm_smallm.EPILOGUES) or none."""
+    fused = {"epilogue": epilogue} if epilogue else {}
+    return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw, **fused)
 
 
 # scaled_mm_fp8 at M <= SMALLM_MAX_M: the e4m3 decode GEMM (the same kernel with fp8
@@ -95,8 +97,8 @@ def gemm_kernel(bn: int, stages: int, cluster: int, streamk: int = 0) -> KernelD
 
 
 @cache
-def smallm_kernel(mp: int, bw: int) -> KernelDef:
-    return smallm_recipe(mp, bw).build()
+def smallm_kernel(mp: int, bw: int, epilogue: str | None = None) -> KernelDef:
+    return smallm_recipe(mp, bw, epilogue).build()
 
 
 @cache

@@ -90,7 +90,8 @@ def test_ptxdsl_block_traces_in_one_graph(tb, torch, fake):
         out, targets = compile_one_graph(torch, block, x, cos, sin, cache)
         assert out.shape == (3, s, 256)
         assert {t for t in targets if t.startswith("ptxdsl.")} == {
-            "ptxdsl.gemm", "ptxdsl.rms_norm", "ptxdsl.kv_append", attention}
+            "ptxdsl.gemm", "ptxdsl.gemm_silu_mul", "ptxdsl.rms_norm", "ptxdsl.kv_append",
+            attention}
 
 
 # ----------------------------------------------------------------------------- GPU

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_schemas(ops, torch):
     gemm = str(torch.ops.ptxdsl.gemm.default._schema)
-    assert gemm == "ptxdsl::gemm(Tensor a, Tensor b) -> Tensor"
+    assert gemm == "ptxdsl::gemm(Tensor a, Tensor b, Tensor? residual=None) -> Tensor"
     assert str(torch.ops.ptxdsl.rms_norm.default._schema).startswith(
         "ptxdsl::rms_norm(Tensor x, Tensor weight, float eps=1")
 
