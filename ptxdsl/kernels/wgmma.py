@@ -1,13 +1,13 @@
 """The pieces every warp-specialised wgmma GEMM of the library shares: the producer's stage
 load, the consumers' main loop (one wgmma group in flight, a lagging release; for fp8 its
-two-level form, promoted_loop), and the epilogue that stores the accumulators as C through
-a swizzled shared tile and TMA stores.
+two-level form, promoted_loop, and the block-scaled form, block_scaled_loop), and the
+epilogue that stores the accumulators as C through a swizzled shared tile and TMA stores.
 
-The families (gemm, gemm_fp8, gemm_splitk, grouped_gemm, ag_gemm, gemm_rs) call these inside
-their roles; registers are named by the `k.let` / loop names used here, so every family's
-PTX is what it was when each spelled the loops out. A consumer warpgroup `wg` owns `wm` rows
-of the tile (one m64 accumulator per 64 of them, `accs`); a thread holds rows `row` and
-`row + 8` and columns `col`, `col + 1` of every 8-column group (wgmma's accumulator
+The families (gemm, gemm_fp8, gemm_splitk, grouped_gemm, grouped_fp8, ag_gemm, gemm_rs) call
+these inside their roles; registers are named by the `k.let` / loop names used here, so every
+family's PTX is what it was when each spelled the loops out. A consumer warpgroup `wg` owns
+`wm` rows of the tile (one m64 accumulator per 64 of them, `accs`); a thread holds rows `row`
+and `row + 8` and columns `col`, `col + 1` of every 8-column group (wgmma's accumulator
 layout)."""
 
 from __future__ import annotations
