@@ -26,7 +26,14 @@ from ptxdsl import array, bf16, e4m3, f32, ptr, s32, tmap, u32
 from ptxdsl.kernels.family import Family
 
 from .gemm_fp8 import BLOCK, quantize_blocks
-from .grouped_gemm import expert_schedule, launch_grid, produce, store_tile, tile_origin
+from .grouped_gemm import (
+    expert_rows,
+    expert_schedule,
+    launch_grid,
+    produce,
+    store_tile,
+    tile_origin,
+)
 from .wgmma import block_scaled_loop, consumer_lanes, first_turn, last_turn
 
 BM, BN, BK = 128, 128, 128  # BN and BK: one block of B's scales per tile and stage
@@ -120,16 +127,7 @@ def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 26
 
     rows = [300, 0, 129, 1, 64] if rows is None else rows
     e = len(rows)
-    if masked:
-        cap = cap or max(rows)
-        starts = [g * cap for g in range(e)]
-        counts = [min(r, cap) for r in rows]
-        total, offs = e * cap, np.array(rows, np.uint32)
-    else:
-        starts = [int(x) for x in np.cumsum([0, *rows])[:-1]]
-        counts = list(rows)
-        total = int(sum(rows))
-        offs = np.array([0, *np.cumsum(rows)], np.uint32)
+    starts, counts, total, offs, cap = expert_rows(rows, masked, cap)
     total = max(total, 1)
     q = quantize(rng, e, n, k, total)
     ref = np.full((total, n), UNTOUCHED)

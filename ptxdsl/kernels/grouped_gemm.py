@@ -155,6 +155,20 @@ def launch_grid(rows: list[int], n: int, sms: int = SMS, bn: int = BN) -> int:
     return max(1, min(sms, tiles(rows, n, bn)))
 
 
+def expert_rows(rows: list[int], masked: bool, cap: int
+                ) -> tuple[list[int], list[int], int, np.ndarray, int]:
+    """An example's layout of `rows[g]` tokens for expert g: each expert's first row of C and
+    the rows it uses, C's rows, the kernel's `offs` (the E + 1 row offsets, or masked the E
+    counts) and `cap` (masked: `cap` rows per expert, the most tokens if 0)."""
+    e = len(rows)
+    if masked:
+        cap = cap or max(rows)
+        return ([g * cap for g in range(e)], [min(r, cap) for r in rows], e * cap,
+                np.array(rows, np.uint32), cap)
+    return ([int(x) for x in np.cumsum([0, *rows])[:-1]], list(rows), int(sum(rows)),
+            np.array([0, *np.cumsum(rows)], np.uint32), cap)
+
+
 def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 1032,
             k: int = 520, masked: bool = False, cap: int = 0, grid: int | None = None) -> dict:
     """Random bf16 tokens and expert weights; `rows[g]` tokens for expert g (ragged, empty
@@ -165,16 +179,7 @@ def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 10
 
     rows = [300, 0, 129, 1, 64] if rows is None else rows
     e = len(rows)
-    if masked:
-        cap = cap or max(rows)
-        starts = [g * cap for g in range(e)]
-        counts = [min(r, cap) for r in rows]
-        total, offs = e * cap, np.array(rows, np.uint32)
-    else:
-        starts = [int(x) for x in np.cumsum([0, *rows])[:-1]]
-        counts = list(rows)
-        total = int(sum(rows))
-        offs = np.array([0, *np.cumsum(rows)], np.uint32)
+    starts, counts, total, offs, cap = expert_rows(rows, masked, cap)
     a = f32_to_bf16(rng.standard_normal((max(total, 1), k), np.float32))
     b = f32_to_bf16(rng.standard_normal((e, n, k), np.float32))
     ref = np.zeros((max(total, 1), n), np.float32)

@@ -30,6 +30,7 @@ from ..kernels.wgmma import tma_shape_error
 from ..runtime.launch import Kernel
 from ..runtime.tensormap import TensorMap
 from .dispatch import register
+from .grouped import check_layout
 from .kernels import bounds_kernel, grouped_fp8_kernel
 from .opspec import Args, OpSpec, Run, TensorParam
 
@@ -61,14 +62,8 @@ def _check(a_rows: int, e: int, n: int, k: int, args: Args, rows: str) -> str | 
 
 
 def check_contiguous(args: Args) -> str | None:
-    a, b, offs = args["a"], args["b"], args["offs"]
-    (t, k), (e, n, kb) = a.shape, b.shape
-    if k != kb:
-        return (f"a (T x K) and b (E x N x K) must have the same K, got a {tuple(a.shape)} "
-                f"and b {tuple(b.shape)}")
-    if offs.shape != (e,):
-        return f"offs must hold one row end per expert ({e}), got shape {tuple(offs.shape)}"
-    return _check(t, e, n, k, args, "T")
+    (t, k), (e, n, _) = args["a"].shape, args["b"].shape
+    return check_layout(args) or _check(t, e, n, k, args, "T")
 
 
 def check_masked(args: Args) -> str | None:
