@@ -26,7 +26,15 @@ import ptxdsl
 from ptxdsl import array, bf16, e4m3, f32, ptr, s32, tmap, u32
 from ptxdsl.kernels.family import Family
 
-from .wgmma import consumer_lanes, load_stage, main_loop, store_c, wgmma_group
+from .wgmma import (
+    block_scaled_loop,
+    consumer_lanes,
+    first_turn,
+    last_turn,
+    load_stage,
+    main_loop,
+    store_c,
+)
 
 SWIZZLE = 128  # bytes per shared-memory row: the K extent of a stage (128 fp8)
 BK = 128  # K per stage; also the K extent of a block scale
@@ -114,9 +122,8 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
             wg, leader, row, col = consumer_lanes(k)
             if not block:
                 scale = k.let("scale", sfa[0] * sfb[0] if scales == "ptr" else sfa * sfb)
-            if pingpong:  # the first turn is warpgroup 0's
-                with k.if_(wg == consumers - 1):
-                    k.bar_arrive(2, 256)
+            if pingpong:
+                first_turn(k, wg, consumers)
             with k.for_("t", first_item, ntiles, items_step) as t:
                 m0, n0 = coords(k, t, tiles_m, grp)
                 suffix = [("" if r == 0 else str(r)) for r in range(mw)]
@@ -124,41 +131,19 @@ def make_gemm_fp8(bm: int = 128, bn: int = 256, stages: int = 3, group: int = 8,
                     accs = [k.let(f"acc{s}", 0.0, array(f32, nacc)) for s in suffix]
                     tmps = [k.let(f"tmp{s}", type=array(f32, nacc)) for s in suffix]
                     sb_row = k.let("sb_row", n0 / BLOCK * ktiles)
+                    block_scaled_loop(k, ring, accs, tmps, wg, ktiles, sfb, sb_row, row,
+                                      nacc=nacc, wm=wm, consumers=consumers,
+                                      pingpong=pingpong, cluster=cm)
                 else:
                     accs = [k.let(f"acc{s}", type=array(f32, nacc)) for s in suffix]
-                if block:  # each K block's group retires before its promotion
-                    with k.for_("kt", 0, ktiles) as kt:
-                        sb = k.let("sb", sfb[sb_row + kt])
-                        k.wait(ring)
-                        if pingpong:  # my turn: the previous warpgroup has issued its group
-                            k.bar_sync(2 + wg, 256)
-                        wgmma_group(k, ring, tmps, wg, steps=BK // 32, first=True, wm=wm,
-                                    kw=32, cluster=cm)
-                        if pingpong:  # the next warpgroup's turn
-                            k.bar_arrive(2 + (wg + 1) % consumers, 256)
-                        ss = []  # this thread's two rows' scales times the B block's
-                        for r in range(mw):
-                            s = k.let(f"s{suffix[r]}", type=array(f32, 2))
-                            for i in range(2):
-                                rr = wg * wm + r * 64 + row + i * 8 if r else \
-                                    wg * wm + row + i * 8 if i else wg * wm + row
-                                s[i] = ring.sa[0, rr] * sb
-                            ss.append(s)
-                        k.wgmma_wait(0)
-                        k.release(ring)
-                        for r in range(mw):  # promote: acc += tmp * sa[row] * sb
-                            with k.for_(f"e{suffix[r]}", 0, nacc, unroll=True) as e:
-                                accs[r][e] = k.fma(tmps[r][e], ss[r][e % 4 / 2], accs[r][e])
-                else:
                     main_loop(k, ring, accs, wg, 0, ktiles, steps=BK // 32, wm=wm, kw=32,
                               cluster=cm)
                 store_c(k, accs, cs, c, m0, n0, wg, leader, row, col, bn=bn, wm=wm,
                         chunks=chunks, scale=None if block else scale)
             with k.if_(leader):
                 k.bulk_wait(0)
-            if pingpong:  # takes the last warpgroup's final turn, so no arrival is left over
-                with k.if_(wg == 0):
-                    k.bar_sync(2, 256)
+            if pingpong:
+                last_turn(k, wg)
 
     if block:
         def gemm(k, a: tmap(a_type, 2), b: tmap(b_type, 2), c: tmap(bf16, 2),

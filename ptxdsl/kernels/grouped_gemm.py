@@ -23,6 +23,61 @@ from .wgmma import consumer_lanes, load_stage, main_loop, store_c
 BM, BN, BK = 128, 256, 64
 
 
+def expert_schedule(k, offs, experts, cap, n, *, masked: bool, bm: int, bn: int):
+    """The tile schedule over the experts: each expert's rows in bm-row tile-rows (from the
+    E + 1 row offsets `offs`, or with `masked` the E counts of rows at g * cap), bn-wide
+    tile-columns of N, walked in bands of 8 tile-rows."""
+    return k.schedule("work", ((n + (bn - 1)) / bn,), group=8,
+                      groups=(offs, experts, bm, cap) if masked else (offs, experts, bm))
+
+
+def tile_origin(k, w, *, bm: int, bn: int):
+    """The first row of C (of A) and the first column of item w's tile."""
+    return k.let("m0", w.row0 + w.m * bm), k.let("n0", w.n * bn)
+
+
+def produce(k, ring, work, a, b, ktiles, *, bm: int, bn: int, bk: int,
+            more=None) -> None:
+    """The producer's walk (one elected thread): each item's K steps, a stage each of A's
+    tile rows and the item's expert's B tile (b: E x N x K); `more(m0, kt)` adds the
+    stage's further loads."""
+    with k.if_((k.warp == 0) & k.elect()):
+        with k.for_("w", work) as w:
+            m0, n0 = tile_origin(k, w, bm=bm, bn=bn)
+            with k.for_("kt", 0, ktiles) as kt:
+                load_stage(k, ring, a, b, (kt * bk).to(s32), [m0.to(s32)],
+                           [n0.to(s32), w.group.to(s32)])
+                if more is not None:
+                    more(m0, kt)
+                k.commit(ring)
+
+
+def store_tile(k, acc, cs, c, cp, w, m0, n0, n, tokens, wg, leader, row, col, *,
+               bm: int, bn: int) -> None:
+    """The epilogue of item w's tile (a consumer warpgroup's 64 rows, `acc`): through the
+    staging tile `cs` and TMA stores (store_c) when the tile lies inside its expert, else
+    from registers, only the rows inside the expert and C, so that the next expert's rows
+    are never written (nor any row past C's `tokens`). `cs` None: always from registers."""
+    valid = k.let("valid", w.rows - w.m * bm)  # rows of this tile in the expert
+
+    def registers() -> None:
+        """Store the tile's rows inside the expert from registers."""
+        with k.for_("j2", 0, bn // 8, unroll=True) as j:
+            with k.for_("i2", 0, 2, unroll=True) as i:
+                r = k.let("r", wg * 64 + row + i * 8)
+                with k.if_((r < valid) & (m0 + r < tokens) & (n0 + j * 8 + col < n)):
+                    cp[(m0 + r) * n + n0 + j * 8 + col] = k.bf16x2(
+                        acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
+
+    if cs is None:
+        registers()
+    else:
+        with k.if_(valid >= bm):
+            store_c(k, [acc], cs, c, m0, n0, wg, leader, row, col, bn=bn, chunks=bn // 64)
+        with k.else_():
+            registers()
+
+
 def make_grouped(masked: bool = False, stages: int = 3, tma_epilogue: bool = True
                  ) -> ptxdsl.KernelDef:
     """The grouped GEMM for the contiguous layout (or the masked one) with a `stages`-deep
@@ -38,44 +93,17 @@ def make_grouped(masked: bool = False, stages: int = 3, tma_epilogue: bool = Tru
         cs = k.shared("cs", bf16, [2, 4, 64, 64], align=1024, swizzle=128) \
             if tma_epilogue else None
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
-        work = k.schedule("work", ((n + (BN - 1)) / BN,), group=8,
-                          groups=(offs, experts, BM, cap) if masked else (offs, experts, BM))
+        work = expert_schedule(k, offs, experts, cap, n, masked=masked, bm=BM, bn=BN)
         with k.role("producer", 0, 4, regs=40):
-            with k.if_((k.warp == 0) & k.elect()):
-                with k.for_("w", work) as w:
-                    m0 = k.let("m0", w.row0 + w.m * BM)
-                    n0 = k.let("n0", w.n * BN)
-                    with k.for_("kt", 0, ktiles) as kt:
-                        load_stage(k, ring, a, b, (kt * BK).to(s32), [m0.to(s32)],
-                                   [n0.to(s32), w.group.to(s32)])
-                        k.commit(ring)
+            produce(k, ring, work, a, b, ktiles, bm=BM, bn=BN, bk=BK)
         with k.role("consumer", 4, 12, regs=232):
             wg, leader, row, col = consumer_lanes(k)
             with k.for_("w", work) as w:
-                m0 = k.let("m0", w.row0 + w.m * BM)
-                n0 = k.let("n0", w.n * BN)
+                m0, n0 = tile_origin(k, w, bm=BM, bn=BN)
                 acc = k.let("acc", type=ptxdsl.array(f32, BN // 2))
                 main_loop(k, ring, [acc], wg, 0, ktiles, steps=BK // 16)
-                valid = k.let("valid", w.rows - w.m * BM)  # rows of this tile in the expert
-
-                def registers() -> None:
-                    """Store the tile's rows inside the expert from registers."""
-                    with k.for_("j2", 0, BN // 8, unroll=True) as j:
-                        with k.for_("i2", 0, 2, unroll=True) as i:
-                            r = k.let("r", wg * 64 + row + i * 8)
-                            with k.if_((r < valid) & (m0 + r < tokens) &
-                                       (n0 + j * 8 + col < n)):
-                                cp[(m0 + r) * n + n0 + j * 8 + col] = k.bf16x2(
-                                    acc[4 * j + 2 * i].to(bf16), acc[4 * j + 2 * i + 1].to(bf16))
-
-                if cs is None:
-                    registers()
-                else:
-                    with k.if_(valid >= BM):
-                        store_c(k, [acc], cs, c, m0, n0, wg, leader, row, col, bn=BN,
-                                chunks=BN // 64)
-                    with k.else_():
-                        registers()
+                store_tile(k, acc, cs, c, cp, w, m0, n0, n, tokens, wg, leader, row, col,
+                           bm=BM, bn=BN)
             with k.if_(leader):
                 k.bulk_wait(0)
 
@@ -117,14 +145,28 @@ SMS = 132  # H100 / H200
 SMALL = {"rows": [130, 0, 7], "n": 136, "k": 64}
 
 
-def tiles(rows: list[int], n: int) -> int:
-    return sum(-(-r // BM) for r in rows) * -(-n // BN)
+def tiles(rows: list[int], n: int, bn: int = BN) -> int:
+    return sum(-(-r // BM) for r in rows) * -(-n // bn)
 
 
-def launch_grid(rows: list[int], n: int, sms: int = SMS) -> int:
-    """CTAs for a launch: one per tile, at most one per SM (a CTA walks its tiles in turn);
-    `rows` the rows each expert uses."""
-    return max(1, min(sms, tiles(rows, n)))
+def launch_grid(rows: list[int], n: int, sms: int = SMS, bn: int = BN) -> int:
+    """CTAs for a launch: one per tile of bn columns, at most one per SM (a CTA walks its
+    tiles in turn); `rows` the rows each expert uses."""
+    return max(1, min(sms, tiles(rows, n, bn)))
+
+
+def expert_rows(rows: list[int], masked: bool, cap: int
+                ) -> tuple[list[int], list[int], int, np.ndarray, int]:
+    """An example's layout of `rows[g]` tokens for expert g: each expert's first row of C and
+    the rows it uses, C's rows, the kernel's `offs` (the E + 1 row offsets, or masked the E
+    counts) and `cap` (masked: `cap` rows per expert, the most tokens if 0)."""
+    e = len(rows)
+    if masked:
+        cap = cap or max(rows)
+        return ([g * cap for g in range(e)], [min(r, cap) for r in rows], e * cap,
+                np.array(rows, np.uint32), cap)
+    return ([int(x) for x in np.cumsum([0, *rows])[:-1]], list(rows), int(sum(rows)),
+            np.array([0, *np.cumsum(rows)], np.uint32), cap)
 
 
 def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 1032,
@@ -137,16 +179,7 @@ def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 10
 
     rows = [300, 0, 129, 1, 64] if rows is None else rows
     e = len(rows)
-    if masked:
-        cap = cap or max(rows)
-        starts = [g * cap for g in range(e)]
-        counts = [min(r, cap) for r in rows]
-        total, offs = e * cap, np.array(rows, np.uint32)
-    else:
-        starts = [int(x) for x in np.cumsum([0, *rows])[:-1]]
-        counts = list(rows)
-        total = int(sum(rows))
-        offs = np.array([0, *np.cumsum(rows)], np.uint32)
+    starts, counts, total, offs, cap = expert_rows(rows, masked, cap)
     a = f32_to_bf16(rng.standard_normal((max(total, 1), k), np.float32))
     b = f32_to_bf16(rng.standard_normal((e, n, k), np.float32))
     ref = np.zeros((max(total, 1), n), np.float32)

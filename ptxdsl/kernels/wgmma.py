@@ -1,13 +1,13 @@
 """The pieces every warp-specialised wgmma GEMM of the library shares: the producer's stage
 load, the consumers' main loop (one wgmma group in flight, a lagging release; for fp8 its
-two-level form, promoted_loop), and the epilogue that stores the accumulators as C through
-a swizzled shared tile and TMA stores.
+two-level form, promoted_loop, and the block-scaled form, block_scaled_loop), and the
+epilogue that stores the accumulators as C through a swizzled shared tile and TMA stores.
 
-The families (gemm, gemm_fp8, gemm_splitk, grouped_gemm, ag_gemm, gemm_rs) call these inside
-their roles; registers are named by the `k.let` / loop names used here, so every family's
-PTX is what it was when each spelled the loops out. A consumer warpgroup `wg` owns `wm` rows
-of the tile (one m64 accumulator per 64 of them, `accs`); a thread holds rows `row` and
-`row + 8` and columns `col`, `col + 1` of every 8-column group (wgmma's accumulator
+The families (gemm, gemm_fp8, gemm_splitk, grouped_gemm, grouped_fp8, ag_gemm, gemm_rs) call
+these inside their roles; registers are named by the `k.let` / loop names used here, so every
+family's PTX is what it was when each spelled the loops out. A consumer warpgroup `wg` owns
+`wm` rows of the tile (one m64 accumulator per 64 of them, `accs`); a thread holds rows `row`
+and `row + 8` and columns `col`, `col + 1` of every 8-column group (wgmma's accumulator
 layout)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..types import Scalar, bf16, s32
+from ..api import array
+from ..types import Scalar, bf16, f32, s32
 
 TMA_DIM_LIMIT = 2**32  # a tensor map's sizes are below this
 
@@ -141,6 +142,56 @@ def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: An
             with k.for_(f"mv{r}" if r else "mv", 0, nacc, unroll=True) as e:
                 a[e] = b[e]
     retire(t0, 0)
+
+
+def block_scaled_loop(k: Any, ring: Any, accs: list, tmps: list, wg: Any, ktiles: Any,
+                      sfb: Any, sb_row: Any, row: Any, *, nacc: int, wm: int = 64,
+                      consumers: int = 2, pingpong: bool = True, cluster: int = 1) -> None:
+    """K blocks 0 .. ktiles of the tile summed into `accs` (zeroed by the caller) with
+    DeepGEMM's block scales: each stage (K = 128) is multiplied into the temporaries `tmps`
+    (an f32[nacc] per m64 accumulator) and, once its group has retired, promoted: acc += tmp
+    * sa[row] * sb, so the tensor cores' limited-precision fp8 accumulation never runs over
+    more than 128 products. sa is the stage's `sa` row scales (ring.sa[0, tile row]); sb is
+    sfb[sb_row + kt], the B block's. `pingpong`: the `consumers` warpgroups take turns issuing
+    their groups (named barriers 2 + wg, begun by first_turn and ended by last_turn), so that
+    one promotes while the tensor cores run another's group."""
+    mw = len(accs)
+    suffix = [("" if r == 0 else str(r)) for r in range(mw)]
+    with k.for_("kt", 0, ktiles) as kt:
+        sb = k.let("sb", sfb[sb_row + kt])
+        k.wait(ring)
+        if pingpong:  # my turn: the previous warpgroup has issued its group
+            k.bar_sync(2 + wg, 256)
+        # a stage holds K = 128 of fp8: four k32 steps
+        wgmma_group(k, ring, tmps, wg, steps=4, first=True, wm=wm, kw=32, cluster=cluster)
+        if pingpong:  # the next warpgroup's turn
+            k.bar_arrive(2 + (wg + 1) % consumers, 256)
+        ss = []  # this thread's two rows' scales times the B block's
+        for r in range(mw):
+            s = k.let(f"s{suffix[r]}", type=array(f32, 2))
+            for i in range(2):
+                rr = wg * wm + r * 64 + row + i * 8 if r else \
+                    wg * wm + row + i * 8 if i else wg * wm + row
+                s[i] = ring.sa[0, rr] * sb
+            ss.append(s)
+        k.wgmma_wait(0)
+        k.release(ring)
+        for r in range(mw):  # promote: acc += tmp * sa[row] * sb
+            with k.for_(f"e{suffix[r]}", 0, nacc, unroll=True) as e:
+                accs[r][e] = k.fma(tmps[r][e], ss[r][e % 4 / 2], accs[r][e])
+
+
+def first_turn(k: Any, wg: Any, consumers: int) -> None:
+    """Before the tiles of a block_scaled_loop with turns: the first turn is warpgroup 0's."""
+    with k.if_(wg == consumers - 1):
+        k.bar_arrive(2, 256)
+
+
+def last_turn(k: Any, wg: Any) -> None:
+    """After the tiles: warpgroup 0 takes the last warpgroup's final turn, so that no
+    arrival is left over."""
+    with k.if_(wg == 0):
+        k.bar_sync(2, 256)
 
 
 def count_part(k: Any, sem: Any, idx: Any, parts: Any, last: Any, wg: Any, leader: Any,

@@ -14,6 +14,8 @@
     o = torch.ops.ptxdsl.decode_attention(q, k_cache, v_cache, lens, block_table)  # split-KV
     torch.ops.ptxdsl.kv_append(k_new, v_new, k_cache, v_cache, lens, block_table)  # in place
     c = torch.ops.ptxdsl.grouped_mm(a, b, offs)  # experts: a (T x K), b (E x N x K), int32 ends
+    c = torch.ops.ptxdsl.grouped_mm_fp8(a8, b8, sa, sb, offs)  # e4m3, DeepGEMM's block scales
+    c = torch.ops.ptxdsl.grouped_mm_fp8_masked(a8, b8, sa, sb, counts)  # a8 (E x C x K)
 
 All work under torch.compile(fullgraph=True) and CUDA graph capture. Each launch config is
 autotuned per shape on first use and cached on disk (see ptxdsl.tools.autotune for the switches).
@@ -25,9 +27,10 @@ from .fp8 import scaled_mm_fp8, scaled_mm_fp8_block
 from .gemm import gemm
 from .gemm_silu import gemm_silu_mul, interleave_gate_up
 from .grouped import grouped_mm
+from .grouped_fp8 import grouped_mm_fp8, grouped_mm_fp8_masked
 from .kv_append import kv_append
 from .norms import layer_norm, rms_norm, softmax
 
 __all__ = ["attention", "decode_attention", "gemm", "gemm_silu_mul", "grouped_mm",
-           "interleave_gate_up", "kv_append", "layer_norm", "rms_norm", "scaled_mm_fp8",
-           "scaled_mm_fp8_block", "softmax"]
+           "grouped_mm_fp8", "grouped_mm_fp8_masked", "interleave_gate_up", "kv_append",
+           "layer_norm", "rms_norm", "scaled_mm_fp8", "scaled_mm_fp8_block", "softmax"]

@@ -25,14 +25,23 @@ from .opspec import Args, OpSpec, Run, TensorParam
 _U32 = 2**32
 
 
-def check_operands(args: Args) -> str | None:
+def check_layout(args: Args) -> str | None:
+    """What is wrong with the contiguous layout: a (T x K), b (E x N x K), offs (E)."""
     a, b, offs = args["a"], args["b"], args["offs"]
-    (t, k), (e, n, kb) = a.shape, b.shape
-    if k != kb:
+    if a.shape[1] != b.shape[2]:
         return (f"a (T x K) and b (E x N x K) must have the same K, got a {tuple(a.shape)} "
                 f"and b {tuple(b.shape)}")
-    if offs.shape != (e,):
-        return f"offs must hold one row end per expert ({e}), got shape {tuple(offs.shape)}"
+    if offs.shape != (b.shape[0],):
+        return (f"offs must hold one row end per expert ({b.shape[0]}), got shape "
+                f"{tuple(offs.shape)}")
+    return None
+
+
+def check_operands(args: Args) -> str | None:
+    (t, k), (e, n, _) = args["a"].shape, args["b"].shape
+    problem = check_layout(args)
+    if problem is not None:
+        return problem
     if min(t, n, k, e) < 1:
         return f"T, N, K and E must be at least 1, got T={t}, N={n}, K={k}, E={e}"
     if max(t, n, k, e) >= _U32:

@@ -5,8 +5,8 @@ The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.g
 `make_attention`, ptxdsl.kernels.attention_bwd `make_attention_bwd`, `make_preprocess` and
 `make_finish`, ptxdsl.kernels.decode_attention `make_decode_attention`,
 ptxdsl.kernels.kv_append `make_kv_append`,
-ptxdsl.kernels.grouped_gemm `make_grouped`, ptxdsl.kernels.norms
-`make_norm_row`, `make_norm_masked` and `make_norm_loop`), built as
+ptxdsl.kernels.grouped_gemm `make_grouped`, ptxdsl.kernels.grouped_fp8 `make_grouped_fp8`,
+ptxdsl.kernels.norms `make_norm_row`, `make_norm_masked` and `make_norm_loop`), built as
 `ptxdsl.tools.precompile.Recipe`s, so that tuning builds them in parallel processes, and the
 ops run the kernels that the library's tests and benchmarks check. This module does not import
 torch (the norms' ops and launch grid are in ptxdsl/torch/norms.py)."""
@@ -197,6 +197,13 @@ def fp8_block_kernel(bn: int, stages: int, cluster: int) -> KernelDef:
 def grouped_kernel() -> KernelDef:
     """The grouped (mixture-of-experts) GEMM, contiguous layout (ptxdsl.kernels.grouped_gemm)."""
     return Recipe.of("ptxdsl.kernels.grouped_gemm", "make_grouped").build()
+
+
+@cache
+def grouped_fp8_kernel(masked: bool) -> KernelDef:
+    """The block-scaled grouped fp8 GEMM, contiguous or masked layout
+    (ptxdsl.kernels.grouped_fp8)."""
+    return Recipe.of("ptxdsl.kernels.grouped_fp8", "make_grouped_fp8", masked=masked).build()
 
 
 @cache
