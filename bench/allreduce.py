@@ -21,6 +21,14 @@ ABOUT = ("Sum of a bf16 vector over the GPUs of one host, every rank getting the
          "symmetric-memory ops with the copy into their buffer. Target 1.2x NCCL to 1 MB, "
          "1.0x above. NVLink multicast off everywhere; bus bandwidth as nccl-tests counts it.")
 
+LIMITS = ("not profiled yet (2026-11-28). Above 4 MB on four GPUs the two-shot kernel moves "
+          "about 205 GB/s of bus bandwidth where NCCL reaches 240-308 (and torch's "
+          "symmetric-memory two-shot, in the notes, is faster too): each thread keeps one "
+          "16-byte load a peer in flight and the grid is one CTA an SM, so the peers' reads "
+          "are latency-bound; more loads in flight a thread is the next thing to try. On two "
+          "GPUs (one-shot at every size) the same kernel is 1.10-1.71x NCCL up to 64 MB and "
+          "0.98x at 256 MB (2026-11-28).")
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="fewer timed runs")
@@ -43,7 +51,7 @@ def bus_gbs(nbytes: int, us: float, world: int) -> float:
 def section(data: dict, a: argparse.Namespace) -> Section:
     world = data["world"]
     cmd = "NCCL_NVLS_ENABLE=0 python -m bench allreduce" + (f" --gpus {a.gpus}" if a.gpus else "")
-    s = Section("allreduce", f"All-reduce across {world} GPUs", ABOUT)
+    s = Section("allreduce", f"All-reduce across {world} GPUs", ABOUT, limits=LIMITS)
     notes = []
     for res in data["results"]:
         bad = {k: v for k, v in res["errors"].items() if not v <= 1}
