@@ -5,7 +5,9 @@ f32 accumulation) for the few token rows of decoding (M = 1 to 256), where the w
 W from memory. The tensor cores' smallest tile is 64 rows, so the kernel computes C^T = W A^T:
 a `bw`-row weight tile (64, 128 or 256 rows of N; consumer warpgroups of 64 or 128 rows) is
 the wgmma's A operand and the activation tile (`mp` rows of M, a multiple of 8 up to 256) its B
-operand, both read from shared memory K-major (what fp8 wgmma needs too). Rows of A past M
+operand, both read from shared memory K-major (what fp8 wgmma needs too). With `cols` 2, two
+warpgroups side by side each take half the activation tile as their wgmmas' N: a tile taller
+than one warpgroup's registers hold still reads each weight tile once. Rows of A past M
 are zero-filled by the tensor map and never stored. A stage is one 128-byte swizzled row of K
 per tile row: K = 64 of bf16 (4 wgmma k16 steps), or K = 128 of e4m3 (4 k32 steps; fp8 wgmma
 has no transpose, so the swap keeps both operands K-major as they are in memory). The
@@ -16,8 +18,8 @@ token and per output channel) multiply the f32 sums as C is stored.
 Split-K keeps every SM streaming weights when the N / bw tiles are fewer than SMs: the
 schedule (`k.schedule(..., splits=S)`) cuts each tile's K steps into S ranges, one work item
 each. A range that owns its whole tile stores C from its accumulators. Otherwise it stores its
-f32 partial into its slot of a workspace (`ws`: tiles x warpgroups x S slots x its rows x mp
-f32, each thread's values four at a time, coalesced), counts it on its warpgroup's semaphore
+f32 partial into its slot of a workspace (`ws`: tiles x warpgroups x S slots x its rows x its
+columns f32, each thread's values four at a time, coalesced), counts it on its warpgroup's semaphore
 (`sem`, zero between launches), and the range that completes the count sums every slot in
 slot order into C (so the result does not depend on which range finishes last: repeated runs
 are bit-identical) and leaves the semaphore zero.
@@ -54,16 +56,37 @@ def stages_for(bw: int, mp: int) -> int:
     return max(2, min(MAX_STAGES, (SMEM - 1024) // per))
 
 
-def max_mp(bw: int, dtype=bf16) -> int:
-    """The tallest activation tile whose accumulators fit a consumer thread's registers: an
-    m64 x mp accumulator takes mp / 2 f32, and bw 256 gives a warpgroup two; e4m3 adds two
-    per-stage temporaries beside each (promoted_loop), three times the registers."""
-    return (256 if dtype == bf16 else 128) // (2 if bw == 256 else 1)
+def consumer_grid(bw: int, cols: int = 1) -> tuple[int, int]:
+    """(consumer warpgroups, weight rows of each): one per 64 rows of the weight tile (two of
+    128 at bw 256), times `cols` warpgroups side by side over the activation tile's rows."""
+    rows = min(bw // 64, 2)
+    return rows * cols, bw // rows
+
+
+def consumer_regs_for(consumers: int) -> int:
+    """The consumers' setmaxnreg budget: what the CTA's registers at launch (threads x the
+    entry cap, a multiple of 8) leave beside a 40-register producer warpgroup, at most 232."""
+    threads = 128 * (1 + consumers)
+    pool = threads * min(255, 65536 // threads // 8 * 8)
+    return min(232, (pool - 128 * 40) // (128 * consumers) // 8 * 8)
+
+
+def max_mp(bw: int, dtype=bf16, cols: int = 1) -> int:
+    """The tallest activation tile whose accumulators fit the consumers' registers: an m64 x
+    N accumulator takes N / 2 f32 a thread, and bw 256 gives a warpgroup two; e4m3 adds two
+    per-stage temporaries beside each (promoted_loop), three times the registers. With `cols`
+    warpgroups over the activation tile each holds N = mp / cols of it; four warpgroups have
+    under half the registers each (consumer_regs_for), so half the width, and none for e4m3."""
+    consumers, wm = consumer_grid(bw, cols)
+    width = (256 if dtype == bf16 else 128) // (wm // 64)
+    if consumers > 2:
+        width = width // 2 if dtype == bf16 else 0
+    return min(256, cols * width)
 
 
 def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
-                consumer_regs: int = 232, dtype=bf16, scales: str | None = None
-                ) -> ptxdsl.KernelDef:
+                consumer_regs: int | None = None, dtype=bf16, scales: str | None = None,
+                cols: int = 1) -> ptxdsl.KernelDef:
     """The swap-AB kernel for activation tiles of `mp` rows (8 to 256, a multiple of 8) and
     weight tiles of `bw` rows (64 or 128: one consumer warpgroup per 64; 256: two of 128 rows,
     each two m64 accumulators, for mp up to 128), with a `stages`-deep TMA ring (default: as
@@ -76,7 +99,13 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
     output channel); either is applied to the f32 sums as C is stored (with swap-AB a weight
     row is an accumulator row), after the split-K slot sum. e4m3 sums each stage's 128 of K
     in the tensor cores and adds it into f32 registers (`promoted_loop`), so its tiles are
-    smaller (`max_mp`: mp up to 128, 64 with bw 256)."""
+    smaller (`max_mp`: mp up to 128, 64 with bw 256).
+
+    `cols` 2 puts two warpgroups side by side over the activation tile, each the wgmma's N
+    of its half (mp / 2 rows of A), reading the one weight tile in shared memory: activation
+    tiles up to 256 rows (e4m3 too, with bw 64) read each weight tile once. bw 64 then has
+    two consumer warpgroups, bw 128 and 256 four (bf16 only: a quarter of the registers
+    each, `consumer_regs_for`)."""
     if dtype not in (bf16, e4m3):
         raise ValueError(f"make_smallm: dtype is bf16 or e4m3, got {dtype}")
     if (scales is None) != (dtype == bf16) or scales not in (None, *SCALES):
@@ -86,19 +115,29 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         raise ValueError(f"make_smallm: mp is a multiple of 8 from 8 to 256, got {mp}")
     if bw not in (64, 128, 256):
         raise ValueError(f"make_smallm: bw is 64, 128 or 256, got {bw}")
-    if mp > max_mp(bw, dtype):
-        raise ValueError(f"make_smallm: a {dtype} kernel with bw {bw} holds its accumulators "
-                         f"in registers for mp up to {max_mp(bw, dtype)}, got mp {mp}")
+    if cols not in (1, 2) or mp % (8 * cols):
+        raise ValueError(f"make_smallm: cols is 1 or 2, each warpgroup's share of mp a "
+                         f"multiple of 8; got cols {cols} with mp {mp}")
+    if cols > 1 and dtype != bf16 and bw != 64:
+        raise ValueError(f"make_smallm: e4m3 with cols 2 takes bw 64 (four warpgroups have no "
+                         f"registers for its temporaries), got bw {bw}")
+    if mp > max_mp(bw, dtype, cols):
+        raise ValueError(f"make_smallm: a {dtype} kernel with bw {bw} and cols {cols} holds "
+                         f"its accumulators in registers for mp up to "
+                         f"{max_mp(bw, dtype, cols)}, got mp {mp}")
     stages = stages or stages_for(bw, mp)
-    consumers = min(bw // 64, 2)
-    wm = bw // consumers  # weight rows per consumer warpgroup
-    mw = wm // 64  # its m64 accumulators
-    nacc = mp // 2  # f32 per thread of an m64 x mp C^T accumulator
+    consumers, wm = consumer_grid(bw, cols)  # warpgroups, weight rows of each
+    rows = consumers // cols  # warpgroups along the weight tile
+    consumer_regs = consumer_regs or consumer_regs_for(consumers)
+    mw = wm // 64  # a warpgroup's m64 accumulators
+    mc = mp // cols  # its activation rows: its wgmmas' N
+    nacc = mc // 2  # f32 per thread of an m64 x mc C^T accumulator
     # slots summed at a time: their loads take registers
     unroll = max(1, min(4, 128 // (mw * nacc)))
     bk, kw = (BK, 16) if dtype == bf16 else (BK_FP8, 32)  # K per stage, per wgmma
-    name = f"gemm_smallm_m{mp}_w{bw}_s{stages}" if dtype == bf16 else \
-        f"gemm_smallm_{dtype}_{scales}_m{mp}_w{bw}_s{stages}"
+    name = (f"gemm_smallm_m{mp}_w{bw}_s{stages}" if dtype == bf16 else
+            f"gemm_smallm_{dtype}_{scales}_m{mp}_w{bw}_s{stages}") + \
+        (f"_c{cols}" if cols > 1 else "")
 
     def body(k, w, x, c, ws, sem, m, n, kdim, splits, sa=None, sb=None):
         ring = k.pipeline("ring", stages, a=(dtype, [bw, bk], 1024, SWIZZLE),
@@ -122,22 +161,28 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                         k.commit(ring)
         with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
             wg, leader, row, col = consumer_lanes(k)
+            # this warpgroup's place: its weight rows (wr) and activation rows (b0)
+            wr, b0 = wg, 0
+            if cols > 1:
+                wr = k.let("wr", wg % rows) if rows > 1 else 0
+                b0 = k.let("b0", wg / rows * mc)
             with k.for_("it", work) as it:
                 names = ["acc" if mw == 1 else f"acc{r}" for r in range(mw)]
                 if dtype == bf16:
                     accs = [k.let(nm, type=array(f32, nacc)) for nm in names]
-                    main_loop(k, ring, accs, wg, it.k0, it.k1, steps=bk // kw, wm=wm, kw=kw)
+                    main_loop(k, ring, accs, wr, it.k0, it.k1, steps=bk // kw, wm=wm, kw=kw,
+                              b0=b0)
                 else:  # each stage's fp8 sums added into f32 accumulators
                     accs = [k.let(nm, 0.0, array(f32, nacc)) for nm in names]
                     tmps = tuple([k.let(f"tmp{t}_{r}", type=array(f32, nacc))
                                   for r in range(mw)] for t in range(2))
-                    promoted_loop(k, ring, accs, tmps, wg, it.k0, it.k1, nacc=nacc,
-                                  steps=bk // kw, wm=wm, kw=kw)
+                    promoted_loop(k, ring, accs, tmps, wr, it.k0, it.k1, nacc=nacc,
+                                  steps=bk // kw, wm=wm, kw=kw, b0=b0)
                 write = k.let("write", it.whole)
                 with k.if_(~it.whole):
                     k.assign(write, sum_slots(k, it, accs, last, ws, sem, wg, leader))
                 with k.if_(write):
-                    store(k, it, accs, c, m, n, wg, row, col, sa, sb)
+                    store(k, it, accs, c, m, n, wr, b0, row, col, sa, sb)
 
     def sum_slots(k, it, accs, last, ws, sem, wg, leader):
         """Store this range's partial in its slot, count it on the warpgroup's semaphore, and
@@ -146,7 +191,7 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         has it.splits slots: min(splits, K steps), as `workspace` counts them."""
         t = k.tid.x % 128
         tile = k.let("tile", it.tile * consumers + wg)  # this warpgroup's rows of the tile
-        plane = 64 * mp  # f32 elements of one m64 block's slot
+        plane = 64 * mc  # f32 elements of one m64 block's slot
         mine = k.let("mine", (tile * it.splits + it.split) * (mw * plane) + t * 4)
         for r, acc in enumerate(accs):
             with k.for_(f"q{r}" if r else "q", 0, nacc // 4, unroll=True) as q:
@@ -171,12 +216,12 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                                 acc[4 * q + e] = acc[4 * q + e] + k.select(here, v[e], 0.0)
         return total
 
-    def store(k, it, accs, c, m, n, wg, row, col, sa, sb) -> None:
+    def store(k, it, accs, c, m, n, wr, b0, row, col, sa, sb) -> None:
         """C from the C^T fragments: acc[4 j + 2 i + e] of m64 block r is C^T row (64 r + row
-        + 8 i) and column (8 j + col + e) of the warpgroup's rows of the tile, i.e. C[m, n]
-        with m in the tile's columns; times the fp8 scales."""
-        n0 = k.let("n0", it.m * bw + wg * wm + row)
-        m0 = k.let("m0", it.n * mp + col)
+        + 8 i) and column (b0 + 8 j + col + e) of the warpgroup's rows of the tile, i.e.
+        C[m, n] with m in the tile's columns; times the fp8 scales."""
+        n0 = k.let("n0", it.m * bw + wr * wm + row)
+        m0 = k.let("m0", it.n * mp + col if cols == 1 else it.n * mp + b0 + col)
         if scales == "tensor":
             scale = k.let("scale", sa[0] * sb[0])
         elif scales == "row":  # this thread's weight rows' scales (an edge row reads n - 1's)
@@ -185,7 +230,7 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                 for i in range(2):
                     rs[2 * r + i] = sb[k.min(n0 + (r * 64 + i * 8), n - 1)]
         for r, acc in enumerate(accs):
-            with k.for_(f"j{r}" if r else "j", 0, mp // 8, unroll=True) as j:
+            with k.for_(f"j{r}" if r else "j", 0, mc // 8, unroll=True) as j:
                 with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
                     gn = n0 + (r * 64 + i * 8)
                     with k.for_(f"e{r}" if r else "e", 0, 2, unroll=True) as e:
@@ -224,20 +269,23 @@ def pad_m(m: int, top: int = 256) -> int:
     return max(8, min(top, 1 << (m - 1).bit_length()))
 
 
-def pick_splits(m: int, n: int, k: int, bw: int, mp: int, sms: int = SMS, bk: int = BK) -> int:
-    """As many K ranges per tile as fill the SMs once (each range at least MIN_KSTEPS K
-    steps of `bk`: BK for bf16, BK_FP8 for fp8, as in the helpers below)."""
+def pick_splits(m: int, n: int, k: int, bw: int, mp: int, sms: int = SMS, bk: int = BK,
+                waves: int = 1) -> int:
+    """As many K ranges per tile as fill the SMs `waves` times (each range at least MIN_KSTEPS
+    K steps of `bk`: BK for bf16, BK_FP8 for fp8, as in the helpers below). With two waves an
+    SM walks two ranges in turn: the producer loads the second's stages while the consumers
+    store the first's partial or sum its slots."""
     tiles = -(-n // bw) * -(-m // mp)
-    return max(1, min(sms // tiles, -(-k // bk) // MIN_KSTEPS))
+    return max(1, min(waves * sms // tiles, -(-k // bk) // MIN_KSTEPS))
 
 
 def workspace(m: int, n: int, k: int, bw: int, mp: int, splits: int,
-              bk: int = BK) -> tuple[int, int]:
-    """(f32 elements of the workspace, u32 semaphores) of a launch, at least one of each (a
-    launch takes no empty array)."""
+              bk: int = BK, cols: int = 1) -> tuple[int, int]:
+    """(f32 elements of the workspace, u32 semaphores: one per consumer warpgroup and tile)
+    of a launch, at least one of each (a launch takes no empty array)."""
     tiles = -(-n // bw) * -(-m // mp)
     ranges = min(splits, -(-k // bk))
-    return (tiles * ranges * bw * mp if ranges > 1 else 1), tiles * min(bw // 64, 2)
+    return (tiles * ranges * bw * mp if ranges > 1 else 1), tiles * consumer_grid(bw, cols)[0]
 
 
 def launch_grid(m: int, n: int, k: int, bw: int, mp: int, splits: int, sms: int = SMS,
@@ -249,10 +297,11 @@ def launch_grid(m: int, n: int, k: int, bw: int, mp: int, splits: int, sms: int 
 
 def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
             splits: int | None = None, mp: int | None = None, bw: int = 128,
-            grid: int | None = None, dtype=bf16, scales: str | None = None) -> dict:
+            grid: int | None = None, dtype=bf16, scales: str | None = None,
+            cols: int = 1) -> dict:
     """Random A (m x k) and W (n x k) of `dtype`; the reference is A @ W^T in f32 (rows of k
     elements a multiple of 16 bytes, as TMA wants: k a multiple of 8 for bf16, of 16 for
-    e4m3). The semaphores start and end at zero.
+    e4m3). The semaphores start and end at zero. `cols` as make_smallm takes it.
     e4m3 (`scales` as make_smallm takes them): standard normal values quantised, the scales
     in [0.5, 2) times powers of two from 2^-3 to 2^3 (per row: a wrong row's scale shows),
     the reference the dequantised product in f64, the absolute tolerance that of the smallest
@@ -261,10 +310,10 @@ def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
     products (the interpreter's are f32) add to the rounding of C."""
     from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
-    mp = mp or pad_m(m, max_mp(bw, dtype))
+    mp = mp or pad_m(m, max_mp(bw, dtype, cols))
     bk = BK if dtype == bf16 else BK_FP8
     splits = splits or pick_splits(m, n, k, bw, mp, bk=bk)
-    size, nsem = workspace(m, n, k, bw, mp, splits, bk)
+    size, nsem = workspace(m, n, k, bw, mp, splits, bk, cols)
     inputs: dict = {}
     if dtype == bf16:
         a = f32_to_bf16(rng.standard_normal((m, k), np.float32))

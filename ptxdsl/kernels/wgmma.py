@@ -68,29 +68,31 @@ def load_stage(k: Any, ring: Any, a: Any, b: Any, k0: Any, a_at: list, b_at: lis
 
 
 def wgmma_group(k: Any, ring: Any, accs: list, wg: Any, *, steps: int, first: bool,
-                wm: int = 64, kw: int = 16, cluster: int = 1) -> None:
+                wm: int = 64, kw: int = 16, cluster: int = 1, b0: Any = 0) -> None:
     """The current stage's wgmmas as one committed group: `steps` k-steps of `kw` for each
     m64 accumulator of the warpgroup. `first`: the stage starts the accumulation (its first
-    k-step overwrites the accumulators instead of adding)."""
+    k-step overwrites the accumulators instead of adding). `b0`: the first row of ring.b the
+    warpgroup reads (its N is its accumulators' width), when warpgroups split B's rows."""
     k.wgmma_fence()
     with k.for_("kk", 0, steps, unroll=True) as kk:
         for r, acc in enumerate(accs):
             rows0 = wg * wm + r * 64 if r else wg * wm
-            bop = ring.b[0, 0, kk * kw] if cluster > 1 else ring.b[0, kk * kw]
+            bop = ring.b[0, b0, kk * kw] if cluster > 1 else ring.b[b0, kk * kw]
             k.wgmma(acc, ring.a[rows0, kk * kw], bop, kk > 0 if first else True)
     k.wgmma_commit()
 
 
 def main_loop(k: Any, ring: Any, accs: list, wg: Any, k0: Any, k1: Any, *, steps: int,
-              wm: int = 64, kw: int = 16, cluster: int = 1) -> None:
+              wm: int = 64, kw: int = 16, cluster: int = 1, b0: Any = 0) -> None:
     """K steps k0 .. k1 (at least one) of the tile into `accs`. One wgmma group stays in
     flight: after issuing a stage's group, wgmma_wait(1) retires the previous stage's, and
-    release hands back the oldest stage held, the one that group read."""
+    release hands back the oldest stage held, the one that group read. `b0` as wgmma_group
+    takes it."""
     def kblock(first: bool) -> None:
         """Wait for the next stage and issue its wgmmas as one group."""
         k.wait(ring)
         wgmma_group(k, ring, accs, wg, steps=steps, first=first, wm=wm, kw=kw,
-                    cluster=cluster)
+                    cluster=cluster, b0=b0)
 
     kblock(True)
     with k.for_("kt", k0 + 1, k1):
@@ -102,7 +104,8 @@ def main_loop(k: Any, ring: Any, accs: list, wg: Any, k0: Any, k1: Any, *, steps
 
 
 def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: Any, k0: Any,
-                  k1: Any, *, nacc: int, steps: int, wm: int = 64, kw: int = 32) -> None:
+                  k1: Any, *, nacc: int, steps: int, wm: int = 64, kw: int = 32,
+                  b0: Any = 0) -> None:
     """K steps k0 .. k1 (at least one) of the tile summed into `accs` in two levels, for
     fp8, whose products the tensor cores add in limited precision (about 14 bits): each
     stage's wgmmas start one of two temporary accumulators afresh (`tmps`, each like `accs`:
@@ -112,10 +115,11 @@ def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: An
     One wgmma group stays in flight, as in main_loop: stage i's group is issued before
     stage i - 1's is waited for, released and added, so the tensor cores run under the
     promotion. The temporaries alternate, so the steps after the first go in pairs; an even
-    count leaves one step, whose sums move into the first temporary for the last promotion."""
+    count leaves one step, whose sums move into the first temporary for the last promotion.
+    `b0` as wgmma_group takes it."""
     def issue(tmp: list) -> None:
         k.wait(ring)
-        wgmma_group(k, ring, tmp, wg, steps=steps, first=True, wm=wm, kw=kw)
+        wgmma_group(k, ring, tmp, wg, steps=steps, first=True, wm=wm, kw=kw, b0=b0)
 
     def retire(tmp: list, pending: int) -> None:
         """Wait for the group before the `pending` newest, hand back its stage, add it."""

@@ -39,12 +39,26 @@ SLOW_FP8 = [(5, 136, 528, 3, 8, 128, "row"),  # 5 K steps, the last short, in 2,
             (3, 264, 128, 4, 8, 64, "row"),  # one K step: one range
             (5, 200, 640, 3, 8, 256, "row"),  # two m64 blocks a warpgroup
             (13, 264, 1008, 4, 16, 256, "tensor"), (100, 64, 464, 2, 128, 128, "tensor"),
-            (150, 72, 656, 2, 128, 64, "row")]  # M over two tiles of 128, the tallest e4m3's
+            (150, 72, 656, 2, 128, 64, "row")]  # M over two tiles of 128
+# two warpgroups side by side over the activation tile (cols 2), M 129 to 256 in one tile:
+# (m, n, k, splits, mp, bw, dtype, scales, grid: None for a CTA per work item)
+FAST_COLS = [(131, 16, 256, 2, 256, 64, e4m3, "tensor", 1)]  # 2 K steps in 2 ranges, which
+# one CTA walks in turn (as with two waves of ranges): its ring runs on into the second
+SLOW_COLS = [(129, 8, 128, 2, 256, 64, bf16, None, None),
+             (133, 72, 320, 3, 256, 64, bf16, None, None),  # 5 K steps in 2, 2, 1; N ragged
+             (17, 72, 320, 3, 32, 64, bf16, None, None),  # 16 rows a warpgroup
+             (133, 136, 656, 3, 256, 128, bf16, None, None),  # four warpgroups; K ragged
+             (101, 264, 328, 2, 128, 256, bf16, None, None),  # four, two m64 blocks each
+             (201, 72, 1040, 3, 256, 64, e4m3, "row", None),  # 9 K steps in 3, 3, 3
+             (255, 200, 784, 1, 256, 64, e4m3, "tensor", None),  # whole tiles of 7 K steps
+             (133, 136, 656, 3, 256, 128, bf16, None, 2)]  # 6 items on 2 CTAs
 
-def run(m, n, k, splits, mp, bw, seed=0, dtype=bf16, scales=None) -> np.ndarray:
-    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3, dtype=dtype, scales=scales)
+
+def run(m, n, k, splits, mp, bw, seed=0, dtype=bf16, scales=None, cols=1,
+        grid=None) -> np.ndarray:
+    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3, dtype=dtype, scales=scales, cols=cols)
     ex = gemm_smallm.example(np.random.default_rng(m + n + k), m=m, n=n, k=k, splits=splits,
-                             mp=mp, bw=bw, dtype=dtype, scales=scales)
+                             mp=mp, bw=bw, dtype=dtype, scales=scales, cols=cols, grid=grid)
     out = run_sample(kd.ir, {"kernel": kd.name, **ex}, seed=seed)
     types = {p.name: getattr(p.type, "elem", None) for p in kd.ir.params}
     for param, want in ex["expected"].items():
@@ -63,11 +77,19 @@ def test_smallm_fp8_matches_numpy(m, n, k, splits, mp, bw, scales):
     run(m, n, k, splits, mp, bw, dtype=e4m3, scales=scales)
 
 
-@pytest.mark.parametrize("seeds", [(0, 1)] + ([(2, 3)] if DEEP else []))
-def test_split_sum_is_the_same_whichever_range_is_last(seeds):
+@pytest.mark.parametrize("m, n, k, splits, mp, bw, dtype, scales, grid",
+                         FAST_COLS + (SLOW_COLS if DEEP else []))
+def test_smallm_cols_matches_numpy(m, n, k, splits, mp, bw, dtype, scales, grid):
+    run(m, n, k, splits, mp, bw, dtype=dtype, scales=scales, cols=2, grid=grid)
+
+
+@pytest.mark.parametrize("seeds, cols", [((0, 1), 1)] + ([((2, 3), 1), ((0, 1), 2)]
+                                                          if DEEP else []))
+def test_split_sum_is_the_same_whichever_range_is_last(seeds, cols):
     """Two interleavings of the CTAs: another range completes each tile's count, and C
     is the same bit for bit (the sum is in slot order, not arrival order)."""
-    first, second = (run(5, 72, 320, 3, 8, 64, seed=s) for s in seeds)
+    m, mp = (5, 8) if cols == 1 else (133, 256)
+    first, second = (run(m, 72, 320, 3, mp, 64, seed=s, cols=cols) for s in seeds)
     assert np.array_equal(first, second)
 
 
@@ -82,7 +104,13 @@ def test_split_sum_is_the_same_whichever_range_is_last(seeds):
                                         ({"dtype": e4m3, "scales": "tensor", "mp": 256},
                                          "e4m3 kernel with bw 128 .* up to 128, got mp 256"),
                                         ({"dtype": e4m3, "scales": "row", "mp": 128,
-                                          "bw": 256}, "for mp up to 64, got mp 128")])
+                                          "bw": 256}, "for mp up to 64, got mp 128"),
+                                        ({"cols": 3}, "cols is 1 or 2"),
+                                        ({"cols": 2, "mp": 8}, "cols 2 with mp 8"),
+                                        ({"cols": 2, "dtype": e4m3, "scales": "row"},
+                                         "takes bw 64"),
+                                        ({"cols": 2, "bw": 256, "mp": 256},
+                                         "cols 2 .* up to 128, got mp 256")])
 def test_bad_configurations_are_named(bad, words):
     with pytest.raises(ValueError, match=words):
         gemm_smallm.make_smallm(**bad)
@@ -96,9 +124,23 @@ def test_activation_tile_holds_m(m, mp):
 
 @pytest.mark.parametrize("m, mp", [(1, 8), (100, 128), (129, 128), (256, 128)])
 def test_e4m3_activation_tiles_stop_at_128_rows(m, mp):
-    """e4m3 keeps two temporaries beside its accumulator: past 128 rows, M takes two tiles."""
+    """e4m3 keeps two temporaries beside its accumulator: past 128 rows, M takes two tiles,
+    or one of two warpgroups side by side (64-row weight tiles only: four warpgroups have
+    no registers for the temporaries)."""
     assert gemm_smallm.pad_m(m, gemm_smallm.max_mp(64, e4m3)) == mp
     assert gemm_smallm.max_mp(128, e4m3) == 128 and gemm_smallm.max_mp(256, e4m3) == 64
+    assert gemm_smallm.max_mp(64, e4m3, cols=2) == 256
+    assert gemm_smallm.max_mp(128, e4m3, cols=2) == 0
+
+
+def test_four_warpgroups_share_the_register_file():
+    """Two consumer warpgroups get the 232 registers of the one-producer layout; four get
+    what 640 threads' launch registers (96 each) leave beside the producer's 40."""
+    assert gemm_smallm.consumer_regs_for(1) == gemm_smallm.consumer_regs_for(2) == 232
+    assert gemm_smallm.consumer_regs_for(4) == 104
+    assert 128 * 40 + 512 * 104 <= 640 * 96
+    assert gemm_smallm.max_mp(128, bf16, cols=2) == 256
+    assert gemm_smallm.max_mp(256, bf16, cols=2) == 128
 
 
 def test_splits_fill_the_sms_once():
@@ -111,6 +153,10 @@ def test_splits_fill_the_sms_once():
     assert gemm_smallm.workspace(1, 4096, 4096, 128, 8, 4) == (32 * 4 * 128 * 8, 64)
     assert gemm_smallm.workspace(1, 4096, 4096, 256, 8, 4) == (16 * 4 * 256 * 8, 32)
     assert gemm_smallm.workspace(64, 28672, 4096, 128, 64, 1) == (1, 448)
+    # a semaphore per consumer warpgroup: four with 128-row tiles and two side by side
+    assert gemm_smallm.workspace(256, 4096, 4096, 128, 256, 1, cols=2) == (1, 128)
+    assert gemm_smallm.workspace(256, 4096, 4096, 64, 256, 2, cols=2) == (
+        64 * 2 * 64 * 256, 128)
     # fp8: K steps of 128, half as many: 4 ranges of 8 at 4096 x 4096; K 512 (4 steps) is
     # not split; at K 256, 2 ranges however many are asked for
     bk = gemm_smallm.BK_FP8
@@ -118,6 +164,12 @@ def test_splits_fill_the_sms_once():
     assert gemm_smallm.pick_splits(1, 4096, 512, 128, 8, bk=bk) == 1
     assert gemm_smallm.workspace(1, 4096, 256, 128, 8, 4, bk) == (32 * 2 * 128 * 8, 64)
     assert gemm_smallm.launch_grid(1, 4096, 256, 128, 8, 4, bk=bk) == 64
+    # two waves: twice the ranges (8 of 8 K steps at 64 x 4096 x 4096), 132 CTAs walking
+    # them; 7168 x 8192 in 56 tiles of 128 x 128: 4 ranges, not 2
+    assert gemm_smallm.pick_splits(64, 4096, 4096, 128, 64, waves=2) == 8
+    assert gemm_smallm.launch_grid(64, 4096, 4096, 128, 64, 8) == 132
+    assert gemm_smallm.pick_splits(128, 7168, 8192, 128, 128) == 2
+    assert gemm_smallm.pick_splits(128, 7168, 8192, 128, 128, waves=2) == 4
 
 
 def test_every_activation_tile_builds_and_fits():
@@ -133,6 +185,19 @@ def test_every_activation_tile_builds_and_fits():
                 if mp <= gemm_smallm.max_mp(bw, dtype):
                     kd = gemm_smallm.make_smallm(mp=mp, bw=bw, dtype=dtype, scales=scales)
                     assert kd.program().kernels[0].smem_bytes <= 232448
+
+
+@pytest.mark.parametrize("mp, bw, dtype, scales", [(mp, bw, dtype, s) for mp, bw in (
+    (256, 64), (128, 64), (256, 128), (128, 128), (128, 256)) for dtype, s in (
+    (bf16, None), (e4m3, "tensor"), (e4m3, "row")) if mp <= gemm_smallm.max_mp(bw, dtype, 2)]
+    if DEEP else [(256, 64, e4m3, "row")])
+def test_cols_builds_assemble_without_spills(mp, bw, dtype, scales, tmp_path):
+    """Two warpgroups side by side fit their registers: ptxas spills nothing (the default
+    case: e4m3's accumulators, temporaries and row scales at 232; with PTXDSL_DEEP, the
+    four-warpgroup bf16 builds at 104 too)."""
+    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, dtype=dtype, scales=scales, cols=2)
+    assert kd.program().kernels[0].smem_bytes <= 232448
+    assert_no_spills(assemble(kd.ptx("sm_90a"), tmp_path))
 
 
 @pytest.mark.parametrize("mp, bw, scales", [(128, 64, "row")] + (
