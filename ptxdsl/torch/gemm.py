@@ -21,6 +21,7 @@ from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
 from ..runtime.tensormap import TensorMap
 from ..swizzle import chunk_box
 from ..tools.autotune import Autotuner
+from ..types import bf16, e4m3
 from . import autotune
 from .dispatch import register
 from .kernels import (
@@ -33,6 +34,7 @@ from .kernels import (
     smallm_fp8_kernel,
     smallm_kernel,
     smallm_recipe,
+    smallm_tile,
 )
 from .opspec import Args, OpSpec, Run, TensorParam
 
@@ -135,7 +137,8 @@ def smallm_tuner(mp: int) -> Autotuner:
     """The tuner for up to mp rows of A, timing each candidate from a CUDA graph (a decode
     GEMM takes microseconds, less than an eager launch)."""
     return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", decode_candidates(mp),
-                          lambda c: _recipe(c) if "bn" in c else smallm_recipe(mp, c["bw"]),
+                          lambda c: _recipe(c) if "bn" in c else
+                          smallm_recipe(smallm_tile(mp, c), c["bw"], c.get("cols", 1)),
                           timer=autotune.graph_timer)
 
 
@@ -160,26 +163,28 @@ def semaphores(device: int, stream: int, size: int) -> torch.Tensor:
 
 def _smallm_kernel(config: Any) -> KernelDef:
     if "scales" in config:
-        return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"])
-    return smallm_kernel(config["mp"], config["bw"])
+        return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"], config["cols"])
+    return smallm_kernel(config["mp"], config["bw"], config["cols"])
 
 
 def smallm_runner(config: Any, mp: int, a: torch.Tensor, b: torch.Tensor,
                   scales: str | None = None) -> Run:
-    """The run of the decode kernel's `config` over a's and b's layouts: an f32 slot
-    workspace fresh each call (on torch's current stream, the launch's) and the stream's
-    semaphores. `scales` ("tensor" or "row"): the e4m3 kernel, its scale tensors the run's
-    third and fourth."""
-    bw = config["bw"]
+    """The run of the decode kernel's `config` (bw; cols and waves, 1 if absent) in the
+    bucket of mp rows over a's and b's layouts, in activation tiles of smallm_tile rows: an
+    f32 slot workspace fresh each call (on torch's current stream, the launch's) and the
+    stream's semaphores. `scales` ("tensor" or "row"): the e4m3 kernel, its scale tensors the
+    run's third and fourth."""
+    bw, cols, waves = config["bw"], config.get("cols", 1), config.get("waves", 1)
     m, k = a.shape
     n = b.shape[0]
     device = a.device.index
     fp8 = (("scales", scales),) if scales else ()
-    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", 1), ("mp", mp),
-                                                   *fp8), device)
+    mp = smallm_tile(mp, config, e4m3 if scales else bf16)
+    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", 1), ("cols", cols),
+                                                   ("mp", mp), *fp8), device)
     bk = gemm_smallm.BK_FP8 if scales else gemm_smallm.BK
-    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident, bk)
-    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits, bk)
+    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident, bk, waves)
+    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits, bk, cols)
     tw = TensorMap(b, box=(bw, bk), swizzle="128B")
     tx = TensorMap(a, box=(mp, bk), swizzle="128B")
     grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident, bk)
