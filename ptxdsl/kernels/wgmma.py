@@ -112,11 +112,13 @@ def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: An
     an f32[nacc] per m64 accumulator), and once its group has retired the temporary is added
     into `accs` in f32 (which the caller has zeroed), so no fp8 sum runs past one stage.
 
-    One wgmma group stays in flight, as in main_loop: stage i's group is issued before
-    stage i - 1's is waited for, released and added, so the tensor cores run under the
-    promotion. The temporaries alternate, so the steps after the first go in pairs; an even
-    count leaves one step, whose sums move into the first temporary for the last promotion.
-    `b0` as wgmma_group takes it."""
+    The steps go in pairs, one temporary each: both groups are issued, the first is waited
+    for (wgmma_wait(1)), released and added while the second runs, then the second; an odd
+    count leaves one step, issued and added alone. No group is in flight across the loop's
+    back edge: with stage i + 1's group issued in one trip and stage i's added in the next
+    (the earlier form), ptxas cannot tell which temporary is in flight and serialises every
+    wgmma, waiting for each k-step (C7514 "wgmma.mma_async instructions are serialized").
+    The sums are added in step order either way. `b0` as wgmma_group takes it."""
     def issue(tmp: list) -> None:
         k.wait(ring)
         wgmma_group(k, ring, tmp, wg, steps=steps, first=True, wm=wm, kw=kw, b0=b0)
@@ -130,21 +132,15 @@ def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: An
                 acc[e] = acc[e] + t[e]
 
     t0, t1 = tmps
-    issue(t0)
-    with k.for_("kt", k0 + 1, k1 - 1, 2):  # steps kt (into t1) and kt + 1 (into t0)
-        issue(t1)
-        retire(t0, 1)
+    with k.for_("kt", k0, k1 - 1, 2):  # steps kt (into t0) and kt + 1 (into t1)
         issue(t0)
-        retire(t1, 1)
-    # a loop of one trip or none, not an if: a release's threads must be known
-    with k.for_("ke", (k1 - k0) % 2, 1):  # an even count: the last step, into t1
         issue(t1)
         retire(t0, 1)
-        k.wgmma_wait(0)
-        for r, (a, b) in enumerate(zip(t0, t1, strict=True)):
-            with k.for_(f"mv{r}" if r else "mv", 0, nacc, unroll=True) as e:
-                a[e] = b[e]
-    retire(t0, 0)
+        retire(t1, 0)
+    # a loop of one trip or none, not an if: a release's threads must be known
+    with k.for_("ke", 0, (k1 - k0) % 2):  # an odd count: the last step
+        issue(t0)
+        retire(t0, 0)
 
 
 def count_part(k: Any, sem: Any, idx: Any, parts: Any, last: Any, wg: Any, leader: Any,
