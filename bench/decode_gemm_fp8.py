@@ -93,10 +93,11 @@ def fp8_error(c: Any, x8: Any, sa: Any, w8: Any, sb: Any) -> float:
 
 
 def config_name(config: dict[str, int]) -> str:
-    """A decode config in a few characters: 'w64', 'w64 c2 x2' (two warpgroups side by side,
-    two waves of split-K ranges)."""
-    return " ".join([f"w{config['bw']}"] + [f"{tag}{config[key]}" for key, tag in
-                                            (("cols", "c"), ("waves", "x")) if key in config])
+    """A decode config in a few characters: 'w64', 'w64 c2 p2 x2' (two warpgroups side by
+    side, in cluster pairs, two waves of split-K ranges)."""
+    return " ".join([f"w{config['bw']}"] + [
+        f"{tag}{config[key]}" for key, tag in (("cols", "c"), ("cluster", "p"), ("waves", "x"))
+        if key in config])
 
 
 def contenders(torch: Any, x8: Any, sa: Any, w8: Any, sb: Any, scales: str

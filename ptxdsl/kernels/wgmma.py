@@ -72,12 +72,13 @@ def wgmma_group(k: Any, ring: Any, accs: list, wg: Any, *, steps: int, first: bo
     """The current stage's wgmmas as one committed group: `steps` k-steps of `kw` for each
     m64 accumulator of the warpgroup. `first`: the stage starts the accumulation (its first
     k-step overwrites the accumulators instead of adding). `b0`: the first row of ring.b the
-    warpgroup reads (its N is its accumulators' width), when warpgroups split B's rows."""
+    warpgroup reads (its N is its accumulators' width), when warpgroups split B's rows; with
+    a cluster, which of B's per-CTA parts it starts at (ring.b[b0, 0])."""
     k.wgmma_fence()
     with k.for_("kk", 0, steps, unroll=True) as kk:
         for r, acc in enumerate(accs):
             rows0 = wg * wm + r * 64 if r else wg * wm
-            bop = ring.b[0, b0, kk * kw] if cluster > 1 else ring.b[b0, kk * kw]
+            bop = ring.b[b0, 0, kk * kw] if cluster > 1 else ring.b[b0, kk * kw]
             k.wgmma(acc, ring.a[rows0, kk * kw], bop, kk > 0 if first else True)
     k.wgmma_commit()
 
@@ -105,7 +106,7 @@ def main_loop(k: Any, ring: Any, accs: list, wg: Any, k0: Any, k1: Any, *, steps
 
 def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: Any, k0: Any,
                   k1: Any, *, nacc: int, steps: int, wm: int = 64, kw: int = 32,
-                  b0: Any = 0) -> None:
+                  cluster: int = 1, b0: Any = 0) -> None:
     """K steps k0 .. k1 (at least one) of the tile summed into `accs` in two levels, for
     fp8, whose products the tensor cores add in limited precision (about 14 bits): each
     stage's wgmmas start one of two temporary accumulators afresh (`tmps`, each like `accs`:
@@ -118,10 +119,12 @@ def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: An
     back edge: with stage i + 1's group issued in one trip and stage i's added in the next
     (the earlier form), ptxas cannot tell which temporary is in flight and serialises every
     wgmma, waiting for each k-step (C7514 "wgmma.mma_async instructions are serialized").
-    The sums are added in step order either way. `b0` as wgmma_group takes it."""
+    The sums are added in step order either way. `cluster` and `b0` as wgmma_group takes
+    them."""
     def issue(tmp: list) -> None:
         k.wait(ring)
-        wgmma_group(k, ring, tmp, wg, steps=steps, first=True, wm=wm, kw=kw, b0=b0)
+        wgmma_group(k, ring, tmp, wg, steps=steps, first=True, wm=wm, kw=kw, cluster=cluster,
+                    b0=b0)
 
     def retire(tmp: list, pending: int) -> None:
         """Wait for the group before the `pending` newest, hand back its stage, add it."""

@@ -77,7 +77,8 @@ def smallm_tuner(mp: int) -> Autotuner:
     SMALLM_MAX_M gets the per-stage f32 sums)."""
     return autotune.tuner(f"ptxdsl::scaled_mm_fp8_smallm_m{mp}", smallm_configs(mp, T.e4m3),
                           lambda c: smallm_fp8_recipe(smallm_tile(mp, c, T.e4m3), c["bw"],
-                                                      "tensor", c.get("cols", 1)),
+                                                      "tensor", c.get("cols", 1),
+                                                      c.get("cluster", 1)),
                           timer=autotune.graph_timer)
 
 

@@ -138,7 +138,8 @@ def smallm_tuner(mp: int) -> Autotuner:
     GEMM takes microseconds, less than an eager launch)."""
     return autotune.tuner(f"ptxdsl::gemm_smallm_m{mp}", decode_candidates(mp),
                           lambda c: _recipe(c) if "bn" in c else
-                          smallm_recipe(smallm_tile(mp, c), c["bw"], c.get("cols", 1)),
+                          smallm_recipe(smallm_tile(mp, c), c["bw"], c.get("cols", 1),
+                                        c.get("cluster", 1)),
                           timer=autotune.graph_timer)
 
 
@@ -162,32 +163,34 @@ def semaphores(device: int, stream: int, size: int) -> torch.Tensor:
 
 
 def _smallm_kernel(config: Any) -> KernelDef:
+    wide = config["cols"], config["cluster"]
     if "scales" in config:
-        return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"], config["cols"])
-    return smallm_kernel(config["mp"], config["bw"], config["cols"])
+        return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"], *wide)
+    return smallm_kernel(config["mp"], config["bw"], *wide)
 
 
 def smallm_runner(config: Any, mp: int, a: torch.Tensor, b: torch.Tensor,
                   scales: str | None = None) -> Run:
-    """The run of the decode kernel's `config` (bw; cols and waves, 1 if absent) in the
+    """The run of the decode kernel's `config` (bw; cols, cluster, waves: 1 if absent) in the
     bucket of mp rows over a's and b's layouts, in activation tiles of smallm_tile rows: an
     f32 slot workspace fresh each call (on torch's current stream, the launch's) and the
     stream's semaphores. `scales` ("tensor" or "row"): the e4m3 kernel, its scale tensors the
     run's third and fourth."""
     bw, cols, waves = config["bw"], config.get("cols", 1), config.get("waves", 1)
+    cluster = config.get("cluster", 1)
     m, k = a.shape
     n = b.shape[0]
     device = a.device.index
     fp8 = (("scales", scales),) if scales else ()
     mp = smallm_tile(mp, config, e4m3 if scales else bf16)
-    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", 1), ("cols", cols),
-                                                   ("mp", mp), *fp8), device)
+    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", cluster),
+                                                   ("cols", cols), ("mp", mp), *fp8), device)
     bk = gemm_smallm.BK_FP8 if scales else gemm_smallm.BK
-    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident, bk, waves)
-    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits, bk, cols)
+    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident, bk, waves, cluster)
+    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits, bk, cols, cluster)
     tw = TensorMap(b, box=(bw, bk), swizzle="128B")
-    tx = TensorMap(a, box=(mp, bk), swizzle="128B")
-    grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident, bk)
+    tx = TensorMap(a, box=(mp // cluster, bk), swizzle="128B")  # a pair's CTA loads half
+    grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident, bk, cluster)
 
     def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
         x, w, *scale = tensors

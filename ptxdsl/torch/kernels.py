@@ -40,9 +40,10 @@ GEMM_BM = 128
 # is mp, or the tallest its registers hold where that is half of mp (M then takes two tiles,
 # each reading the weights: `smallm_tile`). From SMALLM_WIDE_MP rows on, where the SMs' fill
 # and the weight reads decide: two consumer warpgroups side by side over the activation tile
-# ("cols": 2; 256 rows in one tile, e4m3 too), and twice the split-K ranges ("waves": 2, a
-# launch parameter: the SMs walk two work items each, so one's slot sum runs while the ring
-# loads the next's stages).
+# ("cols": 2; 256 rows in one tile, e4m3 too), 2-CTA cluster pairs of weight tiles sharing
+# the activation tile by multicast ("cluster": 2; half the activation reads from L2), and
+# twice the split-K ranges ("waves": 2, a launch parameter: the SMs walk two work items each,
+# so one's slot sum runs while the ring loads the next's stages).
 SMALLM_MAX_M = 256
 SMALLM_MPS = (8, 16, 32, 64, 128, 256)
 SMALLM_WIDE_MP = 64
@@ -50,13 +51,15 @@ SMALLM_CONFIGS: tuple[dict[str, int], ...] = (
     {"bw": 128}, {"bw": 64}, {"bw": 256},
     {"bw": 64, "cols": 2}, {"bw": 128, "cols": 2}, {"bw": 256, "cols": 2},
     {"bw": 128, "waves": 2}, {"bw": 64, "waves": 2}, {"bw": 64, "cols": 2, "waves": 2},
+    {"bw": 128, "cluster": 2}, {"bw": 64, "cols": 2, "cluster": 2},
+    {"bw": 128, "cols": 2, "cluster": 2},
 )
 
 
 def smallm_tile(mp: int, config: Mapping[str, Any], dtype: T.Scalar = T.bf16) -> int:
     """The activation tile of decode `config` in the bucket of mp rows of `dtype`: mp, or the
     tallest whose accumulators fit its registers (gemm_smallm.max_mp; 0: none fits)."""
-    return min(mp, max_mp(config["bw"], dtype, config.get("cols", 1)))
+    return min(mp, max_mp(config["bw"], dtype, config.get("cols", 1), config.get("cluster", 1)))
 
 
 def smallm_configs(mp: int, dtype: T.Scalar = T.bf16) -> tuple[dict[str, int], ...]:
@@ -67,16 +70,17 @@ def smallm_configs(mp: int, dtype: T.Scalar = T.bf16) -> tuple[dict[str, int], .
                  and (mp >= SMALLM_WIDE_MP or c.keys() == {"bw"}))
 
 
-def _cols(cols: int) -> dict[str, int]:
-    """make_smallm's `cols` where it is not the default (the default builds' recipes are
-    what they were before it)."""
-    return {"cols": cols} if cols > 1 else {}
+def _wide(cols: int, cluster: int) -> dict[str, int]:
+    """make_smallm's `cols` and `cluster` where they are not the default (the default
+    builds' recipes are what they were before them)."""
+    return {name: v for name, v in (("cols", cols), ("cluster", cluster)) if v > 1}
 
 
-def smallm_recipe(mp: int, bw: int, cols: int = 1) -> Recipe:
+def smallm_recipe(mp: int, bw: int, cols: int = 1, cluster: int = 1) -> Recipe:
     """The decode GEMM C = A @ W^T for up to mp rows of A, over bw-row weight tiles, with
-    `cols` consumer warpgroups side by side over the activation tile."""
-    return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw, **_cols(cols))
+    `cols` consumer warpgroups side by side over the activation tile, in `cluster` pairs."""
+    return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw,
+                     **_wide(cols, cluster))
 
 
 # scaled_mm_fp8 at M <= SMALLM_MAX_M: the e4m3 decode GEMM (the same kernel with fp8
@@ -89,11 +93,12 @@ def smallm_recipe(mp: int, bw: int, cols: int = 1) -> Recipe:
 SMALLM_FP8_SCALES = ("tensor", "row")
 
 
-def smallm_fp8_recipe(mp: int, bw: int, scales: str, cols: int = 1) -> Recipe:
+def smallm_fp8_recipe(mp: int, bw: int, scales: str, cols: int = 1,
+                      cluster: int = 1) -> Recipe:
     """The decode GEMM C = scales x A @ W^T of e4m3 A (up to mp rows) and W (bw-row tiles),
-    `cols` as smallm_recipe takes it."""
+    `cols` and `cluster` as smallm_recipe takes them."""
     return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw,
-                     dtype=T.e4m3, scales=scales, **_cols(cols))
+                     dtype=T.e4m3, scales=scales, **_wide(cols, cluster))
 
 
 # scaled_mm_fp8 (per-tensor scales, K = 128 per stage): the benchmarked 128 x 256, 3-stage
@@ -123,13 +128,14 @@ def gemm_kernel(bn: int, stages: int, cluster: int, streamk: int = 0) -> KernelD
 
 
 @cache
-def smallm_kernel(mp: int, bw: int, cols: int = 1) -> KernelDef:
-    return smallm_recipe(mp, bw, cols).build()
+def smallm_kernel(mp: int, bw: int, cols: int = 1, cluster: int = 1) -> KernelDef:
+    return smallm_recipe(mp, bw, cols, cluster).build()
 
 
 @cache
-def smallm_fp8_kernel(mp: int, bw: int, scales: str, cols: int = 1) -> KernelDef:
-    return smallm_fp8_recipe(mp, bw, scales, cols).build()
+def smallm_fp8_kernel(mp: int, bw: int, scales: str, cols: int = 1,
+                      cluster: int = 1) -> KernelDef:
+    return smallm_fp8_recipe(mp, bw, scales, cols, cluster).build()
 
 
 # attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or

@@ -40,25 +40,36 @@ SLOW_FP8 = [(5, 136, 528, 3, 8, 128, "row"),  # 5 K steps, the last short, in 2,
             (5, 200, 640, 3, 8, 256, "row"),  # two m64 blocks a warpgroup
             (13, 264, 1008, 4, 16, 256, "tensor"), (100, 64, 464, 2, 128, 128, "tensor"),
             (150, 72, 656, 2, 128, 64, "row")]  # M over two tiles of 128
-# two warpgroups side by side over the activation tile (cols 2), M 129 to 256 in one tile:
-# (m, n, k, splits, mp, bw, dtype, scales, grid: None for a CTA per work item)
-FAST_COLS = [(131, 16, 256, 2, 256, 64, e4m3, "tensor", 1)]  # 2 K steps in 2 ranges, which
-# one CTA walks in turn (as with two waves of ranges): its ring runs on into the second
-SLOW_COLS = [(129, 8, 128, 2, 256, 64, bf16, None, None),
-             (133, 72, 320, 3, 256, 64, bf16, None, None),  # 5 K steps in 2, 2, 1; N ragged
-             (17, 72, 320, 3, 32, 64, bf16, None, None),  # 16 rows a warpgroup
-             (133, 136, 656, 3, 256, 128, bf16, None, None),  # four warpgroups; K ragged
-             (101, 264, 328, 2, 128, 256, bf16, None, None),  # four, two m64 blocks each
-             (201, 72, 1040, 3, 256, 64, e4m3, "row", None),  # 9 K steps in 3, 3, 3
-             (255, 200, 784, 1, 256, 64, e4m3, "tensor", None),  # whole tiles of 7 K steps
-             (133, 136, 656, 3, 256, 128, bf16, None, 2)]  # 6 items on 2 CTAs
+# two warpgroups side by side over the activation tile (cols 2: M 129 to 256 in one tile)
+# and 2-CTA cluster pairs sharing it (cluster 2): (m, n, k, splits, mp, bw, dtype, scales,
+# cols, cluster, grid: None for a CTA per work item)
+FAST_WIDE = [(131, 16, 256, 2, 256, 64, e4m3, "tensor", 2, 1, 1),  # 2 K steps in 2 ranges,
+             # which one CTA walks in turn (as with two waves): its ring runs on into the next
+             (5, 72, 128, 2, 16, 64, bf16, None, 1, 2, 2)]  # a pair walking both ranges
+SLOW_WIDE = [(129, 8, 128, 2, 256, 64, bf16, None, 2, 1, None),
+             (133, 72, 320, 3, 256, 64, bf16, None, 2, 1, None),  # 5 K steps in 2, 2, 1
+             (17, 72, 320, 3, 32, 64, bf16, None, 2, 1, None),  # 16 rows a warpgroup
+             (133, 136, 656, 3, 256, 128, bf16, None, 2, 1, None),  # four warpgroups
+             (101, 264, 328, 2, 128, 256, bf16, None, 2, 1, None),  # four, two m64 blocks each
+             (201, 72, 1040, 3, 256, 64, e4m3, "row", 2, 1, None),  # 9 K steps in 3, 3, 3
+             (255, 200, 784, 1, 256, 64, e4m3, "tensor", 2, 1, None),  # whole tiles, 7 steps
+             (133, 136, 656, 3, 256, 128, bf16, None, 2, 1, 2),  # 6 items on 2 CTAs
+             (5, 136, 320, 3, 16, 64, bf16, None, 1, 2, None),  # 3 weight tiles: the second
+             # pair's second tile past N
+             (133, 72, 320, 3, 256, 64, bf16, None, 2, 2, None),  # side by side, in pairs
+             (131, 16, 256, 2, 256, 64, e4m3, "tensor", 2, 2, 2),
+             (33, 136, 656, 3, 64, 64, e4m3, "row", 1, 2, 2),  # 6 items on one pair
+             (20, 264, 1000, 2, 32, 128, bf16, None, 1, 2, 4),
+             (101, 264, 328, 2, 128, 256, bf16, None, 2, 2, None)]
 
 
-def run(m, n, k, splits, mp, bw, seed=0, dtype=bf16, scales=None, cols=1,
+def run(m, n, k, splits, mp, bw, seed=0, dtype=bf16, scales=None, cols=1, cluster=1,
         grid=None) -> np.ndarray:
-    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3, dtype=dtype, scales=scales, cols=cols)
+    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3, dtype=dtype, scales=scales, cols=cols,
+                                 cluster=cluster)
     ex = gemm_smallm.example(np.random.default_rng(m + n + k), m=m, n=n, k=k, splits=splits,
-                             mp=mp, bw=bw, dtype=dtype, scales=scales, cols=cols, grid=grid)
+                             mp=mp, bw=bw, dtype=dtype, scales=scales, cols=cols,
+                             cluster=cluster, grid=grid)
     out = run_sample(kd.ir, {"kernel": kd.name, **ex}, seed=seed)
     types = {p.name: getattr(p.type, "elem", None) for p in kd.ir.params}
     for param, want in ex["expected"].items():
@@ -77,19 +88,22 @@ def test_smallm_fp8_matches_numpy(m, n, k, splits, mp, bw, scales):
     run(m, n, k, splits, mp, bw, dtype=e4m3, scales=scales)
 
 
-@pytest.mark.parametrize("m, n, k, splits, mp, bw, dtype, scales, grid",
-                         FAST_COLS + (SLOW_COLS if DEEP else []))
-def test_smallm_cols_matches_numpy(m, n, k, splits, mp, bw, dtype, scales, grid):
-    run(m, n, k, splits, mp, bw, dtype=dtype, scales=scales, cols=2, grid=grid)
+@pytest.mark.parametrize("m, n, k, splits, mp, bw, dtype, scales, cols, cluster, grid",
+                         FAST_WIDE + (SLOW_WIDE if DEEP else []))
+def test_smallm_side_by_side_and_pairs_match_numpy(m, n, k, splits, mp, bw, dtype, scales,
+                                                   cols, cluster, grid):
+    run(m, n, k, splits, mp, bw, dtype=dtype, scales=scales, cols=cols, cluster=cluster,
+        grid=grid)
 
 
-@pytest.mark.parametrize("seeds, cols", [((0, 1), 1)] + ([((2, 3), 1), ((0, 1), 2)]
-                                                          if DEEP else []))
-def test_split_sum_is_the_same_whichever_range_is_last(seeds, cols):
+@pytest.mark.parametrize("seeds, cols, cluster", [((0, 1), 1, 1)] + (
+    [((2, 3), 1, 1), ((0, 1), 2, 1), ((0, 1), 1, 2)] if DEEP else []))
+def test_split_sum_is_the_same_whichever_range_is_last(seeds, cols, cluster):
     """Two interleavings of the CTAs: another range completes each tile's count, and C
     is the same bit for bit (the sum is in slot order, not arrival order)."""
-    m, mp = (5, 8) if cols == 1 else (133, 256)
-    first, second = (run(m, 72, 320, 3, mp, 64, seed=s, cols=cols) for s in seeds)
+    m, mp = (5, 8 * cluster) if cols == 1 else (133, 256)
+    first, second = (run(m, 72, 320, 3, mp, 64, seed=s, cols=cols, cluster=cluster)
+                     for s in seeds)
     assert np.array_equal(first, second)
 
 
@@ -102,7 +116,7 @@ def test_split_sum_is_the_same_whichever_range_is_last(seeds, cols):
                                         ({"scales": "row"}, "bf16 none"),
                                         ({"dtype": ptxdsl.f16}, "bf16 or e4m3, got f16"),
                                         ({"dtype": e4m3, "scales": "tensor", "mp": 256},
-                                         "e4m3 kernel with bw 128 .* up to 128, got mp 256"),
+                                         "e4m3 kernel with bw 128, .* up to 128, got mp 256"),
                                         ({"dtype": e4m3, "scales": "row", "mp": 128,
                                           "bw": 256}, "for mp up to 64, got mp 128"),
                                         ({"cols": 3}, "cols is 1 or 2"),
@@ -110,7 +124,11 @@ def test_split_sum_is_the_same_whichever_range_is_last(seeds, cols):
                                         ({"cols": 2, "dtype": e4m3, "scales": "row"},
                                          "takes bw 64"),
                                         ({"cols": 2, "bw": 256, "mp": 256},
-                                         "cols 2 .* up to 128, got mp 256")])
+                                         "cols 2 .* up to 128, got mp 256"),
+                                        ({"cluster": 2, "mp": 8}, "cluster 2 with mp 8"),
+                                        ({"cluster": 4}, "cluster is 1, or 2"),
+                                        ({"cluster": 2, "mp": 256},
+                                         "cluster 2 .* up to 128, got mp 256")])
 def test_bad_configurations_are_named(bad, words):
     with pytest.raises(ValueError, match=words):
         gemm_smallm.make_smallm(**bad)
@@ -187,15 +205,20 @@ def test_every_activation_tile_builds_and_fits():
                     assert kd.program().kernels[0].smem_bytes <= 232448
 
 
-@pytest.mark.parametrize("mp, bw, dtype, scales", [(mp, bw, dtype, s) for mp, bw in (
-    (256, 64), (128, 64), (256, 128), (128, 128), (128, 256)) for dtype, s in (
-    (bf16, None), (e4m3, "tensor"), (e4m3, "row")) if mp <= gemm_smallm.max_mp(bw, dtype, 2)]
-    if DEEP else [(256, 64, e4m3, "row")])
-def test_cols_builds_assemble_without_spills(mp, bw, dtype, scales, tmp_path):
-    """Two warpgroups side by side fit their registers: ptxas spills nothing (the default
-    case: e4m3's accumulators, temporaries and row scales at 232; with PTXDSL_DEEP, the
-    four-warpgroup bf16 builds at 104 too)."""
-    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, dtype=dtype, scales=scales, cols=2)
+@pytest.mark.skipif(not DEEP, reason="seconds of ptxas: PTXDSL_DEEP=1 (CI) runs it")
+@pytest.mark.parametrize("mp, bw, dtype, scales, cols, cluster", [
+    (mp, bw, dtype, s, cols, cluster) for mp in (256, 128, 64) for bw in (64, 128, 256)
+    for dtype, s in ((bf16, None), (e4m3, "tensor"), (e4m3, "row"))
+    for cols, cluster in ((2, 1), (1, 2), (2, 2))
+    if gemm_smallm.max_mp(bw, dtype, cols, cluster) // 2 < mp <= gemm_smallm.max_mp(
+        bw, dtype, cols, cluster)])
+def test_wide_builds_assemble_without_spills(mp, bw, dtype, scales, cols, cluster, tmp_path):
+    """Side by side and in pairs, the tallest activation tile each holds fits the registers:
+    ptxas spills nothing (e4m3's accumulators, temporaries and row scales at 232; the
+    four-warpgroup bf16 builds at 104; a pair's bf16 at 64 f32 of accumulators) and keeps
+    the wgmmas pipelined."""
+    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, dtype=dtype, scales=scales, cols=cols,
+                                 cluster=cluster)
     assert kd.program().kernels[0].smem_bytes <= 232448
     log = assemble(kd.ptx("sm_90a"), tmp_path)
     assert_no_spills(log)
