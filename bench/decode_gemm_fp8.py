@@ -38,7 +38,8 @@ LIMITS = ("Not profiled yet (2026-11-28: the session's device time ran out). Fro
           "it from M 16 on; at M 129-256 the e4m3 kernel's 128-row activation tiles (what "
           "its registers allow next to the promotion's temporaries) read the weights twice. "
           "Since then (not measured yet): two warpgroups side by side over a 256-row tile "
-          "(64-row weight tiles) read them once, and twice the split-K ranges are candidates.")
+          "(64-row weight tiles) read them once; cluster pairs sharing the activation tile "
+          "and twice the split-K ranges are candidates too.")
 
 
 def fp8_runner(x8: Any, w8: Any, sa: Any, sb: Any, scales: str,

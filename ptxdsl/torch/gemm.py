@@ -1,8 +1,8 @@
 """`torch.ops.ptxdsl.gemm(a, b)`: C = A @ B^T in bf16 (A is M x K, B is N x K, both with
 unit inner stride; f32 accumulation), the library's warp-specialised wgmma GEMM, its tile
 width, stage count, cluster pairing and walk (data-parallel or stream-K) tuned per shape; up
-to SMALLM_MAX_M rows of A (decoding), the swap-AB split-K kernel (gemm_smallm), its weight
-tile tuned per shape."""
+to SMALLM_MAX_M rows of A (decoding), the swap-AB split-K kernel (gemm_smallm), its config
+(weight tile, warpgroups side by side, cluster pairs, split-K waves) tuned per shape."""
 
 from __future__ import annotations
 

@@ -188,6 +188,14 @@ def test_splits_fill_the_sms_once():
     assert gemm_smallm.launch_grid(64, 4096, 4096, 128, 64, 8) == 132
     assert gemm_smallm.pick_splits(128, 7168, 8192, 128, 128) == 2
     assert gemm_smallm.pick_splits(128, 7168, 8192, 128, 128, waves=2) == 4
+    # cluster pairs: whole pairs of weight tiles (3 tiles of 64 rows: 2 pairs, the last
+    # one's second past N), a pair of CTAs an item, whole pairs in the grid
+    assert gemm_smallm.tiles_of(5, 136, 64, 16, cluster=2) == 4
+    assert gemm_smallm.workspace(5, 136, 320, 64, 16, 3, cluster=2) == (4 * 3 * 64 * 16, 4)
+    assert gemm_smallm.launch_grid(5, 136, 320, 64, 16, 3, cluster=2) == 12
+    assert gemm_smallm.pick_splits(128, 7168, 8192, 128, 128, cluster=2) == 2
+    assert gemm_smallm.launch_grid(128, 7168, 8192, 128, 128, 2, cluster=2) == 112
+    assert gemm_smallm.launch_grid(128, 7168, 8192, 128, 128, 4, sms=120, cluster=2) == 120
 
 
 def test_every_activation_tile_builds_and_fits():
