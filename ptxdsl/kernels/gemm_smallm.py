@@ -7,7 +7,9 @@ a `bw`-row weight tile (64, 128 or 256 rows of N; consumer warpgroups of 64 or 1
 the wgmma's A operand and the activation tile (`mp` rows of M, a multiple of 8 up to 256) its B
 operand, both read from shared memory K-major (what fp8 wgmma needs too). With `cols` 2, two
 warpgroups side by side each take half the activation tile as their wgmmas' N: a tile taller
-than one warpgroup's registers hold still reads each weight tile once. Rows of A past M
+than one warpgroup's registers hold still reads each weight tile once. With `cluster` 2, the
+two CTAs of a cluster take adjacent weight tiles and share the activation tile, each loading
+half of it by multicast: half the activation reads from L2. Rows of A past M
 are zero-filled by the tensor map and never stored. A stage is one 128-byte swizzled row of K
 per tile row: K = 64 of bf16 (4 wgmma k16 steps), or K = 128 of e4m3 (4 k32 steps; fp8 wgmma
 has no transpose, so the swap keeps both operands K-major as they are in memory). The
@@ -19,10 +21,10 @@ Split-K keeps every SM streaming weights when the N / bw tiles are fewer than SM
 schedule (`k.schedule(..., splits=S)`) cuts each tile's K steps into S ranges, one work item
 each. A range that owns its whole tile stores C from its accumulators. Otherwise it stores its
 f32 partial into its slot of a workspace (`ws`: tiles x warpgroups x S slots x its rows x its
-columns f32, each thread's values four at a time, coalesced), counts it on its warpgroup's semaphore
-(`sem`, zero between launches), and the range that completes the count sums every slot in
-slot order into C (so the result does not depend on which range finishes last: repeated runs
-are bit-identical) and leaves the semaphore zero.
+columns f32, each thread's values four at a time, coalesced), counts it on its warpgroup's
+semaphore (`sem`, zero between launches), and the range that completes the count sums every
+slot in slot order into C (so the result does not depend on which range finishes last:
+repeated runs are bit-identical) and leaves the semaphore zero.
 
 The epilogue stores C directly from the accumulator fragments (a thread holds C^T rows n and
 n + 8 of two adjacent columns m, m + 1 per 8-column group), masked at the M and N edges: C is
@@ -202,7 +204,7 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                                   steps=bk // kw, wm=wm, kw=kw, cluster=cluster, b0=bop)
                 write = k.let("write", it.whole)
                 with k.if_(~it.whole):
-                    k.assign(write, sum_slots(k, it, wt, accs, last, ws, sem, wg, leader))
+                    k.assign(write, sum_slots(k, it, accs, last, ws, sem, wg, leader))
                 with k.if_(write):
                     store(k, it, wt, accs, c, m, n, wr, b0, row, col, sa, sb)
 
@@ -211,7 +213,7 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         pair (the schedule's tile numbers count pairs)."""
         return k.let("wt", it.m * 2 + k.cluster_ctarank) if cluster > 1 else it.m
 
-    def sum_slots(k, it, wt, accs, last, ws, sem, wg, leader):
+    def sum_slots(k, it, accs, last, ws, sem, wg, leader):
         """Store this range's partial in its slot, count it on the warpgroup's semaphore, and
         in the range that completes the count sum every slot, in slot order, into `accs`
         (leaving the semaphore zero). Returns the predicate 'this range completed it'. A tile
