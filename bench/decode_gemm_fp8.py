@@ -37,9 +37,11 @@ LIMITS = ("Not profiled yet (2026-11-28: the session's device time ran out). Fro
           "split-K merge, the per-stage promotion's wait) and not the weight stream decide "
           "it from M 16 on; at M 129-256 the e4m3 kernel's 128-row activation tiles (what "
           "its registers allow next to the promotion's temporaries) read the weights twice. "
-          "Since then (not measured yet): two warpgroups side by side over a 256-row tile "
-          "(64-row weight tiles) read them once; cluster pairs sharing the activation tile "
-          "and twice the split-K ranges are candidates too.")
+          "Since then (not measured yet): the measured builds' two-level loop had every "
+          "wgmma serialised by ptxas (C7514: a wait after each k-step), now pipelined; two "
+          "warpgroups side by side over a 256-row tile (64-row weight tiles) read the weights "
+          "once; cluster pairs sharing the activation tile and twice the split-K ranges are "
+          "candidates too.")
 
 
 def fp8_runner(x8: Any, w8: Any, sa: Any, sb: Any, scales: str,
