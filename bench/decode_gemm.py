@@ -15,7 +15,7 @@ fp8: A and W quantised to e4m3 per tensor (one f32 scale each, amax / 448) or pe
 scale per token of A and per output channel of W); ptxdsl is `torch.ops.ptxdsl.scaled_mm_fp8`
 per tensor (its e4m3 decode kernel, ptxdsl/kernels/gemm_smallm.py with dtype e4m3) and, per
 row, which the op does not take, that kernel launched as the op launches it, each of its
-weight tiles timed and the best kept; the reference is
+configs timed and the best kept; the reference is
 `torch._scaled_mm` in the same scale mode, with and without `use_fast_accum`, the faster
 (bench/decode_gemm_fp8.py).
 

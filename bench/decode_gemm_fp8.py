@@ -3,9 +3,10 @@ dtype e4m3) against `torch._scaled_mm` in each of its modes, per tensor and per 
 decode_gemm.py's docstring).
 
 Per tensor, ptxdsl is `torch.ops.ptxdsl.scaled_mm_fp8`, which dispatches M <= 256 to the
-decode kernel, its weight tile tuned per shape (129 to 256 rows in two tiles of 128). The op
-takes per-tensor scales only, so per row the kernel is launched as the op launches it
-(`fp8_runner`, ptxdsl.torch.gemm.smallm_runner), each weight tile timed and the best kept.
+decode kernel, its config tuned per shape (129 to 256 rows in two tiles of 128, or in one
+over two warpgroups side by side). The op takes per-tensor scales only, so per row the
+kernel is launched as the op launches it (`fp8_runner`, ptxdsl.torch.gemm.smallm_runner),
+each of the op's configs timed and the best kept.
 The GPU tests (tests/kernels/test_smallm_gpu.py) run both."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ ABOUT = ("e4m3 A (M x K) and W (N x K), bf16 C = scales x A @ W^T, f32 accumulat
          "tensor: `torch.ops.ptxdsl.scaled_mm_fp8` (the e4m3 decode kernel, swap-AB and "
          "split-K, `gemm_smallm` with dtype e4m3, each 128 of K summed apart and added in f32; "
          "tuned per shape); per row (which the op does not take): that kernel launched as the "
-         "op launches it, the best of its weight tiles. Against `torch._scaled_mm` in the same "
+         "op launches it, the best of its configs. Against `torch._scaled_mm` in the same "
          "scale mode, the faster of its default and `use_fast_accum` modes; each captured "
          f"{CALLS} times in a CUDA graph whose replays are timed, best of 3 interleaved rounds "
          "of medians of 20 replays; every output checked against the f32 product of the "
@@ -35,12 +36,18 @@ LIMITS = ("Not profiled yet (2026-11-28: the session's device time ran out). Fro
           "bytes in fp8), so fixed costs (the launch's ramp, the first loads' latency, the "
           "split-K merge, the per-stage promotion's wait) and not the weight stream decide "
           "it from M 16 on; at M 129-256 the e4m3 kernel's 128-row activation tiles (what "
-          "its registers allow next to the promotion's temporaries) read the weights twice.")
+          "its registers allow next to the promotion's temporaries) read the weights twice. "
+          "Since then (not measured yet): the measured builds' two-level loop had every "
+          "wgmma serialised by ptxas (C7514: a wait after each k-step), now pipelined; two "
+          "warpgroups side by side over a 256-row tile (64-row weight tiles) read the weights "
+          "once; cluster pairs sharing the activation tile and twice the split-K ranges are "
+          "candidates too.")
 
 
-def fp8_runner(x8: Any, w8: Any, sa: Any, sb: Any, scales: str, bw: int) -> Callable[[], Any]:
+def fp8_runner(x8: Any, w8: Any, sa: Any, sb: Any, scales: str,
+               config: dict[str, int]) -> Callable[[], Any]:
     """A call of the e4m3 decode kernel on x8 (M x K) and w8 (N x K), e4m3 with unit inner
-    stride, over `bw`-row weight tiles (one the kernel allows at M's activation tile),
+    stride, in `config` (one of ptxdsl.torch.kernels.smallm_configs at M's bucket, e4m3),
     returning C (M x N, bf16). `scales` "tensor": sa and sb hold one f32 each; "row": sa one
     per row of x8, sb one per row of w8 (any shape, f32, contiguous). Launched as
     scaled_mm_fp8 launches it: a fresh slot workspace and C on torch's current stream, and
@@ -49,10 +56,9 @@ def fp8_runner(x8: Any, w8: Any, sa: Any, sb: Any, scales: str, bw: int) -> Call
 
     from ptxdsl.kernels.gemm_smallm import pad_m
     from ptxdsl.torch.gemm import smallm_runner
-    from ptxdsl.torch.kernels import SMALLM_FP8_MAX_MP
 
     m, n = x8.shape[0], w8.shape[0]
-    run = smallm_runner({"bw": bw}, pad_m(m, SMALLM_FP8_MAX_MP), x8, w8, scales)
+    run = smallm_runner(config, pad_m(m), x8, w8, scales)
 
     def call() -> Any:
         c = x8.new_empty((m, n), dtype=torch.bfloat16)
@@ -89,21 +95,28 @@ def fp8_error(c: Any, x8: Any, sa: Any, w8: Any, sb: Any) -> float:
     return float(((c.float() - ref).abs() / tol).max())
 
 
+def config_name(config: dict[str, int]) -> str:
+    """A decode config in a few characters: 'w64', 'w64 c2 p2 x2' (two warpgroups side by
+    side, in cluster pairs, two waves of split-K ranges)."""
+    return " ".join([f"w{config['bw']}"] + [
+        f"{tag}{config[key]}" for key, tag in (("cols", "c"), ("cluster", "p"), ("waves", "x"))
+        if key in config])
+
+
 def contenders(torch: Any, x8: Any, sa: Any, w8: Any, sb: Any, scales: str
                ) -> dict[str, Callable[[], Any]]:
-    """ptxdsl (per tensor the op; per row the kernel at each weight tile of its activation
-    tile), and `torch._scaled_mm` in the same scale mode (row scales as it takes them: (M, 1)
-    and (1, N)) in both of its accumulation modes."""
+    """ptxdsl (per tensor the op; per row the kernel in each config the op tunes over at M's
+    bucket, named as config_name names it), and `torch._scaled_mm` in the same scale mode
+    (row scales as it takes them: (M, 1) and (1, N)) in both of its accumulation modes."""
     from ptxdsl import e4m3
     from ptxdsl.kernels.gemm_smallm import pad_m
-    from ptxdsl.torch.kernels import SMALLM_FP8_MAX_MP, smallm_configs
+    from ptxdsl.torch.kernels import smallm_configs
 
     if scales == "tensor":
         ours = {OP: lambda: torch.ops.ptxdsl.scaled_mm_fp8(x8, w8, sa, sb)}
     else:
-        mp = pad_m(x8.shape[0], SMALLM_FP8_MAX_MP)
-        ours = {f"ptxdsl w{c['bw']}": fp8_runner(x8, w8, sa, sb, scales, c["bw"])
-                for c in smallm_configs(mp, e4m3)}
+        ours = {f"ptxdsl {config_name(c)}": fp8_runner(x8, w8, sa, sb, scales, c)
+                for c in smallm_configs(pad_m(x8.shape[0]), e4m3)}
     sb_t = sb.reshape(1, -1) if scales == "row" else sb
 
     def scaled_mm(fast: bool) -> Callable[[], Any]:
@@ -174,7 +187,7 @@ def fp8_section(torch: Any, shapes: list[tuple[int, int]], ms: list[int], copy: 
         notes.append(f"{n} x {k}: " + ", ".join(per_m))
         eager.append(f"{n} x {k}: " + ", ".join(per_m_eager))
     s.notes.append(f"Copy bandwidth in this run: {copy:.0f} GB/s. GB/s from the graph, ptxdsl "
-                   "(the op, or per row its best weight tile) / the faster `torch._scaled_mm` "
+                   "(the op, or per row its best config) / the faster `torch._scaled_mm` "
                    "mode (ptxdsl's % of "
                    "copy), by N x K, every M and scale mode: " + "; ".join(notes)
                    + ". Eager launches: " + "; ".join(eager) + "."

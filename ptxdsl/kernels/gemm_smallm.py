@@ -5,7 +5,11 @@ f32 accumulation) for the few token rows of decoding (M = 1 to 256), where the w
 W from memory. The tensor cores' smallest tile is 64 rows, so the kernel computes C^T = W A^T:
 a `bw`-row weight tile (64, 128 or 256 rows of N; consumer warpgroups of 64 or 128 rows) is
 the wgmma's A operand and the activation tile (`mp` rows of M, a multiple of 8 up to 256) its B
-operand, both read from shared memory K-major (what fp8 wgmma needs too). Rows of A past M
+operand, both read from shared memory K-major (what fp8 wgmma needs too). With `cols` 2, two
+warpgroups side by side each take half the activation tile as their wgmmas' N: a tile taller
+than one warpgroup's registers hold still reads each weight tile once. With `cluster` 2, the
+two CTAs of a cluster take adjacent weight tiles and share the activation tile, each loading
+half of it by multicast: half the activation reads from L2. Rows of A past M
 are zero-filled by the tensor map and never stored. A stage is one 128-byte swizzled row of K
 per tile row: K = 64 of bf16 (4 wgmma k16 steps), or K = 128 of e4m3 (4 k32 steps; fp8 wgmma
 has no transpose, so the swap keeps both operands K-major as they are in memory). The
@@ -16,11 +20,11 @@ token and per output channel) multiply the f32 sums as C is stored.
 Split-K keeps every SM streaming weights when the N / bw tiles are fewer than SMs: the
 schedule (`k.schedule(..., splits=S)`) cuts each tile's K steps into S ranges, one work item
 each. A range that owns its whole tile stores C from its accumulators. Otherwise it stores its
-f32 partial into its slot of a workspace (`ws`: tiles x warpgroups x S slots x its rows x mp
-f32, each thread's values four at a time, coalesced), counts it on its warpgroup's semaphore
-(`sem`, zero between launches), and the range that completes the count sums every slot in
-slot order into C (so the result does not depend on which range finishes last: repeated runs
-are bit-identical) and leaves the semaphore zero.
+f32 partial into its slot of a workspace (`ws`: tiles x warpgroups x S slots x its rows x its
+columns f32, each thread's values four at a time, coalesced), counts it on its warpgroup's
+semaphore (`sem`, zero between launches), and the range that completes the count sums every
+slot in slot order into C (so the result does not depend on which range finishes last:
+repeated runs are bit-identical) and leaves the semaphore zero.
 
 The epilogue stores C directly from the accumulator fragments (a thread holds C^T rows n and
 n + 8 of two adjacent columns m, m + 1 per 8-column group), masked at the M and N edges: C is
@@ -58,16 +62,42 @@ def stages_for(bw: int, mp: int) -> int:
     return max(2, min(MAX_STAGES, (SMEM - 1024) // per))
 
 
-def max_mp(bw: int, dtype=bf16) -> int:
-    """The tallest activation tile whose accumulators fit a consumer thread's registers: an
-    m64 x mp accumulator takes mp / 2 f32, and bw 256 gives a warpgroup two; e4m3 adds two
-    per-stage temporaries beside each (promoted_loop), three times the registers."""
-    return (256 if dtype == bf16 else 128) // (2 if bw == 256 else 1)
+def consumer_grid(bw: int, cols: int = 1) -> tuple[int, int]:
+    """(consumer warpgroups, weight rows of each): one per 64 rows of the weight tile (two of
+    128 at bw 256), times `cols` warpgroups side by side over the activation tile's rows."""
+    rows = min(bw // 64, 2)
+    return rows * cols, bw // rows
+
+
+def consumer_regs_for(consumers: int) -> int:
+    """The consumers' setmaxnreg budget: what the CTA's registers at launch (threads x the
+    entry cap, a multiple of 8) leave beside a 40-register producer warpgroup, at most 232."""
+    threads = 128 * (1 + consumers)
+    pool = threads * min(255, 65536 // threads // 8 * 8)
+    return min(232, (pool - 128 * 40) // (128 * consumers) // 8 * 8)
+
+
+def max_mp(bw: int, dtype=bf16, cols: int = 1, cluster: int = 1) -> int:
+    """The tallest activation tile whose accumulators fit the consumers' registers: an m64 x
+    N accumulator takes N / 2 f32 a thread, and bw 256 gives a warpgroup two; e4m3 adds two
+    per-stage temporaries beside each (promoted_loop), three times the registers. With `cols`
+    warpgroups over the activation tile each holds N = mp / cols of it; four warpgroups have
+    under half the registers each (consumer_regs_for), so half the width, and none for e4m3.
+    A cluster pair's bf16 warpgroup holds at most 64 f32 of accumulators a thread (N 128 an
+    m64 block): at 128, ptxas spilled a few registers (the pair's ranks and barriers)."""
+    consumers, wm = consumer_grid(bw, cols)
+    width = (256 if dtype == bf16 else 128) // (wm // 64)
+    if consumers > 2:
+        width = width // 2 if dtype == bf16 else 0
+    if cluster > 1 and dtype == bf16:
+        width = min(width, 128 // (wm // 64))
+    return min(256, cols * width)
 
 
 def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
-                consumer_regs: int = 232, dtype=bf16, scales: str | None = None,
-                epilogue: str | None = None) -> ptxdsl.KernelDef:
+                consumer_regs: int | None = None, dtype=bf16, scales: str | None = None,
+                cols: int = 1, cluster: int = 1, epilogue: str | None = None
+                ) -> ptxdsl.KernelDef:
     """The swap-AB kernel for activation tiles of `mp` rows (8 to 256, a multiple of 8) and
     weight tiles of `bw` rows (64 or 128: one consumer warpgroup per 64; 256: two of 128 rows,
     each two m64 accumulators, for mp up to 128), with a `stages`-deep TMA ring (default: as
@@ -81,6 +111,19 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
     row is an accumulator row), after the split-K slot sum. e4m3 sums each stage's 128 of K
     in the tensor cores and adds it into f32 registers (`promoted_loop`), so its tiles are
     smaller (`max_mp`: mp up to 128, 64 with bw 256).
+
+    `cols` 2 puts two warpgroups side by side over the activation tile, each the wgmma's N
+    of its half (mp / 2 rows of A), reading the one weight tile in shared memory: activation
+    tiles up to 256 rows (e4m3 too, with bw 64) read each weight tile once. bw 64 then has
+    two consumer warpgroups, bw 128 and 256 four (bf16 only: a quarter of the registers
+    each, `consumer_regs_for`).
+
+    `cluster` 2: the CTAs of a 2-CTA cluster take two adjacent weight tiles with the same
+    activation tile and K range, each loading half of the activation tile and multicasting
+    it to both: the activation tiles are read from L2 half as often. The schedule's items
+    are then pairs of weight tiles; a pair's second tile past N (an odd count) loads its
+    half for its partner and stores nothing (mp at least 16: halves of whole 8-row swizzle
+    atoms).
 
     `epilogue` (bf16 only) fuses the decoder block's next step into the store, applied once
     to the f32 sums (after the split-K slot sum): "residual" adds R (a bf16 M x N parameter
@@ -99,25 +142,38 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         raise ValueError(f"make_smallm: mp is a multiple of 8 from 8 to 256, got {mp}")
     if bw not in (64, 128, 256):
         raise ValueError(f"make_smallm: bw is 64, 128 or 256, got {bw}")
-    if mp > max_mp(bw, dtype):
-        raise ValueError(f"make_smallm: a {dtype} kernel with bw {bw} holds its accumulators "
-                         f"in registers for mp up to {max_mp(bw, dtype)}, got mp {mp}")
+    if cols not in (1, 2) or mp % (8 * cols):
+        raise ValueError(f"make_smallm: cols is 1 or 2, each warpgroup's share of mp a "
+                         f"multiple of 8; got cols {cols} with mp {mp}")
+    if cols > 1 and dtype != bf16 and bw != 64:
+        raise ValueError(f"make_smallm: e4m3 with cols 2 takes bw 64 (four warpgroups have no "
+                         f"registers for its temporaries), got bw {bw}")
+    if cluster not in (1, 2) or cluster * 8 > mp:
+        raise ValueError(f"make_smallm: cluster is 1, or 2 with mp at least 16; got cluster "
+                         f"{cluster} with mp {mp}")
+    if mp > max_mp(bw, dtype, cols, cluster):
+        raise ValueError(f"make_smallm: a {dtype} kernel with bw {bw}, cols {cols} and "
+                         f"cluster {cluster} holds its accumulators in registers for mp up to "
+                         f"{max_mp(bw, dtype, cols, cluster)}, got mp {mp}")
     stages = stages or stages_for(bw, mp)
-    consumers = min(bw // 64, 2)
-    wm = bw // consumers  # weight rows per consumer warpgroup
-    mw = wm // 64  # its m64 accumulators
-    nacc = mp // 2  # f32 per thread of an m64 x mp C^T accumulator
+    consumers, wm = consumer_grid(bw, cols)  # warpgroups, weight rows of each
+    rows = consumers // cols  # warpgroups along the weight tile
+    consumer_regs = consumer_regs or consumer_regs_for(consumers)
+    mw = wm // 64  # a warpgroup's m64 accumulators
+    mc = mp // cols  # its activation rows: its wgmmas' N
+    nacc = mc // 2  # f32 per thread of an m64 x mc C^T accumulator
     # slots summed at a time: their loads take registers
     unroll = max(1, min(4, 128 // (mw * nacc)))
     bk, kw = (BK, 16) if dtype == bf16 else (BK_FP8, 32)  # K per stage, per wgmma
-    name = f"gemm_smallm_m{mp}_w{bw}_s{stages}" if dtype == bf16 else \
-        f"gemm_smallm_{dtype}_{scales}_m{mp}_w{bw}_s{stages}"
-    if epilogue:
-        name = f"gemm_smallm_{epilogue}_m{mp}_w{bw}_s{stages}"
+    name = (f"gemm_smallm_{epilogue}_m{mp}_w{bw}_s{stages}" if epilogue else
+            f"gemm_smallm_m{mp}_w{bw}_s{stages}" if dtype == bf16 else
+            f"gemm_smallm_{dtype}_{scales}_m{mp}_w{bw}_s{stages}") + \
+        (f"_c{cols}" if cols > 1 else "") + ("_x2" if cluster > 1 else "")
 
     def body(k, w, x, c, ws, sem, m, n, kdim, splits, sa=None, sb=None, r=None):
         ring = k.pipeline("ring", stages, a=(dtype, [bw, bk], 1024, SWIZZLE),
-                          b=(dtype, [mp, bk], 1024, SWIZZLE))
+                          b=(dtype, [2, mp // 2, bk] if cluster > 1 else [mp, bk], 1024,
+                             SWIZZLE))
         last = k.shared("last", u32, [consumers])  # a warpgroup's 'my range completed it'
         with k.if_(k.tid.x == 0):  # the descriptors are parameters: fetched while we wait
             k.tma_prefetch_desc(w)
@@ -126,36 +182,54 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         # be in use by the grid before (and A is often its output)
         k.griddep_wait()
         ktiles = k.let("ktiles", (kdim + (bk - 1)) / bk)
-        work = k.schedule("work", ((n + (bw - 1)) / bw, (m + (mp - 1)) / mp), ksteps=ktiles,
-                          splits=splits)
+        wtiles = (n + (bw - 1)) / bw
+        work = k.schedule("work", ((wtiles + 1) / 2 if cluster > 1 else wtiles,
+                                   (m + (mp - 1)) / mp), ksteps=ktiles, splits=splits,
+                          clusters=cluster > 1)
         with k.role("producer", 0, 4, regs=40):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("it", work) as it:
+                    wt = weight_tile(k, it)
                     with k.for_("kt", it.k0, it.k1) as kt:
-                        load_stage(k, ring, w, x, (kt * bk).to(s32), [(it.m * bw).to(s32)],
-                                   [(it.n * mp).to(s32)])
+                        load_stage(k, ring, w, x, (kt * bk).to(s32), [(wt * bw).to(s32)],
+                                   [(it.n * mp).to(s32)],
+                                   (it.n * mp, mp) if cluster > 1 else None)
                         k.commit(ring)
         with k.role("consumer", 4, 4 * (1 + consumers), regs=consumer_regs):
             wg, leader, row, col = consumer_lanes(k)
+            # this warpgroup's place: its weight rows (wr) and activation rows (b0; in the
+            # ring, bop: with a cluster pair, b0's half of the tile, mc = mp / 2 rows each)
+            wr, b0, bop = wg, 0, 0
+            if cols > 1:
+                wr = k.let("wr", wg % rows) if rows > 1 else 0
+                b0 = k.let("b0", wg / rows * mc)
+                bop = wg / rows if cluster > 1 else b0
             with k.for_("it", work) as it:
+                wt = weight_tile(k, it)
                 names = ["acc" if mw == 1 else f"acc{r}" for r in range(mw)]
                 if dtype == bf16:
                     accs = [k.let(nm, type=array(f32, nacc)) for nm in names]
-                    main_loop(k, ring, accs, wg, it.k0, it.k1, steps=bk // kw, wm=wm, kw=kw)
+                    main_loop(k, ring, accs, wr, it.k0, it.k1, steps=bk // kw, wm=wm, kw=kw,
+                              cluster=cluster, b0=bop)
                 else:  # each stage's fp8 sums added into f32 accumulators
                     accs = [k.let(nm, 0.0, array(f32, nacc)) for nm in names]
                     tmps = tuple([k.let(f"tmp{t}_{r}", type=array(f32, nacc))
                                   for r in range(mw)] for t in range(2))
-                    promoted_loop(k, ring, accs, tmps, wg, it.k0, it.k1, nacc=nacc,
-                                  steps=bk // kw, wm=wm, kw=kw)
+                    promoted_loop(k, ring, accs, tmps, wr, it.k0, it.k1, nacc=nacc,
+                                  steps=bk // kw, wm=wm, kw=kw, cluster=cluster, b0=bop)
                 write = k.let("write", it.whole)
                 with k.if_(~it.whole):
                     k.assign(write, sum_slots(k, it, accs, last, ws, sem, wg, leader))
                 with k.if_(write):
                     if epilogue == "silu_mul":
-                        store_silu_mul(k, it, accs, c, m, n, wg, row, col)
+                        store_silu_mul(k, it, wt, accs, c, m, n, wr, b0, row, col)
                     else:
-                        store(k, it, accs, c, m, n, wg, row, col, sa, sb, r)
+                        store(k, it, wt, accs, c, m, n, wr, b0, row, col, sa, sb, r)
+
+    def weight_tile(k, it):
+        """Work item it's weight tile: its own, or with a cluster pair the rank's of the
+        pair (the schedule's tile numbers count pairs)."""
+        return k.let("wt", it.m * 2 + k.cluster_ctarank) if cluster > 1 else it.m
 
     def sum_slots(k, it, accs, last, ws, sem, wg, leader):
         """Store this range's partial in its slot, count it on the warpgroup's semaphore, and
@@ -163,8 +237,10 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         (leaving the semaphore zero). Returns the predicate 'this range completed it'. A tile
         has it.splits slots: min(splits, K steps), as `workspace` counts them."""
         t = k.tid.x % 128
-        tile = k.let("tile", it.tile * consumers + wg)  # this warpgroup's rows of the tile
-        plane = 64 * mp  # f32 elements of one m64 block's slot
+        # this warpgroup's rows of the tile (with a pair, numbered as the pair's, then rank)
+        tile = k.let("tile", (it.tile * 2 + k.cluster_ctarank) * consumers + wg if cluster > 1
+                     else it.tile * consumers + wg)
+        plane = 64 * mc  # f32 elements of one m64 block's slot
         mine = k.let("mine", (tile * it.splits + it.split) * (mw * plane) + t * 4)
         for r, acc in enumerate(accs):
             with k.for_(f"q{r}" if r else "q", 0, nacc // 4, unroll=True) as q:
@@ -189,12 +265,12 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                                 acc[4 * q + e] = acc[4 * q + e] + k.select(here, v[e], 0.0)
         return total
 
-    def store(k, it, accs, c, m, n, wg, row, col, sa, sb, res) -> None:
+    def store(k, it, wt, accs, c, m, n, wr, b0, row, col, sa, sb, res) -> None:
         """C from the C^T fragments: acc[4 j + 2 i + e] of m64 block r is C^T row (64 r + row
-        + 8 i) and column (8 j + col + e) of the warpgroup's rows of the tile, i.e. C[m, n]
-        with m in the tile's columns; times the fp8 scales, plus the residual `res`."""
-        n0 = k.let("n0", it.m * bw + wg * wm + row)
-        m0 = k.let("m0", it.n * mp + col)
+        + 8 i) and column (b0 + 8 j + col + e) of the warpgroup's rows of the tile, i.e.
+        C[m, n] with m in the tile's columns; times the fp8 scales, plus the residual `res`."""
+        n0 = k.let("n0", wt * bw + wr * wm + row)
+        m0 = k.let("m0", it.n * mp + col if cols == 1 else it.n * mp + b0 + col)
         if scales == "tensor":
             scale = k.let("scale", sa[0] * sb[0])
         elif scales == "row":  # this thread's weight rows' scales (an edge row reads n - 1's)
@@ -203,7 +279,7 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                 for i in range(2):
                     rs[2 * r + i] = sb[k.min(n0 + (r * 64 + i * 8), n - 1)]
         for r, acc in enumerate(accs):
-            with k.for_(f"j{r}" if r else "j", 0, mp // 8, unroll=True) as j:
+            with k.for_(f"j{r}" if r else "j", 0, mc // 8, unroll=True) as j:
                 with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
                     gn = n0 + (r * 64 + i * 8)
                     with k.for_(f"e{r}" if r else "e", 0, 2, unroll=True) as e:
@@ -218,18 +294,18 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                                 v = v + res[gm * n + gn].to(f32)
                             c[gm * n + gn] = v.to(bf16)
 
-    def store_silu_mul(k, it, accs, c, m, n, wg, row, col) -> None:
+    def store_silu_mul(k, it, wt, accs, c, m, n, wr, b0, row, col) -> None:
         """silu(gate) * up from the C^T fragments (as `store` reads them): W's rows come as
         eight gate rows then the eight up rows of the same outputs, so a thread's row n + 8
         (i = 1) is the up row of its gate row n (i = 0; n % 16 < 8), and C's column is the
         gate row's output, n / 16 * 8 + n % 8, of N / 2."""
-        n0 = k.let("n0", it.m * bw + wg * wm + row)
-        m0 = k.let("m0", it.n * mp + col)
+        n0 = k.let("n0", wt * bw + wr * wm + row)
+        m0 = k.let("m0", it.n * mp + col if cols == 1 else it.n * mp + b0 + col)
         half = k.let("half", n / 2)
         for r, acc in enumerate(accs):
             gn = n0 + r * 64
             out = k.let(f"out{r}" if r else "out", gn / 16 * 8 + gn % 8)
-            with k.for_(f"j{r}" if r else "j", 0, mp // 8, unroll=True) as j:
+            with k.for_(f"j{r}" if r else "j", 0, mc // 8, unroll=True) as j:
                 with k.for_(f"e{r}" if r else "e", 0, 2, unroll=True) as e:
                     gm = m0 + j * 8 + e
                     with k.if_((gm < m) & (gn < n)):
@@ -250,6 +326,9 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
                         kdim: u32, splits: u32):
             body(k, w, x, c, ws, sem, m, n, kdim, splits, scale_a, scale_b)
 
+    if cluster > 1:
+        return ptxdsl.kernel(threads=128 * (1 + consumers), name=name,
+                             cluster=cluster)(gemm_smallm)
     return ptxdsl.kernel(threads=128 * (1 + consumers), name=name)(gemm_smallm)
 
 
@@ -266,27 +345,36 @@ def pad_m(m: int, top: int = 256) -> int:
     return max(8, min(top, 1 << (m - 1).bit_length()))
 
 
-def pick_splits(m: int, n: int, k: int, bw: int, mp: int, sms: int = SMS, bk: int = BK) -> int:
-    """As many K ranges per tile as fill the SMs once (each range at least MIN_KSTEPS K
-    steps of `bk`: BK for bf16, BK_FP8 for fp8, as in the helpers below)."""
-    tiles = -(-n // bw) * -(-m // mp)
-    return max(1, min(sms // tiles, -(-k // bk) // MIN_KSTEPS))
+def tiles_of(m: int, n: int, bw: int, mp: int, cluster: int = 1) -> int:
+    """The tiles of a launch, weight tiles times activation tiles; with a cluster pair the
+    weight tiles in whole pairs (a pair's second past N is a tile that stores nothing)."""
+    return -(-n // (bw * cluster)) * cluster * -(-m // mp)
+
+
+def pick_splits(m: int, n: int, k: int, bw: int, mp: int, sms: int = SMS, bk: int = BK,
+                waves: int = 1, cluster: int = 1) -> int:
+    """As many K ranges per tile as fill the SMs `waves` times (each range at least MIN_KSTEPS
+    K steps of `bk`: BK for bf16, BK_FP8 for fp8, as in the helpers below). With two waves an
+    SM walks two ranges in turn: the producer loads the second's stages while the consumers
+    store the first's partial or sum its slots. `cluster` as make_smallm takes it."""
+    return max(1, min(waves * sms // tiles_of(m, n, bw, mp, cluster), -(-k // bk) // MIN_KSTEPS))
 
 
 def workspace(m: int, n: int, k: int, bw: int, mp: int, splits: int,
-              bk: int = BK) -> tuple[int, int]:
-    """(f32 elements of the workspace, u32 semaphores) of a launch, at least one of each (a
-    launch takes no empty array)."""
-    tiles = -(-n // bw) * -(-m // mp)
+              bk: int = BK, cols: int = 1, cluster: int = 1) -> tuple[int, int]:
+    """(f32 elements of the workspace, u32 semaphores: one per consumer warpgroup and tile)
+    of a launch, at least one of each (a launch takes no empty array)."""
+    tiles = tiles_of(m, n, bw, mp, cluster)
     ranges = min(splits, -(-k // bk))
-    return (tiles * ranges * bw * mp if ranges > 1 else 1), tiles * min(bw // 64, 2)
+    return (tiles * ranges * bw * mp if ranges > 1 else 1), tiles * consumer_grid(bw, cols)[0]
 
 
 def launch_grid(m: int, n: int, k: int, bw: int, mp: int, splits: int, sms: int = SMS,
-                bk: int = BK) -> int:
-    """One CTA per work item, at most one per SM (a CTA walks its items in turn)."""
-    items = -(-n // bw) * -(-m // mp) * min(splits, -(-k // bk))
-    return min(items, sms)
+                bk: int = BK, cluster: int = 1) -> int:
+    """One CTA per work item, at most one per SM (a CTA walks its items in turn); with a
+    cluster pair, a pair of CTAs per item, whole pairs (`sms`: the CTAs resident at once)."""
+    items = tiles_of(m, n, bw, mp, cluster) // cluster * min(splits, -(-k // bk))
+    return min(items, sms // cluster) * cluster
 
 
 def interleave_gate_up(w):
@@ -304,10 +392,11 @@ def interleave_gate_up(w):
 def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
             splits: int | None = None, mp: int | None = None, bw: int = 128,
             grid: int | None = None, dtype=bf16, scales: str | None = None,
-            epilogue: str | None = None) -> dict:
+            cols: int = 1, cluster: int = 1, epilogue: str | None = None) -> dict:
     """Random A (m x k) and W (n x k) of `dtype`; the reference is A @ W^T in f32 (rows of k
     elements a multiple of 16 bytes, as TMA wants: k a multiple of 8 for bf16, of 16 for
-    e4m3). The semaphores start and end at zero.
+    e4m3). The semaphores start and end at zero. `cols` and `cluster` as make_smallm takes
+    them.
     e4m3 (`scales` as make_smallm takes them): standard normal values quantised, the scales
     in [0.5, 2) times powers of two from 2^-3 to 2^3 (per row: a wrong row's scale shows),
     the reference the dequantised product in f64, the absolute tolerance that of the smallest
@@ -319,10 +408,10 @@ def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
     the product of two sums of K terms)."""
     from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
-    mp = mp or pad_m(m, max_mp(bw, dtype))
+    mp = mp or pad_m(m, max_mp(bw, dtype, cols, cluster))
     bk = BK if dtype == bf16 else BK_FP8
-    splits = splits or pick_splits(m, n, k, bw, mp, bk=bk)
-    size, nsem = workspace(m, n, k, bw, mp, splits, bk)
+    splits = splits or pick_splits(m, n, k, bw, mp, bk=bk, cluster=cluster)
+    size, nsem = workspace(m, n, k, bw, mp, splits, bk, cols, cluster)
     inputs: dict = {}
     if dtype == bf16:
         a = f32_to_bf16(rng.standard_normal((m, k), np.float32))
@@ -349,11 +438,12 @@ def example(rng: np.random.Generator, m: int = 5, n: int = 200, k: int = 1000,
         ref = (a.astype(np.float64) @ w.astype(np.float64).T) * scale
         atol = 2 ** -10 * float(np.sqrt(k)) * float(scale.min())
     box = {"swizzle": "128B"}
-    return {"grid": grid or launch_grid(m, n, k, bw, mp, splits, bk=bk),
+    return {"grid": grid or launch_grid(m, n, k, bw, mp, splits, bk=bk, cluster=cluster),
             "inputs": {"w": w, "x": a, "ws": np.zeros(size, np.float32),
                        "sem": np.zeros(nsem, np.uint32), **inputs, "m": m, "n": n, "kdim": k,
                        "splits": splits},
-            "tensor_maps": {"w": {"box": (bw, bk), **box}, "x": {"box": (mp, bk), **box}},
+            "tensor_maps": {"w": {"box": (bw, bk), **box},
+                            "x": {"box": (mp // cluster, bk), **box}},
             "outputs": {"c": np.zeros(ref.shape, np.uint16)},
             "expected": {"c": ref, "sem": np.zeros(nsem, np.uint32)},
             "rtol": 2 ** -7, "atol": atol}

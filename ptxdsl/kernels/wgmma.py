@@ -69,29 +69,32 @@ def load_stage(k: Any, ring: Any, a: Any, b: Any, k0: Any, a_at: list, b_at: lis
 
 
 def wgmma_group(k: Any, ring: Any, accs: list, wg: Any, *, steps: int, first: bool,
-                wm: int = 64, kw: int = 16, cluster: int = 1) -> None:
+                wm: int = 64, kw: int = 16, cluster: int = 1, b0: Any = 0) -> None:
     """The current stage's wgmmas as one committed group: `steps` k-steps of `kw` for each
     m64 accumulator of the warpgroup. `first`: the stage starts the accumulation (its first
-    k-step overwrites the accumulators instead of adding)."""
+    k-step overwrites the accumulators instead of adding). `b0`: the first row of ring.b the
+    warpgroup reads (its N is its accumulators' width), when warpgroups split B's rows; with
+    a cluster, which of B's per-CTA parts it starts at (ring.b[b0, 0])."""
     k.wgmma_fence()
     with k.for_("kk", 0, steps, unroll=True) as kk:
         for r, acc in enumerate(accs):
             rows0 = wg * wm + r * 64 if r else wg * wm
-            bop = ring.b[0, 0, kk * kw] if cluster > 1 else ring.b[0, kk * kw]
+            bop = ring.b[b0, 0, kk * kw] if cluster > 1 else ring.b[b0, kk * kw]
             k.wgmma(acc, ring.a[rows0, kk * kw], bop, kk > 0 if first else True)
     k.wgmma_commit()
 
 
 def main_loop(k: Any, ring: Any, accs: list, wg: Any, k0: Any, k1: Any, *, steps: int,
-              wm: int = 64, kw: int = 16, cluster: int = 1) -> None:
+              wm: int = 64, kw: int = 16, cluster: int = 1, b0: Any = 0) -> None:
     """K steps k0 .. k1 (at least one) of the tile into `accs`. One wgmma group stays in
     flight: after issuing a stage's group, wgmma_wait(1) retires the previous stage's, and
-    release hands back the oldest stage held, the one that group read."""
+    release hands back the oldest stage held, the one that group read. `b0` as wgmma_group
+    takes it."""
     def kblock(first: bool) -> None:
         """Wait for the next stage and issue its wgmmas as one group."""
         k.wait(ring)
         wgmma_group(k, ring, accs, wg, steps=steps, first=first, wm=wm, kw=kw,
-                    cluster=cluster)
+                    cluster=cluster, b0=b0)
 
     kblock(True)
     with k.for_("kt", k0 + 1, k1):
@@ -103,20 +106,26 @@ def main_loop(k: Any, ring: Any, accs: list, wg: Any, k0: Any, k1: Any, *, steps
 
 
 def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: Any, k0: Any,
-                  k1: Any, *, nacc: int, steps: int, wm: int = 64, kw: int = 32) -> None:
+                  k1: Any, *, nacc: int, steps: int, wm: int = 64, kw: int = 32,
+                  cluster: int = 1, b0: Any = 0) -> None:
     """K steps k0 .. k1 (at least one) of the tile summed into `accs` in two levels, for
     fp8, whose products the tensor cores add in limited precision (about 14 bits): each
     stage's wgmmas start one of two temporary accumulators afresh (`tmps`, each like `accs`:
     an f32[nacc] per m64 accumulator), and once its group has retired the temporary is added
     into `accs` in f32 (which the caller has zeroed), so no fp8 sum runs past one stage.
 
-    One wgmma group stays in flight, as in main_loop: stage i's group is issued before
-    stage i - 1's is waited for, released and added, so the tensor cores run under the
-    promotion. The temporaries alternate, so the steps after the first go in pairs; an even
-    count leaves one step, whose sums move into the first temporary for the last promotion."""
+    The steps go in pairs, one temporary each: both groups are issued, the first is waited
+    for (wgmma_wait(1)), released and added while the second runs, then the second; an odd
+    count leaves one step, issued and added alone. No group is in flight across the loop's
+    back edge: with stage i + 1's group issued in one trip and stage i's added in the next
+    (the earlier form), ptxas cannot tell which temporary is in flight and serialises every
+    wgmma, waiting for each k-step (C7514 "wgmma.mma_async instructions are serialized").
+    The sums are added in step order either way. `cluster` and `b0` as wgmma_group takes
+    them."""
     def issue(tmp: list) -> None:
         k.wait(ring)
-        wgmma_group(k, ring, tmp, wg, steps=steps, first=True, wm=wm, kw=kw)
+        wgmma_group(k, ring, tmp, wg, steps=steps, first=True, wm=wm, kw=kw, cluster=cluster,
+                    b0=b0)
 
     def retire(tmp: list, pending: int) -> None:
         """Wait for the group before the `pending` newest, hand back its stage, add it."""
@@ -127,21 +136,15 @@ def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: An
                 acc[e] = acc[e] + t[e]
 
     t0, t1 = tmps
-    issue(t0)
-    with k.for_("kt", k0 + 1, k1 - 1, 2):  # steps kt (into t1) and kt + 1 (into t0)
-        issue(t1)
-        retire(t0, 1)
+    with k.for_("kt", k0, k1 - 1, 2):  # steps kt (into t0) and kt + 1 (into t1)
         issue(t0)
-        retire(t1, 1)
-    # a loop of one trip or none, not an if: a release's threads must be known
-    with k.for_("ke", (k1 - k0) % 2, 1):  # an even count: the last step, into t1
         issue(t1)
         retire(t0, 1)
-        k.wgmma_wait(0)
-        for r, (a, b) in enumerate(zip(t0, t1, strict=True)):
-            with k.for_(f"mv{r}" if r else "mv", 0, nacc, unroll=True) as e:
-                a[e] = b[e]
-    retire(t0, 0)
+        retire(t1, 0)
+    # a loop of one trip or none, not an if: a release's threads must be known
+    with k.for_("ke", 0, (k1 - k0) % 2):  # an odd count: the last step
+        issue(t0)
+        retire(t0, 0)
 
 
 def block_scaled_loop(k: Any, ring: Any, accs: list, tmps: list, wg: Any, ktiles: Any,

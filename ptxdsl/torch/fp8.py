@@ -5,8 +5,9 @@ f32 tensors of one element on the GPU; f32 accumulation in the tensor cores. Wha
 use_fast_accum=True)` computes, with the library's per-tensor-scaled fp8 GEMM, its tile width,
 stage count and cluster pairing tuned per shape; up to SMALLM_MAX_M rows of A (decoding), the
 e4m3 swap-AB split-K kernel (gemm_smallm, each 128 of K summed apart and added in f32), its
-weight tile tuned per shape, as the gemm op does for bf16 (129 to 256 rows: two activation
-tiles of 128). Forward only: no backward is registered (autograd through it raises).
+config tuned per shape, as the gemm op does for bf16 (129 to 256 rows: two activation tiles
+of 128, or one of 256 over two warpgroups side by side). Forward only: no backward is
+registered (autograd through it raises).
 
 `torch.ops.ptxdsl.scaled_mm_fp8_block(a, b, scale_a, scale_b)`: the same product with
 DeepGEMM's block scales, what `F.scaled_mm(a, b.t(), scale_a, ScalingType.BlockWise1x128,
@@ -34,7 +35,6 @@ from .kernels import (
     FP8_BLOCK_CONFIGS,
     FP8_CONFIGS,
     GEMM_BM,
-    SMALLM_FP8_MAX_MP,
     SMALLM_MAX_M,
     fp8_block_kernel,
     fp8_block_recipe,
@@ -42,6 +42,7 @@ from .kernels import (
     fp8_recipe,
     smallm_configs,
     smallm_fp8_recipe,
+    smallm_tile,
 )
 from .opspec import Args, OpSpec, Run, TensorParam
 
@@ -102,13 +103,14 @@ def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
 
 @cache
 def smallm_tuner(mp: int) -> Autotuner:
-    """The tuner for up to mp rows of A (mp up to SMALLM_FP8_MAX_MP; M past it takes several
-    activation tiles), timing each candidate from a CUDA graph. Only the decode kernel's
-    weight tiles: unlike the gemm op at 128 rows and more, the dense kernel is no candidate,
-    as it sums the whole of K in the tensor cores' fp8 precision (every M <= SMALLM_MAX_M
-    gets the per-stage f32 sums)."""
+    """The tuner for up to mp rows of A, timing each candidate from a CUDA graph. Only the
+    decode kernel's configs: unlike the gemm op at 128 rows and more, the dense kernel is no
+    candidate, as it sums the whole of K in the tensor cores' fp8 precision (every M <=
+    SMALLM_MAX_M gets the per-stage f32 sums)."""
     return autotune.tuner(f"ptxdsl::scaled_mm_fp8_smallm_m{mp}", smallm_configs(mp, T.e4m3),
-                          lambda c: smallm_fp8_recipe(mp, c["bw"], "tensor"),
+                          lambda c: smallm_fp8_recipe(smallm_tile(mp, c, T.e4m3), c["bw"],
+                                                      "tensor", c.get("cols", 1),
+                                                      c.get("cluster", 1)),
                           timer=autotune.graph_timer)
 
 
@@ -118,7 +120,7 @@ def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     n = b.shape[0]
     tensors = (a, b, args["scale_a"], args["scale_b"])
     if m <= SMALLM_MAX_M:
-        mp = gemm_smallm.pad_m(m, SMALLM_FP8_MAX_MP)
+        mp = gemm_smallm.pad_m(m)
         return smallm_plan(tensors, out, mp, smallm_tuner(mp), scales="tensor")
 
     def trial(config: Any) -> torch.Tensor:

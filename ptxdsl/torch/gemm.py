@@ -2,9 +2,10 @@
 N x K, both with unit inner stride, R M x N contiguous; f32 accumulation), the library's
 warp-specialised wgmma GEMM, its tile width, stage count, cluster pairing and walk
 (data-parallel or stream-K) tuned per shape; up to SMALLM_MAX_M rows of A (decoding), the
-swap-AB split-K kernel (gemm_smallm), its weight tile tuned per shape, which adds R as it
-stores C (a decoder block's residual add fused into its o_proj and down_proj). Past
-SMALLM_MAX_M rows R is added by PyTorch after the GEMM (`unfused`)."""
+swap-AB split-K kernel (gemm_smallm), its config (weight tile, warpgroups side by side,
+cluster pairs, split-K waves) tuned per shape, which adds R as it stores C (a decoder block's
+residual add fused into its o_proj and down_proj). Past SMALLM_MAX_M rows R is added by
+PyTorch after the GEMM (`unfused`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..runtime.occupancy import resident_ctas, streamk_workspace, tile_grid
 from ..runtime.tensormap import TensorMap
 from ..swizzle import chunk_box
 from ..tools.autotune import Autotuner
+from ..types import bf16, e4m3
 from . import autotune
 from .dispatch import register
 from .kernels import (
@@ -35,6 +37,7 @@ from .kernels import (
     smallm_fp8_kernel,
     smallm_kernel,
     smallm_recipe,
+    smallm_tile,
 )
 from .opspec import Args, OpSpec, Run, TensorParam
 
@@ -197,7 +200,8 @@ def smallm_tuner(mp: int, epilogue: str | None = None) -> Autotuner:
     fused = f"{epilogue}_" if epilogue else ""
     return autotune.tuner(f"ptxdsl::gemm_smallm_{fused}m{mp}", decode_candidates(mp),
                           lambda c: _recipe(c) if "bn" in c else
-                          smallm_recipe(mp, c["bw"], epilogue),
+                          smallm_recipe(smallm_tile(mp, c), c["bw"], c.get("cols", 1),
+                                        c.get("cluster", 1), epilogue),
                           timer=autotune.graph_timer)
 
 
@@ -221,9 +225,10 @@ def semaphores(device: int, stream: int, size: int) -> torch.Tensor:
 
 
 def _smallm_kernel(config: Any) -> KernelDef:
+    wide = config["cols"], config["cluster"]
     if "scales" in config:
-        return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"])
-    return smallm_kernel(config["mp"], config["bw"], config.get("epilogue"))
+        return smallm_fp8_kernel(config["mp"], config["bw"], config["scales"], *wide)
+    return smallm_kernel(config["mp"], config["bw"], *wide, config.get("epilogue"))
 
 
 def overlap_error(r: torch.Tensor, c: torch.Tensor) -> str | None:
@@ -238,26 +243,30 @@ def overlap_error(r: torch.Tensor, c: torch.Tensor) -> str | None:
 
 def smallm_runner(config: Any, mp: int, a: torch.Tensor, b: torch.Tensor,
                   scales: str | None = None, epilogue: str | None = None) -> Run:
-    """The run of the decode kernel's `config` over a's and b's layouts: an f32 slot
-    workspace fresh each call (on torch's current stream, the launch's) and the stream's
-    semaphores. `scales` ("tensor" or "row"): the e4m3 kernel, its scale tensors the run's
-    third and fourth. `epilogue` (gemm_smallm.EPILOGUES): "residual" adds the run's third
-    tensor (refused where it overlaps C: `overlap_error`); "silu_mul" stores silu(gate) * up
-    of the interleaved gate-up weight b, C of N / 2 columns."""
-    bw = config["bw"]
+    """The run of the decode kernel's `config` (bw; cols, cluster, waves: 1 if absent) in the
+    bucket of mp rows over a's and b's layouts, in activation tiles of smallm_tile rows: an
+    f32 slot workspace fresh each call (on torch's current stream, the launch's) and the
+    stream's semaphores. `scales` ("tensor" or "row"): the e4m3 kernel, its scale tensors the
+    run's third and fourth. `epilogue` (gemm_smallm.EPILOGUES): "residual" adds the run's
+    third tensor (refused where it overlaps C: `overlap_error`); "silu_mul" stores
+    silu(gate) * up of the interleaved gate-up weight b, C of N / 2 columns."""
+    bw, cols, waves = config["bw"], config.get("cols", 1), config.get("waves", 1)
+    cluster = config.get("cluster", 1)
     m, k = a.shape
     n = b.shape[0]
     device = a.device.index
     fp8 = (("scales", scales),) if scales else ()
     fused = (("epilogue", epilogue),) if epilogue else ()
-    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", 1), ("mp", mp),
-                                                   *fp8, *fused), device)
+    mp = smallm_tile(mp, config, e4m3 if scales else bf16)
+    kernel, resident = launchable(_smallm_kernel, (("bw", bw), ("cluster", cluster),
+                                                   ("cols", cols), ("mp", mp), *fp8, *fused),
+                                  device)
     bk = gemm_smallm.BK_FP8 if scales else gemm_smallm.BK
-    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident, bk)
-    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits, bk)
+    splits = gemm_smallm.pick_splits(m, n, k, bw, mp, resident, bk, waves, cluster)
+    size, nsem = gemm_smallm.workspace(m, n, k, bw, mp, splits, bk, cols, cluster)
     tw = TensorMap(b, box=(bw, bk), swizzle="128B")
-    tx = TensorMap(a, box=(mp, bk), swizzle="128B")
-    grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident, bk)
+    tx = TensorMap(a, box=(mp // cluster, bk), swizzle="128B")  # a pair's CTA loads half
+    grid = gemm_smallm.launch_grid(m, n, k, bw, mp, splits, resident, bk, cluster)
     ntensors = 4 if scales else 3 if epilogue == "residual" else 2  # (gemm's may add None)
 
     def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:

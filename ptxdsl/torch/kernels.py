@@ -13,7 +13,9 @@ torch (the norms' ops and launch grid are in ptxdsl/torch/norms.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
+from typing import Any
 
 from .. import types as T
 from ..compiler import KernelDef
@@ -33,41 +35,73 @@ GEMM_CONFIGS: tuple[dict[str, int], ...] = tuple(
 GEMM_BM = 128
 
 # gemm at M <= SMALLM_MAX_M (decoding): the swap-AB split-K kernel (ptxdsl.kernels.gemm_smallm),
-# one build per activation-tile height mp (M rounded up to a power of two from 8), each over
-# weight tiles of 128 rows (the default), 64, or 256 (mp up to 128), with the deepest ring
-# that fits
+# tuned per bucket of M (mp: M rounded up to a power of two from 8) over weight tiles of 128
+# rows (the default), 64, or 256, with the deepest ring that fits. A config's activation tile
+# is mp, or the tallest its registers hold where that is half of mp (M then takes two tiles,
+# each reading the weights: `smallm_tile`). From SMALLM_WIDE_MP rows on, where the SMs' fill
+# and the weight reads decide: two consumer warpgroups side by side over the activation tile
+# ("cols": 2; 256 rows in one tile, e4m3 too), 2-CTA cluster pairs of weight tiles sharing
+# the activation tile by multicast ("cluster": 2; half the activation reads from L2), and
+# twice the split-K ranges ("waves": 2, a launch parameter: the SMs walk two work items each,
+# so one's slot sum runs while the ring loads the next's stages).
 SMALLM_MAX_M = 256
 SMALLM_MPS = (8, 16, 32, 64, 128, 256)
-SMALLM_CONFIGS: tuple[dict[str, int], ...] = ({"bw": 128}, {"bw": 64}, {"bw": 256})
+SMALLM_WIDE_MP = 64
+SMALLM_CONFIGS: tuple[dict[str, int], ...] = (
+    {"bw": 128}, {"bw": 64}, {"bw": 256},
+    {"bw": 64, "cols": 2}, {"bw": 128, "cols": 2}, {"bw": 256, "cols": 2},
+    {"bw": 128, "waves": 2}, {"bw": 64, "waves": 2}, {"bw": 64, "cols": 2, "waves": 2},
+    {"bw": 128, "cluster": 2}, {"bw": 64, "cols": 2, "cluster": 2},
+    {"bw": 128, "cols": 2, "cluster": 2},
+)
+
+
+def smallm_tile(mp: int, config: Mapping[str, Any], dtype: T.Scalar = T.bf16) -> int:
+    """The activation tile of decode `config` in the bucket of mp rows of `dtype`: mp, or the
+    tallest whose accumulators fit its registers (gemm_smallm.max_mp; 0: none fits)."""
+    return min(mp, max_mp(config["bw"], dtype, config.get("cols", 1), config.get("cluster", 1)))
 
 
 def smallm_configs(mp: int, dtype: T.Scalar = T.bf16) -> tuple[dict[str, int], ...]:
-    """The decode kernel's weight tiles for activation tiles of mp rows of `dtype` (those
-    whose accumulators fit its registers, gemm_smallm.max_mp)."""
-    return tuple(c for c in SMALLM_CONFIGS if mp <= max_mp(c["bw"], dtype))
+    """The decode kernel's configs for the bucket of mp rows of `dtype`: those whose tile
+    holds mp rows or half of them (`smallm_tile`), and below SMALLM_WIDE_MP rows only the
+    plain weight tiles."""
+    return tuple(c for c in SMALLM_CONFIGS if 2 * smallm_tile(mp, c, dtype) >= mp
+                 and (mp >= SMALLM_WIDE_MP or c.keys() == {"bw"}))
 
 
-def smallm_recipe(mp: int, bw: int, epilogue: str | None = None) -> Recipe:
-    """The decode GEMM C = A @ W^T for up to mp rows of A, over bw-row weight tiles, with a
-    fused `epilogue` ("residual" or "silu_mul": gemm_smallm.EPILOGUES) or none."""
+def _wide(cols: int, cluster: int) -> dict[str, int]:
+    """make_smallm's `cols` and `cluster` where they are not the default (the default
+    builds' recipes are what they were before them)."""
+    return {name: v for name, v in (("cols", cols), ("cluster", cluster)) if v > 1}
+
+
+def smallm_recipe(mp: int, bw: int, cols: int = 1, cluster: int = 1,
+                  epilogue: str | None = None) -> Recipe:
+    """The decode GEMM C = A @ W^T for up to mp rows of A, over bw-row weight tiles, with
+    `cols` consumer warpgroups side by side over the activation tile, in `cluster` pairs,
+    with a fused `epilogue` ("residual" or "silu_mul": gemm_smallm.EPILOGUES) or none."""
     fused = {"epilogue": epilogue} if epilogue else {}
-    return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw, **fused)
+    return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw,
+                     **_wide(cols, cluster), **fused)
 
 
 # scaled_mm_fp8 at M <= SMALLM_MAX_M: the e4m3 decode GEMM (the same kernel with fp8
 # operands, K = 128 per stage, each stage's sums promoted into f32 registers), over the bf16
-# one's weight tiles where its registers allow (smallm_configs(mp, e4m3)): activation tiles
-# up to SMALLM_FP8_MAX_MP rows, so 129 to 256 rows take two. Per scale mode: "tensor"
+# one's configs where its registers allow (smallm_configs(mp, e4m3)): one warpgroup's tile
+# holds up to 128 rows, so at 129 to 256 rows the plain weight tiles take two activation
+# tiles and bw 64 with two warpgroups side by side one. Per scale mode: "tensor"
 # (torch._scaled_mm's per-tensor scales, one-element f32 tensors; the op's) or "row" (per
 # token of A, per output channel of W).
-SMALLM_FP8_MAX_MP = max_mp(64, T.e4m3)
 SMALLM_FP8_SCALES = ("tensor", "row")
 
 
-def smallm_fp8_recipe(mp: int, bw: int, scales: str) -> Recipe:
-    """The decode GEMM C = scales x A @ W^T of e4m3 A (up to mp rows) and W (bw-row tiles)."""
+def smallm_fp8_recipe(mp: int, bw: int, scales: str, cols: int = 1,
+                      cluster: int = 1) -> Recipe:
+    """The decode GEMM C = scales x A @ W^T of e4m3 A (up to mp rows) and W (bw-row tiles),
+    `cols` and `cluster` as smallm_recipe takes them."""
     return Recipe.of("ptxdsl.kernels.gemm_smallm", "make_smallm", mp=mp, bw=bw,
-                     dtype=T.e4m3, scales=scales)
+                     dtype=T.e4m3, scales=scales, **_wide(cols, cluster))
 
 
 # scaled_mm_fp8 (per-tensor scales, K = 128 per stage): the benchmarked 128 x 256, 3-stage
@@ -97,13 +131,15 @@ def gemm_kernel(bn: int, stages: int, cluster: int, streamk: int = 0) -> KernelD
 
 
 @cache
-def smallm_kernel(mp: int, bw: int, epilogue: str | None = None) -> KernelDef:
-    return smallm_recipe(mp, bw, epilogue).build()
+def smallm_kernel(mp: int, bw: int, cols: int = 1, cluster: int = 1,
+                  epilogue: str | None = None) -> KernelDef:
+    return smallm_recipe(mp, bw, cols, cluster, epilogue).build()
 
 
 @cache
-def smallm_fp8_kernel(mp: int, bw: int, scales: str) -> KernelDef:
-    return smallm_fp8_recipe(mp, bw, scales).build()
+def smallm_fp8_kernel(mp: int, bw: int, scales: str, cols: int = 1,
+                      cluster: int = 1) -> KernelDef:
+    return smallm_fp8_recipe(mp, bw, scales, cols, cluster).build()
 
 
 # attention: head dims the sample builds; per (head dim, causal) the warpgroups take turns or

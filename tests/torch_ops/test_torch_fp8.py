@@ -7,20 +7,24 @@ torch._scaled_mm, and replayed from a CUDA graph."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-# (M, activation tile): 129 to 256 rows take two tiles of 128
-ROUTES = [(1, 8), (7, 8), (64, 64), (128, 128), (200, 128), (256, 128)]
+# (M, its bucket): 129 to 256 rows in two activation tiles of 128, or in one of 256 over two
+# warpgroups side by side
+ROUTES = [(1, 8), (7, 8), (64, 64), (128, 128), (200, 256), (256, 256)]
 
 
 @pytest.mark.parametrize("m, mp", ROUTES)
 def test_small_m_plans_on_the_e4m3_decode_kernel(ops, torch, monkeypatch, m, mp):
-    """_plan hands M <= 256 to the decode plan with the tuner of M's activation tile, whose
-    candidates (the first is what runs untuned) are all e4m3 decode kernels with per-tensor
-    scales, none of the dense kernel."""
+    """_plan hands M <= 256 to the decode plan with the tuner of M's bucket, whose candidates
+    (the first is what runs untuned) are all e4m3 decode kernels with per-tensor scales, none
+    of the dense kernel, each over the activation tile its registers hold (smallm_tile); in
+    the 256-row bucket the 64-row weight tiles' two warpgroups side by side hold it in one."""
     from ptxdsl import e4m3
     from ptxdsl.torch import fp8
-    from ptxdsl.torch.kernels import smallm_configs
+    from ptxdsl.torch.kernels import smallm_configs, smallm_tile
 
     seen = []
     monkeypatch.setattr(fp8, "smallm_plan", lambda *a, **kw: seen.append((a, kw)) or "decode")
@@ -34,8 +38,14 @@ def test_small_m_plans_on_the_e4m3_decode_kernel(ops, torch, monkeypatch, m, mp)
     assert got_mp == mp and kw == {"scales": "tensor"} and tensors[0] is a
     assert tuner is fp8.smallm_tuner(mp)
     assert tuner.configs == smallm_configs(mp, e4m3) and tuner.default == {"bw": 128}
+    tiles = set()
     for c in tuner.configs:
-        assert f".entry gemm_smallm_e4m3_tensor_m{mp}_w{c['bw']}_" in tuner._ptx(c)
+        tile = smallm_tile(mp, c, e4m3)
+        wide = ("_c2" if c.get("cols") == 2 else "") + ("_x2" if c.get("cluster") == 2 else "")
+        entry = rf"\.entry gemm_smallm_e4m3_tensor_m{tile}_w{c['bw']}_s\d+{wide}\("
+        assert re.search(entry, tuner._ptx(c)), entry
+        tiles.add(tile)
+    assert max(tiles) == mp
 
 
 def test_past_256_rows_plans_on_the_dense_kernel(ops, torch, monkeypatch):
