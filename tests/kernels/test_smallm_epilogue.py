@@ -12,21 +12,30 @@ from ptxdsl.interp import run_sample
 from ptxdsl.kernels import gemm_smallm
 from ptxdsl.tools.runner import compare
 
-# (m, n, k, splits, mp, bw, epilogue); n is the weight's rows (silu_mul: 2 F, C of F)
-FAST = [(5, 72, 192, 3, 8, 64, "residual"),  # 3 K steps, one a range: R added once
-        (5, 144, 192, 3, 8, 64, "silu_mul")]  # N ragged: the last tile holds 16 rows of 64
-SLOW = [(3, 272, 128, 1, 8, 128, "silu_mul"),  # whole tiles: straight from the accumulators
-        (20, 200, 1000, 3, 8, 128, "residual"),  # M over three tiles of 8; N ragged
-        (13, 400, 1000, 4, 16, 256, "silu_mul"),  # two m64 blocks a warpgroup
-        (5, 200, 320, 3, 8, 256, "residual"),
-        (33, 176, 520, 5, 64, 64, "silu_mul")]  # 9 K steps in 5 ranges, three tiles
+# (m, n, k, splits, mp, bw, epilogue, cols / cluster); n is the weight's rows (silu_mul: 2 F,
+# C of F)
+FAST = [(5, 72, 192, 3, 8, 64, "residual", {}),  # 3 K steps, one a range: R added once
+        (5, 144, 192, 3, 8, 64, "silu_mul", {})]  # N ragged: the last tile holds 16 rows of 64
+SLOW = [(3, 272, 128, 1, 8, 128, "silu_mul", {}),  # whole tiles: from the accumulators
+        (20, 200, 1000, 3, 8, 128, "residual", {}),  # M over three tiles of 8; N ragged
+        (13, 400, 1000, 4, 16, 256, "silu_mul", {}),  # two m64 blocks a warpgroup
+        (5, 200, 320, 3, 8, 256, "residual", {}),
+        (33, 176, 520, 5, 64, 64, "silu_mul", {}),  # 9 K steps in 5 ranges, three tiles
+        # the decode tuner's wide configs: warpgroups side by side (their half of the
+        # activation tile each), cluster pairs (an odd weight-tile count: a pair's second
+        # stores nothing)
+        (37, 144, 320, 2, 64, 64, "silu_mul", {"cols": 2}),
+        (37, 200, 320, 2, 64, 64, "residual", {"cols": 2}),
+        (21, 208, 256, 2, 32, 64, "residual", {"cluster": 2}),
+        (21, 208, 256, 2, 32, 64, "silu_mul", {"cluster": 2})]
 
 
-@pytest.mark.parametrize("m, n, k, splits, mp, bw, epilogue", FAST + (SLOW if DEEP else []))
-def test_fused_epilogue_matches_numpy(m, n, k, splits, mp, bw, epilogue):
-    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3, epilogue=epilogue)
+@pytest.mark.parametrize("m, n, k, splits, mp, bw, epilogue, wide",
+                         FAST + (SLOW if DEEP else []))
+def test_fused_epilogue_matches_numpy(m, n, k, splits, mp, bw, epilogue, wide):
+    kd = gemm_smallm.make_smallm(mp=mp, bw=bw, stages=3, epilogue=epilogue, **wide)
     ex = gemm_smallm.example(np.random.default_rng(m + n + k), m=m, n=n, k=k, splits=splits,
-                             mp=mp, bw=bw, epilogue=epilogue)
+                             mp=mp, bw=bw, epilogue=epilogue, **wide)
     out = run_sample(kd.ir, {"kernel": kd.name, **ex})
     types = {p.name: getattr(p.type, "elem", None) for p in kd.ir.params}
     assert out["c"].shape == ((m, n // 2) if epilogue == "silu_mul" else (m, n))
