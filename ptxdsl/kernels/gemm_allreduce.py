@@ -169,14 +169,11 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
         + 8 i) and column (8 j + col + e) of the warpgroup's rows of the tile."""
         n0 = k.let("n0", it.m * bw + wg * wm + row)
         m0 = k.let("m0", it.n * mp + col)
-        for r, acc in enumerate(accs):
-            with k.for_(f"j{r}" if r else "j", 0, mp // 8, unroll=True) as j:
-                with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
-                    gn = n0 + (r * 64 + i * 8)
-                    with k.for_(f"ce{r}" if r else "ce", 0, 2, unroll=True) as e:
-                        gm = m0 + j * 8 + e
-                        with k.if_((gm < m) & (gn < n)):
-                            c[gm * n + gn] = acc[4 * j + 2 * i + e].to(bf16)
+
+        def put(gm, gn, v, r, i) -> None:
+            c[gm * n + gn] = v.to(bf16)
+
+        sm.store_fragments(k, accs, n0, m0, mp, m, n, put)
 
     return ptxdsl.kernel(threads=128 * (1 + consumers), name=name)(gemm_allreduce)
 

@@ -278,21 +278,17 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
             for r in range(mw):
                 for i in range(2):
                     rs[2 * r + i] = sb[k.min(n0 + (r * 64 + i * 8), n - 1)]
-        for r, acc in enumerate(accs):
-            with k.for_(f"j{r}" if r else "j", 0, mc // 8, unroll=True) as j:
-                with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
-                    gn = n0 + (r * 64 + i * 8)
-                    with k.for_(f"e{r}" if r else "e", 0, 2, unroll=True) as e:
-                        gm = m0 + j * 8 + e
-                        with k.if_((gm < m) & (gn < n)):
-                            v = acc[4 * j + 2 * i + e]
-                            if scales == "tensor":
-                                v = v * scale
-                            elif scales == "row":
-                                v = v * (sa[gm] * rs[2 * r + i])
-                            if res is not None:
-                                v = v + res[gm * n + gn].to(f32)
-                            c[gm * n + gn] = v.to(bf16)
+
+        def put(gm, gn, v, r, i) -> None:
+            if scales == "tensor":
+                v = v * scale
+            elif scales == "row":
+                v = v * (sa[gm] * rs[2 * r + i])
+            if res is not None:
+                v = v + res[gm * n + gn].to(f32)
+            c[gm * n + gn] = v.to(bf16)
+
+        store_fragments(k, accs, n0, m0, mc, m, n, put)
 
     def store_silu_mul(k, it, wt, accs, c, m, n, wr, b0, row, col) -> None:
         """silu(gate) * up from the C^T fragments (as `store` reads them): W's rows come as
@@ -330,6 +326,20 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
         return ptxdsl.kernel(threads=128 * (1 + consumers), name=name,
                              cluster=cluster)(gemm_smallm)
     return ptxdsl.kernel(threads=128 * (1 + consumers), name=name)(gemm_smallm)
+
+
+def store_fragments(k, accs, n0, m0, mc: int, m, n, put) -> None:
+    """Every element of a warpgroup's C^T accumulators (m64 blocks of mc columns) inside C's
+    M x N: acc[4 j + 2 i + e] of block r is C^T row n0 + 64 r + 8 i, column m0 + 8 j + e,
+    i.e. C[gm, gn] with gm the column; `put(gm, gn, value, r, i)` stores it."""
+    for r, acc in enumerate(accs):
+        with k.for_(f"j{r}" if r else "j", 0, mc // 8, unroll=True) as j:
+            with k.for_(f"i{r}" if r else "i", 0, 2, unroll=True) as i:
+                gn = n0 + (r * 64 + i * 8)
+                with k.for_(f"e{r}" if r else "e", 0, 2, unroll=True) as e:
+                    gm = m0 + j * 8 + e
+                    with k.if_((gm < m) & (gn < n)):
+                        put(gm, gn, acc[4 * j + 2 * i + e], r, i)
 
 
 gemm_smallm = make_smallm()  # the family's default build: up to 64 rows, 128-row weight tiles
