@@ -173,6 +173,37 @@ def _summer(d: int, device: int) -> Any:
     return summed
 
 
+def _scale(args: Args) -> float:
+    d = args["q"].shape[-1]
+    return 1.0 / math.sqrt(d) if args["scale"] is None else float(args["scale"])
+
+
+def launch_scalars(args: Args) -> tuple[tuple, tuple]:
+    """The scalar arguments of a dense call's preprocess (seq .. rows) and main kernel
+    (seq .. scale_log2, scale, a window's bounds, a softcap's cap_scale), in parameter
+    order."""
+    (b, h, s, _), (_, kvh, skv, _) = args["q"].shape, args["k"].shape
+    window = mask_of(bool(args["causal"]), args["window_left"], args["window_right"])[1]
+    return ((s, padded(s), b * h),
+            (s, skv, padded(s), h, kvh,
+             *scalars(_scale(args), float(args["softcap"]), window, skv)))
+
+
+def varlen_launch_scalars(args: Args) -> tuple[tuple, tuple]:
+    """The scalar arguments of a varlen call's preprocess (seq_pad .. head_rows) and main
+    kernel (kv_seq .. scale_log2, scale, a window's bounds, a softcap's cap_scale), in
+    parameter order: the walk's rows a sequence padded (max_seqlen_q, or total_q) and its
+    keys (max_seqlen_k, or total_k), a head's LSE rows."""
+    (tq, h, _), (tk, kvh, _) = args["q"].shape, args["k"].shape
+    batch = args["cu_seqlens_q"].shape[0] - 1
+    maxq = tq if args["max_seqlen_q"] < 0 else args["max_seqlen_q"]
+    maxk = tk if args["max_seqlen_k"] < 0 else args["max_seqlen_k"]
+    window = varlen_mask(bool(args["causal"]), args["window_left"], args["window_right"])
+    rows = head_rows(tq, batch)
+    return ((padded(maxq), batch * h, h, tq, rows),
+            (maxk, rows, h, kvh, *scalars(_scale(args), float(args["softcap"]), window, tk)))
+
+
 def _plan(args: Args, out: Any, stream: int) -> Run:
     q, k = args["q"], args["k"]
     deterministic = bool(args["deterministic"])
@@ -180,7 +211,7 @@ def _plan(args: Args, out: Any, stream: int) -> Run:
     softcap = float(args["softcap"])
     b, h, s, d = q.shape
     kvh, skv = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(d) if args["scale"] is None else float(args["scale"])
+    scale = _scale(args)
     gqa = h != kvh
     group = h // kvh
     sp = padded(s)
@@ -196,21 +227,20 @@ def _plan(args: Args, out: Any, stream: int) -> Run:
     # per query head: f32 partials with GQA (summed by the finish), else the bf16 result
     part = (b, h, skv, d)
     pre_grid, main_grid = -(-rows // PRE_THREADS), grid(b, h, skv)
-    last = scalars(scale, softcap, window, skv)
+    pre_args, main_args = launch_scalars(args)
 
     def run(tensors: tuple, out: tuple, stream: int) -> None:
         tq, tk, tv, to, tlse, tdo = tensors
         dq, dk, dv = out
         lse2, dps = tq.new_empty(rows, dtype=f32), tq.new_empty(rows, dtype=f32)
         acc = tq.new_empty((b, h, s, d), dtype=f32)
-        pre[pre_grid, None, stream](to, tdo, tlse, lse2, dps, acc, s, sp, b * h)
+        pre[pre_grid, None, stream](to, tdo, tlse, lse2, dps, acc, *pre_args)
         pk, pv = (tq.new_empty(part, dtype=f32) for _ in "kv") if gqa else (dk, dv)
         # the dQ tiles' add counts: the default kernel never reads them (a memset saved)
         sem = tq.new_zeros(rows // 64, dtype=torch.uint32) if deterministic else _NOWHERE
         main[main_grid, None, stream](
             qm.at(tq.data_ptr()), km.at(tk.data_ptr()), vm.at(tv.data_ptr()),
-            dom.at(tdo.data_ptr()), lse2, dps, accm.at(acc.data_ptr()), sem, pk, pv, s, skv,
-            sp, h, kvh, *last)
+            dom.at(tdo.data_ptr()), lse2, dps, accm.at(acc.data_ptr()), sem, pk, pv, *main_args)
         summed(acc, dq, s, 1, scale, stream)
         if gqa:
             summed(pk, dk, skv, group, 1.0, stream)
@@ -283,15 +313,14 @@ def check_varlen(args: Args) -> str | None:
 def _plan_varlen(args: Args, out: Any, stream: int) -> Run:
     q, k = args["q"], args["k"]
     (tq, h, d), (tk, kvh, _) = q.shape, k.shape
+    pre_args, main_args = varlen_launch_scalars(args)
+    sp, rows, maxk = pre_args[0], pre_args[4], main_args[0]
     batch = args["cu_seqlens_q"].shape[0] - 1
-    maxq = tq if args["max_seqlen_q"] < 0 else args["max_seqlen_q"]
-    maxk = tk if args["max_seqlen_k"] < 0 else args["max_seqlen_k"]
     window = varlen_mask(bool(args["causal"]), args["window_left"], args["window_right"])
     softcap, deterministic = float(args["softcap"]), bool(args["deterministic"])
-    scale = 1.0 / math.sqrt(d) if args["scale"] is None else float(args["scale"])
+    scale = _scale(args)
     gqa = h != kvh
     group = h // kvh
-    rows, sp = head_rows(tq, batch), padded(maxq)
     device = q.device.index
     pre, summed = _pre(d, device, window is not None, True), _summer(d, device)
     main = _main(d, False, gqa, deterministic, device, window is not None, True, softcap > 0)
@@ -300,21 +329,19 @@ def _plan_varlen(args: Args, out: Any, stream: int) -> Run:
     f32 = torch.float32
     accm = _map(q.new_empty((tq, h, d), dtype=f32), 64, 32)  # re-pointed at each call's
     pre_grid, main_grid = -(-batch * h * sp // PRE_THREADS), grid(batch, h, maxk)
-    last = scalars(scale, softcap, window, tk)
 
     def run(tensors: tuple, out: tuple, stream: int) -> None:
         tq_, tk_, tv, to, tlse, tdo, cu_q, cu_k = tensors
         dq, dk, dv = out
         lse2, dps = (tq_.new_empty(h * rows, dtype=f32) for _ in "ld")
         acc = tq_.new_empty((tq, h, d), dtype=f32)
-        pre[pre_grid, None, stream](to, tdo, tlse, lse2, dps, acc, cu_q, sp, batch * h, h, tq,
-                                    rows)
+        pre[pre_grid, None, stream](to, tdo, tlse, lse2, dps, acc, cu_q, *pre_args)
         pk, pv = (tq_.new_empty((tk, h, d), dtype=f32) for _ in "kv") if gqa else (dk, dv)
         sem = tq_.new_zeros(h * rows // 64, dtype=torch.uint32) if deterministic else _NOWHERE
         main[main_grid, None, stream](
             qm.at(tq_.data_ptr()), km.at(tk_.data_ptr()), vm.at(tv.data_ptr()),
             dom.at(tdo.data_ptr()), lse2, dps, accm.at(acc.data_ptr()), sem, pk, pv, cu_q, cu_k,
-            maxk, rows, h, kvh, *last)
+            *main_args)
         summed(acc, dq, 1, 1, scale, stream)  # a "head" of one row: any length sums alike
         if gqa:
             summed(pk, dk, 1, group, 1.0, stream)

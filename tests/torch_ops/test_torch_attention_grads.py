@@ -319,3 +319,38 @@ def test_deterministic_window_gives_the_same_bits(ops, torch, cuda, gpu_cache, v
         torch.use_deterministic_algorithms(was)
     for a, b in zip(first, second, strict=True):
         assert torch.isfinite(a).all() and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_launch_scalars_follow_the_kernels_parameters(ops, torch, varlen):
+    """The backward plans' scalar arguments (launch_scalars, varlen_launch_scalars: what
+    they launch with, by position) land on the kernels' parameters of those names."""
+    from ptxdsl.kernels.attention_bwd_masks import head_rows, padded
+    from ptxdsl.torch import attention_bwd as op
+    from ptxdsl.torch.kernels import attention_bwd_kernel, attention_bwd_pre_kernel
+
+    d, h, kvh, scale, cap = 64, 4, 2, 0.125, 30.0
+    log2e = math.log2(math.e)
+    args = {"scale": scale, "softcap": cap, "causal": True, "window_left": 50,
+            "window_right": -1}
+    if varlen:
+        args |= {"q": torch.empty(300, h, d), "k": torch.empty(500, kvh, d),
+                 "cu_seqlens_q": torch.empty(4), "max_seqlen_q": 120, "max_seqlen_k": -1}
+        pre_args, main_args = op.varlen_launch_scalars(args)
+        want_pre = {"seq_pad": padded(120), "rows": 3 * h, "heads": h, "total_q": 300,
+                    "head_rows": head_rows(300, 3)}
+        want_main = {"kv_seq": 500, "seq_pad": head_rows(300, 3), "window_right": 0,
+                     "window_left": 50}
+    else:
+        args |= {"q": torch.empty(2, h, 100, d), "k": torch.empty(2, kvh, 260, d)}
+        pre_args, main_args = op.launch_scalars(args)
+        want_pre = {"seq": 100, "seq_pad": padded(100), "rows": 2 * h}
+        want_main = {"seq": 100, "kv_seq": 260, "seq_pad": padded(100), "window_left": 50,
+                     "window_right": 0}
+    want_main |= {"heads": h, "kv_heads": kvh, "scale_log2": cap * log2e, "scale": scale,
+                  "cap_scale": scale / cap}
+    for kd, got, want in ((attention_bwd_pre_kernel(d, True, varlen), pre_args, want_pre),
+                          (attention_bwd_kernel(d, False, 1, 0, True, varlen, True), main_args,
+                           want_main)):
+        names = [p.name for p in kd.ir.params]
+        assert dict(zip(names[-len(got):], got, strict=True)) == pytest.approx(want)
