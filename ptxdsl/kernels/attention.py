@@ -387,25 +387,38 @@ def window_mask(seq: int, kv_seq: int, causal: bool = False,
     return ((left < 0) | (rel >= -left)) & ((right < 0) | (rel <= right))
 
 
-def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
-              window: tuple[int, int] = (-1, -1), softcap: float = 0.0):
-    """(O, LSE) in float64 for float Q (B, H, S, D), K and V (B, KVH, S_kv, D); the causal
-    mask and the window are aligned to the end (window_mask); `softcap` > 0 caps the scores
-    s to softcap tanh(s / softcap). A row that sees no key gets O = 0 and LSE -inf."""
-    group = q.shape[1] // k.shape[1]
-    k = np.repeat(k, group, axis=1).astype(np.float64)
-    v = np.repeat(v, group, axis=1).astype(np.float64)
+def scores(q: np.ndarray, k: np.ndarray, causal: bool, scale: float,
+           window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> np.ndarray:
+    """The float64 scores Q K^T scale (B, H, S, S_kv) of float Q (B, H, S, D) and K (B, KVH,
+    S_kv, D), capped to softcap tanh(s / softcap) where `softcap` > 0, -inf where the
+    causal mask or the window (aligned to the end: window_mask) hides the key."""
+    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1).astype(np.float64)
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
     if softcap:
         s = softcap * np.tanh(s / softcap)
     if causal or window != (-1, -1):
         s = np.where(window_mask(*s.shape[-2:], causal, window), s, -np.inf)
+    return s
+
+
+def row_softmax(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P, LSE) of scores along the last axis; a row of only -inf (it sees no key) gets
+    P = 0 and LSE -inf."""
     mx = s.max(-1, keepdims=True)
     e = np.exp(s - np.where(np.isfinite(mx), mx, 0.0))
     total = e.sum(-1, keepdims=True)
     with np.errstate(divide="ignore"):
-        return (np.einsum("bhqk,bhkd->bhqd", e / np.maximum(total, 1e-300), v),
-                (mx + np.log(total))[..., 0])
+        return e / np.maximum(total, 1e-300), (mx + np.log(total))[..., 0]
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
+              window: tuple[int, int] = (-1, -1), softcap: float = 0.0):
+    """(O, LSE) in float64 for float Q (B, H, S, D), K and V (B, KVH, S_kv, D); the causal
+    mask and the window are aligned to the end, the scores capped by `softcap` > 0
+    (scores). A row that sees no key gets O = 0 and LSE -inf."""
+    p, lse = row_softmax(scores(q, k, causal, scale, window, softcap))
+    v = np.repeat(v, q.shape[1] // k.shape[1], axis=1).astype(np.float64)
+    return np.einsum("bhqk,bhkd->bhqd", p, v), lse
 
 
 def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: int = 1,

@@ -41,7 +41,7 @@ import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
 from ptxdsl.kernels.family import Family
 
-from .attention import window_mask
+from .attention import row_softmax, scores
 from .attention_bwd_masks import (
     BM,
     BN,
@@ -446,18 +446,13 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, causa
     dK and dV summed over the query heads of a KV head. A row that sees no key has zero
     gradients."""
     group = q.shape[1] // k.shape[1]
+    s = scores(q, k, causal, scale, window, softcap)
+    p, _ = row_softmax(s)
+    # d capped / d s, 1 - tanh^2 (where a key is hidden, P is 0 and this any finite value)
+    cap = 1.0 - (np.where(np.isfinite(s), s, 0.0) / softcap) ** 2 if softcap else 1.0
     q, do = q.astype(np.float64), do.astype(np.float64)
     kr = np.repeat(k, group, axis=1).astype(np.float64)
     vr = np.repeat(v, group, axis=1).astype(np.float64)
-    s = np.einsum("bhqd,bhkd->bhqk", q, kr) * scale
-    cap = 1.0 - np.tanh(s / softcap) ** 2 if softcap else 1.0  # d capped / d s
-    if softcap:
-        s = softcap * np.tanh(s / softcap)
-    if causal or window != (-1, -1):
-        s = np.where(window_mask(*s.shape[-2:], causal, window), s, -np.inf)
-    mx = s.max(-1, keepdims=True)
-    p = np.exp(s - np.where(np.isfinite(mx), mx, 0.0))
-    p /= np.maximum(p.sum(-1, keepdims=True), 1e-300)
     o = np.einsum("bhqk,bhkd->bhqd", p, vr)
     dv = np.einsum("bhqk,bhqd->bhkd", p, do)
     dp = np.einsum("bhqd,bhkd->bhqk", do, vr)

@@ -55,6 +55,9 @@ from . import autotune
 from .attention_bwd import (
     attention_backward,
     attention_varlen_backward,
+    check_packed,
+    check_scale,
+    check_window,
     mask_of,
     scalars,
     takes,
@@ -95,16 +98,6 @@ def _loaded(d: int, causal: bool, pingpong: int, hold: int, nwg: int, window: bo
     return kernel, resident_ctas(kernel, 1, device)
 
 
-def _common(args: Args) -> str | None:
-    """The checks of the scale and the softcap, which every attention op makes."""
-    scale, softcap = args["scale"], args["softcap"]
-    if scale is not None and not (0 < scale < math.inf):
-        return f"scale must be positive and finite, got {scale}"
-    if not (0 <= softcap < math.inf):
-        return f"softcap must be 0 (none) or positive and finite, got {softcap}"
-    return None
-
-
 def check(args: Args) -> str | None:
     q, k, v = args["q"], args["k"], args["v"]
     (b, h, s, d), (bk, hk, skv, dk) = q.shape, k.shape
@@ -119,11 +112,10 @@ def check(args: Args) -> str | None:
         return f"k's heads must divide q's ({h}), got {hk}"
     if skv < 1 and s > 0:
         return "k and v must hold at least one key"
-    left, right = args["window_left"], args["window_right"]
-    if min(left, right) < -1:
-        return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
-                f"({left}, {right})")
-    causal, window = mask_of(bool(args["causal"]), left, right)
+    wrong = check_window(args)
+    if wrong:
+        return wrong
+    causal, window = mask_of(bool(args["causal"]), args["window_left"], args["window_right"])
     if causal and skv < s:
         return (f"causal attention needs at least as many keys as queries (the mask aligns "
                 f"to the end), got S = {s} queries and S_kv = {skv} keys")
@@ -132,7 +124,7 @@ def check(args: Args) -> str | None:
                 f"end, as the causal mask), got S = {s} queries and S_kv = {skv} keys")
     if max(b * h, s, skv) >= _S32:
         return f"B * H, S and S_kv must be below 2**31, got {b * h}, {s}, {skv}"
-    return _common(args)
+    return check_scale(args)
 
 
 def output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
@@ -327,20 +319,10 @@ def capped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 
 
 def check_varlen(args: Args) -> str | None:
-    q, k, v = args["q"], args["k"], args["v"]
-    cu_q, cu_k = args["cu_seqlens_q"], args["cu_seqlens_k"]
-    (total_q, h, d), (total_k, hk, dk) = q.shape, k.shape
-    if tuple(v.shape) != tuple(k.shape):
-        return f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}"
-    if dk != d:
-        return f"k and v must be (total_k, KVH, D) with q's D = {d}, got {tuple(k.shape)}"
-    if d not in ATTENTION_HEAD_DIMS:
-        return f"the head dim (q's last dimension) must be 64 or 128, got {d}"
-    if hk < 1 or h % hk:
-        return f"k's heads must divide q's ({h}), got {hk}"
-    if cu_q.shape[0] < 2 or cu_k.shape != cu_q.shape:
-        return (f"cu_seqlens_q and cu_seqlens_k must both be (B + 1,) with B >= 1, got "
-                f"{tuple(cu_q.shape)} and {tuple(cu_k.shape)}")
+    (total_q, h, _), total_k = args["q"].shape, args["k"].shape[0]
+    wrong = check_packed(args)
+    if wrong:
+        return wrong
     if total_k < 1 and total_q > 0:
         return "k and v must hold at least one key"
     for name, what, total in (("max_seqlen_q", "query rows", total_q),
@@ -350,13 +332,9 @@ def check_varlen(args: Args) -> str | None:
             side = name[-1]
             return (f"{name} must be the longest sequence's {what} (1 .. total_{side} = "
                     f"{total}), or -1 (total_{side}), got {most}")
-    left, right = args["window_left"], args["window_right"]
-    if min(left, right) < -1:
-        return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
-                f"({left}, {right})")
     if max(total_q * h, total_k) >= _S32:
         return f"total_q * H and total_k must be below 2**31, got {total_q * h}, {total_k}"
-    return _common(args)
+    return check_window(args) or check_scale(args)
 
 
 def varlen_window(args: Args) -> tuple[int, int] | None:

@@ -112,17 +112,42 @@ def _map(x: torch.Tensor, rows: int, cols: int) -> TensorMap:
     return TensorMap(x, box=box, swizzle="128B")
 
 
-def _common(args: Args) -> str | None:
-    """The checks both backward ops share: the scale, the softcap and the window's bounds."""
+def check_window(args: Args) -> str | None:
+    """The window's bounds, which every attention op checks."""
+    left, right = args["window_left"], args["window_right"]
+    if min(left, right) < -1:
+        return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
+                f"({left}, {right})")
+    return None
+
+
+def check_scale(args: Args) -> str | None:
+    """The scale and the softcap, which every attention op checks."""
     scale, softcap = args["scale"], args["softcap"]
     if scale is not None and not (0 < scale < math.inf):
         return f"scale must be positive and finite, got {scale}"
     if not (0 <= softcap < math.inf):
         return f"softcap must be 0 (none) or positive and finite, got {softcap}"
-    left, right = args["window_left"], args["window_right"]
-    if min(left, right) < -1:
-        return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
-                f"({left}, {right})")
+    return None
+
+
+def check_packed(args: Args) -> str | None:
+    """The shapes of a varlen call's q (total_q, H, D), k and v (total_k, KVH, D) and
+    cu_seqlens, which the varlen ops check."""
+    q, k, v = args["q"], args["k"], args["v"]
+    cu_q, cu_k = args["cu_seqlens_q"], args["cu_seqlens_k"]
+    (h, d), (kvh, dk) = q.shape[1:], k.shape[1:]
+    if tuple(v.shape) != tuple(k.shape):
+        return f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}"
+    if dk != d:
+        return f"k and v must be (total_k, KVH, D) with q's D = {d}, got {tuple(k.shape)}"
+    if d not in ATTENTION_HEAD_DIMS:
+        return f"the head dim (q's last dimension) must be 64 or 128, got {d}"
+    if kvh < 1 or h % kvh:
+        return f"k's heads must divide q's ({h}), got {kvh}"
+    if cu_q.shape[0] < 2 or cu_k.shape != cu_q.shape:
+        return (f"cu_seqlens_q and cu_seqlens_k must both be (B + 1,) with B >= 1, got "
+                f"{tuple(cu_q.shape)} and {tuple(cu_k.shape)}")
     return None
 
 
@@ -148,7 +173,7 @@ def check(args: Args) -> str | None:
     if not takes(b, h, s, skv, d):  # the kernels' u32 element offsets
         return (f"B * H * max(S, S_kv) * D must be below 2**32, got {b} * {h} * "
                 f"{max(s, skv)} * {d}")
-    return _common(args)
+    return check_window(args) or check_scale(args)
 
 
 def _grads(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
@@ -249,6 +274,16 @@ def _plan(args: Args, out: Any, stream: int) -> Run:
     return run
 
 
+def _tensors(rank: int) -> tuple[TensorParam, ...]:
+    """q, k and v (read through tensor maps), o, the LSE and dO of a backward op: (B, H, S,
+    D) tensors at rank 4, packed (total, H, D) ones at rank 3."""
+    bf16 = (torch.bfloat16,)
+    return (*(TensorParam(name=n, dtypes=bf16, rank=rank, layout="tma") for n in "qkv"),
+            TensorParam(name="o", dtypes=bf16, rank=rank),
+            TensorParam(name="lse", dtypes=(torch.float32,), rank=rank - 1),
+            TensorParam(name="do", dtypes=bf16, rank=rank))
+
+
 MASK = (
     ScalarParam(name="window_left", type="int", default=-1),
     ScalarParam(name="window_right", type="int", default=-1),
@@ -258,12 +293,7 @@ MASK = (
 SPEC = OpSpec(
     name="attention_backward",
     params=(
-        TensorParam(name="q", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
-        TensorParam(name="k", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
-        TensorParam(name="v", dtypes=(torch.bfloat16,), rank=4, layout="tma"),
-        TensorParam(name="o", dtypes=(torch.bfloat16,), rank=4),
-        TensorParam(name="lse", dtypes=(torch.float32,), rank=3),
-        TensorParam(name="do", dtypes=(torch.bfloat16,), rank=4),
+        *_tensors(4),
         ScalarParam(name="causal", type="bool", default=False),
         ScalarParam(name="scale", type="float?", default=None),
         ScalarParam(name="deterministic", type="bool", default=False),
@@ -279,22 +309,14 @@ attention_backward = register(SPEC)
 
 
 def check_varlen(args: Args) -> str | None:
-    q, k, v, o, lse, do = (args[n] for n in ("q", "k", "v", "o", "lse", "do"))
-    cu_q, cu_k = args["cu_seqlens_q"], args["cu_seqlens_k"]
-    (tq, h, d), (tk, kvh, dk) = q.shape, k.shape
+    q, k, o, lse, do = (args[n] for n in ("q", "k", "o", "lse", "do"))
+    (tq, h, d), tk = q.shape, k.shape[0]
     if tuple(o.shape) != tuple(q.shape) or tuple(do.shape) != tuple(q.shape):
         return (f"o and do must have q's shape {tuple(q.shape)}, got {tuple(o.shape)} and "
                 f"{tuple(do.shape)}")
-    if tuple(v.shape) != tuple(k.shape) or dk != d:
-        return (f"k and v must be (total_k, KVH, D) with q's D = {d}, got {tuple(k.shape)} "
-                f"and {tuple(v.shape)}")
-    if d not in ATTENTION_HEAD_DIMS:
-        return f"the head dim (q's last dimension) must be 64 or 128, got {d}"
-    if kvh < 1 or h % kvh:
-        return f"k's heads must divide q's ({h}), got {kvh}"
-    if cu_q.shape[0] < 2 or cu_k.shape != cu_q.shape:
-        return (f"cu_seqlens_q and cu_seqlens_k must both be (B + 1,) with B >= 1, got "
-                f"{tuple(cu_q.shape)} and {tuple(cu_k.shape)}")
+    wrong = check_packed(args)
+    if wrong:
+        return wrong
     if min(tq, tk) < 1:
         return f"needs at least one query and one key, got total_q = {tq}, total_k = {tk}"
     if tuple(lse.shape) != (h, tq):
@@ -303,11 +325,10 @@ def check_varlen(args: Args) -> str | None:
         if not (args[name] == -1 or 1 <= args[name] <= total):
             return (f"{name} must be the longest sequence's length (1 .. {total}) or -1, got "
                     f"{args[name]}")
-    batch = cu_q.shape[0] - 1
-    if not takes_varlen(batch, h, tq, tk, d):
+    if not takes_varlen(args["cu_seqlens_q"].shape[0] - 1, h, tq, tk, d):
         return (f"max(total_q, total_k) * H * D must be below 2**32, got {max(tq, tk)} * {h} "
                 f"* {d}")
-    return _common(args)
+    return check_window(args) or check_scale(args)
 
 
 def _plan_varlen(args: Args, out: Any, stream: int) -> Run:
@@ -353,12 +374,7 @@ def _plan_varlen(args: Args, out: Any, stream: int) -> Run:
 VARLEN_SPEC = OpSpec(
     name="attention_varlen_backward",
     params=(
-        TensorParam(name="q", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
-        TensorParam(name="k", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
-        TensorParam(name="v", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
-        TensorParam(name="o", dtypes=(torch.bfloat16,), rank=3),
-        TensorParam(name="lse", dtypes=(torch.float32,), rank=2),
-        TensorParam(name="do", dtypes=(torch.bfloat16,), rank=3),
+        *_tensors(3),
         TensorParam(name="cu_seqlens_q", dtypes=(torch.int32,), rank=1, aligned=False),
         TensorParam(name="cu_seqlens_k", dtypes=(torch.int32,), rank=1, aligned=False),
         ScalarParam(name="max_seqlen_q", type="int", default=-1),
