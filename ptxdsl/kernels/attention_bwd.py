@@ -27,6 +27,12 @@ log-sum-exp (B x H x S, natural units), three kernels compute dQ, dK, dV:
    buffer): dQ (group 1, times the softmax scale), and with `gqa` dK and dV (the query
    heads of a KV head, in head order: deterministic).
 
+The window, varlen and softcap builds (`window`, `varlen`, `softcap` of make_preprocess and
+make_attention_bwd) take what the forward's builds take: a sliding window (a key block's CTA
+walks only the query blocks whose rows' windows reach it, attention_bwd_masks.py), packed
+sequences (a CTA a key block of one sequence), capped scores; rows that see no key (the
+forward's LSE -inf) get zero gradients.
+
 Why the copies of Q, dO and K: wgmma reads a shared buffer either K-major or MN-major, a
 property of the buffer's declaration. Q is the N operand of S^T = K Q^T (K-major) and of
 dK += dS^T Q (MN-major); dO likewise; K is the A operand of S^T and the N operand of
