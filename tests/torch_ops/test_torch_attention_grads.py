@@ -126,6 +126,16 @@ def test_compile_varlen_with_a_backward_traces_without_a_graph_break(ops, torch,
     assert out.requires_grad and "ptxdsl.attention_varlen" in targets
 
 
+def test_compile_window_with_a_backward_traces_without_a_graph_break(ops, torch, fake):
+    def f(q, k, v):
+        return torch.ops.ptxdsl.attention(q * 2, k, v, True, None, 128, -1,
+                                          30.0).float().sum()
+
+    out, targets = compile_one_graph(torch, f, *(cuda(torch, 1, 4, 256, 64).requires_grad_()
+                                                 for _ in "qkv"))
+    assert out.requires_grad and "ptxdsl.attention" in targets
+
+
 @pytest.mark.skipif(not os.environ.get("PTXDSL_DEEP"), reason="ptxas on 69 builds: a minute")
 def test_the_new_builds_assemble_without_spills(ops, tmp_path):
     """Every backward build the window, varlen and softcap calls may run, and the forward's
