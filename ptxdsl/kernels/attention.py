@@ -10,7 +10,6 @@ held after the softmax with fence_cta(), the warpgroups optionally taking turns 
 `k.turn()`) is described in attention.ptxdsl."""
 
 import contextlib
-import inspect
 import math
 from typing import Any, NamedTuple
 
@@ -20,6 +19,7 @@ import ptxdsl
 from ptxdsl import array, bf16, f32, ptr, s32, tmap, u32
 from ptxdsl.kernels.family import Family
 
+from .params import kernel_of
 from .wgmma import consumer_lanes
 
 BN = 128  # keys per block (a tile has 64 query rows per consumer warpgroup: block_rows)
@@ -43,7 +43,8 @@ class Lengths(NamedTuple):
 def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                    stages: tuple[int, int] = (2, 2), hold: bool = True,
                    nwg: int = 2, lazy: bool | None = None,
-                   window: bool = False, varlen: bool = False) -> ptxdsl.KernelDef:
+                   window: bool = False, varlen: bool = False,
+                   softcap: bool = False) -> ptxdsl.KernelDef:
     """The forward kernel for head dim `d` (64 or 128), with the causal mask or without;
     `pingpong`: the consumer warpgroups take turns issuing their wgmmas (default: no, it
     no longer pays). `stages`: of the K and the V pipeline. `hold`: a fence_cta() keeps the
@@ -66,7 +67,12 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
     on the GPU); `seq` is the longest sequence's query rows (the walk's blocks a head), O a
     contiguous (total_q, H, D) written row by row where a tile's rows are its sequence's,
     the LSE (H, total_q). Tiles never cross a sequence's end: a query block past its
-    sequence's rows is skipped, keys past its keys are masked. Causal is the window."""
+    sequence's rows is skipped, keys past its keys are masked. Causal is the window.
+
+    `softcap`: the scores capped before the softmax as FlashAttention's softcap does,
+    s -> softcap tanh(s scale / softcap): an f32 `cap_scale` = scale / softcap (the last
+    parameter), and scale_log2 = softcap log2 e (the capped scores are in units of the
+    cap)."""
     if d not in (64, 128):
         raise ValueError(f"make_attention: head dim is 64 or 128, not {d}")
     if (window or varlen) and causal:
@@ -87,12 +93,17 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
         f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}" + \
         ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}") + ("_hold" if hd else "") + \
         ("" if nwg == 2 else f"_w{nwg}") + ("" if lz == (d == 128) else f"_lazy{lz}") + \
-        ("_window" if window else "") + ("_varlen" if varlen else "")
+        ("_window" if window else "") + ("_varlen" if varlen else "") + \
+        ("_softcap" if softcap else "")
 
     def softmax(k, s, mx, l, fac, c0, j, mb, r0, sq, scale_log2,  # noqa: E741
-                first: bool, win=None) -> None:
+                first: bool, win=None, cap=None) -> None:
         """Mask block j's scores, update the row maxima and sums, and turn S into P (f32).
-        `sq`: the tile's Lengths; `win`: the window build's (left, right) bounds."""
+        `sq`: the tile's Lengths; `win`: the window build's (left, right) bounds; `cap`: the
+        softcap build's cap_scale."""
+        if cap is not None:  # capped before the mask: a masked score stays NEG
+            with k.for_("x", 0, 64, unroll=True) as x:
+                s[x] = k.tanh(s[x] * cap)
         if plain:
             edge = (c0 + 128 > sq.kv_seq) | (cz != 0) & (mb * bm + sq.off < j * 128 + 127)
         else:
@@ -285,7 +296,8 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
         k.wgmma_wait(0)
         k.release(kp)
         c0 = col if win is None else k.let("cfirst", first * 128 + col)
-        softmax(k, s, mx, l, fac, c0, first, mb, r0, sq, scale_log2, True, win)
+        cap = a["cap_scale"] if softcap else None
+        softmax(k, s, mx, l, fac, c0, first, mb, r0, sq, scale_log2, True, win, cap)
         to_bf16(k, s, p)
         with k.for_("j", first + 1, stop) as j:
             k.wait(kp)
@@ -296,7 +308,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
             k.wgmma_wait(1)
             k.release(kp)
             c0 = k.let("c0", j * 128 + col)
-            softmax(k, s, mx, l, fac, c0, j, mb, r0, sq, scale_log2, False, win)
+            softmax(k, s, mx, l, fac, c0, j, mb, r0, sq, scale_log2, False, win, cap)
             with k.if_(hd != 0):
                 k.fence_cta()  # the wait stays after the softmax
             k.wgmma_wait(0)
@@ -349,16 +361,10 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
         ([("cu_seqlens_q", ptr(s32)), ("cu_seqlens_k", ptr(s32)), ("seq", u32),
           ("total_q", u32)] if varlen else [("seq", u32), ("kv_seq", u32)]) + \
         [("heads", u32), ("kv_heads", u32), ("batch", u32), ("scale_log2", f32)] + \
-        ([("window_left", u32), ("window_right", u32)] if window else [])
+        ([("window_left", u32), ("window_right", u32)] if window else []) + \
+        ([("cap_scale", f32)] if softcap else [])
 
-    def attention(ctx, *args) -> None:
-        body(ctx, {name: arg for (name, _), arg in zip(params, args, strict=True)})
-
-    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    attention.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("ctx", kind)] + [inspect.Parameter(n, kind, annotation=t)
-                                            for n, t in params])
-    return ptxdsl.kernel(threads=128 * (nwg + 1), name=name)(attention)
+    return kernel_of(body, params, 128 * (nwg + 1), name)
 
 
 def block_rows(nwg: int = 2) -> int:
@@ -381,32 +387,51 @@ def window_mask(seq: int, kv_seq: int, causal: bool = False,
     return ((left < 0) | (rel >= -left)) & ((right < 0) | (rel <= right))
 
 
-def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
-              window: tuple[int, int] = (-1, -1)):
-    """(O, LSE) in float64 for float Q (B, H, S, D), K and V (B, KVH, S_kv, D); the causal
-    mask and the window are aligned to the end (window_mask)."""
-    group = q.shape[1] // k.shape[1]
-    k = np.repeat(k, group, axis=1).astype(np.float64)
-    v = np.repeat(v, group, axis=1).astype(np.float64)
+def scores(q: np.ndarray, k: np.ndarray, causal: bool, scale: float,
+           window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> np.ndarray:
+    """The float64 scores Q K^T scale (B, H, S, S_kv) of float Q (B, H, S, D) and K (B, KVH,
+    S_kv, D), capped to softcap tanh(s / softcap) where `softcap` > 0, -inf where the
+    causal mask or the window (aligned to the end: window_mask) hides the key."""
+    k = np.repeat(k, q.shape[1] // k.shape[1], axis=1).astype(np.float64)
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
     if causal or window != (-1, -1):
         s = np.where(window_mask(*s.shape[-2:], causal, window), s, -np.inf)
+    return s
+
+
+def row_softmax(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P, LSE) of scores along the last axis; a row of only -inf (it sees no key) gets
+    P = 0 and LSE -inf."""
     mx = s.max(-1, keepdims=True)
-    e = np.exp(s - mx)
+    e = np.exp(s - np.where(np.isfinite(mx), mx, 0.0))
     total = e.sum(-1, keepdims=True)
-    return np.einsum("bhqk,bhkd->bhqd", e / total, v), (mx + np.log(total))[..., 0]
+    with np.errstate(divide="ignore"):
+        return e / np.maximum(total, 1e-300), (mx + np.log(total))[..., 0]
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
+              window: tuple[int, int] = (-1, -1), softcap: float = 0.0):
+    """(O, LSE) in float64 for float Q (B, H, S, D), K and V (B, KVH, S_kv, D); the causal
+    mask and the window are aligned to the end, the scores capped by `softcap` > 0
+    (scores). A row that sees no key gets O = 0 and LSE -inf."""
+    p, lse = row_softmax(scores(q, k, causal, scale, window, softcap))
+    v = np.repeat(v, q.shape[1] // k.shape[1], axis=1).astype(np.float64)
+    return np.einsum("bhqk,bhkd->bhqd", p, v), lse
 
 
 def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: int = 1,
             seq: int = 200, d: int = 128, causal: bool = False, grid: int | None = None,
             defines: dict | None = None, kv_seq: int | None = None, nwg: int = 2,
-            window: tuple[int, int] | None = None) -> dict:
+            window: tuple[int, int] | None = None, softcap: float = 0.0) -> dict:
     """Random bf16 Q, K, V; the reference is attention in float64 on the bf16 values.
     `defines` (the text sample's -D D=64 -D CAUSAL=1) override d and causal (the kernel is
     built by the caller; the inputs do not depend on PINGPONG). `kv_seq`: the keys' length
     (default `seq`; at least `seq` when causal). `nwg`: the kernel's consumer warpgroups (its
     tile's query rows, `block_rows`; -D NWG=3). `window`: (left, right) for a window build
-    (make_attention(window=True)), -1 unbounded, at least kv_seq keys."""
+    (make_attention(window=True)), -1 unbounded, at least kv_seq keys. `softcap` > 0: for a
+    softcap build, the scores capped (cap_scale and scale_log2 as make_attention says)."""
     from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
     if defines:
@@ -424,17 +449,18 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
     v = f32_to_bf16(rng.standard_normal(kv_shape, np.float32))
     scale = 1.0 / math.sqrt(d)
     ref_o, ref_lse = reference(bf16_to_f32(q), bf16_to_f32(k), bf16_to_f32(v), causal, scale,
-                               window or (-1, -1))
+                               window or (-1, -1), softcap)
     bm = block_rows(nwg)
     tiles = -(-seq // bm) * batch * heads
     box = {"swizzle": "128B"}
     return {"grid": grid or min(132, tiles),
             "inputs": {"q": q, "k": k, "v": v, "seq": seq, "kv_seq": kv_seq, "heads": heads,
                        "kv_heads": kv_heads, "batch": batch,
-                       "scale_log2": np.float32(scale * math.log2(math.e)),
+                       "scale_log2": np.float32((softcap or scale) * math.log2(math.e)),
                        **({} if window is None else dict(zip(
                            ("window_left", "window_right"), window_bounds(window, kv_seq),
-                           strict=True)))},
+                           strict=True))),
+                       **({"cap_scale": np.float32(scale / softcap)} if softcap else {})},
             "tensor_maps": {"q": {"box": (1, 1, bm, 64), **box},
                             "k": {"box": (1, 1, BN, 64), **box},
                             "v": {"box": (1, 1, BN, 64), **box},

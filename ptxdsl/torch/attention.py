@@ -1,6 +1,6 @@
 """`torch.ops.ptxdsl.attention(q, k, v, causal=False, scale=None, window_left=-1,
-window_right=-1)`: softmax(Q K^T scale) V, the library's FlashAttention-3-style forward kernel
-(ptxdsl/kernels/attention.ptxdsl).
+window_right=-1, softcap=0.0)`: softmax(Q K^T scale) V, the library's FlashAttention-3-style
+forward kernel (ptxdsl/kernels/attention.ptxdsl).
 
 q is (B, H, S, D), k and v (B, KVH, S_kv, D), bf16, head dim 64 or 128, KVH dividing H
 (GQA/MQA), as `torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)` takes
@@ -14,28 +14,31 @@ after the softmax, and at head dim 64 whether three consumer warpgroups (192-row
 run, is tuned per shape. A sliding window (window_left, window_right as FlashAttention's
 window_size, -1 unbounded, causal making the right bound 0) runs the kernel's window build:
 row r sees keys r + S_kv - S - window_left .. r + S_kv - S + window_right (S_kv >= S), and a
-query tile skips the key blocks outside its rows' windows.
+query tile skips the key blocks outside its rows' windows. `softcap` > 0 caps the scores
+before the softmax as FlashAttention's softcap: s -> softcap tanh(s scale / softcap).
 
 `torch.ops.ptxdsl.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=-1,
-causal=False, scale=None, window_left=-1, window_right=-1)`: packed sequences of different
-lengths, as FlashAttention's varlen functions take them: q (total_q, H, D), k and v (total_k,
-KVH, D), int32 cu_seqlens (B + 1) of the sequences' first rows and keys (read on the GPU;
-nothing checks them there: they must rise from 0 to total_q and total_k), max_seqlen_q the
-longest sequence's query rows (-1: total_q, correct but walking many empty tiles; one too
-small leaves rows unwritten); the output (total_q, H, D). Causal and the window align to
-each sequence's end; a row that sees no key (a sequence without keys) gets zeros. Forward
-only (autograd refuses it), untuned (the first config).
+max_seqlen_k=-1, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0)`:
+packed sequences of different lengths, as FlashAttention's varlen functions take them: q
+(total_q, H, D), k and v (total_k, KVH, D), int32 cu_seqlens (B + 1) of the sequences' first
+rows and keys (read on the GPU; nothing checks them there: they must rise from 0 to total_q
+and total_k), max_seqlen_q and max_seqlen_k the longest sequence's query rows and keys (-1:
+total_q and total_k, correct but walking many empty tiles; one too small leaves rows
+unwritten; the forward reads only max_seqlen_q, the backward both); the output (total_q, H,
+D). Causal and the window align to each sequence's end; a row that sees no key (a sequence
+without keys) gets zeros. Untuned (the first config).
 
-The backward is ptxdsl's (ptxdsl/torch/attention_bwd.py, `torch.ops.ptxdsl.attention_backward`):
-a call that needs a gradient runs `torch.ops.ptxdsl.attention_lse` in the op's place, which
-also returns the f32 log-sum-exp (B, H, S) the backward kernels read, and keeps O and it
-(the call that needs no gradient writes the LSE to scratch, as before). As with SDPA's flash
-backward, O is saved: writing into the output in place before the backward makes autograd
-refuse it (a modified saved tensor). The backward is
-deterministic where torch.use_deterministic_algorithms(True) asks. The backward kernels take
-every dtype, head dim and GQA the forward does; sizes they do not take (no query rows, or
-element offsets past 2**32: `attention_bwd.takes`) and windowed calls are differentiated by
-torch instead, its SDPA recomputed on the saved q, k, v (with the window's mask)."""
+The backward is ptxdsl's (ptxdsl/torch/attention_bwd.py, `torch.ops.ptxdsl.attention_backward`
+and `attention_varlen_backward`), for the causal mask, a window and a softcap alike: a call
+that needs a gradient runs `torch.ops.ptxdsl.attention_lse` (`attention_varlen_lse`) in the
+op's place, which also returns the f32 log-sum-exp (B, H, S) ((H, total_q)) the backward
+kernels read, and keeps O and it (the call that needs no gradient writes the LSE to scratch,
+as before). As with SDPA's flash backward, O is saved: writing into the output in place before
+the backward makes autograd refuse it (a modified saved tensor). The backward is
+deterministic where torch.use_deterministic_algorithms(True) asks. Sizes the dense backward
+kernels do not take (no query rows, or element offsets past 2**32: `attention_bwd.takes`) are
+differentiated by torch instead, the attention recomputed on the saved q, k, v; the varlen
+backward refuses offsets past 2**32 elements with a ValueError."""
 
 from __future__ import annotations
 
@@ -45,12 +48,21 @@ from typing import Any, Protocol
 
 import torch
 
-from ..kernels.attention import window_bounds
 from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas
 from ..runtime.tensormap import TensorMap
 from . import autotune
-from .attention_bwd import attention_backward, takes
+from .attention_bwd import (
+    attention_backward,
+    attention_varlen_backward,
+    check_packed,
+    check_scale,
+    check_window,
+    mask_of,
+    scalars,
+    takes,
+    varlen_mask,
+)
 from .dispatch import register
 from .kernels import ATTENTION_HEAD_DIMS, attention_configs, attention_kernel, attention_recipe
 from .opspec import Args, OpSpec, Run, ScalarParam, TensorParam
@@ -68,32 +80,22 @@ _S32 = 2**31
 
 
 @cache
-def _tuner(d: int, causal: bool, window: bool) -> Any:
+def _tuner(d: int, causal: bool, window: bool, softcap: bool = False) -> Any:
     def recipe(config: Any) -> Any:
         return attention_recipe(d, causal, config["pingpong"], config["hold"], config["nwg"],
-                                window)
+                                window, softcap=softcap)
 
-    name = f"ptxdsl::attention_d{d}{'_causal' if causal else ''}{'_window' if window else ''}"
+    name = f"ptxdsl::attention_d{d}{'_causal' if causal else ''}{'_window' if window else ''}" \
+        f"{'_softcap' if softcap else ''}"
     return autotune.tuner(name, attention_configs(d), recipe)
 
 
 @cache
 def _loaded(d: int, causal: bool, pingpong: int, hold: int, nwg: int, window: bool,
-            device: int, varlen: bool = False) -> tuple[Kernel, int]:
-    kernel = attention_kernel(d, causal, pingpong, hold, nwg, window, varlen).program().kernel(
-        device=device)
+            device: int, varlen: bool = False, softcap: bool = False) -> tuple[Kernel, int]:
+    kernel = attention_kernel(d, causal, pingpong, hold, nwg, window, varlen,
+                              softcap).program().kernel(device=device)
     return kernel, resident_ctas(kernel, 1, device)
-
-
-def mask_of(causal: bool, left: int, right: int) -> tuple[bool, tuple[int, int] | None]:
-    """(causal, window) of a call with `causal` and window_left / window_right as
-    FlashAttention's window_size takes them (-1 unbounded; causal makes the right bound 0):
-    the sliding window (left, right) in keys, or None where it bounds nothing the causal
-    mask (or none) does not; causal spelled as the window (-1, 0) is causal."""
-    right = 0 if causal else right
-    if left < 0 and right <= 0:
-        return right == 0, None
-    return False, (left, right)
 
 
 def check(args: Args) -> str | None:
@@ -110,23 +112,19 @@ def check(args: Args) -> str | None:
         return f"k's heads must divide q's ({h}), got {hk}"
     if skv < 1 and s > 0:
         return "k and v must hold at least one key"
-    left, right = args["window_left"], args["window_right"]
-    if min(left, right) < -1:
-        return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
-                f"({left}, {right})")
-    causal, window = mask_of(bool(args["causal"]), left, right)
+    wrong = check_window(args)
+    if wrong:
+        return wrong
+    causal, window = mask_of(bool(args["causal"]), args["window_left"], args["window_right"])
     if causal and skv < s:
         return (f"causal attention needs at least as many keys as queries (the mask aligns "
                 f"to the end), got S = {s} queries and S_kv = {skv} keys")
     if window is not None and skv < s:
         return (f"a sliding window needs at least as many keys as queries (it aligns to the "
                 f"end, as the causal mask), got S = {s} queries and S_kv = {skv} keys")
-    scale = args["scale"]
-    if scale is not None and not (0 < scale < math.inf):
-        return f"scale must be positive and finite, got {scale}"
     if max(b * h, s, skv) >= _S32:
         return f"B * H, S and S_kv must be below 2**31, got {b * h}, {s}, {skv}"
-    return None
+    return check_scale(args)
 
 
 def output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
@@ -164,9 +162,11 @@ def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
     d = q.shape[3]
     kvh, skv = k.shape[1], k.shape[2]
     scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
+    softcap = float(args["softcap"])
     causal, window = mask_of(causal, args["window_left"], args["window_right"])
-    # the window build's window_left and window_right (kv_seq keys are unbounded)
-    bounds = () if window is None else window_bounds(window, skv)
+    # scale_log2, the window build's window_left and window_right (kv_seq keys unbounded),
+    # and the softcap build's cap_scale
+    log2_scale, _, *more = scalars(scale, softcap, window, skv)
     stacked = packed(q, out, kvh, causal, window is not None)
     if stacked is not None:  # views of the same memory: the maps take their shapes
         q, out = stacked
@@ -175,12 +175,11 @@ def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
     device = q.device.index
     km, vm = _map(k, BLOCK), _map(v, BLOCK)
     lse_size = b * h * s
-    log2_scale = scale * math.log2(math.e)
 
     def runner(config: Any, o: torch.Tensor) -> Launch:
         nwg = config["nwg"]
         kernel, resident = _loaded(d, causal, config["pingpong"], config["hold"], nwg,
-                                   window is not None, device)
+                                   window is not None, device, False, softcap > 0)
         grid = min(-(-s // (64 * nwg)) * b * h, resident)
         qm, om = _map(q, 64 * nwg), _map(o, 64)
 
@@ -191,7 +190,7 @@ def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
                 lse = tq.new_empty(lse_size, dtype=torch.float32)
             kernel[grid, None, stream](qm.at(tq.data_ptr()), km.at(tk.data_ptr()),
                                        vm.at(tv.data_ptr()), om.at(out.data_ptr()), lse, s, skv,
-                                       h, kvh, b, log2_scale, *bounds)
+                                       h, kvh, b, log2_scale, *more)
 
         return launch
 
@@ -204,7 +203,7 @@ def _launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
 
     # lengths rounded up to powers of two: sequences vary, the best choice barely does
     shape = (b * h, h // kvh, 1 << (s - 1).bit_length(), 1 << (skv - 1).bit_length())
-    config = _tuner(d, causal, window is not None).choose(
+    config = _tuner(d, causal, window is not None, softcap > 0).choose(
         shape, trial, autotune.close(2**-6), device=device, tune=autotune.tuning_allowed())
     return runner(config, out)
 
@@ -226,6 +225,7 @@ PARAMS = (
     ScalarParam(name="scale", type="float?", default=None),
     ScalarParam(name="window_left", type="int", default=-1),
     ScalarParam(name="window_right", type="int", default=-1),
+    ScalarParam(name="softcap", type="float", default=0.0),
 )
 
 SPEC = OpSpec(name="attention", params=PARAMS, check=check, output=output, plan=_launcher)
@@ -268,94 +268,96 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 
 
 def _setup(ctx: Any, inputs: tuple, output: tuple[torch.Tensor, torch.Tensor]) -> None:
-    q, k, v, causal, scale, left, right = inputs
-    ctx.scale = scale
-    ctx.causal, ctx.window = mask_of(bool(causal), left, right)
+    q, k, v, causal, scale, left, right, softcap = inputs
+    ctx.scale, ctx.mask, ctx.softcap = scale, (bool(causal), left, right), softcap
     ctx.save_for_backward(q, k, v, *output)  # O and the LSE from attention_lse
 
 
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     """dL/dq, dL/dk, dL/dv by ptxdsl's backward kernels (deterministic where torch is asked
-    for deterministic algorithms), or where they do not take the sizes or the call has a
-    sliding window, by torch."""
+    for deterministic algorithms), or where they do not take the sizes, by torch."""
     q, k, v, o, lse = ctx.saved_tensors
     b, h, s, d = q.shape
-    if ctx.window is None and takes(b, h, s, k.shape[2], d):
-        dq, dk, dv = attention_backward(q, k, v, o, lse, grad.contiguous(), ctx.causal,
-                                        ctx.scale, torch.are_deterministic_algorithms_enabled())
+    if takes(b, h, s, k.shape[2], d):
+        dq, dk, dv = attention_backward(q, k, v, o, lse, grad.contiguous(), ctx.mask[0],
+                                        ctx.scale, torch.are_deterministic_algorithms_enabled(),
+                                        *ctx.mask[1:], ctx.softcap)
     else:
-        dq, dk, dv = recomputed(q, k, v, grad, ctx.causal, ctx.scale, ctx.window)
-    return dq, dk, dv, None, None, None, None
+        dq, dk, dv = recomputed(q, k, v, grad, *mask_of(*ctx.mask), ctx.scale, ctx.softcap)
+    return dq, dk, dv, None, None, None, None, None
 
 
 def recomputed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torch.Tensor,
-               causal: bool, scale: float | None,
-               window: tuple[int, int] | None = None) -> tuple[torch.Tensor, ...]:
-    """The gradients by torch: its SDPA recomputed on q, k and v and differentiated (for
-    what the backward kernels do not take: no query, offsets past 2**32 elements, or a
-    sliding window)."""
+               causal: bool, window: tuple[int, int] | None, scale: float | None,
+               softcap: float = 0.0) -> tuple[torch.Tensor, ...]:
+    """The gradients by torch: the attention recomputed on q, k and v and differentiated
+    (for what the backward kernels do not take: no query, or offsets past 2**32 elements);
+    its SDPA, or with a softcap (which SDPA does not take) the math written out."""
     with torch.enable_grad():
         lq, lk, lv = (t.detach().requires_grad_() for t in (q, k, v))
-        out = sdpa(lq, lk, lv, causal, scale, window)
+        if softcap:
+            out = capped(lq, lk, lv, causal, window, scale, softcap)
+        else:
+            out = sdpa(lq, lk, lv, causal, scale, window)
         return torch.autograd.grad(out, (lq, lk, lv), grad)
 
 
+def capped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+           window: tuple[int, int] | None, scale: float | None,
+           softcap: float) -> torch.Tensor:
+    """Attention with the scores capped, softcap tanh(s scale / softcap), in torch's math
+    (f32; a row that sees no key gets 0), the mask as sdpa's."""
+    s, skv, d = q.shape[2], k.shape[2], q.shape[3]
+    group = q.shape[1] // k.shape[1]
+    k, v = (x.float().repeat_interleave(group, 1) for x in (k, v))
+    scores = q.float() @ k.transpose(-1, -2) * (1.0 / math.sqrt(d) if scale is None else scale)
+    scores = softcap * torch.tanh(scores / softcap)
+    if causal or window is not None:
+        seen = window_mask(s, skv, (-1, 0) if window is None else window, q.device)
+        scores = scores.masked_fill(~seen, -math.inf)
+    return (scores.softmax(-1).nan_to_num(0.0) @ v).to(q.dtype)
+
+
 def check_varlen(args: Args) -> str | None:
-    q, k, v = args["q"], args["k"], args["v"]
-    cu_q, cu_k = args["cu_seqlens_q"], args["cu_seqlens_k"]
-    (total_q, h, d), (total_k, hk, dk) = q.shape, k.shape
-    if tuple(v.shape) != tuple(k.shape):
-        return f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}"
-    if dk != d:
-        return f"k and v must be (total_k, KVH, D) with q's D = {d}, got {tuple(k.shape)}"
-    if d not in ATTENTION_HEAD_DIMS:
-        return f"the head dim (q's last dimension) must be 64 or 128, got {d}"
-    if hk < 1 or h % hk:
-        return f"k's heads must divide q's ({h}), got {hk}"
-    if cu_q.shape[0] < 2 or cu_k.shape != cu_q.shape:
-        return (f"cu_seqlens_q and cu_seqlens_k must both be (B + 1,) with B >= 1, got "
-                f"{tuple(cu_q.shape)} and {tuple(cu_k.shape)}")
+    (total_q, h, _), total_k = args["q"].shape, args["k"].shape[0]
+    wrong = check_packed(args)
+    if wrong:
+        return wrong
     if total_k < 1 and total_q > 0:
         return "k and v must hold at least one key"
-    maxq = args["max_seqlen_q"]
-    if maxq < -1 or maxq == 0 and total_q > 0 or maxq > total_q:
-        return (f"max_seqlen_q must be the longest sequence's query rows (1 .. total_q = "
-                f"{total_q}), or -1 (total_q), got {maxq}")
-    left, right = args["window_left"], args["window_right"]
-    if min(left, right) < -1:
-        return (f"window_left and window_right must be -1 (unbounded) or at least 0, got "
-                f"({left}, {right})")
-    scale = args["scale"]
-    if scale is not None and not (0 < scale < math.inf):
-        return f"scale must be positive and finite, got {scale}"
+    for name, what, total in (("max_seqlen_q", "query rows", total_q),
+                              ("max_seqlen_k", "keys", total_k)):
+        most = args[name]
+        if most < -1 or most == 0 and total > 0 or most > total:
+            side = name[-1]
+            return (f"{name} must be the longest sequence's {what} (1 .. total_{side} = "
+                    f"{total}), or -1 (total_{side}), got {most}")
     if max(total_q * h, total_k) >= _S32:
         return f"total_q * H and total_k must be below 2**31, got {total_q * h}, {total_k}"
-    return None
+    return check_window(args) or check_scale(args)
 
 
 def varlen_window(args: Args) -> tuple[int, int] | None:
     """The window of a varlen call (its build has no causal form: causal is the window
     (window_left, 0)); None without a mask."""
-    causal, window = mask_of(bool(args["causal"]), args["window_left"], args["window_right"])
-    return (-1, 0) if causal else window
+    return varlen_mask(bool(args["causal"]), args["window_left"], args["window_right"])
 
 
 def varlen_scalars(args: Args) -> tuple[int | float, ...]:
-    """The varlen kernel's scalar arguments, in its parameter order (seq .. scale_log2, and
-    a window's window_left and window_right): the walk's query rows a sequence (max_seqlen_q,
-    or total_q), total_q, the heads, B and the scale in log2 units."""
+    """The varlen kernel's scalar arguments, in its parameter order (seq .. scale_log2, a
+    window's window_left and window_right, a softcap's cap_scale): the walk's query rows a
+    sequence (max_seqlen_q, or total_q), total_q, the heads, B and the scale in log2 units."""
     q, k = args["q"], args["k"]
     (total_q, h, d), (total_k, kvh, _) = q.shape, k.shape
     seq = total_q if args["max_seqlen_q"] < 0 else args["max_seqlen_q"]
-    window = varlen_window(args)
     scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
-    return (seq, total_q, h, kvh, args["cu_seqlens_q"].shape[0] - 1,
-            scale * math.log2(math.e), *(window_bounds(window, total_k) if window else ()))
+    log2_scale, _, *more = scalars(scale, float(args["softcap"]), varlen_window(args), total_k)
+    return (seq, total_q, h, kvh, args["cu_seqlens_q"].shape[0] - 1, log2_scale, *more)
 
 
-def _plan_varlen(args: Args, out: torch.Tensor, stream: int) -> Run:
+def _varlen_launcher(args: Args, out: torch.Tensor, stream: int) -> Launch:
     """The varlen build's launch, untuned: the first of attention_configs (the benchmark's
-    fastest on equal lengths)."""
+    fastest on equal lengths); the LSE (H, total_q) given, or written to scratch."""
     q = args["q"]
     total_q, h, d = q.shape
     values = varlen_scalars(args)
@@ -363,37 +365,78 @@ def _plan_varlen(args: Args, out: torch.Tensor, stream: int) -> Run:
     config = attention_configs(d)[0]
     nwg = config["nwg"]
     kernel, resident = _loaded(d, False, config["pingpong"], config["hold"], nwg,
-                               varlen_window(args) is not None, q.device.index, True)
+                               varlen_window(args) is not None, q.device.index, True,
+                               args["softcap"] > 0)
     grid = min(-(-seq // (64 * nwg)) * b * h, resident)
     qm = TensorMap(q, box=(64 * nwg, 1, 64), swizzle="128B")
     km, vm = (TensorMap(args[x], box=(BLOCK, 1, 64), swizzle="128B") for x in "kv")
 
-    def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+    def launch(tensors: tuple, out: torch.Tensor, stream: int,
+               lse: torch.Tensor | None = None) -> None:
         tq, tk, tv, cu_q, cu_k = tensors
-        lse = tq.new_empty(h * total_q, dtype=torch.float32)  # nothing reads it (no backward)
+        if lse is None:  # the kernel writes it; nothing reads it
+            lse = tq.new_empty(h * total_q, dtype=torch.float32)
         kernel[grid, None, stream](qm.at(tq.data_ptr()), km.at(tk.data_ptr()),
                                    vm.at(tv.data_ptr()), out, lse, cu_q, cu_k, *values)
+
+    return launch
+
+
+def _plan_varlen_lse(args: Args, out: tuple[torch.Tensor, torch.Tensor], stream: int) -> Run:
+    launch = _varlen_launcher(args, out[0], stream)
+
+    def run(tensors: tuple, out: tuple[torch.Tensor, torch.Tensor], stream: int) -> None:
+        launch(tensors, out[0], stream, out[1])
 
     return run
 
 
-VARLEN_SPEC = OpSpec(
-    name="attention_varlen",
-    params=(
-        TensorParam(name="q", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
-        TensorParam(name="k", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
-        TensorParam(name="v", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
-        TensorParam(name="cu_seqlens_q", dtypes=(torch.int32,), rank=1, aligned=False),
-        TensorParam(name="cu_seqlens_k", dtypes=(torch.int32,), rank=1, aligned=False),
-        ScalarParam(name="max_seqlen_q", type="int", default=-1),
-        *PARAMS[3:],
-    ),
-    check=check_varlen,
-    output=output,
-    plan=_plan_varlen,
+def _varlen_lse(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
+    return (args["q"].shape[1], args["q"].shape[0]), torch.float32
+
+
+def _setup_varlen(ctx: Any, inputs: tuple, output: tuple[torch.Tensor, torch.Tensor]
+                  ) -> None:
+    q, k, v, cu_q, cu_k, *rest = inputs
+    ctx.rest = rest  # max_seqlen_q .. softcap, in the backward op's order
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
+
+
+def _backward_varlen(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    """dL/dq, dL/dk, dL/dv by ptxdsl's varlen backward kernels (deterministic where torch
+    is asked for deterministic algorithms); zeros where there is no query or no key."""
+    q, k, v, cu_q, cu_k, o, lse = ctx.saved_tensors
+    if min(q.shape[0], k.shape[0]) == 0:
+        grads = tuple(torch.zeros_like(t) for t in (q, k, v))
+    else:
+        grads = attention_varlen_backward(q, k, v, o, lse, grad.contiguous(), cu_q, cu_k,
+                                          *ctx.rest,
+                                          torch.are_deterministic_algorithms_enabled())
+    return *grads, *(None,) * (2 + len(ctx.rest))
+
+
+VARLEN_PARAMS = (
+    TensorParam(name="q", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+    TensorParam(name="k", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+    TensorParam(name="v", dtypes=(torch.bfloat16,), rank=3, layout="tma"),
+    TensorParam(name="cu_seqlens_q", dtypes=(torch.int32,), rank=1, aligned=False),
+    TensorParam(name="cu_seqlens_k", dtypes=(torch.int32,), rank=1, aligned=False),
+    ScalarParam(name="max_seqlen_q", type="int", default=-1),
+    ScalarParam(name="max_seqlen_k", type="int", default=-1),
+    *PARAMS[3:],
 )
 
-attention_varlen = register(VARLEN_SPEC)
+VARLEN_SPEC = OpSpec(name="attention_varlen", params=VARLEN_PARAMS, check=check_varlen,
+                     output=output, plan=_varlen_launcher)
+# the same, returning the LSE too: what autograd runs in the op's place
+VARLEN_LSE_SPEC = OpSpec(name="attention_varlen_lse", params=VARLEN_PARAMS,
+                         check=check_varlen, output=output, extra_outputs=(_varlen_lse,),
+                         plan=_plan_varlen_lse)
+
+attention_varlen_lse = register(VARLEN_LSE_SPEC)
+attention_varlen = register(VARLEN_SPEC, backward=_backward_varlen,
+                            setup_context=_setup_varlen,
+                            forward=torch.ops.ptxdsl.attention_varlen_lse.default)
 attention_lse = register(LSE_SPEC)
 attention = register(SPEC, backward=_backward, setup_context=_setup,
                      forward=torch.ops.ptxdsl.attention_lse.default)

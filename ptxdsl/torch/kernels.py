@@ -157,24 +157,33 @@ def attention_configs(d: int) -> tuple[dict[str, int], ...]:
 
 
 def attention_recipe(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2,
-                     window: bool = False, varlen: bool = False) -> Recipe:
+                     window: bool = False, varlen: bool = False, softcap: bool = False
+                     ) -> Recipe:
     """The forward attention of head dim d (ptxdsl.kernels.attention `make_attention`);
     `window`: its sliding-window build (the window given at launch; not also causal);
-    `varlen`: its build for packed sequences (cu_seqlens)."""
-    more = {name: True for name, on in (("window", window), ("varlen", varlen)) if on}
+    `varlen`: its build for packed sequences (cu_seqlens); `softcap`: its scores capped."""
+    more = _flags(window=window, varlen=varlen, softcap=softcap)
     return Recipe.of("ptxdsl.kernels.attention", "make_attention", d=d, causal=bool(causal),
                      pingpong=bool(pingpong), hold=bool(hold), nwg=nwg, **more)
 
 
 @cache
 def attention_kernel(d: int, causal: bool, pingpong: int, hold: int, nwg: int = 2,
-                     window: bool = False, varlen: bool = False) -> KernelDef:
-    return attention_recipe(d, causal, pingpong, hold, nwg, window, varlen).build()
+                     window: bool = False, varlen: bool = False, softcap: bool = False
+                     ) -> KernelDef:
+    return attention_recipe(d, causal, pingpong, hold, nwg, window, varlen, softcap).build()
+
+
+def _flags(**flags: bool) -> dict[str, bool]:
+    """The build flags that are on (a recipe names only those: the plain builds' recipes
+    stay as they were)."""
+    return {name: True for name, on in flags.items() if on}
 
 
 # attention backward (ptxdsl.kernels.attention_bwd): per head dim and causal or not, the main
 # kernel with dK / dV per KV head (bf16) or per query head (f32 partials, GQA), dQ added in
-# any order or in key-block order (deterministic); the preprocess per head dim; one finish.
+# any order or in key-block order (deterministic), each also in its window, varlen and
+# softcap builds; the preprocess per head dim (window, varlen); one finish.
 # Not tuned: one kernel per configuration until they have run on a GPU.
 ATTENTION_BWD_CONFIGS: tuple[dict[str, int], ...] = tuple(
     {"gqa": g, "deterministic": det} for g in (0, 1) for det in (0, 1))
@@ -182,15 +191,19 @@ _ATTENTION_BWD = "ptxdsl.kernels.attention_bwd"
 
 
 @cache
-def attention_bwd_kernel(d: int, causal: bool, gqa: int = 0, deterministic: int = 0
+def attention_bwd_kernel(d: int, causal: bool, gqa: int = 0, deterministic: int = 0,
+                         window: bool = False, varlen: bool = False, softcap: bool = False
                          ) -> KernelDef:
     return Recipe.of(_ATTENTION_BWD, "make_attention_bwd", d=d, causal=bool(causal),
-                     gqa=bool(gqa), deterministic=bool(deterministic)).build()
+                     gqa=bool(gqa), deterministic=bool(deterministic),
+                     **_flags(window=window, varlen=varlen, softcap=softcap)).build()
 
 
 @cache
-def attention_bwd_pre_kernel(d: int) -> KernelDef:
-    return Recipe.of(_ATTENTION_BWD, "make_preprocess", d=d).build()
+def attention_bwd_pre_kernel(d: int, window: bool = False, varlen: bool = False
+                             ) -> KernelDef:
+    return Recipe.of(_ATTENTION_BWD, "make_preprocess", d=d,
+                     **_flags(window=window, varlen=varlen)).build()
 
 
 @cache

@@ -21,27 +21,41 @@ deep = pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_D
 
 
 def problem(rng: np.random.Generator, batch: int, heads: int, kv_heads: int, seq: int,
-            kv_seq: int, d: int, causal: bool) -> dict:
+            kv_seq: int, d: int, causal: bool, window: tuple[int, int] = (-1, -1),
+            softcap: float = 0.0) -> dict:
     """bf16 Q, K, V, dO; O (bf16) and the LSE (f32, natural units) as the forward leaves
-    them; the float64 reference gradients of the bf16 values."""
+    them; the float64 reference gradients of the bf16 values (`window` and `softcap` as
+    attention.reference takes them)."""
     q = f32_to_bf16(rng.standard_normal((batch, heads, seq, d), np.float32))
     k = f32_to_bf16(rng.standard_normal((batch, kv_heads, kv_seq, d), np.float32))
     v = f32_to_bf16(rng.standard_normal((batch, kv_heads, kv_seq, d), np.float32))
     do = f32_to_bf16(rng.standard_normal((batch, heads, seq, d), np.float32))
     scale = 1.0 / math.sqrt(d)
     qf, kf, vf, dof = (bf16_to_f32(x) for x in (q, k, v, do))
-    o, lse = attention.reference(qf, kf, vf, causal, scale)
+    o, lse = attention.reference(qf, kf, vf, causal, scale, window, softcap)
     return {"q": q, "k": k, "v": v, "do": do, "o": f32_to_bf16(o.astype(np.float32)),
-            "lse": lse.astype(np.float32).reshape(-1), "scale": scale,
-            "expected": attention_bwd.reference(qf, kf, vf, dof, causal, scale)}
+            "lse": lse.astype(np.float32).reshape(-1), "scale": scale, "softcap": softcap,
+            "expected": attention_bwd.reference(qf, kf, vf, dof, causal, scale, window,
+                                                softcap)}
+
+
+def scalars(pb: dict) -> dict:
+    """The main kernel's scale_log2 and scale, and with a softcap its cap_scale (the capped
+    scores in units of the cap: P = exp2(tanh(s cap_scale) softcap log2 e - LSE))."""
+    scale, cap = pb["scale"], pb["softcap"]
+    log2e = math.log2(math.e)
+    return {"scale_log2": np.float32(cap * log2e if cap else scale * log2e),
+            "scale": np.float32(scale), **({"cap_scale": np.float32(scale / cap)} if cap else {})}
 
 
 def backward(pb: dict, causal: bool, deterministic: bool = False, seed: int = 0,
-             raw: dict | None = None, stages: tuple[int, int] | None = None
+             raw: dict | None = None, stages: tuple[int, int] | None = None,
+             window: tuple[int, int] | None = None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """dQ, dK, dV (f32) from the three kernels run in the interpreter (`stages`: the main
-    kernel's); `raw` receives the f32 dQ accumulator and the semaphores as the main kernel
-    left them."""
+    kernel's; `window`: the window builds', (left, right) as attention.reference takes it);
+    `raw` receives the f32 dQ accumulator and the semaphores as the main kernel left
+    them."""
     q, k, v, do = pb["q"], pb["k"], pb["v"], pb["do"]
     b, h, s, d = q.shape
     kvh, skv = k.shape[1], k.shape[2]
@@ -52,7 +66,8 @@ def backward(pb: dict, causal: bool, deterministic: bool = False, seed: int = 0,
     dqacc = np.full((b, h, s, d), np.nan, np.float32)  # the preprocess must zero it
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", InterpWarning)
-        run(attention_bwd.make_preprocess(d), -(-b * h * sp // attention_bwd.PRE_THREADS),
+        run(attention_bwd.make_preprocess(d, window=window is not None),
+            -(-b * h * sp // attention_bwd.PRE_THREADS),
             {"o": pb["o"], "dout": do, "lse": pb["lse"], "lse2": lse2, "dps": dps,
              "dqacc": dqacc, "seq": s, "seq_pad": sp, "rows": b * h}, seed=seed)
         if gqa:  # per query head, for the finish kernel to sum
@@ -63,7 +78,11 @@ def backward(pb: dict, causal: bool, deterministic: bool = False, seed: int = 0,
             dv = np.zeros((b, h, skv, d), np.uint16)
         box = {"swizzle": "128B", "dtype": "bf16"}
         sem = np.zeros(b * h * sp // 64, np.uint32)  # a dQ tile's count: zero between launches
-        kern = attention_bwd.make_attention_bwd(d, causal, gqa, deterministic, stages)
+        kern = attention_bwd.make_attention_bwd(d, causal, gqa, deterministic, stages,
+                                                window=window is not None,
+                                                softcap=bool(pb["softcap"]))
+        bounds = {} if window is None else dict(zip(
+            ("window_left", "window_right"), attention.window_bounds(window, skv), strict=True))
         run(kern, attention_bwd.grid(b, h, skv),
             {"q": TensorMapModel(q, box=(1, 1, 64, 64), **box),
              "key": TensorMapModel(k, box=(1, 1, 128, 64), **box),
@@ -73,8 +92,7 @@ def backward(pb: dict, causal: bool, deterministic: bool = False, seed: int = 0,
              "dqacc": TensorMapModel(dqacc, box=(1, 1, 64, 32), swizzle="128B"),
              "sem": sem, "dk": dk, "dv": dv,
              "seq": s, "kv_seq": skv, "seq_pad": sp, "heads": h, "kv_heads": kvh,
-             "scale_log2": np.float32(pb["scale"] * math.log2(math.e)),
-             "scale": np.float32(pb["scale"])}, seed=seed, max_steps=50_000_000)
+             **scalars(pb), **bounds}, seed=seed, max_steps=50_000_000)
         if raw is not None:
             raw.update(dqacc=dqacc.copy(), sem=sem)
         fin = attention_bwd.make_finish()

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")
 def test_schema(ops, torch):
     assert str(torch.ops.ptxdsl.attention.default._schema) == (
         "ptxdsl::attention(Tensor q, Tensor k, Tensor v, bool causal=False, "
-        "float? scale=None, int window_left=-1, int window_right=-1) -> Tensor")
+        "float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.) -> "
+        "Tensor")
 
 
 def test_fake_outputs(ops, torch, fake):

@@ -21,10 +21,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")
 def test_schemas(ops, torch):
     assert str(torch.ops.ptxdsl.attention_lse.default._schema) == (
         "ptxdsl::attention_lse(Tensor q, Tensor k, Tensor v, bool causal=False, "
-        "float? scale=None, int window_left=-1, int window_right=-1) -> (Tensor, Tensor)")
+        "float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.) -> "
+        "(Tensor, Tensor)")
     assert str(torch.ops.ptxdsl.attention_backward.default._schema) == (
         "ptxdsl::attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
-        "Tensor do, bool causal=False, float? scale=None, bool deterministic=False) -> "
+        "Tensor do, bool causal=False, float? scale=None, bool deterministic=False, "
+        "int window_left=-1, int window_right=-1, float softcap=0.) -> "
         "(Tensor, Tensor, Tensor)")
 
 
@@ -49,7 +51,7 @@ def bad_backward_inputs(torch):
         ((q, kv, kv, q, lse, cuda(torch, 2, 4, 64, 256)[..., :128]), ValueError,
          "do must be contiguous"),
         ((q, kv[:, :, :10], kv[:, :, :10], q, lse, q, True), ValueError,
-         "causal, as many keys as queries"),
+         "causal or a window, as many keys as queries"),
         ((q, kv, kv, q, lse, q, False, 0.0), ValueError, "scale must be positive"),
         ((cuda(torch, 64, 1024, 512, 128),) + (cuda(torch, 64, 1024, 512, 128),) * 2
          + (cuda(torch, 64, 1024, 512, 128), cuda(torch, 64, 1024, 512, dtype=torch.float32),

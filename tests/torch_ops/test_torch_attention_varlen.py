@@ -19,8 +19,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")
 def test_schema(ops, torch):
     assert str(torch.ops.ptxdsl.attention_varlen.default._schema) == (
         "ptxdsl::attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
-        "Tensor cu_seqlens_k, int max_seqlen_q=-1, bool causal=False, float? scale=None, "
-        "int window_left=-1, int window_right=-1) -> Tensor")
+        "Tensor cu_seqlens_k, int max_seqlen_q=-1, int max_seqlen_k=-1, bool causal=False, "
+        "float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.) -> "
+        "Tensor")
 
 
 def test_fake_outputs(ops, torch, fake):
@@ -105,7 +106,8 @@ def test_the_launch_arguments_drive_the_kernel(ops, torch, causal, left, right):
     args = {"q": torch.empty(131, 2, 64, dtype=torch.bfloat16),
             "k": torch.empty(191, 1, 64, dtype=torch.bfloat16),
             "cu_seqlens_q": torch.zeros(4, dtype=torch.int32), "max_seqlen_q": 90,
-            "causal": causal, "scale": None, "window_left": left, "window_right": right}
+            "causal": causal, "scale": None, "window_left": left, "window_right": right,
+            "softcap": 0.0}
     window = varlen_window(args)
     c = attention_configs(64)[0]
     kd = attention_kernel(64, False, c["pingpong"], c["hold"], c["nwg"], window is not None,
@@ -201,7 +203,7 @@ def test_varlen_matches_the_math_backend(ops, torch, cuda, gpu_cache, lengths, h
                                          causal, left, right):
     q, k, v, cu_q, cu_k = packed(torch, lengths, h, kvh, d, seed=len(lengths) + d)
     o = torch.ops.ptxdsl.attention_varlen(q, k, v, cu_q, cu_k, max(n for n, _ in lengths),
-                                          causal, window_left=left, window_right=right)
+                                          causal=causal, window_left=left, window_right=right)
     ref = reference(torch, q, k, v, lengths, causal, left, right)
     assert o.dtype == torch.bfloat16 and torch.isfinite(o).all()
     err = (o.float() - ref).abs()

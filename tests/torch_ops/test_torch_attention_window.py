@@ -1,9 +1,8 @@
 """torch.ops.ptxdsl.attention with a sliding window (window_left, window_right, as
 FlashAttention's window_size, -1 unbounded, aligned to the end as the causal mask): which
-window a call means, fake outputs, what autograd runs (torch's SDPA recomputed with the
-window's mask: the backward kernels take no window), a torch.compile trace; on the GPU the
-forward and the gradients against the math backend with an explicit mask on fresh random
-data."""
+window a call means, fake outputs, what autograd runs (the backward kernels' window build), a
+torch.compile trace; on the GPU the forward and the gradients against the math backend with an
+explicit mask on fresh random data."""
 
 import pytest
 from conftest import compile_one_graph
@@ -46,35 +45,28 @@ def test_fake_outputs_with_a_window(ops, torch, fake):
     assert (o.shape, lse.shape, lse.dtype) == ((2, 8, 100, 64), (2, 8, 100), torch.float32)
 
 
-def test_a_windowed_backward_recomputes_with_torch(ops, torch, fake, monkeypatch):
+def test_a_windowed_backward_runs_the_backward_kernels(ops, torch, fake):
     """A windowed call that needs gradients runs attention_lse with its window; its backward
-    node hands the window to torch's SDPA recomputed on the saved inputs (recorded here:
-    this host's autograd engine runs no backward on fake CUDA tensors), not to the backward
-    kernels."""
-    import sys
-
+    node hands the window (and the softcap) to attention_backward, the kernels' op (the node
+    applied directly: this host's autograd engine runs no backward on fake CUDA tensors)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    op = sys.modules["ptxdsl.torch.attention"]  # the package's `attention` is the op
-    names, seen = [], []
+    calls = []
 
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            names.append(str(func))
+            calls.append((str(func), args))
             return func(*args, **(kwargs or {}))
 
-    def recomputed(q, k, v, grad, causal, scale, window=None):
-        seen.append((causal, scale, window))
-        return q.clone(), k.clone(), v.clone()
-
-    monkeypatch.setattr(op, "recomputed", recomputed)
     q = cuda(torch, 1, 4, 200, 64).requires_grad_()
     k, v = (cuda(torch, 1, 2, 260, 64).requires_grad_() for _ in "kv")
     with Mode():
-        o = torch.ops.ptxdsl.attention(q, k, v, True, 0.1, 50, 10)
+        o = torch.ops.ptxdsl.attention(q, k, v, True, 0.1, 50, 10, 30.0)
         grads = o.grad_fn.apply(torch.ones_like(o))
-    assert [n for n in names if n.startswith("ptxdsl")] == ["ptxdsl.attention_lse.default"]
-    assert seen == [(False, 0.1, (50, 0))]  # the window holds causal's right bound 0
+    ours = [(name, args) for name, args in calls if name.startswith("ptxdsl")]
+    assert [name for name, _ in ours] == ["ptxdsl.attention_lse.default",
+                                          "ptxdsl.attention_backward.default"]
+    assert ours[1][1][6:] == (True, 0.1, False, 50, 10, 30.0)
     assert [tuple(g.shape) for g in grads[1:4]] == [(1, 4, 200, 64), (1, 2, 260, 64),
                                                     (1, 2, 260, 64)]
 
@@ -155,8 +147,8 @@ def test_window_matches_the_math_backend(ops, torch, cuda, gpu_cache, b, h, kvh,
 
 @pytest.mark.gpu
 def test_window_gradients_match_the_math_backend(ops, torch, cuda, gpu_cache):
-    """The windowed forward's O, and gradients by the recomputed SDPA, against the math
-    backend in f32."""
+    """The windowed forward's O, and gradients by the backward kernels' window build,
+    against the math backend in f32."""
     q = rand(torch, 2, 8, 600, 128, seed=70).requires_grad_()
     k, v = (rand(torch, 2, 4, 700, 128, seed=70 + i).requires_grad_() for i in (1, 2))
     w = rand(torch, *q.shape, seed=73).float()
