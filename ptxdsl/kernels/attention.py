@@ -121,6 +121,13 @@ def walk_tile(k, t, mblocks) -> tuple[Any, Any]:
     return k.let("mb", k.select(u % 2 == 0, mblocks - 1 - u / 2, u / 2)), bh
 
 
+def causal_stop(k, mb, sq: Lengths, bm: int, causal: int) -> Any:
+    """The stop of the key blocks query block mb reads in a build of one length: causal, up
+    to its last row's diagonal; else all of them."""
+    return k.let("nblocks", k.select(causal != 0, k.min((mb * bm + (bm - 1) + sq.off) / 128 + 1,
+                                                        sq.nkv), sq.nkv))
+
+
 def store_o(k, o, acc, fac, os_, mb, bh, heads, lanes, bm: int, d: int) -> None:
     """A consumer warpgroup's 64 rows of O (acc times the row factors fac) into o through its
     swizzled staging tile os_[wg] and TMA stores of 64 columns each, left in flight."""
@@ -228,8 +235,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
             its last row's diagonal; a window: from its first row's left edge to its last
             row's right edge, at least one)."""
             if plain:
-                return 0, k.let("nblocks", k.select(cz != 0, k.min((mb * bm + (bm - 1) + sq.off)
-                                                                   / 128 + 1, sq.nkv), sq.nkv))
+                return 0, causal_stop(k, mb, sq, bm, cz)
             if win is None:
                 return 0, sq.nkv
             lo = k.let("lo", mb * bm + sq.kv_seq)  # the first row's diagonal key + seq
