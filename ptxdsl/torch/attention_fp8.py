@@ -62,9 +62,9 @@ def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
     scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(d)
     kernel, resident = _loaded(d, bool(args["causal"]), q.device.index)
     grid = min(-(-s // BLOCK) * b * h, resident)
-    box = {"swizzle": f"{d}B"}  # Q's and K's rows: d bytes, one swizzle row
-    qm = TensorMap(q, box=(1, 1, BLOCK, d), **box)
-    km = TensorMap(k, box=(1, 1, BLOCK, d), **box)
+    swizzle = f"{d}B"  # Q's and K's rows: d bytes, one swizzle row
+    qm = TensorMap(q, box=(1, 1, BLOCK, d), swizzle=swizzle)
+    km = TensorMap(k, box=(1, 1, BLOCK, d), swizzle=swizzle)
     vm = TensorMap(transposed(v), box=(1, 1, d, BLOCK), swizzle="128B")
     om = TensorMap(out, box=(1, 1, 64, 64), swizzle="128B")
     log2_scale = scale * math.log2(math.e)
