@@ -48,9 +48,10 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         self.watchdog_ns = watchdog_ms * 1_000_000
         self.sites: list[str] = []
         self.unrolled: list[tuple[str, int]] = []  # unrolled loops' variables, outermost first
-        # 16-bit register arrays read by wgmma as A fragments: each also lives packed, two
-        # elements per .b32 register (`name#b32`), repacked where an element is written, so
-        # the packing happens before wgmma_fence() and ptxas need not fence each wgmma again
+        # register arrays read by wgmma as A fragments: each also lives packed, two 16-bit or
+        # four fp8 elements per .b32 register (`name#b32`), repacked where an element is
+        # written, so the packing happens before wgmma_fence() and ptxas need not fence each
+        # wgmma again
         self.packed = ir.fragment_arrays(kernel.body)
 
     # ------------------------------------------------------------------ names
@@ -58,12 +59,23 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
     def bind(self, name: str, regs: object) -> None:
         self.scopes[-1][name] = regs
 
-    def repack(self, name: str, regs: list[str], i: int) -> None:
-        """Keep the packed twin of an A-fragment array in step with element i."""
-        if name in self.packed:
+    def repack(self, name: str, regs: list[str], i: int, elem: T.Scalar) -> None:
+        """Keep the packed twin of an A-fragment array in step with element i. An fp8
+        element's 16-bit register holds its byte zero-extended: two pairs of them make the
+        bytes (b0, 0, b1, 0) and (b2, 0, b3, 0), which prmt gathers."""
+        if name not in self.packed:
+            return
+        w = self.w
+        if not elem.is_fp8:
             j = i // 2
             pair = f"{{{regs[2 * j]}, {regs[2 * j + 1]}}}"
-            self.w.instr("mov.b32", self.lookup(f"{name}#b32")[j], pair)
+            w.instr("mov.b32", self.lookup(f"{name}#b32")[j], pair)
+            return
+        j = i // 4
+        lo, hi = w.reg(T.b32), w.reg(T.b32)
+        w.instr("mov.b32", lo, f"{{{regs[4 * j]}, {regs[4 * j + 1]}}}")
+        w.instr("mov.b32", hi, f"{{{regs[4 * j + 2]}, {regs[4 * j + 3]}}}")
+        w.instr("prmt.b32", self.lookup(f"{name}#b32")[j], lo, hi, "0x6420")
 
     def lookup(self, name: str):
         for s in reversed(self.scopes):
@@ -152,12 +164,13 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
             self.bind(s.name, regs)
             if isinstance(s.var_type, T.RegArray):
                 if s.name in self.packed:
-                    self.bind(f"{s.name}#b32", [w.reg(T.b32) for _ in range(s.var_type.n // 2)])
+                    n = s.var_type.n * s.var_type.elem.nbytes // 4
+                    self.bind(f"{s.name}#b32", [w.reg(T.b32) for _ in range(n)])
                 if s.value is not None:  # a literal broadcast to every element
                     v = self.ev(s.value)
                     for i, r in enumerate(regs):
                         w.instr(f"mov.{reg_type(s.var_type.elem)}", r, v)
-                        self.repack(s.name, regs, i)
+                        self.repack(s.name, regs, i, s.var_type.elem)
             elif s.value is not None:
                 self.move_into(regs, s.value, s.var_type)
         elif isinstance(s, ir.Assign):
@@ -169,7 +182,7 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
             regs = self.lookup(s.name)
             dst = self.element(regs, s.index, s.loc)
             w.instr(f"mov.{reg_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
-            self.repack(s.name, regs, regs.index(dst))
+            self.repack(s.name, regs, regs.index(dst), t)  # type: ignore[arg-type]
         elif isinstance(s, ir.If):
             p = self.ev_reg(s.cond)
             end = w.label("endif")
