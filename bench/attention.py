@@ -56,7 +56,7 @@ ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x seque
          "against the math backend in f32 first. Best of 3 interleaved rounds of medians of "
          "20 CUDA-event-timed runs. The fp8 rows: `torch.ops.ptxdsl.attention_fp8` on the "
          "same data quantised per tensor to e4m3 (descales on the GPU, P scaled by 2^8 into "
-         "e4m3 through shared memory, V transposed by the op at each call) against ptxdsl's "
+         "e4m3 in registers, V transposed by the op at each call) against ptxdsl's "
          "bf16 op, each op timed whole, the fp8 output checked against the math backend on "
          "the dequantised inputs first.")
 FP8_CASES = "128:8192,128:8192:causal"

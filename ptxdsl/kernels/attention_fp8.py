@@ -2,11 +2,11 @@
 
 O = softmax(Q K^T * scale) V for e4m3 Q (B x H x S x D) and K (B x KVH x S_kv x D), each
 with a per-tensor f32 descale factor (the true values are q_descale * Q and so on, the
-factors read from device memory, as torch passes them), and V given transposed: V^T
-(B x KVH x D x S_kv), since fp8 wgmma takes both operands K-major only and P V reduces over
-the keys. O is bf16 like Q's shape, the f32 log-sum-exp (B x H x S) of the true scores too.
-`make_attention_fp8(d, causal)` builds it for head dim 64 or 128, causal (aligned to the
-end) or not.
+factors read from device memory, as torch passes them), and V given transposed
+(vt_layout: B x KVH x D x keys), since fp8 wgmma takes both operands K-major only and P V
+reduces over the keys. O is bf16 like Q's shape, the f32 log-sum-exp (B x H x S) of the
+true scores too. `make_attention_fp8(d, causal)` builds it for head dim 64 or 128, causal
+(aligned to the end) or not.
 
 The structure is the bf16 kernel's (attention.py, whose softmax, tile walk and O store it
 calls): one producer warp, two consumer warpgroups of 64 query rows, the next block's S
@@ -21,14 +21,16 @@ issued before P V of the current one, the wait for P V held after the softmax. W
   2^8, so O = (P V) / l needs no further factor but v_descale. e4m3 keeps P to 2^-4
   relative; the row max moves at every block (no lazy max: a max held 2^8 behind would
   push P past 448).
-- P goes to V through shared memory: each warpgroup stores its P tile as e4m3 into a
-  swizzled 64 x 128 tile (byte stores, 64 a thread a key block), fences it for the async
-  proxy and syncs the warpgroup, and the P V wgmma reads both operands from shared memory
-  (an fp8 A operand from registers would need a byte permutation of the accumulator's
-  layout across the quad's lanes, which the language does not express yet). The stores'
-  cost beside the tensor cores' is bench/attention.py's fp8 rows' to measure.
-- V^T is read by TMA in 128-key boxes of D rows; the torch op writes it (a transpose of V,
-  which costs one read and write of V, small beside the S_kv^2 work)."""
+- P goes to the P V wgmma from registers, converted to e4m3 in place (frag(p, k) of an
+  e4m3 array, four to a 32-bit register). An fp8 A fragment holds columns 4l .. 4l + 3 (and
+  16 + ...) of quad lane l where the S accumulator holds 2l, 2l + 1, 8 + 2l, 9 + 2l: so the
+  thread's own P values, taken row by row, land in the fragment's k slots in a fixed
+  permutation of the keys within each 16 (slot 4l + 2a + b holds key 8a + 2l + b). No
+  shuffle undoes it: V^T's keys come permuted the same way (VT_AXES), so that P V sums the
+  same products.
+- V^T is read by TMA in 128-key boxes of D rows, its keys padded with zeros to a multiple
+  of 16 and permuted within each 16 (vt_layout); the torch op writes it (one read and write
+  of V, small beside the S_kv^2 work)."""
 
 import math
 from typing import Any, NamedTuple
@@ -55,7 +57,12 @@ from .wgmma import consumer_lanes
 
 OFFSET = 8.0  # P is scaled by 2^OFFSET: its largest value 256, inside e4m3's 448
 NWG = 2  # consumer warpgroups: a tile is 128 query rows
-KEY_PITCH = 16  # V^T's rows are padded to a multiple of 16 keys (TMA's 16-byte pitch)
+KEY_PITCH = 16  # V^T's rows: a multiple of 16 keys (TMA's 16-byte pitch, the key order's)
+# V^T's key order: slot 4l + 2a + b of each 16 holds key 8a + 2l + b (the P fragments' order,
+# see the module's docstring). V (B, KVH, keys, D), its keys padded to a multiple of 16 and
+# seen as (B, KVH, groups, a, l, b, D), goes to these axes, then to (B, KVH, D, keys)
+VT_AXES = (0, 1, 6, 2, 4, 3, 5)
+VT_SPLIT = (2, 4, 2)  # (a, l, b) of a group of 16 keys
 
 
 class Rows(NamedTuple):
@@ -87,7 +94,6 @@ def make_attention_fp8(d: int = 128, causal: bool = False,
         qp = k.pipeline("qp", 1, q=(e4m3, [bm, d], 1024, sw))
         kp = k.pipeline("kp", stages[0], k=(e4m3, [BN, d], 1024, sw))
         vp = k.pipeline("vp", stages[1], v=(e4m3, [d, BN], 1024, 128))
-        ps = k.shared("ps", e4m3, [NWG, 64, BN], align=1024, swizzle=128)
         os_ = k.shared("os", bf16, [NWG, d // 64, 64, 64], align=1024, swizzle=128)
         mblocks = k.let("mblocks", (seq + (bm - 1)) / bm)
         sq = Lengths(seq=seq, kv_seq=kv_seq, nkv=k.let("nkv", (kv_seq + 127) / 128),
@@ -121,7 +127,7 @@ def make_attention_fp8(d: int = 128, causal: bool = False,
                 with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
                     mb, bh = walk_tile(k, t, mblocks)
                     rows = consume(k, mb, causal_stop(k, mb, sq, bm, cz), sq, lanes,
-                                   (qp, kp, vp, ps), (sl2, vd))
+                                   (qp, kp, vp), (sl2, vd))
                     store_o(k, o, rows.acc, rows.fac, os_, mb, bh, heads, lanes, bm, d)
                     with k.for_("i", 0, 2, unroll=True) as i:  # the LSE of the true scores
                         r = rows.r0 + i * 8
@@ -134,10 +140,11 @@ def make_attention_fp8(d: int = 128, causal: bool = False,
     def consume(k, mb, stop, sq, lanes, bufs, scales) -> Rows:
         """A consumer warpgroup's tile: its 64 rows of O over key blocks 0 .. stop."""
         wg, _, row, col = lanes
-        qp, kp, vp, ps = bufs
+        qp, kp, vp = bufs
         sl2, vd = scales
         r0 = k.let("r0", mb * bm + wg * 64 + row)
         s = k.let("s", type=array(f32, 64))
+        p = k.let("p", type=array(e4m3, 64))
         acc = k.let("acc", type=array(f32, d // 2))
         mx = k.let("mx", type=array(f32, 2))
         l = k.let("l", type=array(f32, 2))  # noqa: E741
@@ -151,21 +158,21 @@ def make_attention_fp8(d: int = 128, causal: bool = False,
             k.wgmma_commit()
 
         def pv(accumulate) -> None:
-            """O += P V_j, P from the warpgroup's tile of ps, issued as one group."""
+            """O += P V_j with P from registers, issued as one group."""
             k.wgmma_fence()
             with k.for_("kk", 0, BN // 32, unroll=True) as kk:
-                k.wgmma(acc, ps[wg, 0, kk * 32], vp.v[0, kk * 32], accumulate | (kk > 0))
+                k.wgmma(acc, k.frag(p, kk), vp.v[0, kk * 32], accumulate | (kk > 0))
             k.wgmma_commit()
 
-        def store_p() -> None:
-            """P (f32 in s, the accumulator's layout) as e4m3 into ps[wg], seen by the
-            warpgroup's next wgmma (the rows a warp writes are its own: the P V group that
-            read them last has retired in this thread's wait)."""
-            with k.for_("jj", 0, 16, unroll=True) as jj:
-                with k.for_("x", 0, 4, unroll=True) as x:
-                    ps[wg, row + x / 2 * 8, jj * 8 + col + x % 2] = s[4 * jj + x].to(e4m3)
-            k.fence_proxy_async()
-            k.bar_sync(8 + wg, 128)
+        def to_e4m3() -> None:
+            """P (f32 in s) as e4m3 fragments: element 8h + 4i + c of fragment kk (row half
+            i) is s's element of key block 4kk + 2h + c / 2, row half i, column c % 2."""
+            with k.for_("kk", 0, 4, unroll=True) as kk:
+                with k.for_("h", 0, 2, unroll=True) as h:
+                    with k.for_("i", 0, 2, unroll=True) as i:
+                        with k.for_("c", 0, 4, unroll=True) as c:
+                            p[16 * kk + 8 * h + 4 * i + c] = \
+                                s[16 * kk + 8 * h + 4 * (c / 2) + 2 * i + c % 2].to(e4m3)
 
         k.wait(qp)
         k.wait(kp)
@@ -173,7 +180,7 @@ def make_attention_fp8(d: int = 128, causal: bool = False,
         k.wgmma_wait(0)
         k.release(kp)
         softmax(k, s, mx, l, fac, col, 0, mb, r0, sq, sl2, True)
-        store_p()
+        to_e4m3()
         with k.for_("j", 1, stop) as j:
             k.wait(kp)
             k.wait(vp)
@@ -187,7 +194,7 @@ def make_attention_fp8(d: int = 128, causal: bool = False,
             k.release(vp)
             with k.for_("x", 0, d // 2, unroll=True) as x:
                 acc[x] = acc[x] * fac[x % 4 / 2]
-            store_p()
+            to_e4m3()
         k.wait(vp)
         pv(stop > 1)
         k.wgmma_wait(0)
@@ -213,15 +220,26 @@ attention_fp8 = make_attention_fp8()
 
 
 def key_pitch(kv_seq: int) -> int:
-    """V^T's row length in keys: kv_seq rounded up to KEY_PITCH (TMA's 16-byte pitch)."""
+    """V^T's row length in keys: kv_seq rounded up to KEY_PITCH."""
     return -(-kv_seq // KEY_PITCH) * KEY_PITCH
+
+
+def vt_layout(v: np.ndarray) -> np.ndarray:
+    """V (B, KVH, S_kv, D) as the kernel reads it: V^T (B, KVH, D, key_pitch(S_kv)), the
+    keys padded with zeros and in VT_AXES's order within each 16."""
+    b, kvh, skv, d = v.shape
+    pitch = key_pitch(skv)
+    padded = np.zeros((b, kvh, pitch, d), v.dtype)
+    padded[:, :, :skv] = v
+    return padded.reshape(b, kvh, pitch // KEY_PITCH, *VT_SPLIT, d).transpose(VT_AXES) \
+        .reshape(b, kvh, d, pitch)
 
 
 def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: int = 1,
             seq: int = 200, kv_seq: int | None = None, d: int = 128, causal: bool = False,
             grid: int | None = None) -> dict:
     """Random e4m3 Q, K, V quantised per tensor (amax to 448) from normals of different
-    magnitudes, V handed over as V^T (padded with zero keys to key_pitch); the reference is
+    magnitudes, V handed over as vt_layout makes it; the reference is
     attention in float64 on the dequantised values. The tolerance is P's e4m3 rounding at
     its worst, every P off by 2^-4 of itself the same way: 2^-4 of the attention of |V|
     (an output element's sum of P |V| / l), plus 2^-7 relative for O's bf16 rounding (at
@@ -239,15 +257,13 @@ def example(rng: np.random.Generator, batch: int = 1, heads: int = 2, kv_heads: 
         parts[name] = quantize(x / descale, e4m3)
         parts[name + "_descale"] = np.array([descale], np.float32)
         deq[name] = parts[name].astype(np.float64) * float(descale)
-    vt = np.zeros((batch, kv_heads, d, key_pitch(kv_seq)), np.float32)
-    vt[..., :kv_seq] = parts["v"].astype(np.float32).transpose(0, 1, 3, 2)
     scale = 1.0 / math.sqrt(d)
     ref_o, ref_lse = reference(deq["q"], deq["k"], deq["v"], causal, scale)
     bm = block_rows(NWG)
     qk_box = {"swizzle": f"{d}B"}
     bound, _ = reference(deq["q"], deq["k"], np.abs(deq["v"]), causal, scale)
     return {"grid": grid or min(132, -(-seq // bm) * batch * heads),
-            "inputs": {"q": parts["q"], "kt": parts["k"], "vt": quantize(vt, e4m3),
+            "inputs": {"q": parts["q"], "kt": parts["k"], "vt": vt_layout(parts["v"]),
                        "q_descale": parts["q_descale"], "k_descale": parts["k_descale"],
                        "v_descale": parts["v_descale"], "seq": seq, "kv_seq": kv_seq,
                        "heads": heads, "kv_heads": kv_heads, "batch": batch,

@@ -7,10 +7,12 @@ dividing H; q_descale, k_descale and v_descale one-element f32 tensors (the true
 descale * the fp8 ones; read on the GPU, so a CUDA graph replays with new ones). The output
 is (B, H, S, D) bf16: what SDPA computes on the dequantised tensors, the causal mask aligned
 to the end as the bf16 op's (S_kv >= S). The kernel reads V transposed (fp8 wgmma reads
-both operands K-major, and P V reduces over the keys): each call first writes V^T (B, KVH,
-D, S_kv) into a scratch tensor, one read and one write of V (at S = S_kv = 8192, D = 128, a
-fraction of a percent of the attention's time). Forward only, untuned (one build per head dim
-and mask)."""
+both operands K-major, and P V reduces over the keys), its keys padded to a multiple of 16
+and permuted within each 16 to the order of P's fragments in registers
+(ptxdsl.kernels.attention_fp8.vt_layout): each call first writes that V^T into a scratch
+tensor, one read and one write of V (a small part of the attention's time at long
+sequences: the bench's note gives it). Forward only, untuned (one build per head dim and
+mask)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from functools import cache
 
 import torch
 
-from ..kernels.attention_fp8 import key_pitch
+from ..kernels.attention_fp8 import KEY_PITCH, VT_AXES, VT_SPLIT, key_pitch
 from ..runtime.launch import Kernel
 from ..runtime.occupancy import resident_ctas
 from ..runtime.tensormap import TensorMap
@@ -47,12 +49,17 @@ def output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
 
 
 def transposed(v: torch.Tensor) -> torch.Tensor:
-    """V (B, KVH, S_kv, D) as V^T (B, KVH, D, S_kv), its rows padded to key_pitch keys (TMA's
-    16-byte pitch; the map ends at S_kv, so the padding is never read)."""
+    """V (B, KVH, S_kv, D) as the kernel reads it (vt_layout's torch twin): V^T (B, KVH, D,
+    key_pitch(S_kv)), the keys padded with zeros and permuted within each 16."""
     b, kvh, skv, d = v.shape
-    vt = torch.empty(b, kvh, d, key_pitch(skv), dtype=torch.uint8, device=v.device)
-    vt[..., :skv].copy_(v.view(torch.uint8).transpose(2, 3))
-    return vt.view(v.dtype)[..., :skv]
+    pitch = key_pitch(skv)
+    x = v.view(torch.uint8)  # the bytes: copies of fp8 need no arithmetic
+    if pitch != skv:
+        padded = x.new_zeros(b, kvh, pitch, d)
+        padded[:, :, :skv] = x
+        x = padded
+    return x.reshape(b, kvh, pitch // KEY_PITCH, *VT_SPLIT, d).permute(VT_AXES) \
+        .reshape(b, kvh, d, pitch).view(v.dtype)
 
 
 def _plan(args: Args, out: torch.Tensor, stream: int) -> Run:
