@@ -28,6 +28,11 @@ issued before P V of the current one, the wait for P V held after the softmax. W
   permutation of the keys within each 16 (slot 4l + 2a + b holds key 8a + 2l + b). No
   shuffle undoes it: V^T's keys come permuted the same way (VT_AXES), so that P V sums the
   same products.
+- Each key block's P V starts a fresh accumulator (tmp), added to O's in f32 with the
+  rescale (one fma an element, as the rescale alone took one multiply): the tensor cores'
+  fp8 sums keep about 14 bits (DeepGEMM's measurement, the reason gemm_fp8's block-scaled
+  kernel promotes every K block), and O's sum over S_kv keys would otherwise run inside
+  them. `promote=False` builds the other way, for comparison.
 - V^T is read by TMA in 128-key boxes of D rows, its keys padded with zeros to a multiple
   of 16 and permuted within each 16 (vt_layout); the torch op writes it (one read and write
   of V, small beside the S_kv^2 work)."""
@@ -76,17 +81,21 @@ class Rows(NamedTuple):
     r0: Any
 
 
-def make_attention_fp8(d: int = 128, causal: bool = False,
-                       stages: tuple[int, int] = (2, 2)) -> ptxdsl.KernelDef:
+def make_attention_fp8(d: int = 128, causal: bool = False, stages: tuple[int, int] = (2, 2),
+                       promote: bool = True) -> ptxdsl.KernelDef:
     """The e4m3 forward kernel for head dim `d` (64 or 128), with the causal mask or
-    without; `stages`: of the K and the V^T pipeline."""
+    without; `stages`: of the K and the V^T pipeline. `promote`: each key block's P V goes
+    into a fresh accumulator, added to O's in f32 (as the block-scaled fp8 GEMM promotes
+    every K block), so the tensor cores' fp8 sums, which keep about 14 bits, never run past
+    128 keys; without it O accumulates in the tensor cores over all S_kv keys."""
     if d not in (64, 128):
         raise ValueError(f"make_attention_fp8: head dim is 64 or 128, not {d}")
     bm = block_rows(NWG)
     cz = int(causal)
     sw = d  # the swizzle of Q's and K's tiles: one row of d bytes
     name = f"attention_fp8_d{d}{'_causal' if cz else ''}" + \
-        ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}")
+        ("" if stages == (2, 2) else f"_s{stages[0]}{stages[1]}") + \
+        ("" if promote else "_unpromoted")
     softmax = Softmax(bm=bm, causal=cz, plain=True, lazy=0, offset=OFFSET)
 
     def body(k, q, kt, vt, o, lse, q_descale, k_descale, v_descale, seq, kv_seq, heads,
@@ -145,10 +154,16 @@ def make_attention_fp8(d: int = 128, causal: bool = False,
         r0 = k.let("r0", mb * bm + wg * 64 + row)
         s = k.let("s", type=array(f32, 64))
         p = k.let("p", type=array(e4m3, 64))
-        acc = k.let("acc", type=array(f32, d // 2))
         mx = k.let("mx", type=array(f32, 2))
         l = k.let("l", type=array(f32, 2))  # noqa: E741
-        fac = k.let("fac", type=array(f32, 2))
+        if promote:  # O's accumulator, summed in f32 from each block's tmp
+            acc = k.let("acc", 0.0, array(f32, d // 2))
+            tmp = k.let("tmp", type=array(f32, d // 2))
+            fac = k.let("fac", 1.0, array(f32, 2))
+            prev = k.let("prev", 1.0, array(f32, 2))  # the factor acc still lacks
+        else:
+            acc = tmp = k.let("acc", type=array(f32, d // 2))
+            fac = k.let("fac", type=array(f32, 2))
 
         def qk() -> None:
             """S = Q K_j^T, issued as one group."""
@@ -158,11 +173,18 @@ def make_attention_fp8(d: int = 128, causal: bool = False,
             k.wgmma_commit()
 
         def pv(accumulate) -> None:
-            """O += P V_j with P from registers, issued as one group."""
+            """P V_j with P from registers, issued as one group: into tmp afresh (promoted),
+            or added to acc."""
             k.wgmma_fence()
             with k.for_("kk", 0, BN // 32, unroll=True) as kk:
-                k.wgmma(acc, k.frag(p, kk), vp.v[0, kk * 32], accumulate | (kk > 0))
+                k.wgmma(tmp, k.frag(p, kk), vp.v[0, kk * 32],
+                        (kk > 0) if promote else accumulate | (kk > 0))
             k.wgmma_commit()
+
+        def add(factor) -> None:
+            """Promoted: O's acc, scaled to the basis of the block in tmp, plus tmp."""
+            with k.for_("x", 0, d // 2, unroll=True) as x:
+                acc[x] = k.fma(acc[x], factor[x % 4 / 2], tmp[x])
 
         def to_e4m3() -> None:
             """P (f32 in s) as e4m3 fragments: element 8h + 4i + c of fragment kk (row half
@@ -188,18 +210,26 @@ def make_attention_fp8(d: int = 128, causal: bool = False,
             pv(j > 1)
             k.wgmma_wait(1)
             k.release(kp)
+            if promote:  # acc lacks the factor of the block before tmp's
+                with k.for_("i", 0, 2, unroll=True) as i:
+                    prev[i] = fac[i]
             softmax(k, s, mx, l, fac, k.let("c0", j * BN + col), j, mb, r0, sq, sl2, False)
             k.fence_cta()  # the wait for P V stays after the softmax
             k.wgmma_wait(0)
             k.release(vp)
-            with k.for_("x", 0, d // 2, unroll=True) as x:
-                acc[x] = acc[x] * fac[x % 4 / 2]
+            if promote:
+                add(prev)
+            else:
+                with k.for_("x", 0, d // 2, unroll=True) as x:
+                    acc[x] = acc[x] * fac[x % 4 / 2]
             to_e4m3()
         k.wait(vp)
         pv(stop > 1)
         k.wgmma_wait(0)
         k.release(vp)
         k.release(qp)
+        if promote:
+            add(fac)
         with k.for_("i", 0, 2, unroll=True) as i:
             l[i] = l[i] + k.shfl_xor(l[i], 1)
             l[i] = l[i] + k.shfl_xor(l[i], 2)

@@ -16,8 +16,9 @@ DEEP = bool(os.environ.get("PTXDSL_DEEP"))
 deep = pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 runs it")
 
 
-def run_case(d, seq, kv_seq, causal, heads=1, kv_heads=1, batch=1, grid=2, seed=0):
-    kd = fp8attn.make_attention_fp8(d, causal)
+def run_case(d, seq, kv_seq, causal, heads=1, kv_heads=1, batch=1, grid=2, seed=0,
+             promote=True):
+    kd = fp8attn.make_attention_fp8(d, causal, promote=promote)
     ex = fp8attn.example(np.random.default_rng(seed + seq + kv_seq), batch=batch, heads=heads,
                          kv_heads=kv_heads, seq=seq, kv_seq=kv_seq, d=d, causal=causal,
                          grid=grid)
@@ -47,6 +48,12 @@ def test_fp8_attention_causal_odd_lengths():
 ])
 def test_fp8_attention_shapes(d, seq, kv_seq, causal, heads, kv_heads, batch):
     check(*run_case(d, seq, kv_seq, causal, heads, kv_heads, batch, grid=3))
+
+
+@deep
+def test_fp8_attention_unpromoted():
+    """O accumulated in the tensor cores over every key block (promote=False)."""
+    check(*run_case(128, 131, 300, True, grid=1, promote=False))
 
 
 def test_fp8_attention_refuses_other_head_dims():

@@ -119,7 +119,8 @@ def sdpa(torch, q, k, v, causal, scale=None):
 def check(torch, o, q8, k8, v8, qd, kd, vd, causal, scale=None):
     """O against SDPA of the dequantised tensors: within 2^-4 of the attention of |V| (P's
     e4m3 rounding at its worst) plus 2^-7 relative (O's bf16) and 2^-10 of it for the
-    tensor cores' fp8 sums."""
+    tensor cores' fp8 sums, which run over one key block (the kernel promotes each block's
+    P V into f32)."""
     q, k, v = (x.float() * d for x, d in ((q8, qd), (k8, kd), (v8, vd)))
     ref = sdpa(torch, q, k, v, causal, scale)
     bound = sdpa(torch, q, k, v.abs(), causal, scale)
