@@ -104,12 +104,26 @@ class Softmax:
             l[i] = total if first else k.fma(l[i], fac[i], total)
 
 
-def units(k, ntiles, causal: int) -> tuple[Any, Any]:
-    """(tiles a unit, units) of the persistent walk over `ntiles` tiles: a head's query
-    blocks go in the order last, first, last - 1, second, ... (walk_tile); causal, a CTA
-    takes a long and a short one at a time, so that every CTA's share comes out even."""
+class Walk(NamedTuple):
+    """The persistent walk over the tiles (query block, batch x head): `ntiles` of them,
+    `group` query heads a KV head, `pair` tiles a unit of work, `nunits` units."""
+
+    ntiles: Any
+    group: Any
+    pair: Any
+    nunits: Any
+
+
+def walk(k, mblocks, batch, heads, kv_heads, causal: int) -> Walk:
+    """The walk over `mblocks` query blocks of each batch x head: a head's query blocks go
+    in the order last, first, last - 1, second, ... (walk_tile); causal, a CTA takes a long
+    and a short one at a time, so that every CTA's share comes out even."""
+    nbh = k.let("nbh", batch * heads)
+    ntiles = k.let("ntiles", mblocks * nbh)
+    group = k.let("group", heads / kv_heads)
     pair = k.let("pair", k.select((causal != 0) & (ntiles >= 2 * k.nctaid.x), 2, 1))
-    return pair, k.let("nunits", (ntiles + pair - 1) / pair)
+    return Walk(ntiles=ntiles, group=group, pair=pair,
+                nunits=k.let("nunits", (ntiles + pair - 1) / pair))
 
 
 def walk_tile(k, t, mblocks) -> tuple[Any, Any]:
@@ -254,10 +268,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                 return contextlib.nullcontext()
             return k.for_("live", 0, k.select(mb * bm < sq.seq, 1, 0))
 
-        nbh = k.let("nbh", batch * heads)
-        ntiles = k.let("ntiles", mblocks * nbh)
-        group = k.let("group", heads / kv_heads)
-        pair, nunits = units(k, ntiles, cz)
+        ntiles, group, pair, nunits = walk(k, mblocks, batch, heads, kv_heads, cz)
         with k.role("producer", 0, 4, regs=24):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:

@@ -55,7 +55,7 @@ from .attention import (
     causal_stop,
     reference,
     store_o,
-    units,
+    walk,
     walk_tile,
 )
 from .wgmma import consumer_lanes
@@ -107,9 +107,7 @@ def make_attention_fp8(d: int = 128, causal: bool = False, stages: tuple[int, in
         mblocks = k.let("mblocks", (seq + (bm - 1)) / bm)
         sq = Lengths(seq=seq, kv_seq=kv_seq, nkv=k.let("nkv", (kv_seq + 127) / 128),
                      off=k.let("off", kv_seq - seq))
-        ntiles = k.let("ntiles", mblocks * k.let("nbh", batch * heads))
-        group = k.let("group", heads / kv_heads)
-        pair, nunits = units(k, ntiles, cz)
+        ntiles, group, pair, nunits = walk(k, mblocks, batch, heads, kv_heads, cz)
         with k.role("producer", 0, 4, regs=24):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
