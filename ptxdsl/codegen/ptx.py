@@ -22,6 +22,7 @@ from .addressing import Addressing, tile_aligns, tmap_swizzles
 from .arith import Arithmetic
 from .asyncops import AsyncOps
 from .features import ptx_version, require_features
+from .fragments import Fragments
 from .layout import Layout, layout_kernel
 from .writer import (
     SMEM_SYMBOL,
@@ -35,7 +36,7 @@ from .writer import (
 )
 
 
-class KernelEmitter(AsyncOps, Addressing, Arithmetic):
+class KernelEmitter(AsyncOps, Addressing, Arithmetic, Fragments):
     """Emits one ir.Kernel as a PTX `.entry`."""
 
     def __init__(self, kernel: ir.Kernel, layout: Layout, target: Target, watchdog_ms: int = 0):
@@ -48,34 +49,13 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         self.watchdog_ns = watchdog_ms * 1_000_000
         self.sites: list[str] = []
         self.unrolled: list[tuple[str, int]] = []  # unrolled loops' variables, outermost first
-        # register arrays read by wgmma as A fragments: each also lives packed, two 16-bit or
-        # four fp8 elements per .b32 register (`name#b32`), repacked where an element is
-        # written, so the packing happens before wgmma_fence() and ptxas need not fence each
-        # wgmma again
         self.packed = ir.fragment_arrays(kernel.body)
+        self.f32_of: dict[str, str] = {}
 
     # ------------------------------------------------------------------ names
 
     def bind(self, name: str, regs: object) -> None:
         self.scopes[-1][name] = regs
-
-    def repack(self, name: str, regs: list[str], i: int, elem: T.Scalar) -> None:
-        """Keep the packed twin of an A-fragment array in step with element i. An fp8
-        element's 16-bit register holds its byte zero-extended: two pairs of them make the
-        bytes (b0, 0, b1, 0) and (b2, 0, b3, 0), which prmt gathers."""
-        if name not in self.packed:
-            return
-        w = self.w
-        if not elem.is_fp8:
-            j = i // 2
-            pair = f"{{{regs[2 * j]}, {regs[2 * j + 1]}}}"
-            w.instr("mov.b32", self.lookup(f"{name}#b32")[j], pair)
-            return
-        j = i // 4
-        lo, hi = w.reg(T.b32), w.reg(T.b32)
-        w.instr("mov.b32", lo, f"{{{regs[4 * j]}, {regs[4 * j + 1]}}}")
-        w.instr("mov.b32", hi, f"{{{regs[4 * j + 2]}, {regs[4 * j + 3]}}}")
-        w.instr("prmt.b32", self.lookup(f"{name}#b32")[j], lo, hi, "0x6420")
 
     def lookup(self, name: str):
         for s in reversed(self.scopes):
@@ -179,10 +159,14 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
             self.store(s)
         elif isinstance(s, ir.SetElem):
             t = s.value.type
+            assert isinstance(t, T.Scalar)  # an element of a register array
             regs = self.lookup(s.name)
             dst = self.element(regs, s.index, s.loc)
-            w.instr(f"mov.{reg_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
-            self.repack(s.name, regs, regs.index(dst), t)  # type: ignore[arg-type]
+            if s.name in self.packed and t.is_fp8:
+                self.set_fp8(s.value, dst, t)
+            else:
+                w.instr(f"mov.{reg_type(t)}", dst, self.ev(s.value))
+            self.repack(s.name, regs, regs.index(dst), t)
         elif isinstance(s, ir.If):
             p = self.ev_reg(s.cond)
             end = w.label("endif")

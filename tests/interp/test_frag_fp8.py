@@ -22,6 +22,14 @@ kernel k() threads(128) {{
 """
 
 
+def test_fp8_frag_of_elements_not_converted_from_f32_gathers_bytes():
+    """An element copied from another e4m3 value (no f32 behind it) packs with prmt."""
+    text = FRAG.format(ty="e4m3[32]", b="e4m3", cols=128,
+                       use="p[kk] = p[kk + 4]; wgmma_fence(); wgmma(acc, frag(p, kk), vt[0, 0]); "
+                       "wgmma_commit(); wgmma_wait(0)")
+    assert "prmt.b32" in ptxdsl.compile_module(ptxdsl.parse(text, "k.ptxdsl")).ptx
+
+
 @pytest.mark.parametrize("ty, b, use, message", [
     ("e4m3[24]", "e4m3", "let x = frag(p, 0)", "or of e4m3 or e5m2 a multiple of 16"),
     ("e4m3[32]", "e4m3", "wgmma_fence(); wgmma(acc, frag(p, kk + 1), vt[0, 0])",
@@ -77,8 +85,15 @@ def pv_kernel():
 
 
 def test_fp8_frag_lowers_to_packed_registers():
+    """Each packed register of P (8 of them) is made last by two conversions of f32 pairs
+    (the elements' own f32 kept: the first operand is the higher byte) and one mov."""
+    import re
+
     ptx = pv_kernel().ptx("sm_90a")
-    assert "prmt.b32" in ptx
+    zeros = set(re.findall(r"mov\.f32 (%f\d+), 0f00000000;", ptx))
+    pairs = [m for m in re.findall(r"cvt\.rn\.satfinite\.e4m3x2\.f32 %rs\d+, (%f\d+), "
+                                   r"(%f\d+);", ptx) if not zeros & set(m)]
+    assert len(pairs) == 16, pairs
     assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%f" in ptx
     # the register operand of P V: four .b32 registers, not a descriptor
     regs = [x.split("}, {")[1].split("}")[0] for x in ptx.splitlines()
