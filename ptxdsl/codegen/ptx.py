@@ -22,6 +22,7 @@ from .addressing import Addressing, tile_aligns, tmap_swizzles
 from .arith import Arithmetic
 from .asyncops import AsyncOps
 from .features import ptx_version, require_features
+from .fragments import Fragments
 from .layout import Layout, layout_kernel
 from .writer import (
     SMEM_SYMBOL,
@@ -35,7 +36,7 @@ from .writer import (
 )
 
 
-class KernelEmitter(AsyncOps, Addressing, Arithmetic):
+class KernelEmitter(AsyncOps, Addressing, Arithmetic, Fragments):
     """Emits one ir.Kernel as a PTX `.entry`."""
 
     def __init__(self, kernel: ir.Kernel, layout: Layout, target: Target, watchdog_ms: int = 0):
@@ -48,22 +49,13 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
         self.watchdog_ns = watchdog_ms * 1_000_000
         self.sites: list[str] = []
         self.unrolled: list[tuple[str, int]] = []  # unrolled loops' variables, outermost first
-        # 16-bit register arrays read by wgmma as A fragments: each also lives packed, two
-        # elements per .b32 register (`name#b32`), repacked where an element is written, so
-        # the packing happens before wgmma_fence() and ptxas need not fence each wgmma again
         self.packed = ir.fragment_arrays(kernel.body)
+        self.f32_of: dict[str, str] = {}
 
     # ------------------------------------------------------------------ names
 
     def bind(self, name: str, regs: object) -> None:
         self.scopes[-1][name] = regs
-
-    def repack(self, name: str, regs: list[str], i: int) -> None:
-        """Keep the packed twin of an A-fragment array in step with element i."""
-        if name in self.packed:
-            j = i // 2
-            pair = f"{{{regs[2 * j]}, {regs[2 * j + 1]}}}"
-            self.w.instr("mov.b32", self.lookup(f"{name}#b32")[j], pair)
 
     def lookup(self, name: str):
         for s in reversed(self.scopes):
@@ -152,12 +144,13 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
             self.bind(s.name, regs)
             if isinstance(s.var_type, T.RegArray):
                 if s.name in self.packed:
-                    self.bind(f"{s.name}#b32", [w.reg(T.b32) for _ in range(s.var_type.n // 2)])
+                    n = s.var_type.n * s.var_type.elem.nbytes // 4
+                    self.bind(f"{s.name}#b32", [w.reg(T.b32) for _ in range(n)])
                 if s.value is not None:  # a literal broadcast to every element
                     v = self.ev(s.value)
                     for i, r in enumerate(regs):
                         w.instr(f"mov.{reg_type(s.var_type.elem)}", r, v)
-                        self.repack(s.name, regs, i)
+                        self.repack(s.name, regs, i, s.var_type.elem)
             elif s.value is not None:
                 self.move_into(regs, s.value, s.var_type)
         elif isinstance(s, ir.Assign):
@@ -166,10 +159,14 @@ class KernelEmitter(AsyncOps, Addressing, Arithmetic):
             self.store(s)
         elif isinstance(s, ir.SetElem):
             t = s.value.type
+            assert isinstance(t, T.Scalar)  # an element of a register array
             regs = self.lookup(s.name)
             dst = self.element(regs, s.index, s.loc)
-            w.instr(f"mov.{reg_type(t)}", dst, self.ev(s.value))  # type: ignore[arg-type]
-            self.repack(s.name, regs, regs.index(dst))
+            if s.name in self.packed and t.is_fp8:
+                self.set_fp8(s.value, dst, t)
+            else:
+                w.instr(f"mov.{reg_type(t)}", dst, self.ev(s.value))
+            self.repack(s.name, regs, regs.index(dst), t)
         elif isinstance(s, ir.If):
             p = self.ev_reg(s.cond)
             end = w.label("endif")

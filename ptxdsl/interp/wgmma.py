@@ -207,14 +207,19 @@ def _fragment(quad_lane: int, n: int) -> np.ndarray:
 
 
 def a_from_regs(th: Thread, quad: dict[int, list], kind: str) -> np.ndarray:
-    """The (2, 16) rows of A that a thread's rows hold, from the 8-register fragments of the
-    four lanes of its quad (`quad`: lane -> fragment, gathered across the warp)."""
+    """The (2, K) rows of A that a thread's rows hold (K = 16, or 32 of fp8), from the
+    fragments of the four lanes of its quad (`quad`: lane -> fragment, gathered across the
+    warp)."""
     first = th.tid % 32 // 4 * 4
-    values = [quad[first + lane][reg] for lane, reg in _A_ORDER]
-    return np.array(values, np.float32).reshape(2, 16)
+    order = _A_ORDER_FP8 if len(quad[first]) == 16 else _A_ORDER
+    values = [quad[first + lane][reg] for lane, reg in order]
+    return np.array(values, np.float32).reshape(2, -1)
 
 
-# (quad lane, register) of each element of a thread's (2, 16) rows of A, row-major:
+# (quad lane, element) of each element of a thread's (2, 16) rows of A, row-major:
 # a[4h + 2i + c] of lane l is A[i, 8h + 2l + c]
 _A_ORDER = [(lane, 4 * h + 2 * i + c) for i in range(2) for h in range(2) for lane in range(4)
             for c in range(2)]
+# the same of fp8's (2, 32) rows: a[8h + 4i + c] of lane l is A[i, 16h + 4l + c]
+_A_ORDER_FP8 = [(lane, 8 * h + 4 * i + c) for i in range(2) for h in range(2)
+                for lane in range(4) for c in range(4)]

@@ -54,20 +54,31 @@ class WgmmaWait(Op):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fragment(Expr):
-    """`frag(p, k)`: the A fragment of the k-th k-step held in register array `p` (8 of its
-    elements from 8k). A thread's m64nN accumulator and a row of m64 A fragments share one
-    layout: accumulator elements 8k .. 8k + 7 are exactly the A fragment of columns 16k ..
-    16k + 15, so an accumulator converted element by element (P = softmax(S) as bf16) feeds
-    the next wgmma from registers through `frag(p, k)` with no shuffle."""
+    """`frag(p, k)`: the A fragment of the k-th k-step held in register array `p` (its
+    fragment_elems elements from there: 8 of 16-bit, 16 of fp8). A thread's m64nN
+    accumulator and a row of m64 16-bit A fragments share one layout: accumulator elements
+    8k .. 8k + 7 are exactly the A fragment of columns 16k .. 16k + 15, so an accumulator
+    converted element by element (P = softmax(S) as bf16) feeds the next wgmma from registers
+    through `frag(p, k)` with no shuffle. An fp8 fragment (k32) holds columns 4l .. 4l + 3
+    and 16 + 4l .. 16 + 4l + 3 of lane l of a quad where the accumulator holds 2l, 2l + 1,
+    8 + 2l, ...: its columns are a fixed permutation of the accumulator's within each 16,
+    which the other operand's K order can absorb (attention_fp8 permutes V's keys)."""
 
     syntax: ClassVar[str] = "frag"
     vec: Expr
     k: Expr
 
 
+def fragment_elems(elem: T.Scalar) -> int:
+    """Elements of one A fragment in registers (four 32-bit registers): 8 of a 16-bit type,
+    16 of fp8."""
+    return 16 // elem.nbytes
+
+
 def fragment_arrays(body: tuple[Stmt, ...]) -> set[str]:
     """The register arrays that wgmmas in `body` read as A operands (directly or through
-    `frag(p, k)`): codegen keeps each packed, two 16-bit elements to a 32-bit register."""
+    `frag(p, k)`): codegen keeps each packed, two 16-bit or four fp8 elements to a 32-bit
+    register."""
     out = set()
     for n in walk(body):
         if isinstance(n, Wgmma) and isinstance(n.a.type, T.RegArray):

@@ -11,6 +11,7 @@ held after the softmax with fence_cta(), the warpgroups optionally taking turns 
 
 import contextlib
 import math
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,6 +39,132 @@ class Lengths(NamedTuple):
     off: Any = None
     q0: Any = None
     k0: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Softmax:
+    """A build's online softmax of one key block (its scores S in a consumer's registers,
+    the accumulator layout of m64n128): the mask, the rows' maxima and sums, S turned into
+    P in f32."""
+
+    bm: int  # query rows of a tile
+    causal: int  # 1: the causal mask (aligned to the end)
+    plain: bool  # one length, no window: the pinned builds' masks
+    lazy: int  # 1: a row's max moves only when it grows by more than 2^8
+    offset: float = 0.0  # P is scaled by 2^offset (fp8: e4m3's normal range holds P)
+
+    def __call__(self, k, s, mx, l, fac, c0, j, mb, r0, sq, scale_log2,  # noqa: E741
+                 first: bool, win=None, cap=None) -> None:
+        """Mask block j's scores, update the row maxima and sums, and turn S into P (f32).
+        `sq`: the tile's Lengths; `win`: the window build's (left, right) bounds; `cap`: the
+        softcap build's cap_scale."""
+        bm, cz, plain = self.bm, self.causal, self.plain
+        if cap is not None:  # capped before the mask: a masked score stays NEG
+            with k.for_("x", 0, 64, unroll=True) as x:
+                s[x] = k.tanh(s[x] * cap)
+        if plain:
+            edge = (c0 + 128 > sq.kv_seq) | (cz != 0) & (mb * bm + sq.off < j * 128 + 127)
+        else:
+            edge = c0 + 128 > sq.kv_seq
+        if win is not None:  # some row's window ends before the block's end, or starts
+            # after its start (row r's diagonal key, r + kv_seq - seq, kept off u32's wrap)
+            edge = edge | (mb * bm + sq.kv_seq + win[1] < j * 128 + 127 + sq.seq) | \
+                (j * 128 + win[0] + sq.seq < mb * bm + (bm - 1) + sq.kv_seq)
+        with k.if_(edge):
+            with k.for_("jj", 0, 16, unroll=True) as jj:
+                with k.for_("e", 0, 4, unroll=True) as e:
+                    cc = k.let("cc", c0 + jj * 8 + e % 2)
+                    if plain:
+                        masked = k.let("masked", (cc >= sq.kv_seq) |
+                                       (cz != 0) & (cc > r0 + e / 2 * 8 + sq.off))
+                    elif win is None:
+                        masked = k.let("masked", cc >= sq.kv_seq)
+                    else:  # the row's diagonal key: rr + kv_seq - seq
+                        rr = r0 + e / 2 * 8 + sq.kv_seq
+                        masked = k.let("masked", (cc >= sq.kv_seq) |
+                                       (cc + sq.seq > rr + win[1]) | (cc + sq.seq + win[0] < rr))
+                    s[4 * jj + e] = k.select(masked, NEG, s[4 * jj + e])
+        with k.for_("i", 0, 2, unroll=True) as i:
+            m = k.let("m", NEG if first else mx[i])
+            with k.for_("jj", 0, 16, unroll=True) as jj:
+                k.assign(m, k.max(m, k.max(s[4 * jj + 2 * i], s[4 * jj + 2 * i + 1])))
+            k.assign(m, k.max(m, k.shfl_xor(m, 1)))
+            k.assign(m, k.max(m, k.shfl_xor(m, 2)))
+            if not first:
+                with k.if_(self.lazy != 0):  # the max moves only by more than 2^8
+                    k.assign(m, k.select((m - mx[i]) * scale_log2 > 8.0, m, mx[i]))
+                fac[i] = k.ex2((mx[i] - m) * scale_log2)
+            mx[i] = m
+            top = m if first else mx[i]
+            if not plain:  # a row whose keys so far are all masked: P = 0, not 2^(NEG - NEG)
+                top = k.max(top, EMPTY)
+            ms = k.let("ms", top * scale_log2 - self.offset if self.offset else top * scale_log2)
+            total = k.let("sum", 0.0)
+            with k.for_("jj", 0, 16, unroll=True) as jj:
+                with k.for_("e", 0, 2, unroll=True) as e:
+                    x = 4 * jj + 2 * i + e
+                    s[x] = k.ex2(k.fma(s[x], scale_log2, -ms))
+                    k.assign(total, total + s[x])
+            l[i] = total if first else k.fma(l[i], fac[i], total)
+
+
+class Walk(NamedTuple):
+    """The persistent walk over the tiles (query block, batch x head): `ntiles` of them,
+    `group` query heads a KV head, `pair` tiles a unit of work, `nunits` units."""
+
+    ntiles: Any
+    group: Any
+    pair: Any
+    nunits: Any
+
+
+def walk(k, mblocks, batch, heads, kv_heads, causal: int) -> Walk:
+    """The walk over `mblocks` query blocks of each batch x head: a head's query blocks go
+    in the order last, first, last - 1, second, ... (walk_tile); causal, a CTA takes a long
+    and a short one at a time, so that every CTA's share comes out even."""
+    nbh = k.let("nbh", batch * heads)
+    ntiles = k.let("ntiles", mblocks * nbh)
+    group = k.let("group", heads / kv_heads)
+    pair = k.let("pair", k.select((causal != 0) & (ntiles >= 2 * k.nctaid.x), 2, 1))
+    return Walk(ntiles=ntiles, group=group, pair=pair,
+                nunits=k.let("nunits", (ntiles + pair - 1) / pair))
+
+
+def walk_tile(k, t, mblocks) -> tuple[Any, Any]:
+    """(query block, batch x head) of the walk's t-th tile (odd heads of an odd count of
+    query blocks start with the middle one)."""
+    bh = k.let("bh", t / mblocks)
+    odd = (mblocks % 2 == 1) & (bh % 2 == 1)
+    u = k.let("u", (t % mblocks + k.select(odd, mblocks - 1, 0)) % mblocks)
+    return k.let("mb", k.select(u % 2 == 0, mblocks - 1 - u / 2, u / 2)), bh
+
+
+def causal_stop(k, mb, sq: Lengths, bm: int, causal: int) -> Any:
+    """The stop of the key blocks query block mb reads in a build of one length: causal, up
+    to its last row's diagonal; else all of them."""
+    return k.let("nblocks", k.select(causal != 0, k.min((mb * bm + (bm - 1) + sq.off) / 128 + 1,
+                                                        sq.nkv), sq.nkv))
+
+
+def store_o(k, o, acc, fac, os_, mb, bh, heads, lanes, bm: int, d: int) -> None:
+    """A consumer warpgroup's 64 rows of O (acc times the row factors fac) into o through its
+    swizzled staging tile os_[wg] and TMA stores of 64 columns each, left in flight."""
+    wg, leader, row, col = lanes
+    with k.if_(leader):
+        k.bulk_wait_read(0)
+    k.bar_sync(8 + wg, 128)
+    with k.for_("jj", 0, d // 8, unroll=True) as jj:
+        with k.for_("i", 0, 2, unroll=True) as i:
+            os_[wg, jj / 8, row + i * 8, jj % 8 * 8 + col] = k.bf16x2(
+                (acc[4 * jj + 2 * i] * fac[i]).to(bf16),
+                (acc[4 * jj + 2 * i + 1] * fac[i]).to(bf16))
+    k.fence_proxy_async()
+    k.bar_sync(8 + wg, 128)
+    with k.if_(leader):
+        with k.for_("h", 0, d // 64, unroll=True) as h:
+            k.tma_store(o, [(h * 64).to(s32), (mb * bm + wg * 64).to(s32),
+                            (bh % heads).to(s32), (bh / heads).to(s32)], os_[wg, h])
+        k.bulk_commit()
 
 
 def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
@@ -88,6 +215,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
     cz = int(causal)
     lz = int(d == 128 if lazy is None else lazy)
     plain = not (window or varlen)  # the pinned builds: the causal mask or none, one length
+    softmax = Softmax(bm=bm, causal=cz, plain=plain, lazy=lz)
     name = "attention" if (d, cz, pp, stages, hd, lz, plain) == \
         (128, 0, False, (2, 2), True, 1, True) else \
         f"attention_d{d}{'_causal' if cz else ''}{'_pp' if pp else ''}" + \
@@ -95,59 +223,6 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
         ("" if nwg == 2 else f"_w{nwg}") + ("" if lz == (d == 128) else f"_lazy{lz}") + \
         ("_window" if window else "") + ("_varlen" if varlen else "") + \
         ("_softcap" if softcap else "")
-
-    def softmax(k, s, mx, l, fac, c0, j, mb, r0, sq, scale_log2,  # noqa: E741
-                first: bool, win=None, cap=None) -> None:
-        """Mask block j's scores, update the row maxima and sums, and turn S into P (f32).
-        `sq`: the tile's Lengths; `win`: the window build's (left, right) bounds; `cap`: the
-        softcap build's cap_scale."""
-        if cap is not None:  # capped before the mask: a masked score stays NEG
-            with k.for_("x", 0, 64, unroll=True) as x:
-                s[x] = k.tanh(s[x] * cap)
-        if plain:
-            edge = (c0 + 128 > sq.kv_seq) | (cz != 0) & (mb * bm + sq.off < j * 128 + 127)
-        else:
-            edge = c0 + 128 > sq.kv_seq
-        if win is not None:  # some row's window ends before the block's end, or starts
-            # after its start (row r's diagonal key, r + kv_seq - seq, kept off u32's wrap)
-            edge = edge | (mb * bm + sq.kv_seq + win[1] < j * 128 + 127 + sq.seq) | \
-                (j * 128 + win[0] + sq.seq < mb * bm + (bm - 1) + sq.kv_seq)
-        with k.if_(edge):
-            with k.for_("jj", 0, 16, unroll=True) as jj:
-                with k.for_("e", 0, 4, unroll=True) as e:
-                    cc = k.let("cc", c0 + jj * 8 + e % 2)
-                    if plain:
-                        masked = k.let("masked", (cc >= sq.kv_seq) |
-                                       (cz != 0) & (cc > r0 + e / 2 * 8 + sq.off))
-                    elif win is None:
-                        masked = k.let("masked", cc >= sq.kv_seq)
-                    else:  # the row's diagonal key: rr + kv_seq - seq
-                        rr = r0 + e / 2 * 8 + sq.kv_seq
-                        masked = k.let("masked", (cc >= sq.kv_seq) |
-                                       (cc + sq.seq > rr + win[1]) | (cc + sq.seq + win[0] < rr))
-                    s[4 * jj + e] = k.select(masked, NEG, s[4 * jj + e])
-        with k.for_("i", 0, 2, unroll=True) as i:
-            m = k.let("m", NEG if first else mx[i])
-            with k.for_("jj", 0, 16, unroll=True) as jj:
-                k.assign(m, k.max(m, k.max(s[4 * jj + 2 * i], s[4 * jj + 2 * i + 1])))
-            k.assign(m, k.max(m, k.shfl_xor(m, 1)))
-            k.assign(m, k.max(m, k.shfl_xor(m, 2)))
-            if not first:
-                with k.if_(lz != 0):  # the max moves only by more than 2^8
-                    k.assign(m, k.select((m - mx[i]) * scale_log2 > 8.0, m, mx[i]))
-                fac[i] = k.ex2((mx[i] - m) * scale_log2)
-            mx[i] = m
-            top = m if first else mx[i]
-            if not plain:  # a row whose keys so far are all masked: P = 0, not 2^(NEG - NEG)
-                top = k.max(top, EMPTY)
-            ms = k.let("ms", top * scale_log2)
-            total = k.let("sum", 0.0)
-            with k.for_("jj", 0, 16, unroll=True) as jj:
-                with k.for_("e", 0, 2, unroll=True) as e:
-                    x = 4 * jj + 2 * i + e
-                    s[x] = k.ex2(k.fma(s[x], scale_log2, -ms))
-                    k.assign(total, total + s[x])
-            l[i] = total if first else k.fma(l[i], fac[i], total)
 
     def to_bf16(k, s, p) -> None:
         with k.for_("x", 0, 64, unroll=True) as x:
@@ -185,8 +260,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
             its last row's diagonal; a window: from its first row's left edge to its last
             row's right edge, at least one)."""
             if plain:
-                return 0, k.let("nblocks", k.select(cz != 0, k.min((mb * bm + (bm - 1) + sq.off)
-                                                                   / 128 + 1, sq.nkv), sq.nkv))
+                return 0, causal_stop(k, mb, sq, bm, cz)
             if win is None:
                 return 0, sq.nkv
             lo = k.let("lo", mb * bm + sq.kv_seq)  # the first row's diagonal key + seq
@@ -205,26 +279,12 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                 return contextlib.nullcontext()
             return k.for_("live", 0, k.select(mb * bm < sq.seq, 1, 0))
 
-        nbh = k.let("nbh", batch * heads)
-        ntiles = k.let("ntiles", mblocks * nbh)
-        group = k.let("group", heads / kv_heads)
-        # a head's query blocks in the order last, first, last - 1, second, ... (odd heads of
-        # an odd count start with the middle one); causal, a CTA takes a long and a short one
-        # at a time, so that every CTA's share of the work comes out even
-        pair = k.let("pair", k.select((cz != 0) & (ntiles >= 2 * k.nctaid.x), 2, 1))
-        nunits = k.let("nunits", (ntiles + pair - 1) / pair)
-
-        def tile(t):
-            """(query block, batch x head) of the walk's t-th tile."""
-            bh = k.let("bh", t / mblocks)
-            odd = (mblocks % 2 == 1) & (bh % 2 == 1)
-            u = k.let("u", (t % mblocks + k.select(odd, mblocks - 1, 0)) % mblocks)
-            return k.let("mb", k.select(u % 2 == 0, mblocks - 1 - u / 2, u / 2)), bh
+        ntiles, group, pair, nunits = walk(k, mblocks, batch, heads, kv_heads, cz)
         with k.role("producer", 0, 4, regs=24):
             with k.if_((k.warp == 0) & k.elect()):
                 with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
                     with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
-                        mb, bh = tile(t)
+                        mb, bh = walk_tile(k, t, mblocks)
                         qh = k.let("qh", (bh % heads).to(s32))  # coordinates (.., head, batch)
                         if varlen:  # coordinates (.., head, row)
                             sq = sequence(bh)
@@ -252,7 +312,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
             wg, leader, row, col = consumer_lanes(k)
             with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
                 with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
-                    mb, bh = tile(t)
+                    mb, bh = walk_tile(k, t, mblocks)
                     sq = sequence(bh) if varlen else lengths
                     with within(mb, sq):
                         consume(k, a, mb, bh, sq, kv_blocks(mb, sq), (wg, leader, row, col),
@@ -264,7 +324,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
     def consume(k, a, mb, bh, sq, blocks, lanes, pipes, os_, win) -> None:
         """A consumer warpgroup's tile: its 64 rows of O over key blocks `blocks` (first,
         stop), stored through os_ by TMA, or (varlen: os_ None) row by row from registers."""
-        (first, stop), (wg, leader, row, col), (qp, kp, vp) = blocks, lanes, pipes
+        (first, stop), (wg, _, row, col), (qp, kp, vp) = blocks, lanes, pipes
         scale_log2, heads = a["scale_log2"], a["heads"]
         r0 = k.let("r0", mb * bm + wg * 64 + row)
         s = k.let("s", type=array(f32, 64))
@@ -340,21 +400,7 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                             (acc[4 * jj + 2 * i] * fac[i]).to(bf16),
                             (acc[4 * jj + 2 * i + 1] * fac[i]).to(bf16))
             return
-        with k.if_(leader):
-            k.bulk_wait_read(0)
-        k.bar_sync(8 + wg, 128)
-        with k.for_("jj", 0, d // 8, unroll=True) as jj:
-            with k.for_("i", 0, 2, unroll=True) as i:
-                os_[wg, jj / 8, row + i * 8, jj % 8 * 8 + col] = k.bf16x2(
-                    (acc[4 * jj + 2 * i] * fac[i]).to(bf16),
-                    (acc[4 * jj + 2 * i + 1] * fac[i]).to(bf16))
-        k.fence_proxy_async()
-        k.bar_sync(8 + wg, 128)
-        with k.if_(leader):
-            with k.for_("h", 0, hb, unroll=True) as h:
-                k.tma_store(a["o"], [(h * 64).to(s32), (mb * bm + wg * 64).to(s32),
-                                     (bh % heads).to(s32), (bh / heads).to(s32)], os_[wg, h])
-            k.bulk_commit()
+        store_o(k, a["o"], acc, fac, os_, mb, bh, heads, lanes, bm, d)
 
     params = [(x, tmap(bf16, 3 if varlen else 4)) for x in "qkv"] + \
         [("o", ptr(bf16) if varlen else tmap(bf16, 4)), ("lse", ptr(f32))] + \

@@ -68,9 +68,11 @@ class Wgmma(OpDef):
                 err(f"wgmma A and B must have one input type (or two fp8 types), got {at.elem} "
                     f"and {bt.elem}", n.a.loc)
         elif isinstance(at, T.RegArray):
-            if at.elem != bt.elem or at.elem.nbytes != 2 or at.n != 8:
-                err(f"an A fragment in registers is 8 elements of B's type (bf16 or f16), "
-                    f"got {at} with B of {bt.elem}", n.a.loc)
+            wide = at.elem == bt.elem and at.elem.nbytes == 2 and at.n == 8
+            fp8 = at.elem.is_fp8 and bt.elem.is_fp8 and at.n == 16
+            if not (wide or fp8):
+                err(f"an A fragment in registers is 8 elements of B's type (bf16 or f16), or "
+                    f"16 of fp8 with B fp8, got {at} with B of {bt.elem}", n.a.loc)
         for flag in (n.neg_a, n.neg_b):
             if flag is not None and const_int(flag) not in (0, 1):
                 err("neg_a / neg_b are 0 or 1", flag.loc or n.loc)
@@ -113,6 +115,7 @@ class Wgmma(OpDef):
             whole = n.a.vec if isinstance(n.a, ir.Fragment) else n.a
             a_slot = c.slots[whole.name]  # type: ignore[attr-defined]
             a_k = c.expr(n.a.k) if isinstance(n.a, ir.Fragment) else (lambda th: 0)
+            per = ir.fragment_elems(n.a.type.elem)  # type: ignore[attr-defined]
         else:
             a_off, a_layout = operand_place(c, n.a, "A")
         acc = c.expr(n.accumulate) if n.accumulate is not None else (lambda th: True)
@@ -168,11 +171,11 @@ class Wgmma(OpDef):
             frag = th.regs[a_slot]
             if not isinstance(frag, list):
                 frag.touched(th, n)
-            k0 = 8 * int(a_k(th))
-            if not 0 <= k0 <= len(frag) - 8:
-                fail("bounds", f"{th.name}: frag(p, k): k is {k0 // 8}, out of range "
-                     f"[0, {len(frag) // 8}) of '{whole.name}'", n.a)  # type: ignore[attr-defined]
-            quad = yield from collective(th, site, "gather", (list(frag)[k0:k0 + 8],), n)
+            k0 = per * int(a_k(th))
+            if not 0 <= k0 <= len(frag) - per:
+                fail("bounds", f"{th.name}: frag(p, k): k is {k0 // per}, out of range "
+                     f"[0, {len(frag) // per}) of '{whole.name}'", n.a)  # type: ignore[attr-defined]
+            quad = yield from collective(th, site, "gather", (list(frag)[k0:k0 + per],), n)
             issue(th, quad)
 
         return GEN, True, issue_with_fragments

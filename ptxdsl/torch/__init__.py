@@ -11,6 +11,7 @@
     p = torch.ops.ptxdsl.softmax(x)           # over the last dimension
     o = torch.ops.ptxdsl.attention(q, k, v, causal=True)  # bf16 (B, H, S, D), GQA, KV cache
     o.backward(do)                            # ptxdsl's backward kernels (attention_backward)
+    o = torch.ops.ptxdsl.attention_fp8(q8, k8, v8, qd, kd, vd, causal=True)  # e4m3, descales
     o = torch.ops.ptxdsl.decode_attention(q, k_cache, v_cache, lens, block_table)  # split-KV
     torch.ops.ptxdsl.kv_append(k_new, v_new, k_cache, v_cache, lens, block_table)  # in place
     c = torch.ops.ptxdsl.grouped_mm(a, b, offs)  # experts: a (T x K), b (E x N x K), int32 ends
@@ -22,6 +23,7 @@ autotuned per shape on first use and cached on disk (see ptxdsl.tools.autotune f
 """
 
 from .attention import attention
+from .attention_fp8 import attention_fp8
 from .decode import decode_attention
 from .fp8 import scaled_mm_fp8, scaled_mm_fp8_block
 from .gemm import gemm
@@ -31,6 +33,7 @@ from .grouped_fp8 import grouped_mm_fp8, grouped_mm_fp8_masked
 from .kv_append import kv_append
 from .norms import layer_norm, rms_norm, softmax
 
-__all__ = ["attention", "decode_attention", "gemm", "gemm_silu_mul", "grouped_mm",
-           "grouped_mm_fp8", "grouped_mm_fp8_masked", "interleave_gate_up", "kv_append",
-           "layer_norm", "rms_norm", "scaled_mm_fp8", "scaled_mm_fp8_block", "softmax"]
+__all__ = ["attention", "attention_fp8", "decode_attention", "gemm", "gemm_silu_mul",
+           "grouped_mm", "grouped_mm_fp8", "grouped_mm_fp8_masked", "interleave_gate_up",
+           "kv_append", "layer_norm", "rms_norm", "scaled_mm_fp8", "scaled_mm_fp8_block",
+           "softmax"]

@@ -2,8 +2,9 @@
 
 The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.gemm_smallm
 `make_smallm`, bf16 and e4m3, ptxdsl.kernels.gemm_fp8 `make_gemm_fp8`, ptxdsl.kernels.attention
-`make_attention`, ptxdsl.kernels.attention_bwd `make_attention_bwd`, `make_preprocess` and
-`make_finish`, ptxdsl.kernels.decode_attention `make_decode_attention`,
+`make_attention`, ptxdsl.kernels.attention_fp8 `make_attention_fp8`,
+ptxdsl.kernels.attention_bwd `make_attention_bwd`, `make_preprocess` and `make_finish`,
+ptxdsl.kernels.decode_attention `make_decode_attention`,
 ptxdsl.kernels.kv_append `make_kv_append`,
 ptxdsl.kernels.grouped_gemm `make_grouped`, ptxdsl.kernels.grouped_fp8 `make_grouped_fp8`,
 ptxdsl.kernels.norms `make_norm_row`, `make_norm_masked` and `make_norm_loop`), built as
@@ -178,6 +179,13 @@ def _flags(**flags: bool) -> dict[str, bool]:
     """The build flags that are on (a recipe names only those: the plain builds' recipes
     stay as they were)."""
     return {name: True for name, on in flags.items() if on}
+
+
+@cache
+def attention_fp8_kernel(d: int, causal: bool) -> KernelDef:
+    """The e4m3 forward attention of head dim d (ptxdsl.kernels.attention_fp8), untuned."""
+    return Recipe.of("ptxdsl.kernels.attention_fp8", "make_attention_fp8", d=d,
+                     causal=bool(causal)).build()
 
 
 # attention backward (ptxdsl.kernels.attention_bwd): per head dim and causal or not, the main

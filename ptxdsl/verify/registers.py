@@ -39,8 +39,9 @@ def _budget(stmts: tuple[ir.Stmt, ...], budget: int, out: Report, packed: set[st
         if isinstance(s, ir.SetMaxNReg):
             budget = s.regs
         elif isinstance(s, ir.Let) and isinstance(s.var_type, T.RegArray):
-            # 32-bit registers: 64-bit elements take two; the 16-bit elements of an array read
-            # as wgmma A fragments are kept packed two to one (codegen), others take one each
+            # 32-bit registers: 64-bit elements take two; the 16-bit (fp8) elements of an array
+            # read as wgmma A fragments are kept packed two (four) to one (codegen), others
+            # take one each
             n, size = s.var_type.n, s.var_type.elem.nbytes
             used += n * 2 if size == 8 else -(-n * size // 4) if s.name in packed else n
             if used + _RESERVED_REGS > budget:
@@ -74,8 +75,9 @@ def check_register_indices(facts: Facts, out: Report) -> None:
             value, at = bad
             where = f" in the unrolled iteration {at}" if at else ""
             if what.startswith("frag"):
+                per = ir.fragment_elems(node.vec.type.elem)  # type: ignore[attr-defined]
                 out.error(f"{what}: k is {value}{where}, out of range [0, {size}) (the array "
-                          f"holds {size} fragments of 8 elements)", node.loc or s.loc)
+                          f"holds {size} fragments of {per} elements)", node.loc or s.loc)
             else:
                 out.error(f"element index {text(index)} of {what} is {value}{where}, out of "
                           f"range [0, {size})", node.loc or s.loc)
@@ -111,7 +113,8 @@ def _indices(s: ir.Stmt, types: dict[str, T.Type]
         if not isinstance(x, ir.Expr):
             continue
         if isinstance(x, ir.Fragment) and isinstance(x.vec.type, T.RegArray):
-            yield x.k, x.vec.type.n // 8, f"frag({text(x.vec)}, k)", x
+            yield (x.k, x.vec.type.n // ir.fragment_elems(x.vec.type.elem),
+                   f"frag({text(x.vec)}, k)", x)
         elif isinstance(x, ir.Extract) and isinstance(x.vec.type, (T.RegArray, T.Vector)):
             yield x.index, x.vec.type.n, f"'{text(x.vec)}' ({x.vec.type})", x
         stack.extend(getattr(x, name) for name in ir.node_fields(x))
