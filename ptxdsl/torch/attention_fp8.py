@@ -41,7 +41,7 @@ def _loaded(d: int, causal: bool, device: int) -> tuple[Kernel, int]:
 
 def check(args: Args) -> str | None:
     """The bf16 op's checks (shapes, head dim, heads, keys, causal lengths, scale)."""
-    return check_attention({**args, "window_left": -1, "window_right": -1})
+    return check_attention({**args, "window_left": -1, "window_right": -1, "softcap": 0.0})
 
 
 def output(args: Args) -> tuple[tuple[int, ...], torch.dtype]:
