@@ -42,7 +42,6 @@ FP8_MAX = 448.0
 # fits the 227 KiB of shared memory (stages x (bm + bn) x 128 bytes + the bf16 staging tile)
 SWEEP = [(128, 256, 3, 1), (128, 256, 3, 2), (128, 192, 4, 1), (128, 128, 6, 1),
          (128, 128, 6, 2), (256, 128, 3, 1)]
-# make_gemm_fp8 options of the block-scaled kernels (bn 128, 5 stages unless given)
 # make_gemm_fp8 options of the block-scaled kernels (128 x 128 tiles, 5 stages, warpgroups
 # taking turns unless given)
 SWEEP_BLOCK = [{}, {"cluster": (2, 1, 1)}, {"stages": 4}, {"pingpong": False},

@@ -206,6 +206,18 @@ def use_device(device: Any) -> Iterator[Context]:
             make_current(_ctx)
 
 
+@contextlib.contextmanager
+def keeping_current() -> Iterator[None]:
+    """Whatever context is current when the block starts (torch's, say) is current again
+    when it ends: for host-side queries that must run in a given device's context."""
+    err, before = driver().cuCtxGetCurrent()
+    try:
+        yield
+    finally:
+        if err == 0 and int(before):
+            check(driver().cuCtxSetCurrent(before), "cuCtxSetCurrent")
+
+
 def current_device() -> int:
     """The ordinal of this thread's device (see `context`)."""
     return context().ordinal

@@ -125,8 +125,10 @@ class LoadedFunction:
         drv = driver()
         return getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
 
-    def prepare(self, plan: LaunchPlan, name: str) -> None:
-        """Raise the dynamic-smem limit and allow big clusters where the plan needs it."""
+    def prepare(self, plan: LaunchPlan, name: str, device: int | None = None) -> None:
+        """Raise the dynamic-smem limit and allow big clusters where the plan needs it
+        (`device`: the function's GPU, whose opt-in limit applies; asking for this thread's
+        device instead would make its context current in the middle of a launch)."""
         drv = driver()
         with self._lock:
             if self._dyn_limit is None:
@@ -145,7 +147,7 @@ class LoadedFunction:
                     )
                 )
             if plan.smem > self._dyn_limit:
-                optin = device_info().max_smem_optin
+                optin = device_info(device).max_smem_optin
                 if plan.smem + self._static_smem > optin:
                     raise LaunchError(
                         f"kernel '{name}' has {self._static_smem} bytes of static shared memory; "
@@ -336,7 +338,7 @@ class Kernel:
                 f"kernel '{self.name}' is not loaded; get launchable kernels from "
                 "ptxdsl.runtime.load(ptx_module)"
             )
-        self.function.prepare(plan, self.name)
+        self.function.prepare(plan, self.name, self.device)
         cfg = _launch_config(plan, stream or 0)
         self._launch_ex = driver().cuLaunchKernelEx
         self._handle = self.function.handle

@@ -28,7 +28,7 @@ def max_active_clusters(kernel: Kernel, cluster: Any = None) -> int:
         ensure_current()
     else:  # the function's attributes are set in its own context
         make_current(kernel.context)
-    kernel.function.prepare(plan, info.name)
+    kernel.function.prepare(plan, info.name, kernel.device)
     cfg = _launch_config(plan, 0)
     return int(check(driver().cuOccupancyMaxActiveClusters(kernel.function.handle, cfg),
                      f"cuOccupancyMaxActiveClusters({info.name})"))

@@ -18,7 +18,14 @@ import threading
 from typing import Any
 
 from ..errors import LaunchError
-from .driver import check, device_context, device_ordinal, driver, make_current
+from .driver import (
+    check,
+    device_context,
+    device_ordinal,
+    driver,
+    keeping_current,
+    make_current,
+)
 
 _lock = threading.Lock()
 _enabled: set[tuple[int, int]] = set()  # (accessor, owner) pairs with peer access on
@@ -79,7 +86,7 @@ def enable_peer_access(device: Any, peer: Any) -> None:
     if problem is not None:
         raise PeerAccessError(problem)
     drv = driver()
-    with _lock:
+    with _lock, keeping_current():
         make_current(device_context(d))
         err = drv.cuCtxEnablePeerAccess(device_context(p).handle, 0)[0]
         if err not in (0, drv.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
@@ -91,7 +98,7 @@ def disable_peer_access(device: Any, peer: Any) -> None:
     """Undo `enable_peer_access(device, peer)` (a no-op when it is not enabled)."""
     d, p = device_ordinal(device), device_ordinal(peer, "peer")
     drv = driver()
-    with _lock:
+    with _lock, keeping_current():
         make_current(device_context(d))
         err = drv.cuCtxDisablePeerAccess(device_context(p).handle)[0]
         if err not in (0, drv.CUresult.CUDA_ERROR_PEER_ACCESS_NOT_ENABLED):
@@ -207,13 +214,10 @@ def check_reachable(obj: Any, device: Any, what: str = "the memory") -> None:
 
     d = device_ordinal(device)
     address = as_device_pointer(obj).address
-    ctx = device_context(d)
-    make_current(ctx)
-    vmm = vmm_access(address, d)
-    if vmm is None:
-        owner, mapped = owner_of(address), None
-    else:
-        owner, mapped = vmm
+    with keeping_current():
+        make_current(device_context(d))
+        vmm = vmm_access(address, d)
+        owner, mapped = (owner_of(address), None) if vmm is None else vmm
     problem = reach_problem(address, d, owner, mapped, peer_enabled(d, owner), what)
     if problem is not None:
         raise PeerAccessError(problem)

@@ -18,8 +18,10 @@
     c = torch.ops.ptxdsl.grouped_mm_fp8(a8, b8, sa, sb, offs)  # e4m3, DeepGEMM's block scales
     c = torch.ops.ptxdsl.grouped_mm_fp8_masked(a8, b8, sa, sb, counts)  # a8 (E x C x K)
 
-All work under torch.compile(fullgraph=True) and CUDA graph capture. Each launch config is
-autotuned per shape on first use and cached on disk (see ptxdsl.tools.autotune for the switches).
+All work under torch.compile(fullgraph=True) and CUDA graph capture; call an op once eagerly
+with a signature before capturing it (the first call loads its kernels and tunes them, which a
+capture cannot). Each launch config is autotuned per shape on first use and cached on disk (see
+ptxdsl.tools.autotune for the switches).
 """
 
 from .attention import attention

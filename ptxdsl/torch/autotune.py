@@ -45,10 +45,25 @@ def graph_timer(fn: Callable[[], Any], calls: int = 10) -> float:
     launch cost, which would otherwise swamp the differences between candidates. `fn`
     launches on torch's current stream and has run once outside capture."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=capture_stream(torch.cuda.current_device())):
         for _ in range(calls):
             fn()
     return event_timer(graph.replay) / calls
+
+
+_CAPTURE: dict[int, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: int) -> torch.cuda.Stream:
+    """A side stream of `device` to capture tuning trials on. torch.cuda.graph's default is
+    one stream for the process, made on whichever device was current at the first capture:
+    entering it would move torch's current device there, and a trial launched for tensors
+    of another device would not be captured at all ("Capture must end on the same stream
+    it began on")."""
+    stream = _CAPTURE.get(device)
+    if stream is None:
+        stream = _CAPTURE[device] = torch.cuda.Stream(device)
+    return stream
 
 
 def close(rtol: float) -> Callable[[torch.Tensor, torch.Tensor], bool]:

@@ -330,7 +330,8 @@ SPEC = OpSpec(
     params=(
         TensorParam(name="a", dtypes=(torch.bfloat16,), rank=2, layout="tma"),
         TensorParam(name="b", dtypes=(torch.bfloat16,), rank=2, layout="tma"),
-        TensorParam(name="residual", dtypes=(torch.bfloat16,), rank=2, optional=True),
+        TensorParam(name="residual", dtypes=(torch.bfloat16,), rank=2, optional=True,
+                    aligned=False),  # read an element at a time
     ),
     check=check_operands,
     output=output_c,

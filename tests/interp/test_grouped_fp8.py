@@ -4,11 +4,10 @@ by up to 2^16 (a scale applied to another block, row or expert fails), ragged M,
 experts with no rows, and in the masked layout counts over the capacity and rows past a
 count left untouched, bit for bit; and ptxas on its builds (no spills)."""
 
-import os
-
 import numpy as np
 import pytest
 from conftest import assemble, assert_no_spills
+from fuzzing import DEEP
 
 from ptxdsl import bf16
 from ptxdsl.interp import run_sample
@@ -16,7 +15,6 @@ from ptxdsl.kernels import grouped_fp8 as fam
 from ptxdsl.runtime.dtypes import f32_to_bf16
 from ptxdsl.tools.runner import compare
 
-DEEP = bool(os.environ.get("PTXDSL_DEEP"))
 deep = pytest.mark.skipif(not DEEP, reason="seconds in the interpreter: PTXDSL_DEEP=1 (CI)")
 
 

@@ -100,11 +100,17 @@ def test_a_plan_is_per_device(ops, torch, gpu_cache):
         c1 = torch.ops.ptxdsl.gemm(a1, b1)
         torch.cuda.synchronize()
     assert c1.device.index == 1
-    with torch.cuda.device(0):  # tensors of another device: the op guards the device as ATen
+    # tensors of another device: the op guards the device as ATen does; a new shape there is
+    # tuned (its trials captured in a CUDA graph on a stream of device 1) under device 0
+    a2, b2 = rand(torch, 40, 64, seed=42), rand(torch, 192, 64, seed=43)
+    a21, b21 = a2.to("cuda:1"), b2.to("cuda:1")
+    with torch.cuda.device(0):
         for _ in range(2):  # the new plan, then the known one
-            again = torch.ops.ptxdsl.gemm(a1, b1)
-            assert torch.cuda.current_device() == 0
-            torch.testing.assert_close(again, c1, rtol=0, atol=0)
+            c21 = torch.ops.ptxdsl.gemm(a21, b21)
+            assert torch.cuda.current_device() == 0 and c21.device.index == 1
+            check_gemm(torch, c21.to("cuda:0"), a2, b2)
+        check_gemm(torch, torch.ops.ptxdsl.gemm(a1, b1).to("cuda:0"), a, b)  # device 1's plan
+        assert torch.cuda.current_device() == 0
         check_gemm(torch, torch.ops.ptxdsl.gemm(a, b), a, b)  # device 0's plan still runs
     check_gemm(torch, c1.to("cuda:0"), a, b)
     with pytest.raises(ValueError, match="^gemm: b must be on a's device"):

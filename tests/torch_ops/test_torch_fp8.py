@@ -194,10 +194,11 @@ def block_operands(torch, m, n, k, seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k", [(256, 296, 512), (1000, 1528, 1024), (4, 4096, 4096)])
-def test_block_op_matches_the_dequantised_product(ops, torch, gpu_cache, m, n, k):
+def test_block_op_matches_the_dequantised_product(ops, torch, gpu_cache, monkeypatch, m, n,
+                                                  k):
     """Each element within bf16 rounding plus fp8 sums' rounding scaled by its row and
     column norms (bench/fp8.py's tolerance), a second call (the plan) bit-identical."""
-    torch.backends.cuda.matmul.allow_tf32 = False
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     a8, b8, sa, sb, deq_a, deq_b = block_operands(torch, m, n, k, seed=m + n)
     c = torch.ops.ptxdsl.scaled_mm_fp8_block(a8, b8, sa, sb)
     torch.cuda.synchronize()

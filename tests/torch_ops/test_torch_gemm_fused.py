@@ -125,7 +125,9 @@ def test_gemm_with_residual_matches_torch(ops, torch, cuda, gpu_cache, m, n, k):
     got = torch.ops.ptxdsl.gemm(a, w, r)
     want = a.float() @ w.float().T + r.float()
     assert ref_error(got, want, k) <= 1.0
-    if m <= 256:  # the decode kernel's slot sum is in slot order: the same bits every call
+    # the decode kernel's slot sum is in slot order: the same bits every call (from 128 rows
+    # the dense kernels are candidates too, and a stream-K walk's fix-up is not ordered)
+    if m < 128:
         assert torch.ops.ptxdsl.gemm(a, w, r).view(torch.int16).equal(got.view(torch.int16))
 
 
