@@ -102,7 +102,7 @@ def test_a_plan_is_per_device(ops, torch, gpu_cache):
     assert c1.device.index == 1
     # tensors of another device: the op guards the device as ATen does; a new shape there is
     # tuned (its trials captured in a CUDA graph on a stream of device 1) under device 0
-    a2, b2 = rand(torch, 40, 64, seed=42), rand(torch, 192, 64, seed=43)
+    a2, b2 = (rand(torch, r, 64, seed=seed).to("cuda:0") for r, seed in ((40, 42), (192, 43)))
     a21, b21 = a2.to("cuda:1"), b2.to("cuda:1")
     with torch.cuda.device(0):
         for _ in range(2):  # the new plan, then the known one
