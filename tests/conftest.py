@@ -67,6 +67,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+IN_CHILD = "PTXDSL_ISOLATED_CHILD"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """An `isolated` test runs in a pytest process of its own, so that a kernel's fault
+    (sticky: it ends the process's CUDA context) fails that test alone, not every test after
+    it in the run. Its kernel has not passed on a GPU yet (PTXDSL_UNVERIFIED lets the ops
+    launch it there)."""
+    if pyfuncitem.get_closest_marker("isolated") is None or os.environ.get(IN_CHILD):
+        return None
+    import subprocess
+
+    env = {**os.environ, IN_CHILD: "1", "PTXDSL_UNVERIFIED": "1"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-n", "0", pyfuncitem.nodeid],
+                       cwd=pyfuncitem.config.rootpath, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, f"in its own process: {(r.stdout + r.stderr)[-3000:]}"
+    return True
+
+
 def sample_names() -> list[str]:
     """Every kernel source: the samples' and the kernel library's (names are unique across
     both)."""
