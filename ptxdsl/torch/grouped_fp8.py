@@ -22,7 +22,6 @@ synchronisation), so both ops run inside CUDA graphs. Forward only."""
 
 from __future__ import annotations
 
-import os
 from functools import cache
 
 import torch
@@ -33,13 +32,9 @@ from ..runtime.tensormap import TensorMap
 from .dispatch import register
 from .grouped import check_layout
 from .kernels import bounds_kernel, grouped_fp8_kernel
-from .opspec import Args, OpSpec, Run, TensorParam
+from .opspec import Args, OpSpec, Run, TensorParam, refuse_unverified
 
 BLOCK = 128  # rows, columns and K of a scale block
-# The kernel stopped with CUDA_ERROR_ILLEGAL_INSTRUCTION in its first GPU run (4 x H200,
-# 2026-11-28, GPU_RUNS.md), which leaves the process's CUDA context unusable: the ops refuse
-# to launch it unless this variable is set (as its GPU tests set it), until it is mended
-UNVERIFIED = "PTXDSL_UNVERIFIED"
 
 
 def _blocks(x: int) -> int:
@@ -93,11 +88,8 @@ def _loaded(device: int, masked: bool) -> tuple[Kernel, Kernel | None, int]:
 
 def _plan_of(masked: bool):
     def plan(args: Args, out: torch.Tensor, stream: int) -> Run:
-        if not os.environ.get(UNVERIFIED):
-            raise RuntimeError(
-                f"grouped_mm_fp8{'_masked' * masked}: its kernel faulted on the H200 "
-                f"(CUDA_ERROR_ILLEGAL_INSTRUCTION, 2026-11-28) and is off until mended; set "
-                f"{UNVERIFIED}=1 to run it anyway (a fault ends the process's CUDA context)")
+        refuse_unverified(f"grouped_mm_fp8{'_masked' * masked}", "its kernel faulted on the "
+                          "H200 (CUDA_ERROR_ILLEGAL_INSTRUCTION, 2026-11-28, GPU_RUNS.md)")
         a, b = args["a"], args["b"]
         e, n, k = b.shape
         rows = a.numel() // k  # T, or E x C
