@@ -148,9 +148,10 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
     if cols > 1 and dtype != bf16 and bw != 64:
         raise ValueError(f"make_smallm: e4m3 with cols 2 takes bw 64 (four warpgroups have no "
                          f"registers for its temporaries), got bw {bw}")
-    if cluster not in (1, 2) or cluster * 8 > mp:
-        raise ValueError(f"make_smallm: cluster is 1, or 2 with mp at least 16; got cluster "
-                         f"{cluster} with mp {mp}")
+    if cluster not in (1, 2) or mp % (8 * cluster):
+        raise ValueError(f"make_smallm: cluster is 1, or 2 with mp a multiple of 16 (each "
+                         f"CTA's half whole 8-row swizzle atoms); got cluster {cluster} with "
+                         f"mp {mp}")
     if mp > max_mp(bw, dtype, cols, cluster):
         raise ValueError(f"make_smallm: a {dtype} kernel with bw {bw}, cols {cols} and "
                          f"cluster {cluster} holds its accumulators in registers for mp up to "
@@ -162,8 +163,9 @@ def make_smallm(mp: int = 64, bw: int = 128, stages: int | None = None,
     mw = wm // 64  # a warpgroup's m64 accumulators
     mc = mp // cols  # its activation rows: its wgmmas' N
     nacc = mc // 2  # f32 per thread of an m64 x mc C^T accumulator
-    # slots summed at a time: their loads take registers
-    unroll = max(1, min(4, 128 // (mw * nacc)))
+    # slots summed at a time: their loads take registers (four warpgroups have 104 a thread:
+    # one slot at a time, or the pairs' builds spill)
+    unroll = 1 if consumers > 2 else max(1, min(4, 128 // (mw * nacc)))
     bk, kw = (BK, 16) if dtype == bf16 else (BK_FP8, 32)  # K per stage, per wgmma
     name = (f"gemm_smallm_{epilogue}_m{mp}_w{bw}_s{stages}" if epilogue else
             f"gemm_smallm_m{mp}_w{bw}_s{stages}" if dtype == bf16 else

@@ -126,6 +126,8 @@ def test_split_sum_is_the_same_whichever_range_is_last(seeds, cols, cluster):
                                         ({"cols": 2, "bw": 256, "mp": 256},
                                          "cols 2 .* up to 128, got mp 256"),
                                         ({"cluster": 2, "mp": 8}, "cluster 2 with mp 8"),
+                                        ({"cluster": 2, "mp": 24, "bw": 64},
+                                         "cluster 2 with mp 24"),
                                         ({"cluster": 4}, "cluster is 1, or 2"),
                                         ({"cluster": 2, "mp": 256},
                                          "cluster 2 .* up to 128, got mp 256")])
@@ -213,20 +215,34 @@ def test_every_activation_tile_builds_and_fits():
                     assert kd.program().kernels[0].smem_bytes <= 232448
 
 
+def wide_builds() -> list[tuple]:
+    """Every wide build the decode tuner can pick (ptxdsl.torch.kernels: from 64 rows on, the
+    tile of a bucket its registers hold, mp or half of it), bf16 with each fused epilogue and
+    e4m3 in both scale modes: a shorter tile is no safer (its slot sum unrolls further)."""
+    out = set()
+    for bucket in (64, 128, 256):
+        for bw in (64, 128, 256):
+            for cols, cluster in ((2, 1), (1, 2), (2, 2)):
+                for dtype, scales, epilogues in ((bf16, None, (None, "residual", "silu_mul")),
+                                                 (e4m3, "tensor", (None,)),
+                                                 (e4m3, "row", (None,))):
+                    mp = min(bucket, gemm_smallm.max_mp(bw, dtype, cols, cluster))
+                    if 2 * mp >= bucket and mp >= 8 * cluster:
+                        out |= {(mp, bw, dtype, scales, cols, cluster, e) for e in epilogues}
+    return sorted(out, key=str)
+
+
 @pytest.mark.skipif(not DEEP, reason="seconds of ptxas: PTXDSL_DEEP=1 (CI) runs it")
-@pytest.mark.parametrize("mp, bw, dtype, scales, cols, cluster", [
-    (mp, bw, dtype, s, cols, cluster) for mp in (256, 128, 64) for bw in (64, 128, 256)
-    for dtype, s in ((bf16, None), (e4m3, "tensor"), (e4m3, "row"))
-    for cols, cluster in ((2, 1), (1, 2), (2, 2))
-    if gemm_smallm.max_mp(bw, dtype, cols, cluster) // 2 < mp <= gemm_smallm.max_mp(
-        bw, dtype, cols, cluster)])
-def test_wide_builds_assemble_without_spills(mp, bw, dtype, scales, cols, cluster, tmp_path):
-    """Side by side and in pairs, the tallest activation tile each holds fits the registers:
-    ptxas spills nothing (e4m3's accumulators, temporaries and row scales at 232; the
-    four-warpgroup bf16 builds at 104; a pair's bf16 at 64 f32 of accumulators) and keeps
-    the wgmmas pipelined."""
+@pytest.mark.parametrize("mp, bw, dtype, scales, cols, cluster, epilogue",
+                         wide_builds() if DEEP else [])
+def test_wide_builds_assemble_without_spills(mp, bw, dtype, scales, cols, cluster, epilogue,
+                                             tmp_path):
+    """Side by side and in pairs, every tile the tuner offers fits the registers: ptxas spills
+    nothing (e4m3's accumulators, temporaries and row scales at 232; the four-warpgroup bf16
+    builds at 104, their slot sums one slot at a time; a pair's bf16 at 64 f32 of
+    accumulators) and keeps the wgmmas pipelined."""
     kd = gemm_smallm.make_smallm(mp=mp, bw=bw, dtype=dtype, scales=scales, cols=cols,
-                                 cluster=cluster)
+                                 cluster=cluster, epilogue=epilogue)
     assert kd.program().kernels[0].smem_bytes <= 232448
     log = assemble(kd.ptx("sm_90a"), tmp_path)
     assert_no_spills(log)
