@@ -204,7 +204,7 @@ def blockwise_reference(p: Problem) -> tuple[Any, str]:
     sfa = p.sfa.t().contiguous().t()  # (M, K / 128), column-major
 
     def call() -> Any:
-        return F.scaled_mm(p.a8b, p.b8b.t(), sfa, kind.BlockWise1x128, p.sfb[:, :].t(),
+        return F.scaled_mm(p.a8b, p.b8b.t(), sfa, kind.BlockWise1x128, p.sfb.t(),
                            kind.BlockWise128x128, output_dtype=torch.bfloat16)
     try:
         call()
