@@ -18,16 +18,18 @@ ABOUT = ("Sum of a bf16 vector over the GPUs of one host, every rank getting the
          "ranks together). ptxdsl: one kernel a call, which copies the input into symmetric "
          "memory itself (one-shot below 1 MB or at two GPUs, two-shot above: an untuned "
          "threshold); NCCL's all_reduce with a copy (it works in place); torch's "
-         "symmetric-memory ops with the copy into their buffer. Target 1.2x NCCL to 1 MB, "
-         "1.0x above. NVLink multicast off everywhere; bus bandwidth as nccl-tests counts it.")
+         "symmetric-memory ops with the copy into their buffer; each row's reference is the "
+         "fastest of them. Target 1.2x to 1 MB, 1.0x above. NVLink multicast off everywhere; "
+         "bus bandwidth as nccl-tests counts it.")
 
-LIMITS = ("not profiled yet (2026-11-28). Above 4 MB on four GPUs the two-shot kernel moves "
-          "about 205 GB/s of bus bandwidth where NCCL reaches 240-308 (and torch's "
-          "symmetric-memory two-shot, in the notes, is faster too): each thread keeps one "
-          "16-byte load a peer in flight and the grid is one CTA an SM, so the peers' reads "
-          "are latency-bound; more loads in flight a thread is the next thing to try. On two "
-          "GPUs (one-shot at every size) the same kernel is 1.10-1.71x NCCL up to 64 MB and "
-          "0.98x at 256 MB (2026-11-28).")
+LIMITS = ("not profiled yet (2026-11-28). From 1 MB on four GPUs the two-shot kernel trails "
+          "torch's symmetric-memory two-shot (0.96x at 1 MB, 0.98x at 4 MB, 0.78x at 16 MB) "
+          "and above 16 MB NCCL: it moves about 205 GB/s of bus bandwidth where NCCL reaches "
+          "240-308. Each thread keeps one 16-byte load a peer in flight and the grid is one CTA "
+          "an SM, so the peers' reads are likely latency-bound; more loads in flight a thread "
+          "is the next thing to try. Against NCCL alone (the notes) it is 1.21-1.92x to 1 MB. "
+          "On two GPUs (one-shot at every size) the same kernel is 1.10-1.71x NCCL up to 64 MB "
+          "and 0.98x at 256 MB (2026-11-28).")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -48,6 +50,10 @@ def bus_gbs(nbytes: int, us: float, world: int) -> float:
     return nbytes / (us * 1e3) * 2 * (world - 1) / world
 
 
+REFS = {"nccl": "NCCL", "symm one-shot": "torch symm-mem one-shot",
+        "symm two-shot": "torch symm-mem two-shot"}
+
+
 def section(data: dict, a: argparse.Namespace) -> Section:
     world = data["world"]
     cmd = "NCCL_NVLS_ENABLE=0 python -m bench allreduce" + (f" --gpus {a.gpus}" if a.gpus else "")
@@ -60,10 +66,14 @@ def section(data: dict, a: argparse.Namespace) -> Section:
                              f"{'equal' if res['exact'] else 'not equal'} to the rank-order sum)")
         us, nb = res["us"], res["bytes"]
         shot = "one-shot" if res["shots"] == 1 else "two-shot"
-        s.rows.append(Row(f"{size(nb)} a rank", f"ptxdsl {shot}", us["ours"], "NCCL",
-                          us["nccl"], "us", cmd, target=1.2 if nb <= 1 << 20 else 1.0))
+        refs = {k: v for k, v in us.items() if k != "ours"}  # NCCL and torch's symm ops
+        best = min(refs, key=refs.__getitem__)
+        s.rows.append(Row(f"{size(nb)} a rank", f"ptxdsl {shot}", us["ours"],
+                          REFS.get(best, best), us[best], "us", cmd,
+                          target=1.2 if nb <= 1 << 20 else 1.0))
         others = ", ".join(f"{k} {v:.1f} us" for k, v in us.items() if k.startswith("symm"))
-        notes.append(f"{size(nb)}: bus GB/s ptxdsl {bus_gbs(nb, us['ours'], world):.0f}, NCCL "
+        notes.append(f"{size(nb)}: ptxdsl / NCCL {us['nccl'] / us['ours']:.2f}, bus GB/s "
+                     f"ptxdsl {bus_gbs(nb, us['ours'], world):.0f}, NCCL "
                      f"{bus_gbs(nb, us['nccl'], world):.0f}" + (f" ({others})" if others else ""))
     why = next((r["symm_error"] for r in data["results"] if r["symm_error"]), "")
     s.notes.append("Per size: " + "; ".join(notes) + "." +

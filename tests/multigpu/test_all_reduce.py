@@ -139,25 +139,30 @@ def test_a_rank_that_never_launches_is_a_named_error_on_the_gpu():
 
 def test_the_bench_section_from_a_run():
     """bench/allreduce.py's page section from a worker's JSON (no GPU): a row a size against
-    NCCL with its target, bus bandwidth in the note, and a wrong result refused."""
+    the fastest reference (NCCL or torch's symmetric-memory op) with its target, the ratio to
+    NCCL and bus bandwidth in the note, and a wrong result refused."""
     import argparse
 
     from bench import allreduce
     from bench.common import BenchError
 
-    def res(nbytes, ours, nccl, exact=True, err=0.5):
+    def res(nbytes, ours, nccl, symm, exact=True, err=0.5):
         return {"bytes": nbytes, "shots": 1, "us": {"ours": ours, "nccl": nccl,
-                                                     "symm one-shot": 9.0},
+                                                     "symm one-shot": symm},
                 "errors": {"ours": 0.1, "nccl": err}, "exact": exact, "symm_error": ""}
 
     a = argparse.Namespace(gpus=4, quick=False)
-    s = allreduce.section({"world": 4, "results": [res(4 << 10, 8.0, 12.0),
-                                                    res(64 << 20, 500.0, 450.0)]}, a)
-    assert [(r.case, r.target) for r in s.rows] == [("4 KB a rank", 1.2), ("64 MB a rank", 1.0)]
-    assert s.rows[0].ratio == pytest.approx(1.5) and not s.rows[0].missed and s.rows[1].missed
+    s = allreduce.section({"world": 4, "results": [res(4 << 10, 8.0, 12.0, 14.0),
+                                                    res(64 << 20, 500.0, 450.0, 400.0)]}, a)
+    assert [(r.case, r.target, r.ref) for r in s.rows] == [
+        ("4 KB a rank", 1.2, "NCCL"), ("64 MB a rank", 1.0, "torch symm-mem one-shot")]
+    assert s.rows[0].ratio == pytest.approx(1.5) and not s.rows[0].missed
+    assert s.rows[1].ratio == pytest.approx(0.8) and s.rows[1].missed
     # 64 MiB in 450 us, x 2 x 3 / 4: 224 GB/s
-    assert "64 MB: bus GB/s ptxdsl 201, NCCL 224 (symm one-shot 9.0 us)" in s.notes[0]
-    for bad in (res(4 << 10, 8.0, 12.0, exact=False), res(4 << 10, 8.0, 12.0, err=2.0)):
+    assert ("64 MB: ptxdsl / NCCL 0.90, bus GB/s ptxdsl 201, NCCL 224 (symm one-shot 400.0 "
+            "us)") in s.notes[0]
+    for bad in (res(4 << 10, 8.0, 12.0, 14.0, exact=False),
+                res(4 << 10, 8.0, 12.0, 14.0, err=2.0)):
         with pytest.raises(BenchError, match="4 KB: wrong results"):
             allreduce.section({"world": 4, "results": [bad]}, a)
 
