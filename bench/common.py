@@ -384,9 +384,11 @@ def split_page(text: str) -> tuple[str, dict[str, str]]:
     marks = list(SECTION_RE.finditer(text))
     if not marks:
         return text, {}
-    sections = {m.group(1): text[m.start():(marks[i + 1].start() if i + 1 < len(marks)
-                                            else len(text))].rstrip() + "\n"
-                for i, m in enumerate(marks)}
+    sections: dict[str, str] = {}
+    for i, m in enumerate(marks):  # a workload may write several sections (decode-gemm: bf16, fp8)
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        part = text[m.start():end].rstrip() + "\n"
+        sections[m.group(1)] = sections[m.group(1)] + "\n" + part if m.group(1) in sections else part
     return text[:marks[0].start()], sections
 
 

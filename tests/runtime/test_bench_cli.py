@@ -175,6 +175,16 @@ def test_write_page_replaces_fresh_sections_and_keeps_the_others(tmp_path):
     assert "Not re-measured on" in sections["peer"] and "needs two GPUs" in sections["peer"]
 
 
+def test_a_workload_with_two_sections_keeps_both_across_pages(tmp_path):
+    out = tmp_path / "BENCHMARKS.md"  # decode-gemm writes a bf16 and an fp8 section
+    two = "\n".join(Section("decode-gemm", t, f"{t} text.", [row(case=t)]).stamp("d1", "H200")
+                     .render() for t in ("bf16", "fp8"))
+    write_page(str(out), "m", {"decode-gemm": two}, {})
+    write_page(str(out), "m", {}, {})  # kept from the old page, not re-measured
+    _, sections = common.split_page(out.read_text())
+    assert "bf16 text." in sections["decode-gemm"] and "fp8 text." in sections["decode-gemm"]
+
+
 def test_all_keeps_sections_it_cannot_measure_and_fails_only_on_errors(tmp_path, monkeypatch,
                                                                        capsys):
     import types
@@ -221,8 +231,8 @@ def test_the_compile_workload_runs_here_and_writes_its_section(tmp_path, capsys)
 
 def test_benchmarks_md_is_the_generators_page():
     text = (ROOT / "BENCHMARKS.md").read_text()
-    # about a screenful a workload (the decoding and multi-GPU sections hold a row per size)
-    assert len(text.splitlines()) < 20 * len(WORKLOADS)
+    # about a screenful a section (the decoding and multi-GPU sections hold a row per size)
+    assert len(text.splitlines()) < 20 * len(common.SECTION_RE.findall(text))
     header, sections = common.split_page(text)
     assert header.startswith("# ptxdsl benchmarks\n") and "\nMachine: " in header
     assert list(sections) == [w for w in WORKLOADS if w in sections]
