@@ -243,7 +243,7 @@ def test_benchmarks_md_is_the_generators_page():
             assert body.rstrip().endswith("Not measured yet."), key
             continue
         assert rows[0] == common.HEAD[0], key
-        for ln in rows[1:]:
+        for ln in (r for r in rows[1:] if r != common.HEAD[0]):  # a second section's head
             cells = ln.split(" | ")
             assert len(cells) == 8, ln
             assert cells[-1].startswith("`") and "python -m bench " + key in cells[-1], ln
