@@ -82,8 +82,9 @@ def pytest_pyfunc_call(pyfuncitem):
 
     env = {**os.environ, IN_CHILD: "1", "PTXDSL_UNVERIFIED": "1"}
     try:
+        # -n 0 keeps xdist loaded, so pytest-benchmark (where installed) warns, an error here
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "-n", "0", pyfuncitem.nodeid],
+                            "-p", "no:benchmark", "-n", "0", pyfuncitem.nodeid],
                            cwd=pyfuncitem.config.rootpath, env=env, capture_output=True,
                            text=True, timeout=240)
     except subprocess.TimeoutExpired as e:

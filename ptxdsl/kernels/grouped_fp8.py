@@ -37,6 +37,11 @@ from .grouped_gemm import (
 from .wgmma import block_scaled_loop, consumer_lanes, first_turn, last_turn
 
 BM, BN, BK = 128, 128, 128  # BN and BK: one block of B's scales per tile and stage
+# A tile's row scales come from the 128-byte-aligned column before its first row (TMA faulted
+# with CUDA_ERROR_ILLEGAL_INSTRUCTION on the H200 loading them from an expert's first row where
+# that is not a multiple of 4), so the box holds SA_ALIGN more and the consumers skip m0 % it
+SA_ALIGN = 32
+SA_BOX = BM + SA_ALIGN
 
 
 def make_grouped_fp8(masked: bool = False, stages: int = 5, tma_epilogue: bool = True
@@ -51,7 +56,7 @@ def make_grouped_fp8(masked: bool = False, stages: int = 5, tma_epilogue: bool =
                          cp: ptr(bf16), sfa: tmap(f32, 2), sfb: ptr(f32), offs: ptr(u32),
                          experts: u32, cap: u32, n: u32, kdim: u32, tokens: u32):
         ring = k.pipeline("ring", stages, a=(e4m3, [BM, BK], 1024, 128),
-                          b=(e4m3, [BN, BK], 1024, 128), sa=(f32, [1, BM], 128))
+                          b=(e4m3, [BN, BK], 1024, 128), sa=(f32, [1, SA_BOX], 128))
         cs = k.shared("cs", bf16, [2, BN // 64, 64, 64], align=1024, swizzle=128) \
             if tma_epilogue else None
         ktiles = k.let("ktiles", (kdim + (BK - 1)) / BK)
@@ -59,7 +64,7 @@ def make_grouped_fp8(masked: bool = False, stages: int = 5, tma_epilogue: bool =
         work = expert_schedule(k, offs, experts, cap, n, masked=masked, bm=BM, bn=BN)
         with k.role("producer", 0, 4, regs=40):
             def row_scales(m0, kt) -> None:  # the tile's row scales of this K block
-                k.tma_load(ring.sa, sfa, [m0.to(s32), kt.to(s32)])
+                k.tma_load(ring.sa, sfa, [(m0 - m0 % SA_ALIGN).to(s32), kt.to(s32)])
 
             produce(k, ring, work, a, b, ktiles, bm=BM, bn=BN, bk=BK, more=row_scales)
         with k.role("consumer", 4, 12, regs=232):
@@ -71,7 +76,7 @@ def make_grouped_fp8(masked: bool = False, stages: int = 5, tma_epilogue: bool =
                 tmp = k.let("tmp", type=array(f32, BN // 2))
                 sb_row = k.let("sb_row", (w.group * nblocks + n0 / BLOCK) * ktiles)
                 block_scaled_loop(k, ring, [acc], [tmp], wg, ktiles, sfb, sb_row, row,
-                                  nacc=BN // 2)
+                                  nacc=BN // 2, sa_first=m0 % SA_ALIGN)
                 store_tile(k, acc, cs, c, cp, w, m0, n0, n, tokens, wg, leader, row, col,
                            bm=BM, bn=BN)
             with k.if_(leader):
@@ -149,7 +154,7 @@ def example(rng: np.random.Generator, rows: list[int] | None = None, n: int = 26
                        "sfb": q["sfb"], "offs": offs, "experts": e, "cap": cap, "n": n,
                        "kdim": k, "tokens": total},
             "tensor_maps": {"a": {"box": (BM, BK), **box}, "b": {"box": (1, BN, BK), **box},
-                            "c": {"box": (64, 64), **box}, "sfa": {"box": (1, BM)}},
+                            "c": {"box": (64, 64), **box}, "sfa": {"box": (1, SA_BOX)}},
             "expected": {"cp": ref}, "rtol": 2 ** -7, "atol": atol}
 
 

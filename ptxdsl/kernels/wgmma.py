@@ -149,13 +149,15 @@ def promoted_loop(k: Any, ring: Any, accs: list, tmps: tuple[list, list], wg: An
 
 def block_scaled_loop(k: Any, ring: Any, accs: list, tmps: list, wg: Any, ktiles: Any,
                       sfb: Any, sb_row: Any, row: Any, *, nacc: int, wm: int = 64,
-                      consumers: int = 2, pingpong: bool = True, cluster: int = 1) -> None:
+                      consumers: int = 2, pingpong: bool = True, cluster: int = 1,
+                      sa_first: Any = 0) -> None:
     """K blocks 0 .. ktiles of the tile summed into `accs` (zeroed by the caller) with
     DeepGEMM's block scales: each stage (K = 128) is multiplied into the temporaries `tmps`
     (an f32[nacc] per m64 accumulator) and, once its group has retired, promoted: acc += tmp
     * sa[row] * sb, so the tensor cores' limited-precision fp8 accumulation never runs over
     more than 128 products. sa is the stage's `sa` row scales (ring.sa[0, tile row]); sb is
-    sfb[sb_row + kt], the B block's. `pingpong`: the `consumers` warpgroups take turns issuing
+    sfb[sb_row + kt], the B block's; the tile's first row's scale is at column `sa_first` of
+    the stage's `sa`. `pingpong`: the `consumers` warpgroups take turns issuing
     their groups (named barriers 2 + wg, begun by first_turn and ended by last_turn), so that
     one promotes while the tensor cores run another's group."""
     mw = len(accs)
@@ -175,6 +177,8 @@ def block_scaled_loop(k: Any, ring: Any, accs: list, tmps: list, wg: Any, ktiles
             for i in range(2):
                 rr = wg * wm + r * 64 + row + i * 8 if r else \
                     wg * wm + row + i * 8 if i else wg * wm + row
+                if not (isinstance(sa_first, int) and sa_first == 0):
+                    rr = rr + sa_first
                 s[i] = ring.sa[0, rr] * sb
             ss.append(s)
         k.wgmma_wait(0)

@@ -26,6 +26,7 @@ from functools import cache
 
 import torch
 
+from ..kernels.grouped_fp8 import SA_BOX
 from ..kernels.wgmma import tma_shape_error
 from ..runtime.launch import Kernel
 from ..runtime.tensormap import TensorMap
@@ -100,7 +101,7 @@ def _plan_of(masked: bool):
         ma = TensorMap(a2, box=(128, 128), swizzle="128B")
         mb = TensorMap(b, box=(1, 128, 128), swizzle="128B")
         mc = TensorMap(out2, box=(64, 64), swizzle="128B")
-        msa = TensorMap(a.new_empty((kb, pitch), dtype=torch.float32), box=(1, 128))
+        msa = TensorMap(a.new_empty((kb, pitch), dtype=torch.float32), box=(1, SA_BOX))
 
         def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
             ta, tb, sa, sb, offs = tensors
