@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -332,11 +331,7 @@ def run(a: argparse.Namespace) -> list[Section]:
         s.rows += rows
         notes.append(note)
         points.append({"d": d, "s": seq, "causal": causal, "tflops": tflops})
-    fp8 = cases(a.fp8_case) if os.environ.get("PTXDSL_UNVERIFIED") else []
-    if a.fp8_case and not fp8:  # ptxdsl/torch/attention_fp8.py says why
-        notes.append("the fp8 rows run with PTXDSL_UNVERIFIED=1 only: the kernel has not run "
-                     "on a GPU yet")
-    for d, seq, causal in fp8:
+    for d, seq, causal in cases(a.fp8_case) if a.fp8_case else []:
         row, note = measure_fp8(a, d, seq, causal)
         s.rows.append(row)
         notes.append(note)

@@ -388,7 +388,8 @@ def split_page(text: str) -> tuple[str, dict[str, str]]:
     for i, m in enumerate(marks):  # a workload may write several sections (decode-gemm: bf16, fp8)
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
         part = text[m.start():end].rstrip() + "\n"
-        sections[m.group(1)] = sections[m.group(1)] + "\n" + part if m.group(1) in sections else part
+        key = m.group(1)
+        sections[key] = sections[key] + "\n" + part if key in sections else part
     return text[:marks[0].start()], sections
 
 

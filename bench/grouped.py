@@ -12,7 +12,6 @@ A case is E experts of TOKENS tokens each (K -> N, bf16, or e4m3 with DeepGEMM's
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from .common import BenchError, Row, Section, interleaved_ms, ref_error, sms, twin
@@ -146,10 +145,6 @@ def run(a: argparse.Namespace) -> list[Section]:
         for ref_name, ref_ms in refs:
             s.rows.append(Row(label, best, flops / ms[best] / 1e9, ref_name,
                               flops / ref_ms / 1e9, "TFLOP/s", cmd, target=1.1))
-    if not os.environ.get("PTXDSL_UNVERIFIED"):  # ptxdsl/torch/grouped_fp8.py says why
-        s.notes.append("The fp8 rows run with PTXDSL_UNVERIFIED=1 only: the kernel faulted on "
-                       "the H200 in its first run (2026-11-28).")
-        return [s]
     return [s, run_fp8(a)]
 
 

@@ -74,13 +74,12 @@ IN_CHILD = "PTXDSL_ISOLATED_CHILD"
 def pytest_pyfunc_call(pyfuncitem):
     """An `isolated` test runs in a pytest process of its own, so that a kernel's fault
     (sticky: it ends the process's CUDA context) fails that test alone, not every test after
-    it in the run. Its kernel has not passed on a GPU yet (PTXDSL_UNVERIFIED lets the ops
-    launch it there)."""
+    it in the run: for a kernel's first runs on a GPU."""
     if pyfuncitem.get_closest_marker("isolated") is None or os.environ.get(IN_CHILD):
         return None
     import subprocess
 
-    env = {**os.environ, IN_CHILD: "1", "PTXDSL_UNVERIFIED": "1"}
+    env = {**os.environ, IN_CHILD: "1"}
     try:
         # -n 0 keeps xdist loaded, so pytest-benchmark (where installed) warns, an error here
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

@@ -109,6 +109,12 @@ class TensorLoad(OpDef):
 
         def load(th: Thread) -> None:
             model, coords, sel = operands(th, n)
+            inner = int(coords[0]) * model.array.itemsize
+            if inner % 16:  # the H200 traps (CUDA_ERROR_ILLEGAL_INSTRUCTION) on such a load
+                fail("copy", f"{th.name}: the innermost coordinate of {n.syntax} is "
+                     f"{int(coords[0])}, {inner} bytes into a row of tensor map "
+                     f"'{_name(n.tmap)}': a TMA load must start on a 16-byte boundary of the "
+                     f"row (a multiple of {16 // model.array.itemsize} elements here)", n)
             b = bar(th)
             b.check_async_use(th, n)
             th.cta.issue(th, AsyncLoad(th.cta, n, b, sel, model.nbytes,

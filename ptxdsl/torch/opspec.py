@@ -7,7 +7,6 @@ launch."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -214,15 +213,3 @@ def _check_layout(op: str, p: TensorParam, t: Any, real: bool) -> None:
             f"{op}: {p.name}'s address must be 16-byte aligned, got 0x{t.data_ptr():x} "
             f"(a view at an offset of {t.storage_offset()} elements); call .clone() first"
         )
-
-
-UNVERIFIED = "PTXDSL_UNVERIFIED"
-
-
-def refuse_unverified(op: str, why: str) -> None:
-    """Raise RuntimeError unless PTXDSL_UNVERIFIED is set: for an op whose kernel has not
-    passed on a GPU yet (`why`), whose first fault would end the process's CUDA context
-    (its GPU tests set the variable, each in a process of its own: conftest's `isolated`)."""
-    if not os.environ.get(UNVERIFIED):
-        raise RuntimeError(f"{op}: {why}; it is off until it passes there: set {UNVERIFIED}=1 "
-                           f"to run it anyway (a fault ends the process's CUDA context)")

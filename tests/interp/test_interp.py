@@ -753,16 +753,28 @@ def test_tma_store_undoes_the_swizzle_and_clips_at_the_edge(swizzle):
         {
             "src": TensorMapModel(a, box, swizzle=swizzle),
             "dst": TensorMapModel(d, box, swizzle=swizzle),
-            "x": 3,
+            "x": 4,
             "y": 2,
             "x2": 36,
             "y2": 6,
         },
     )
     want = np.zeros_like(d)
-    part = a[2 : 2 + box[0], 3 : 3 + box[1]]
+    part = a[2 : 2 + box[0], 4 : 4 + box[1]]
     want[6:12, 36:40] = part[: 12 - 6, : 40 - 36]
     assert (d == want).all()
+
+
+def test_a_tma_load_off_a_16_byte_boundary_of_its_row_is_an_error():
+    """The H200 traps (CUDA_ERROR_ILLEGAL_INSTRUCTION) on a tile load whose innermost
+    coordinate is not a multiple of 16 bytes (f32 at 1, 2, 3 faulted; 4 and up loaded:
+    2026-11-28, GPU_RUNS.md)."""
+    a = np.arange(16 * 64, dtype=np.float32).reshape(16, 64)
+    k = kernel(TILE_COPY)
+    maps = {"src": TensorMapModel(a, (8, 32)), "dst": TensorMapModel(np.zeros((12, 40), np.float32),
+                                                                       (8, 32))}
+    with pytest.raises(InterpError, match="innermost coordinate of tma_load is 3, 12 bytes"):
+        run(k, 1, {**maps, "x": 3, "y": 2, "x2": 0, "y2": 0})
 
 
 # ----------------------------------------------------------------------------- semantics

@@ -13,8 +13,7 @@ from conftest import assert_ok
 from ptxdsl.kernels import grouped_fp8 as fam
 from ptxdsl.tools.runner import run_example
 
-# each in a process of its own: the kernel faulted in its first GPU run (conftest's isolated)
-pytestmark = [pytest.mark.gpu, pytest.mark.isolated]
+pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("rows, n, k", [

@@ -131,15 +131,6 @@ def check(torch, o, q8, k8, v8, qd, kd, vd, causal, scale=None):
 
 
 @pytest.mark.gpu
-def test_the_op_refuses_its_unverified_kernel(ops, torch, gpu, monkeypatch):
-    monkeypatch.delenv("PTXDSL_UNVERIFIED", raising=False)
-    q8, qd = quantized(torch, (1, 2, 64, 64), 1.0, seed=7)
-    with pytest.raises(RuntimeError, match="^attention_fp8: its kernel has not run on a GPU"):
-        torch.ops.ptxdsl.attention_fp8(q8, q8, q8, qd, qd, qd)
-
-
-@pytest.mark.gpu
-@pytest.mark.isolated  # its kernel has not passed on a GPU yet (conftest)
 @pytest.mark.parametrize("b, h, kvh, s, skv, d, causal", [
     (2, 8, 8, 1000, 1000, 128, False), (1, 8, 2, 4097, 4097, 128, True),
     (3, 4, 1, 333, 350, 64, True), (2, 16, 4, 2048, 2048, 64, False),
@@ -155,7 +146,6 @@ def test_matches_the_math_backend_on_dequantised_inputs(ops, torch, gpu, b, h, k
 
 
 @pytest.mark.gpu
-@pytest.mark.isolated
 def test_scale_and_graph_replay_with_new_descales(ops, torch, gpu):
     """An explicit scale; the op captured in a CUDA graph, replayed after new data and new
     descales are copied in (the descales are read on the GPU)."""

@@ -116,15 +116,6 @@ def test_compile_traces_both_without_a_graph_break(ops, torch, fake):
 
 
 @pytest.mark.gpu
-def test_the_ops_refuse_their_unverified_kernel(ops, torch, bench, monkeypatch):
-    monkeypatch.delenv("PTXDSL_UNVERIFIED", raising=False)
-    p = bench.Fp8Experts([5, 3], 136, 256)
-    with pytest.raises(RuntimeError, match="^grouped_mm_fp8: its kernel faulted on the H200"):
-        p.op()
-
-
-@pytest.mark.gpu
-@pytest.mark.isolated  # its kernel has not passed on a GPU yet (conftest)
 @pytest.mark.parametrize("rows, n, k", [
     ([300, 0, 129, 1, 64], 1032, 528),      # ragged, an empty expert, a 1-row expert, K % 128
     ([256] * 8, 2048, 2048),                # whole tiles only
@@ -139,7 +130,6 @@ def test_contiguous_matches_the_dequantised_product(ops, torch, bench, rows, n, 
 
 
 @pytest.mark.gpu
-@pytest.mark.isolated  # its kernel has not passed on a GPU yet (conftest)
 @pytest.mark.parametrize("counts, cap, n, k", [
     ([3, 0, 40, 64, 17, 1], 64, 512, 1024),   # decode: a few tokens per expert
     ([200, 5, 129], 130, 264, 528),           # counts over the capacity are cut to it
@@ -152,7 +142,6 @@ def test_masked_matches_the_dequantised_product(ops, torch, bench, counts, cap, 
 
 
 @pytest.mark.gpu
-@pytest.mark.isolated  # its kernel has not passed on a GPU yet (conftest)
 def test_negative_counts_and_bad_offsets_own_no_rows(ops, torch, bench):
     """Counts and offsets the ops cannot check without a sync: a negative count owns no
     rows (not every row), and decreasing or negative ends are made safe as grouped_mm
@@ -171,7 +160,6 @@ def test_negative_counts_and_bad_offsets_own_no_rows(ops, torch, bench):
 
 
 @pytest.mark.gpu
-@pytest.mark.isolated  # its kernel has not passed on a GPU yet (conftest)
 def test_cuda_graph_replays_with_new_counts(ops, torch, bench):
     p = bench.Fp8Experts([64, 64, 64, 64], 256, 512, masked=True, cap=64, seed=3)
     p.op()  # load and warm up outside the capture
