@@ -42,8 +42,8 @@ LIMITS = ("Nsight Compute of the measured builds through the op (2026-11-28): at
           "Since that profile (this table, same day): ptxas no longer serialises the "
           "two-level loop's wgmmas, warpgroups side by side read a 256-row tile's weights once "
           "and cluster pairs share the activation tile, which moved M 256 from 0.44x to "
-          "0.75-0.87x and M 64 from 0.68x to 0.85-1.10x; the op is at 1.0-1.14x from M 1 to "
-          "32 on four of the six weight shapes. Not re-profiled since.")
+          "0.76-0.87x and M 64 from 0.68x to 0.84-1.10x; the op is at 1.0-1.14x from M 1 to "
+          "32 on three of the six weight shapes (M 1 to 16 on a fourth). Not re-profiled since.")
 
 
 def fp8_runner(x8: Any, w8: Any, sa: Any, sb: Any, scales: str,
