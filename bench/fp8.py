@@ -2,6 +2,8 @@
 torch._scaled_mm, side by side in one process on the same inputs, correctness checked first.
 
     python -m bench fp8 [--shape MxNxK,...] [--sweep] [--quick]
+                        [--grouped-case E:TOKENS:K:N[:masked],...]
+                        [--attention-case D:S[:causal],...]
 
 - per-tensor: C (bf16) = sa * sb * A @ B^T, A (M x K) and B (N x K) e4m3 row-major, sa and sb
   f32 device scalars. torch._scaled_mm(A, B.t(), scale_a, scale_b, out_dtype=bf16) gets B as
@@ -19,13 +21,16 @@ TF32 off: "kernel" against the product of the dequantised fp8 inputs (the kernel
 arithmetic), "end to end" against the product of the f32 data before quantisation (where
 block scales pay off). Times: the best of three interleaved rounds of medians of
 CUDA-event-timed intervals of 10 calls queued back to back (each op's host path included);
-TFLOP/s count 2 M N K."""
+TFLOP/s count 2 M N K. A second section (bench/fp8_more.py) holds the grouped fp8 GEMM and
+fp8 attention rows; `--shape ''`, `--grouped-case ''` or `--attention-case ''` leaves a kind
+out."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from . import fp8_more
 from .common import (
     BenchError,
     Row,
@@ -77,6 +82,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", action="store_true",
                    help="time several tile / stage / cluster configurations of each kernel")
     p.add_argument("--quick", action="store_true", help="fewer runs")
+    fp8_more.add_args(p)
 
 
 def launcher(kdef: Any, a: Any, b: Any, c: Any, s_a: Any, s_b: Any, *, bm: int, bn: int,
@@ -285,6 +291,9 @@ def run(a: argparse.Namespace) -> list[Section]:
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False  # f32 references in f32
+    more = fp8_more.chosen(a)  # a bad option fails before anything runs
+    if not a.shape.strip():
+        return fp8_more.run(a, *more)
     s = Section("fp8", "fp8 GEMM, e4m3, per-tensor and block-scaled", ABOUT, limits=LIMITS)
     notes, times = [], []
     for m, n, k in shapes(a.shape):
@@ -295,4 +304,4 @@ def run(a: argparse.Namespace) -> list[Section]:
     s.notes.append("Every contender (target: block-scaled >= 0.95x per-tensor): " +
                    "; ".join(times) + ".")
     s.notes.append("Relative error, kernel / end to end: " + "; ".join(notes) + ".")
-    return [s]
+    return [s, *fp8_more.run(a, *more)]  # last: see fp8_more.run
