@@ -4,17 +4,13 @@ side by side in one process on the same inputs, correctness checked first.
 
     python -m bench attention [--case D:S[:causal],...] [--quick]
     python -m bench attention --seqlens 512,1024,...,16384 [--dims 64,128] --json FILE
-    python -m bench attention --case "" --fp8-case 128:8192:causal
 
 FlashAttention 4 runs beside them where `flash_attn.cute` imports. `--seqlens` sweeps the
 sequence length at each head dim of `--dims`, causal and not, in place of `--case`; `--json
 FILE` saves every case's TFLOP/s by contender (what `python -m bench plots` draws).
 
 bf16 Q, K, V (B x H x S x D, contiguous), 16 heads, B x S = 32768 tokens; TFLOP/s count
-4 B H S^2 D, halved when causal. `--fp8-case` rows (default D 128, S 8192, causal and not):
-`torch.ops.ptxdsl.attention_fp8` on the same data quantised to e4m3 per tensor against
-ptxdsl's bf16 op, `torch.ops.ptxdsl.attention`, both ops timed whole (the fp8 op's V
-transpose included; the note gives its kernel alone). Every output (ours and both
+4 B H S^2 D, halved when causal (fp8 attention: `python -m bench fp8`). Every output (ours and both
 references) is compared with torch's math backend in f32 on a slice of the batch before
 anything is timed. Times: the best of three interleaved rounds of medians of CUDA-event-timed
 runs."""
@@ -54,15 +50,7 @@ ABOUT = ("bf16 in and out, f32 softmax and accumulation, 16 heads, batch x seque
          "than 2^8, so O is rarely rescaled); the row shows the fastest, the note "
          "the others. Every output is checked "
          "against the math backend in f32 first. Best of 3 interleaved rounds of medians of "
-         "20 CUDA-event-timed runs. The fp8 rows: `torch.ops.ptxdsl.attention_fp8` on the "
-         "same data quantised per tensor to e4m3 (descales on the GPU, P scaled by 2^8 into "
-         "e4m3 in registers, V transposed by the op at each call) against ptxdsl's "
-         "bf16 op, each op timed whole, the fp8 output checked against the math backend on "
-         "the dequantised inputs first; the note gives the kernel alone on V^T laid out, "
-         "promoted (each key block's P V summed in f32, the op's) and unpromoted (O summed "
-         "in the tensor cores), with their errors.")
-FP8_CASES = "128:8192,128:8192:causal"
-FP8_TARGET = 1.2  # FlashAttention 3 reports 1.2-1.5x over its bf16 forward at these sizes
+         "20 CUDA-event-timed runs.")
 ISSUE_CUDNN = 676.0  # TFLOP/s, D 128, S 8192, non-causal, as issue 21 measured cuDNN
 LIMITS = ("at D 128, S 8192 the issue's cuDNN figure (676 TFLOP/s) is not reached: in one "
           "process cuDNN gives 590-606 here and ptxdsl 649-656. Nsight Compute (H200, "
@@ -89,9 +77,6 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    "at each (replaces --case)")
     p.add_argument("--dims", default="64,128", help="head dims of the --seqlens sweep")
     p.add_argument("--json", help="save each case's TFLOP/s by contender to this file")
-    p.add_argument("--fp8-case", default=FP8_CASES,
-                   help="comma-separated D:S[:causal] of the e4m3 op against the bf16 op "
-                   "('' for none)")
     p.add_argument("--quick", action="store_true", help="fewer runs")
 
 
@@ -233,14 +218,6 @@ def measure(a: argparse.Namespace, d: int, s: int, causal: bool
                   f"scale against the math backend {err}"), point
 
 
-def quantized(x: Any) -> tuple[Any, Any]:
-    """`x` in e4m3, scaled per tensor (its largest magnitude to 448), and the f32 descale."""
-    import torch
-
-    descale = (x.float().abs().amax() / 448.0).reshape(1)
-    return (x.float() / descale).to(torch.float8_e4m3fn), descale
-
-
 def fp8_error(o: Any, q8: Any, k8: Any, v8: Any, scales: tuple, causal: bool
               ) -> tuple[float, bool]:
     """(max |error| relative to the output's scale, within the GPU tests' bound) of an fp8
@@ -259,69 +236,6 @@ def fp8_error(o: Any, q8: Any, k8: Any, v8: Any, scales: tuple, causal: bool
     return float(err.max() / ref.abs().max()), ok
 
 
-def measure_fp8(a: argparse.Namespace, d: int, s: int, causal: bool) -> tuple[Row, str]:
-    """The e4m3 op against the bf16 op on the same data (quantised for the first)."""
-    import torch
-
-    import ptxdsl.torch  # noqa: F401  (registers torch.ops.ptxdsl)
-    from ptxdsl.torch.attention_fp8 import transposed
-
-    b = max(1, TOKENS // s)
-    g = torch.Generator(device="cuda").manual_seed(d * s + causal)
-    q, k, v = (torch.randn(b, HEADS, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
-               for _ in range(3))
-    (q8, qd), (k8, kd), (v8, vd) = (quantized(x) for x in (q, k, v))
-    fp8 = torch.ops.ptxdsl.attention_fp8
-    o = torch.empty_like(q)
-    kernels = {f"kernel{'' if promote else ' unpromoted'}": fp8_launcher(
-        d, causal, promote, (q8, k8, transposed(v8)), (qd, kd, vd), o) for promote in (1, 0)}
-    fns = {"fp8": lambda: fp8(q8, k8, v8, qd, kd, vd, causal),
-           "bf16": lambda: torch.ops.ptxdsl.attention(q, k, v, causal), **kernels}
-    err, ok = fp8_error(fns["fp8"](), q8, k8, v8, (qd, kd, vd), causal)
-    if not ok:
-        raise BenchError(f"attention_fp8: max |error| {err:.3g} of the output scale, past the "
-                         "bound of P's e4m3 rounding against the math backend")
-    errs = {}
-    for name, fn in kernels.items():
-        o.fill_(float("nan"))
-        fn()
-        e, within = fp8_error(o, q8, k8, v8, (qd, kd, vd), causal)
-        errs[name] = f"{e:.1e}{'' if within else ', past the bound'}"
-    check("bf16 op", fns["bf16"](), q, k, v, causal)
-    ms = interleaved_ms(fns, 5 if a.quick else 20)
-    flops = 4 * b * HEADS * s * s * d / (2 if causal else 1)
-    tf = {name: flops / ms[name] / 1e9 for name in fns}
-    case = f"fp8 attention D {d}, S {s}{' (causal)' if causal else ''}"
-    cmd = f"python -m bench attention --case '' --fp8-case {d}:{s}{':causal' if causal else ''}"
-    row = Row(case, "torch.ops.ptxdsl.attention_fp8", tf["fp8"],
-              "torch.ops.ptxdsl.attention (bf16)", tf["bf16"], "TFLOP/s", cmd, FP8_TARGET)
-    alone = ", ".join(f"{n} {tf[n]:.0f} TFLOP/s (max error {errs[n]})" for n in kernels)
-    return row, (f"{case}: the kernel alone, V^T given: {alone}; the op's max error / output "
-                 f"scale against the math backend on the dequantised inputs {err:.1e}")
-
-
-def fp8_launcher(d: int, causal: bool, promote: int, data: tuple, scales: tuple,
-                 o: Any) -> Any:
-    """A closure launching the e4m3 kernel on q, k and V^T as the op lays them out (`data`),
-    its tensor maps built once: the kernel's time without the op's V transpose."""
-    import torch
-
-    from ptxdsl.runtime import TensorMap
-
-    q8, k8, vt = data
-    b, h, s, _ = q8.shape
-    kvh, skv = k8.shape[1], k8.shape[2]
-    kd = twin("attention_fp8").make_attention_fp8(d, causal, promote=bool(promote))
-    maps = [TensorMap(q8, box=(1, 1, 128, d), swizzle=f"{d}B"),
-            TensorMap(k8, box=(1, 1, 128, d), swizzle=f"{d}B"),
-            TensorMap(vt, box=(1, 1, d, 128), swizzle="128B"),
-            TensorMap(o, box=(1, 1, 64, 64), swizzle="128B")]
-    lse = torch.empty(b * h * s, device="cuda", dtype=torch.float32)
-    launch = kd[min(-(-s // 128) * b * h, resident(kd.program().kernel()))]
-    scale_log2 = math.log2(math.e) / math.sqrt(d)
-    return lambda: launch(*maps, lse, *scales, s, skv, h, kvh, b, scale_log2)
-
-
 def run(a: argparse.Namespace) -> list[Section]:
     s = Section("attention", "Attention forward, bf16 (FlashAttention-class)", ABOUT,
                 limits=LIMITS, plot=PLOT)
@@ -331,10 +245,6 @@ def run(a: argparse.Namespace) -> list[Section]:
         s.rows += rows
         notes.append(note)
         points.append({"d": d, "s": seq, "causal": causal, "tflops": tflops})
-    for d, seq, causal in cases(a.fp8_case) if a.fp8_case else []:
-        row, note = measure_fp8(a, d, seq, causal)
-        s.rows.append(row)
-        notes.append(note)
     if fa4() is None:
         notes.append("FlashAttention 4 not measured: flash_attn.cute is not installed")
     s.notes.append("Per case, the other variants and the errors: " + "; ".join(notes) + ".")

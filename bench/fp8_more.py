@@ -16,28 +16,22 @@ correctness checked first.
   (so that bf16 holds the dequantised values exactly) against ptxdsl's bf16 op
   `torch.ops.ptxdsl.attention` on the dequantised data, cuDNN's bf16 SDPA in the notes;
   16 heads, batch x sequence = 32768 tokens (bench/attention.py's), TFLOP/s count
-  4 B H S^2 D, halved when causal.
-
-Where an op still refuses its unverified kernel (ptxdsl/torch/opspec.py's
-refuse_unverified), its rows run with PTXDSL_UNVERIFIED=1, set for those rows only and
-named in the row."""
+  4 B H S^2 D, halved when causal."""
 
 from __future__ import annotations
 
 import argparse
-import os
+import math
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .attention import HEADS, TOKENS, cases
-from .common import BenchError, Row, Section, interleaved_ms
+from .common import BenchError, Row, Section, interleaved_ms, resident, twin
 
 GROUPED_CASES = "8:4096:7168:4096,32:512:2048:7168,32:64:7168:4096:masked"
 ATTENTION_CASES = "128:8192,128:8192:causal,128:2048,128:2048:causal,64:8192"
 ATTENTION_TARGET = 1.3  # at D 128, S 8192: FlashAttention 3 reports 1.2-1.5x over its bf16
-UNVERIFIED = "PTXDSL_UNVERIFIED"  # ptxdsl.torch.opspec's switch (imported there with torch)
 ABOUT = ("e4m3 in, f32 accumulate, bf16 out, through the torch ops. Grouped (mixture of "
          "experts, DeepGEMM's block scales: 1 x 128 on the tokens, 128 x 128 on each "
          "expert's weight): `torch.ops.ptxdsl.grouped_mm_fp8` with ragged experts "
@@ -118,59 +112,22 @@ def attention_target(d: int, s: int) -> float | None:
     return ATTENTION_TARGET if (d, s) == (128, 8192) else None
 
 
-class Unverified:
-    """Runs ops whose kernels have not passed on a GPU yet: where an op refuses without
-    PTXDSL_UNVERIFIED, the variable is set until the `with` block ends (the rows of one
-    kind only), and every row run meanwhile is marked."""
-
-    def __init__(self) -> None:
-        self.reasons: list[str] = []  # the refusals, each the op's own words
-
-    def __enter__(self) -> Unverified:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.reasons:
-            del os.environ[UNVERIFIED]
-
-    def first(self, call: Callable[[], Any]) -> Any:
-        """The result of `call`, an op's first call, retried with the variable set where the
-        op refused (which it does before launching anything)."""
-        try:
-            return call()
-        except RuntimeError as e:
-            if UNVERIFIED not in str(e) or os.environ.get(UNVERIFIED):
-                raise
-            self.reasons.append(str(e).split(";")[0])
-        os.environ[UNVERIFIED] = "1"
-        return call()
-
-    def mark(self, op: str) -> str:
-        """The row's name of `op`, marked where the variable was set for it."""
-        return f"{op} ({UNVERIFIED}=1)" if self.reasons else op
-
-    def notes(self) -> list[str]:
-        return [f"Rows marked {UNVERIFIED}=1 ran with it set by the bench for them alone: "
-                f"the op still refuses without it ({reason})." for reason in self.reasons]
-
-
-def grouped_row(case: GroupedCase, rows: list[int], ms: dict[str, float], ref: str,
-                gate: Unverified) -> Row:
+def grouped_row(case: GroupedCase, rows: list[int], ms: dict[str, float], ref: str) -> Row:
     """The case's row: the op against the reference `ref`, TFLOP/s over the owned rows."""
     op = "grouped_mm_fp8" + "_masked" * case.masked
     used = sum(min(r, case.tokens) for r in rows) if case.masked else sum(rows)
     flops = 2 * used * case.k * case.n
-    return Row(case.label(rows), gate.mark(f"torch.ops.ptxdsl.{op}"), flops / ms[op] / 1e9,
+    return Row(case.label(rows), f"torch.ops.ptxdsl.{op}", flops / ms[op] / 1e9,
                ref, flops / ms[ref] / 1e9, "TFLOP/s",
                f"python -m bench fp8 --shape '' --attention-case '' --grouped-case {case.spec}",
                1.0)
 
 
-def attention_row(d: int, s: int, causal: bool, tf: dict[str, float], gate: Unverified) -> Row:
+def attention_row(d: int, s: int, causal: bool, tf: dict[str, float]) -> Row:
     """The case's row: the fp8 op against the bf16 op (`tf`: TFLOP/s by contender)."""
     spec = f"{d}:{s}{':causal' if causal else ''}"
     return Row(f"fp8 attention {TOKENS // s} x {HEADS} x {s} x {d}{', causal' * causal}",
-               gate.mark("torch.ops.ptxdsl.attention_fp8"), tf["fp8"],
+               "torch.ops.ptxdsl.attention_fp8", tf["fp8"],
                "torch.ops.ptxdsl.attention (bf16, the dequantised data)", tf["bf16"],
                "TFLOP/s",
                f"python -m bench fp8 --shape '' --grouped-case '' --attention-case {spec}",
@@ -180,7 +137,7 @@ def attention_row(d: int, s: int, causal: bool, tf: dict[str, float], gate: Unve
 # ----------------------------------------------------------------------------- GPU
 
 
-def measure_grouped(a: argparse.Namespace, case: GroupedCase, gate: Unverified,
+def measure_grouped(a: argparse.Namespace, case: GroupedCase,
                     notes: list[str]) -> tuple[Row | None, str]:
     """The case's row (None where no torch reference ran) and its errors."""
     import torch
@@ -191,7 +148,7 @@ def measure_grouped(a: argparse.Namespace, case: GroupedCase, gate: Unverified,
     p = Fp8Experts(rows, case.n, case.k, masked=case.masked,
                    cap=case.tokens if case.masked else 0, seed=case.e + case.k + case.n)
     op = "grouped_mm_fp8" + "_masked" * case.masked
-    c = gate.first(p.op)
+    c = p.op()
     torch.cuda.synchronize()
     ref = p.reference()
     if not p.error(c, ref) <= 1.0:
@@ -212,7 +169,7 @@ def measure_grouped(a: argparse.Namespace, case: GroupedCase, gate: Unverified,
     # host's launch more than the GPU's work
     ms = interleaved_ms(fns, 10 if a.quick else 30, batch=10)
     err = ", ".join(f"{name} {e:.2e}" for name, e in errs.items())
-    return grouped_row(case, rows, ms, ref_name, gate), f"{case.spec}: {err}"
+    return grouped_row(case, rows, ms, ref_name), f"{case.spec}: {err}"
 
 
 def pow2_quantized(x: Any) -> tuple[Any, Any]:
@@ -224,12 +181,36 @@ def pow2_quantized(x: Any) -> tuple[Any, Any]:
     return (x.float() / descale).to(torch.float8_e4m3fn), descale
 
 
-def measure_attention(a: argparse.Namespace, d: int, s: int, causal: bool,
-                      gate: Unverified) -> tuple[Row, str]:
+def fp8_launcher(d: int, causal: bool, promote: int, data: tuple, scales: tuple,
+                 o: Any) -> Any:
+    """A closure launching the e4m3 kernel on q, k and V^T as the op lays them out (`data`),
+    its tensor maps built once: the kernel's time without the op's V transpose."""
+    import torch
+
+    from ptxdsl.runtime import TensorMap
+
+    q8, k8, vt = data
+    b, h, s, _ = q8.shape
+    kvh, skv = k8.shape[1], k8.shape[2]
+    kd = twin("attention_fp8").make_attention_fp8(d, causal, promote=bool(promote))
+    maps = [TensorMap(q8, box=(1, 1, 128, d), swizzle=f"{d}B"),
+            TensorMap(k8, box=(1, 1, 128, d), swizzle=f"{d}B"),
+            TensorMap(vt, box=(1, 1, d, 128), swizzle="128B"),
+            TensorMap(o, box=(1, 1, 64, 64), swizzle="128B")]
+    lse = torch.empty(b * h * s, device="cuda", dtype=torch.float32)
+    launch = kd[min(-(-s // 128) * b * h, resident(kd.program().kernel()))]
+    scale_log2 = math.log2(math.e) / math.sqrt(d)
+    return lambda: launch(*maps, lse, *scales, s, skv, h, kvh, b, scale_log2)
+
+
+def measure_attention(a: argparse.Namespace, d: int, s: int, causal: bool
+                      ) -> tuple[Row, str]:
     """The fp8 op against the bf16 op and cuDNN on the dequantised data, and the note."""
     import torch
     import torch.nn.functional as F  # noqa: N812
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from ptxdsl.torch.attention_fp8 import transposed
 
     from .attention import check, fp8_error
 
@@ -243,21 +224,31 @@ def measure_attention(a: argparse.Namespace, d: int, s: int, causal: bool,
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+    o = torch.empty_like(q)
+    kernels = {f"kernel{'' if promote else ' unpromoted'}": fp8_launcher(
+        d, causal, promote, (q8, k8, transposed(v8)), (qd, kd, vd), o) for promote in (1, 0)}
     fns = {"fp8": lambda: torch.ops.ptxdsl.attention_fp8(q8, k8, v8, qd, kd, vd, causal),
-           "bf16": lambda: torch.ops.ptxdsl.attention(q, k, v, causal), "cuDNN": cudnn}
-    err, ok = fp8_error(gate.first(fns["fp8"]), q8, k8, v8, (qd, kd, vd),
-                        causal)
+           "bf16": lambda: torch.ops.ptxdsl.attention(q, k, v, causal), "cuDNN": cudnn,
+           **kernels}
+    err, ok = fp8_error(fns["fp8"](), q8, k8, v8, (qd, kd, vd), causal)
     if not ok:
         raise BenchError(f"attention_fp8 {d}:{s}{':causal' * causal}: max |error| {err:.3g} "
                          "of the output scale, past the bound of P's e4m3 rounding")
     errs = {"fp8": err, **{n: check(n, fns[n](), q, k, v, causal) for n in ("bf16", "cuDNN")}}
+    for name, fn in kernels.items():  # the kernel alone on V^T laid out, O summed two ways
+        o.fill_(float("nan"))
+        fn()
+        errs[name] = fp8_error(o, q8, k8, v8, (qd, kd, vd), causal)[0]
     ms = interleaved_ms(fns, 5 if a.quick else 20)
     flops = 4 * b * HEADS * s * s * d / (2 if causal else 1)
     tf = {name: flops / t / 1e9 for name, t in ms.items()}
-    row = attention_row(d, s, causal, tf, gate)
+    row = attention_row(d, s, causal, tf)
     err_text = ", ".join(f"{n} {e:.1e}" for n, e in errs.items())
+    alone = ", ".join(f"{n} {tf[n]:.0f}" for n in kernels)
     return row, (f"{row.case}: cuDNN bf16 {tf['cuDNN']:.0f} TFLOP/s (fp8 / cuDNN "
-                 f"{tf['fp8'] / tf['cuDNN']:.2f}x); max error / output scale {err_text}")
+                 f"{tf['fp8'] / tf['cuDNN']:.2f}x), the fp8 kernel alone (V^T given, P V summed "
+                 f"in f32 a key block at a time as the op does, or unpromoted in the tensor "
+                 f"cores) {alone}; max error / output scale {err_text}")
 
 
 def chosen(a: argparse.Namespace) -> tuple[list[GroupedCase], list[tuple[int, int, bool]]]:
@@ -267,28 +258,22 @@ def chosen(a: argparse.Namespace) -> tuple[list[GroupedCase], list[tuple[int, in
 
 def run(a: argparse.Namespace, grouped: list[GroupedCase],
         attn: list[tuple[int, int, bool]]) -> list[Section]:
-    """The section, or none without cases. Run after the GEMM rows, attention before the
-    grouped rows: were the grouped kernel to fault (it did once, 2026-11-28), the CUDA context
-    would be lost for every row after it."""
+    """The section, or none without cases."""
     if not grouped and not attn:
         return []
     import ptxdsl.torch  # noqa: F401  (registers torch.ops.ptxdsl)
 
     s = Section("fp8", "fp8 grouped GEMM and fp8 attention", ABOUT)
     attn_notes, grouped_errs, grouped_notes = [], [], []
-    with Unverified() as gate:
-        for d, seq, causal in attn:
-            row, note = measure_attention(a, d, seq, causal, gate)
-            s.rows.append(row)
-            attn_notes.append(note)
-        s.notes += gate.notes()
-    with Unverified() as gate:
-        for case in grouped:
-            grow, err = measure_grouped(a, case, gate, grouped_notes)
-            if grow is not None:
-                s.rows.append(grow)
-                grouped_errs.append(err)
-        s.notes += gate.notes()
+    for d, seq, causal in attn:
+        row, note = measure_attention(a, d, seq, causal)
+        s.rows.append(row)
+        attn_notes.append(note)
+    for case in grouped:
+        grow, err = measure_grouped(a, case, grouped_notes)
+        if grow is not None:
+            s.rows.append(grow)
+            grouped_errs.append(err)
     if attn_notes:
         s.notes.append("Attention, against torch's math backend in f32 on the dequantised "
                        "inputs: " + "; ".join(attn_notes) + ".")

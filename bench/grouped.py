@@ -1,13 +1,12 @@
 """Grouped GEMM (mixture of experts): ptxdsl/kernels/grouped_gemm against `torch._grouped_mm` and a
-loop of cuBLAS calls (one `torch.matmul` per expert), and the block-scaled fp8 grouped GEMM
-(ptxdsl/kernels/grouped_fp8, through its torch ops) against torch's scaled grouped GEMMs,
-side by side in one process on the same inputs, correctness checked first.
+loop of cuBLAS calls (one `torch.matmul` per expert), side by side in one process on the same
+inputs, correctness checked first. The fp8 grouped GEMM's rows are `python -m bench fp8`'s
+(bench/fp8_more.py), built on this module's Fp8Experts and fp8_references.
 
-    python -m bench grouped [--case E:TOKENS:K:N[:masked],...] [--fp8-case ...] [--quick]
+    python -m bench grouped [--case E:TOKENS:K:N[:masked],...] [--quick]
 
-A case is E experts of TOKENS tokens each (K -> N, bf16, or e4m3 with DeepGEMM's 1 x 128 /
-128 x 128 block scales for --fp8-case); `masked` runs the fixed-capacity layout of decoding
-(ptxdsl's masked kernel; the references see the same tokens contiguous)."""
+A case is E experts of TOKENS tokens each (K -> N, bf16); `masked` runs the fixed-capacity
+layout of decoding (ptxdsl's masked kernel; the references see the same tokens contiguous)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ from typing import Any
 from .common import BenchError, Row, Section, interleaved_ms, ref_error, sms, twin
 
 CASES = "8:4096:4096:14336,64:32:4096:2048:masked"
-# DeepSeek-V3's expert up-projection (7168 -> 2 x 2048): prefill, and decoding's masked layout
-FP8_CASES = "8:4096:7168:4096,32:64:7168:4096:masked"
 ABOUT = ("bf16 grouped GEMM C_g = A_g @ B_g^T per expert, f32 accumulation; TFLOP/s = 2 * "
          "tokens * K * N. References: `torch._grouped_mm` (the faster of B's two layouts) and "
          "a loop of `torch.matmul` per expert (cuBLAS). Every result is checked against an f32 "
@@ -35,8 +32,6 @@ LIMITS = ("Nsight Compute (`--clock-control none`, H100, 2026-11-25): at 8 x 409
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--case", default=CASES, help="comma-separated E:TOKENS:K:N[:masked]")
-    p.add_argument("--fp8-case", default=FP8_CASES,
-                   help="comma-separated E:TOKENS:K:N[:masked] of the fp8 grouped GEMM")
     p.add_argument("--quick", action="store_true", help="fewer runs")
 
 
@@ -145,21 +140,10 @@ def run(a: argparse.Namespace) -> list[Section]:
         for ref_name, ref_ms in refs:
             s.rows.append(Row(label, best, flops / ms[best] / 1e9, ref_name,
                               flops / ref_ms / 1e9, "TFLOP/s", cmd, target=1.1))
-    return [s, run_fp8(a)]
+    return [s]
 
 
 # ----------------------------------------------------------------------------- fp8
-
-FP8_ABOUT = ("e4m3 grouped GEMM with DeepGEMM's block scales (1 x 128 on the tokens, 128 x 128 "
-             "on each expert's weight, f32), bf16 out, each 128 of K promoted into f32 "
-             "registers, through `torch.ops.ptxdsl.grouped_mm_fp8` (`_masked` for decoding; "
-             "the op's time includes its transposed copy of the token scales). The reference "
-             "is `F.scaled_grouped_mm` with the same block-wise recipe where torch runs it, "
-             "else `torch._scaled_grouped_mm` with row-wise scales (another recipe, the same "
-             "fp8 work), else the bf16 grouped GEMM (`torch._grouped_mm`) on the "
-             "dequantised data. Checked first against a float64 product of the dequantised "
-             "inputs; TFLOP/s = 2 * tokens * K * N.")
-
 
 def fp8_blocks(x: Any, rows: int) -> tuple[Any, Any, Any]:
     """x (R x K, f32) in e4m3 blocks of rows x 128, each divided by its largest magnitude /
@@ -308,33 +292,3 @@ def fp8_references(p: Fp8Experts, notes: list[str], case: str) -> tuple[str, Any
             continue
         return name, fn
     return None
-
-
-def run_fp8(a: argparse.Namespace) -> Section:
-    import torch
-
-    s = Section("grouped", "Grouped fp8 GEMM, block-scaled (mixture of experts)", FP8_ABOUT)
-    reps = 10 if a.quick else 30
-    for case in a.fp8_case.split(","):
-        parts = case.split(":")
-        e, tokens, k, n = (int(x) for x in parts[:4])
-        masked = parts[4:] == ["masked"]
-        p = Fp8Experts([tokens] * e, n, k, masked=masked, cap=tokens, seed=e + k)
-        c = p.op()
-        torch.cuda.synchronize()
-        if not p.error(c) <= 1.0:
-            raise BenchError(f"grouped fp8 {case}: error {p.error(c):.2f} x the tolerance")
-        fns = {"grouped_mm_fp8": p.op}
-        found = fp8_references(p, s.notes, case)
-        if found is None:
-            s.notes.append(f"grouped fp8 {case}: no torch reference ran")
-            continue
-        ref_name, fns[ref_name] = found
-        ms = interleaved_ms(fns, reps)
-        flops = 2 * e * tokens * k * n
-        label = f"grouped fp8 {e} experts x {tokens} tokens, {k} -> {n}" + \
-            (", masked" if masked else "")
-        s.rows.append(Row(label, "grouped_mm_fp8" + "_masked" * masked,
-                          flops / ms["grouped_mm_fp8"] / 1e9, ref_name, flops / ms[ref_name] / 1e9,
-                          "TFLOP/s", f"python -m bench grouped --fp8-case {case}", target=1.0))
-    return s

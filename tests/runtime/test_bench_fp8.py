@@ -1,18 +1,15 @@
 """The fp8 workload's grouped GEMM and attention rows without a GPU or torch: their options
 parse and bad ones are refused by name, the experts' ragged token counts, the rows' TFLOP/s
-(counting only the rows an expert owns), targets and commands, and the switch that lets an
-op still refusing its unverified kernel run for its own rows only."""
+(counting only the rows an expert owns), targets and commands."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
 from bench import fp8_more
 from bench.__main__ import parser
 from bench.common import BenchError, split_page
-from bench.fp8_more import GroupedCase, Unverified, attention_row, grouped_cases, grouped_row
+from bench.fp8_more import GroupedCase, attention_row, grouped_cases, grouped_row
 
 
 def test_the_default_cases_cover_the_issues_shapes():
@@ -65,10 +62,9 @@ def test_masked_counts_lie_within_the_capacity():
 
 
 def test_grouped_rows_count_only_owned_rows():
-    gate = Unverified()
     case = GroupedCase(2, 64, 256, 512, True)
     ms = {"grouped_mm_fp8_masked": 0.01, "torch._scaled_grouped_mm, row-wise": 0.02}
-    row = grouped_row(case, [10, 64], ms, "torch._scaled_grouped_mm, row-wise", gate)
+    row = grouped_row(case, [10, 64], ms, "torch._scaled_grouped_mm, row-wise")
     assert row.ours_value == pytest.approx(2 * 74 * 256 * 512 / 0.01 / 1e9)
     assert row.ratio == pytest.approx(2.0) and row.target == 1.0 and not row.missed
     assert row.ours == "torch.ops.ptxdsl.grouped_mm_fp8_masked"
@@ -76,67 +72,25 @@ def test_grouped_rows_count_only_owned_rows():
         row.command
     case = GroupedCase(2, 50, 256, 512, False)
     ms = {"grouped_mm_fp8": 0.04, "F.scaled_grouped_mm, block-wise": 0.02}
-    row = grouped_row(case, [30, 70], ms, "F.scaled_grouped_mm, block-wise", gate)
+    row = grouped_row(case, [30, 70], ms, "F.scaled_grouped_mm, block-wise")
     assert row.ref_value == pytest.approx(2 * 100 * 256 * 512 / 0.02 / 1e9)
     assert row.missed and row.ours == "torch.ops.ptxdsl.grouped_mm_fp8"
 
 
 def test_attention_rows_hold_the_target_at_d128_s8192_only():
-    gate = Unverified()
     tf = {"fp8": 800.0, "bf16": 640.0}
     for d, s, causal, target in ((128, 8192, False, 1.3), (128, 8192, True, 1.3),
                                  (128, 2048, True, None), (64, 8192, False, None)):
-        row = attention_row(d, s, causal, tf, gate)
+        row = attention_row(d, s, causal, tf)
         assert row.target == target and row.ratio == pytest.approx(1.25)
         assert row.case == f"fp8 attention {32768 // s} x 16 x {s} x {d}" + ", causal" * causal
         assert row.command.endswith(f"--attention-case {d}:{s}{':causal' * causal}")
-    assert attention_row(128, 8192, False, tf, gate).missed
-
-
-def refusing(calls: list[str]):
-    """A stand-in op that refuses as ptxdsl.torch.opspec.refuse_unverified does."""
-    def op():
-        calls.append(os.environ.get(fp8_more.UNVERIFIED, ""))
-        if not os.environ.get(fp8_more.UNVERIFIED):
-            raise RuntimeError("grouped_mm_fp8: its kernel faulted; it is off until it passes "
-                               "there: set PTXDSL_UNVERIFIED=1 to run it anyway")
-        return 42
-    return op
-
-
-def test_an_op_still_refusing_runs_with_the_switch_for_its_rows_only(monkeypatch):
-    monkeypatch.delenv(fp8_more.UNVERIFIED, raising=False)
-    calls: list[str] = []
-    with Unverified() as gate:
-        assert gate.mark("torch.ops.ptxdsl.x") == "torch.ops.ptxdsl.x"
-        assert gate.first(refusing(calls)) == 42
-        assert os.environ[fp8_more.UNVERIFIED] == "1"
-        assert gate.mark("torch.ops.ptxdsl.x") == "torch.ops.ptxdsl.x (PTXDSL_UNVERIFIED=1)"
-        assert gate.first(refusing(calls)) == 42  # no second refusal
-    assert calls == ["", "1", "1"]
-    assert fp8_more.UNVERIFIED not in os.environ
-    assert gate.notes() == ["Rows marked PTXDSL_UNVERIFIED=1 ran with it set by the bench "
-                            "for them alone: the op still refuses without it (grouped_mm_fp8: "
-                            "its kernel faulted)."]
-
-
-def test_other_errors_pass_through_and_leave_the_switch_alone(monkeypatch):
-    monkeypatch.delenv(fp8_more.UNVERIFIED, raising=False)
-
-    def broken():
-        raise RuntimeError("CUDA error: an illegal memory access")
-
-    with Unverified() as gate, pytest.raises(RuntimeError, match="illegal memory"):
-        gate.first(broken)
-    assert fp8_more.UNVERIFIED not in os.environ and gate.notes() == []
-    with Unverified() as gate:
-        assert gate.first(lambda: 7) == 7 and gate.mark("op") == "op"
+    assert attention_row(128, 8192, False, tf).missed
 
 
 def test_the_second_section_renders_and_shares_the_workload_key():
-    gate = Unverified()
     s = fp8_more.Section("fp8", "fp8 grouped GEMM and fp8 attention", fp8_more.ABOUT,
-                         rows=[attention_row(128, 8192, False, {"fp8": 1.0, "bf16": 1.0}, gate)])
+                         rows=[attention_row(128, 8192, False, {"fp8": 1.0, "bf16": 1.0})])
     first = fp8_more.Section("fp8", "fp8 GEMM", "about").render()
     _, sections = split_page("# page\n\n" + first + "\n" + s.render())
     assert list(sections) == ["fp8"]
