@@ -37,11 +37,13 @@ ABOUT = ("Forward + backward, bf16 in and out (f32 softmax, accumulation and dQ)
          "interleaved rounds of medians of CUDA-event-timed steps; the deterministic backward "
          "(under `torch.use_deterministic_algorithms(True)`) is timed in the same rounds, in "
          "the notes.")
-LIMITS = ("Not profiled yet (2026-11-28). The deterministic backward's 0.38-0.40x: every dQ "
-          "tile took its reduce-adds in key-block order while causal key block n starts its "
-          "walk at its diagonal, so it waited at every tile for block 0's walk to come by. "
-          "Since this run the adds go from the last key block reaching a tile down to block 0, "
-          "the order they arrive in, key blocks launched last-first (not yet measured).")
+LIMITS = ("Not profiled yet (2026-11-28). The deterministic backward: 0.38-0.40x the default "
+          "while every dQ tile took its reduce-adds in key-block order (causal key block n "
+          "starts its walk at its diagonal, so each tile waited for block 0's walk); 0.72-0.73x "
+          "since the adds go in the order they arrive (from the last key block reaching a tile "
+          "down to block 0, key blocks launched last-first), against a 0.9x target: each tile's "
+          "adds still wait in turn on a semaphore. FlashAttention 4 is not installed on the GPU "
+          "machine, so cuDNN is every row's reference.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
