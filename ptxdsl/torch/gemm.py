@@ -160,14 +160,19 @@ def splitk_runner(config: Any, a: torch.Tensor, b: torch.Tensor) -> Run:
     current stream (the launch's; its allocator orders the reuse after it, and under CUDA
     graph capture it comes from the graph's pool). No semaphores and nothing to zero: every
     slot is rewritten by each launch (the kernel's semaphore, read-back pointer and C
-    arguments are unused in this form)."""
+    arguments are unused in this form). Raises ValueError where a tile would get one range
+    (its tiles fill the SMs, or K is short): the dense configs run that without the slots'
+    round trip, and the tuner skips a candidate that raises."""
     device = a.device.index
     kernel, resident = launchable(_kernel, tuple(config.items()), device)
-    reduce = _reduce(device)
     cluster = config["cluster"]
     m, k = a.shape
     n = b.shape[0]
     splits, grid = splitk_plan(m, n, k, resident, cluster)
+    if splits == 1:
+        raise ValueError(f"gemm: split-K of {m} x {n} x {k} over {resident} CTAs takes one "
+                         f"range a tile: no split-K candidate at this shape")
+    reduce = _reduce(device)
     ta = TensorMap(a, box=(gemm_splitk.BM, gemm_splitk.BK), swizzle="128B")
     tb = TensorMap(b, box=(gemm_splitk.BN // cluster, gemm_splitk.BK), swizzle="128B")
     slots = (splits, m, n)

@@ -1,7 +1,8 @@
 """The gemm op's deterministic split-K candidate at 128 to 256 rows (ptxdsl/torch/gemm.py
 `splitk_runner`: gemm_splitk's two-kernel form, each range's partial into a slot of its own,
 the slots summed in slot order). Without a GPU: a plan whose tuner chooses it runs it, with
-a fused epilogue after it in PyTorch (a stand-in GEMM on the CPU). With one: against torch's
+a fused epilogue after it in PyTorch (a stand-in GEMM on the CPU); a shape whose tiles get one
+range each is declined. With one: against torch's
 f32 reference on fresh random data (M 128, 200, 256 at N 4096 x K 4096, ragged K, ragged N
 and M over the tiles), bit-identical repeats, new inputs under one plan, a CUDA-graph
 replay, the fused epilogues, and the op's tuning timing the candidate."""
@@ -57,6 +58,20 @@ def test_a_split_k_choice_runs_the_split_k_runner(ops, torch, monkeypatch, epilo
     gemm.fused_plan(args, out, 0, epilogue)(tensors, out, 0)
     assert seen == [config]
     assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("m, n, k", [(256, 33792, 4096), (256, 4096, 448)])
+def test_one_range_a_tile_is_no_split_k_candidate(ops, torch, monkeypatch, m, n, k):
+    """264 tiles fill 132 SMs twice; 7 K steps make no two ranges of four: the runner
+    declines (the tuner skips a candidate that raises) before it builds anything."""
+    gemm = importlib.import_module("ptxdsl.torch.gemm")
+    from ptxdsl.torch.kernels import SPLITK_CONFIGS
+
+    monkeypatch.setattr(gemm, "launchable", lambda *a: (None, 132))
+    a, b = (torch.empty(r, k, dtype=torch.bfloat16, device="meta") for r in (m, n))
+    with pytest.raises(ValueError, match=f"^gemm: split-K of {m} x {n} x {k} over 132 CTAs "
+                                         "takes one range a tile"):
+        gemm.splitk_runner(SPLITK_CONFIGS[0], a, b)
 
 
 # ----------------------------------------------------------------------------- GPU
