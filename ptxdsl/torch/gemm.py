@@ -49,7 +49,8 @@ from .opspec import Args, OpSpec, Run, TensorParam
 
 
 def _kernel(config: Any) -> KernelDef:
-    """The kernel of a dense config (GEMM_CONFIGS, SPLITK_CONFIGS: the latter's first)."""
+    """The kernel of a dense config (GEMM_CONFIGS; of SPLITK_CONFIGS, the first of the
+    two kernels: splitk_runner launches both)."""
     if config.get("splitk"):
         return splitk_kernel(config["stages"], config["cluster"])
     return gemm_kernel(config["bn"], config["stages"], config["cluster"],
