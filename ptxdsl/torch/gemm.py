@@ -4,8 +4,10 @@ warp-specialised wgmma GEMM, its tile width, stage count, cluster pairing and wa
 (data-parallel or stream-K) tuned per shape; up to SMALLM_MAX_M rows of A (decoding), the
 swap-AB split-K kernel (gemm_smallm), its config (weight tile, warpgroups side by side,
 cluster pairs, split-K waves) tuned per shape, which adds R as it stores C (a decoder block's
-residual add fused into its o_proj and down_proj). Past SMALLM_MAX_M rows R is added by
-PyTorch after the GEMM (`unfused`)."""
+residual add fused into its o_proj and down_proj); from 128 rows on the dense kernel's
+configs compete there too, and a deterministic split-K of K (gemm_splitk's two-kernel form,
+`splitk_runner`) for the shapes whose tiles leave SMs idle. Past SMALLM_MAX_M rows, and for
+the dense candidates, R is added by PyTorch after the GEMM (`unfused`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import torch
 
 from ..compiler import KernelDef
-from ..kernels import gemm_smallm
+from ..kernels import gemm_smallm, gemm_splitk
 from ..kernels.wgmma import tma_shape_error
 from ..runtime.driver import device_info
 from ..runtime.launch import Kernel
@@ -31,6 +33,7 @@ from .kernels import (
     GEMM_BM,
     GEMM_CONFIGS,
     SMALLM_MAX_M,
+    SPLITK_CONFIGS,
     gemm_kernel,
     gemm_recipe,
     smallm_configs,
@@ -38,16 +41,25 @@ from .kernels import (
     smallm_kernel,
     smallm_recipe,
     smallm_tile,
+    splitk_kernel,
+    splitk_recipe,
+    splitk_reduce_kernel,
 )
 from .opspec import Args, OpSpec, Run, TensorParam
 
 
 def _kernel(config: Any) -> KernelDef:
+    """The kernel of a dense config (GEMM_CONFIGS; of SPLITK_CONFIGS, the first of the
+    two kernels: splitk_runner launches both)."""
+    if config.get("splitk"):
+        return splitk_kernel(config["stages"], config["cluster"])
     return gemm_kernel(config["bn"], config["stages"], config["cluster"],
                        config.get("streamk", 0))
 
 
 def _recipe(config: Any) -> Any:
+    if config.get("splitk"):
+        return splitk_recipe(config["stages"], config["cluster"])
     return gemm_recipe(config["bn"], config["stages"], config["cluster"],
                        config.get("streamk", 0))
 
@@ -91,6 +103,8 @@ def persistent_grid(resident: int, m: int, n: int, bn: int, cluster: int) -> int
 def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Run:
     """The run of `config` over a, b and C's layouts: the maps are templates re-pointed at each
     call's addresses (a, b and C of the plan's shapes and strides)."""
+    if config.get("splitk"):
+        return splitk_runner(config, a, b)
     kernel, resident = launchable(_kernel, tuple(config.items()), a.device.index)
     bn, cluster = config["bn"], config["cluster"]
     m, k = a.shape
@@ -122,6 +136,62 @@ def _runner(config: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> R
                                        tc.at(out.data_ptr()), m, n, k, ws, sem, slots)
 
     return run_streamk
+
+
+def splitk_plan(m: int, n: int, k: int, resident: int, cluster: int = 1
+                ) -> tuple[int, int]:
+    """The ranges a tile's K is cut into and the grid of the split-K kernel over M x N x K
+    with `resident` CTAs: as many ranges as fill them once, each of four K steps or more
+    (gemm_splitk.pick_splits), at most one CTA an SM. Every tile has that many ranges, so
+    every slot of the workspace is written."""
+    splits = gemm_splitk.pick_splits(m, n, k, resident)
+    return splits, gemm_splitk.launch_grid(m, n, k, splits, sms=resident, cluster=cluster)
+
+
+@cache
+def _reduce(device: int) -> Kernel:
+    return splitk_reduce_kernel().program().kernel(device=device)
+
+
+def splitk_runner(config: Any, a: torch.Tensor, b: torch.Tensor) -> Run:
+    """The split-K two-kernel form of `config` (SPLITK_CONFIGS) over a's and b's layouts:
+    range s of every tile stores its f32 partial into slot s of a splits x M x N workspace,
+    and the second kernel sums the slots in slot order into C (contiguous, as the op
+    allocates it): bit-identical repeats. The workspace is fresh each call on torch's
+    current stream (the launch's; its allocator orders the reuse after it, and under CUDA
+    graph capture it comes from the graph's pool). No semaphores and nothing to zero: every
+    slot is rewritten by each launch (the kernel's semaphore, read-back pointer and C
+    arguments are unused in this form). Raises ValueError where a tile would get one range
+    (its tiles fill the SMs, or K is short): the dense configs run that without the slots'
+    round trip, and the tuner skips a candidate that raises."""
+    device = a.device.index
+    kernel, resident = launchable(_kernel, tuple(config.items()), device)
+    cluster = config["cluster"]
+    m, k = a.shape
+    n = b.shape[0]
+    splits, grid = splitk_plan(m, n, k, resident, cluster)
+    if splits == 1:
+        raise ValueError(f"gemm: split-K of {m} x {n} x {k} over {resident} CTAs takes one "
+                         f"range a tile: no split-K candidate at this shape")
+    reduce = _reduce(device)
+    ta = TensorMap(a, box=(gemm_splitk.BM, gemm_splitk.BK), swizzle="128B")
+    tb = TensorMap(b, box=(gemm_splitk.BN // cluster, gemm_splitk.BK), swizzle="128B")
+    slots = (splits, m, n)
+    # a template for the map's layout; each call's workspace re-points it
+    tw = TensorMap(a.new_empty(slots, dtype=torch.float32), box=(1, 64, gemm_splitk.PART),
+                   swizzle="128B")
+    total = m * n  # a multiple of 8: TMA's 16-byte rows of bf16 C
+    sums = -(-total // 1024)  # the reduction's CTAs: 256 threads of four elements
+
+    def run(tensors: tuple, out: torch.Tensor, stream: int) -> None:
+        x, w = tensors[:2]
+        ws = x.new_empty(slots, dtype=torch.float32)
+        kernel[grid, None, stream](ta.at(x.data_ptr()), tb.at(w.data_ptr()),
+                                   tw.at(ws.data_ptr()), ws, out, ws.view(torch.uint32),
+                                   m, n, k, splits, 0)
+        reduce[sums, None, stream](ws, out, total, splits)
+
+    return run
 
 
 def dense_config(a: torch.Tensor, b: torch.Tensor, stream: int) -> Any:
@@ -188,8 +258,10 @@ def wave_fill(m: int, n: int, device: int) -> int:
 
 def decode_candidates(mp: int) -> tuple[dict[str, int], ...]:
     """The candidates for up to mp rows of A: the decode kernel's, and from 128 rows on, where
-    the work nears the tensor cores' rate, the dense GEMM's as well."""
-    return smallm_configs(mp) + (GEMM_CONFIGS if mp >= 128 else ())
+    the work nears the tensor cores' rate, the dense GEMM's as well, data-parallel, on a
+    stream-K walk, and split-K (SPLITK_CONFIGS: deterministic, for tiles too few to fill
+    the SMs)."""
+    return smallm_configs(mp) + (GEMM_CONFIGS + SPLITK_CONFIGS if mp >= 128 else ())
 
 
 @cache

@@ -1,7 +1,8 @@
 """The kernel families behind the torch ops, and the configs each may be tuned over.
 
 The kernels are the library's (ptxdsl.kernels.gemm `make_gemm`, ptxdsl.kernels.gemm_smallm
-`make_smallm`, bf16 and e4m3, ptxdsl.kernels.gemm_fp8 `make_gemm_fp8`, ptxdsl.kernels.attention
+`make_smallm`, bf16 and e4m3, ptxdsl.kernels.gemm_splitk `make_splitk` and
+`make_splitk_reduce`, ptxdsl.kernels.gemm_fp8 `make_gemm_fp8`, ptxdsl.kernels.attention
 `make_attention`, ptxdsl.kernels.attention_fp8 `make_attention_fp8`,
 ptxdsl.kernels.attention_bwd `make_attention_bwd`, `make_preprocess` and `make_finish`,
 ptxdsl.kernels.decode_attention `make_decode_attention`,
@@ -34,6 +35,36 @@ GEMM_CONFIGS: tuple[dict[str, int], ...] = tuple(
     for cluster in (1, 2)
 ) + ({"bn": 256, "stages": 3, "cluster": 1, "streamk": 1},)
 GEMM_BM = 128
+
+# gemm at 128 to SMALLM_MAX_M rows (decoding), beside the configs above: the split-K kernel's
+# two-kernel form (ptxdsl.kernels.gemm_splitk `make_splitk(slots=True)`, then
+# `make_splitk_reduce`), K cut into as many ranges as fill the SMs once with 128 x 256 tiles.
+# Each range stores its f32 partial into a slot of its own and the second kernel sums the
+# slots in slot order: deterministic, with no semaphores (the one-kernel forms' need zeroed
+# semaphores; the ordered one serialises a tile's ranges). Where data-parallel tiles leave
+# most SMs idle: M 256 x N 4096 is 32 tiles for 132 SMs.
+SPLITK_CONFIGS: tuple[dict[str, int], ...] = (
+    {"bn": 256, "stages": 4, "cluster": 1, "splitk": 1},
+)
+_SPLITK = "ptxdsl.kernels.gemm_splitk"
+
+
+def splitk_recipe(stages: int, cluster: int) -> Recipe:
+    """The first kernel of the two-kernel split-K: each range's partial into its slot."""
+    more = {"cluster": cluster} if cluster > 1 else {}
+    return Recipe.of(_SPLITK, "make_splitk", stages=stages, slots=True, **more)
+
+
+@cache
+def splitk_kernel(stages: int, cluster: int) -> KernelDef:
+    return splitk_recipe(stages, cluster).build()
+
+
+@cache
+def splitk_reduce_kernel() -> KernelDef:
+    """The second kernel of the two-kernel split-K: the slots summed in order into C."""
+    return Recipe.of(_SPLITK, "make_splitk_reduce").build()
+
 
 # gemm at M <= SMALLM_MAX_M (decoding): the swap-AB split-K kernel (ptxdsl.kernels.gemm_smallm),
 # tuned per bucket of M (mp: M rounded up to a power of two from 8) over weight tiles of 128

@@ -58,3 +58,14 @@ def test_a_masked_and_a_two_sweep_recipe_build(table, kind, n, dtype, form):
     assert recipe.factory == form
     ptx = recipe.build().ptx("sm_90a")
     assert f".reqntid {32 * config['warps']}, 1, 1" in ptx
+
+
+def test_the_gemm_ops_split_k_builds(table):
+    """The gemm op's split-K candidates (the slot form) and the slots' reduction build to PTX
+    from the table alone, as CI's wheel check builds them."""
+    for c in table.SPLITK_CONFIGS:
+        recipe = table.splitk_recipe(c["stages"], c["cluster"])
+        assert dict(recipe.kwargs)["slots"] is True
+        assert ".entry gemm_splitk_slots(" in table.splitk_kernel(c["stages"], c["cluster"]).ptx(
+            "sm_90a")
+    assert ".entry splitk_reduce(" in table.splitk_reduce_kernel().ptx("sm_90a")
