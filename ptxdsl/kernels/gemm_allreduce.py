@@ -25,27 +25,32 @@ M up to 8 (mp 8; one crossing of the link, the latency decoding one token waits 
   number) f32 (a thread's vector of the partial holds two adjacent rows of C, so a vector
   wholly past M is not sent): the host keeps splits at most 128 // mp (`pick_splits`).
 
-M past 8 (mp 16 and more; the owner path: bytes matter more than a second crossing). Each
-tile t has an owner, rank t % world; each CTA walks its work items four times:
+M past 8 (mp 16 and more; the owner path: bytes matter more than a second crossing). A
+thread's part of a warpgroup's slot is nv vectors (four f32: mp / 8 an m64 block); the ranks
+own runs of about nv / world of them in rank order (fewer vectors than ranks: one each),
+starting at rank (the warpgroup's tile) % world, so that ownership turns with the tile and
+every rank sums and sends its share of C. Each CTA walks its work items four times:
 - Home: each item stores its f32 partial into its K range's slot of the tile in this rank's
   own region, then flags it (release, GPU scope).
-- To the owner: the item of K range 0 of each tile waits for the tile's range flags (acquire,
-  GPU scope), sums the ranges' slots in K order in f32 from zero, and stores that f32 sum, the
-  rank's product for the tile, into slot r of the tile at its owner (NVLink unless the owner
-  is this rank), then flags it there (release, system scope).
-- Owner: the owner's item of K range 0 of each tile it owns waits for the world slots' flags
-  (acquire, system scope), sums them in rank order in f32 from zero, rounds once to bf16,
-  stores the bf16 tile into the result region (`res`, bf16, laid out as the slots) of every
-  other rank and flags it there, then stores its own C.
-- The rest: every other rank's item of K range 0 of the tile waits for that flag and copies
-  the owner's bf16 tile into C. One rank rounds, every rank stores its bits.
+- To the owners: the item of K range 0 of each tile waits for the tile's range flags
+  (acquire, GPU scope), sums the ranges' slots in K order in f32 from zero, and stores each
+  vector of that sum, the rank's product for the tile, into the rank's slot r of the tile at
+  the vector's owner (NVLink unless that is this rank); then flags slot r at every rank
+  (release, system scope).
+- Owners: the item of K range 0 of each tile, on every rank, waits for the world slots'
+  flags (acquire, system scope), sums the vectors it owns over the slots in rank order in f32
+  from zero, rounds once to bf16 and stores them into the tile's slot of every rank's result
+  region (`res`, bf16, laid out as the slots; its own too), then flags its part there.
+- Copy: the same item waits for every owner's result flag of the tile and copies the bf16
+  tile into C (masked at the M and N edges). One rank rounds each element, every rank stores
+  its bits.
 - Traffic: a rank sends (world - 1) / world of C as f32 to the owners and the same share as
   bf16 from them, 6 (world - 1) / world bytes an element of C, however many K ranges: the
   host takes as many as fill the SMs. The K ranges' slots stay in the GPU's own memory.
 
 No CTA waits for work that sits behind a wait: on the mp 8 path every CTA pushes all its
 items before its first wait; on the owner path each walk waits only for stores of the walks
-before it (home: none; to the owner: the homes; owner: the to-the-owners; the rest: the
+before it (home: none; to the owners: the homes; owners: the to-the-owners; copy: the
 owners), and every CTA finishes a walk before it starts the next. With every CTA resident
 (the grid is at most one CTA an SM, and a CTA takes most of shared memory) every wait ends,
 by induction over the walks.
@@ -59,10 +64,10 @@ its own launch before ended.
   `griddep_wait`, so after its launch e (which read those slots) ended.
 - Owner path: one buffer, every read of a slot happens before the next write to it. The K
   ranges' slots are written and read by their own rank. Rank r writes its slot of tile t at
-  owner p in launch e + 1 after r's launch e ended, in which r waited for p's result of tile
-  t (or was p), which p flagged after reading the slot in launch e. Owner p writes rank r's
-  result slot of tile t in launch e + 1 after it saw r's slot of tile t of launch e + 1, which
-  r stored after its launch e ended, in which r read its result slot."""
+  owner p in launch e + 1 after r's launch e ended, in which r's copy of tile t waited for
+  p's result flag, which p stored after reading that slot in launch e. Owner p writes its
+  vectors of rank r's result slot of tile t in launch e + 1 after it saw r's flag of launch
+  e + 1 for tile t, which r stored after its launch e ended, in which r read that slot."""
 
 from typing import Any
 
@@ -144,26 +149,25 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                 main_loop(k, ring, accs, wg, it.k0, it.k1, steps=sm.BK // 16, wm=wm)
                 return accs
 
-            def put(it, accs, dst, at, vector, peers=None) -> None:
-                """The accumulators into the slot at element `at` (u64, this thread's t * 4
-                in it) of `dst`, `vector(acc, v)` a thread's vector v of an m64 block
-                (accumulators 4 v to 4 v + 3); with `peers` (the regions' stride), into the
-                slot at `at` of every other rank's region, a vector to each in turn (so that
-                a vector's registers are free once it is sent). Vector v holds columns
-                8 v + col and 8 v + col + 1 of the activation tile: where both lie past M
-                (zero rows of A, never stored into C) it is not stored, so that at M 1 in an
-                8-row tile a quarter of the tile crosses the link."""
+            def put(it, accs, vector, send, keep=None) -> None:
+                """Each vector of the accumulators, `vector(acc, v)` (a thread's vector v of
+                m64 block r: accumulators 4 v to 4 v + 3), sent by `send(r, v, off, value)`
+                to element `off` (u64) of a slot past its start and this thread's t * 4;
+                with `keep`, only where keep(r, v). Vector v holds columns 8 v + col and
+                8 v + col + 1 of the activation tile: where both lie past M (zero rows of A,
+                never stored into C) it is not sent, so that at M 1 in an 8-row tile a
+                quarter of the tile crosses the link."""
                 for r, acc in enumerate(accs):
                     with k.for_(f"v{r}" if r else "v", 0, nacc // 4, unroll=True) as v:
-                        with k.if_(it.n * mp + v * 8 + col < m):
-                            off = k.let("off", at + (v * 512 + r * plane).to(u64))
-                            if peers is None:
-                                dst[off] = vector(acc, v)
-                            else:
-                                o = vector(acc, v)
-                                with k.for_("q", 0, world) as q:
-                                    with k.if_(q != rank):
-                                        dst[q.to(u64) * peers + off] = o
+                        live = it.n * mp + v * 8 + col < m
+                        with k.if_(live if keep is None else live & keep(r, v)):
+                            send(r, v, (v * 512 + r * plane).to(u64), vector(acc, v))
+
+            def into(dst, at):
+                """A `send` into the slot at element `at` of `dst` (t * 4 included)."""
+                def send(r, v, off, value) -> None:
+                    dst[at + off] = value
+                return send
 
             def f32x4(acc, v):
                 return k.f32x4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3])
@@ -189,10 +193,11 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                         pass
                 k.bar_sync(8 + wg, 128)
 
-            def add(prefix: str, base, count) -> list:
+            def add(prefix: str, base, count, keep=None) -> list:
                 """`count` slots of this rank's region from slot `base` (slot units) summed
-                in order in f32 from zero (columns past M, never stored, add up stale values
-                that are never stored into C)."""
+                in order in f32 from zero; with `keep`, only the vectors where keep(r, v)
+                (the others are left unset). Columns past M, never stored, add up stale
+                values that are never stored into C."""
                 accs = fresh(prefix)
                 for r, acc in enumerate(accs):
                     with k.for_(f"e{r}" if r else "e", 0, nacc, unroll=True) as e:
@@ -206,10 +211,13 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                         at = k.let("at", at0 + (k.select(here, s0 + sl, 0) * block).to(u64))
                         for r, acc in enumerate(accs):
                             with k.for_(f"q{r}" if r else "q", 0, nacc // 4, unroll=True) as q:
-                                vv = k.let(f"vv{r}" if r else "vv",
-                                           k.vload(ws[at + (q * 512 + r * plane).to(u64)], 4))
-                                for e in range(4):
-                                    acc[4 * q + e] = acc[4 * q + e] + k.select(here, vv[e], 0.0)
+                                with k.if_(True if keep is None else keep(r, q)):
+                                    vv = k.let(f"vv{r}" if r else "vv",
+                                               k.vload(ws[at + (q * 512 + r * plane).to(u64)],
+                                                       4))
+                                    for e in range(4):
+                                        acc[4 * q + e] = acc[4 * q + e] + \
+                                            k.select(here, vv[e], 0.0)
                 return accs
 
             def store(it, accs) -> None:
@@ -235,7 +243,7 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                     slot = k.let("slot", tw + rank * it.splits + it.split)
                     at = k.let("at", (slot * block + t * 4).to(u64))
                     with k.for_("q", 0, world) as q:
-                        put(it, accs, ws, q.to(u64) * ws_stride + at, f32x4)
+                        put(it, accs, f32x4, into(ws, q.to(u64) * ws_stride + at))
                     signal(slot - half * nslots, 0, world, "sys")  # flags: not by halves
                 with k.for_("it2", work) as it:
                     with k.if_(it.split == 0):
@@ -245,56 +253,75 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                         store(it, add("s", tw, nslots))
 
             def owned(work) -> None:
-                """mp from OWNERS_FROM: the K ranges summed at home, the rank's sum to the
-                tile's owner, the owner's bf16 result to every rank."""
+                """mp from OWNERS_FROM: the K ranges summed at home, each vector of the
+                rank's sum to its owner, the owners' bf16 sums to every rank."""
+                nv = mw * (nacc // 4)  # vectors of a thread's part of a warpgroup's slot
+
                 def places(it):
-                    """(the warpgroup's tile, its first K-range slot, its first owner slot,
-                    its result flag word); worked out where needed, so that nothing more
-                    than the accumulators stays live through the main loop."""
+                    """(the warpgroup's tile tw, its first K-range slot, its first owner slot
+                    and flag word (one a rank), its first result flag word (one an owner),
+                    the owner of its first vector); worked out where needed, so that nothing
+                    more than the accumulators stays live through the main loop."""
                     tiles = k.let("tiles", tiles_n * tiles_m)
-                    mine = k.let("mine", (tiles + world - 1) / world)  # tiles owned, at most
                     tw = k.let("tw", it.tile * consumers + wg)
                     ranges0 = k.let("ranges0", tiles * consumers * it.splits)
                     return (tw, k.let("first", tw * it.splits),
-                            k.let("own", ranges0 + (it.tile / world * consumers + wg) * world),
-                            k.let("done", ranges0 + mine * consumers * world + tw))
+                            k.let("own", ranges0 + tw * world),
+                            k.let("done", ranges0 + (tiles * consumers + tw) * world),
+                            k.let("rot", tw % world))
+
+                def owner(rot, r, v):
+                    """The owner of vector v of m64 block r: the ranks own runs of nv / world
+                    vectors in rank order (or single vectors, fewer than world), from rank
+                    `rot`, which turns with the tile so that every rank owns its share."""
+                    ow = k.let("ow", (v + r * (nacc // 4)) * world / nv + rot)
+                    return ow - k.select(ow >= world, world, 0)
 
                 with k.for_("it", work) as it:  # the partial into this rank's region
                     accs = product(it)
-                    _, first, _, _ = places(it)
+                    _, first, _, _, _ = places(it)
                     slot = k.let("slot", first + it.split)
-                    put(it, accs, ws, rank.to(u64) * ws_stride + (slot * block + t * 4).to(u64),
-                        f32x4)
+                    put(it, accs, f32x4, into(ws, rank.to(u64) * ws_stride +
+                                              (slot * block + t * 4).to(u64)))
                     signal(slot, rank, rank + 1, "gpu")
-                with k.for_("it2", work) as it:  # the rank's sum into its slot at the owner
+                with k.for_("it2", work) as it:  # the rank's sum, a vector to its owner
                     with k.if_(it.split == 0):
-                        _, first, own, _ = places(it)
-                        owner = k.let("owner", it.tile % world)
-                        slot = k.let("slot", own + rank)
-                        # where it goes, worked out before the sum holds the registers
-                        to = k.let("to", owner.to(u64) * ws_stride +
-                                   (slot * block + t * 4).to(u64))
+                        _, first, own, _, rot = places(it)
+                        # the rank's slot of the tile at every owner, worked out before the
+                        # sum holds the registers
+                        mine = k.let("mine", ((own + rank) * block + t * 4).to(u64))
+
+                        def to_owner(r, v, off, value) -> None:
+                            ws[owner(rot, r, v).to(u64) * ws_stride + mine + off] = value
+
                         wait(rank * sig_stride + first, it.splits, "gpu")
-                        put(it, add("r", first, it.splits), ws, to, f32x4)
-                        signal(slot, owner, owner + 1, "sys")
-                with k.for_("it3", work) as it:  # the owner: the ranks' sums, to every rank
-                    with k.if_((it.split == 0) & (it.tile % world == rank)):
-                        tw, _, own, done = places(it)
+                        put(it, add("r", first, it.splits), f32x4, to_owner)
+                        signal(own + rank, 0, world, "sys")
+                with k.for_("it3", work) as it:  # each rank: its vectors, to every rank
+                    with k.if_(it.split == 0):
+                        tw, _, own, done, rot = places(it)
+                        ours = k.let("ours", (tw * block + t * 4).to(u64))
+
+                        def owned_here(r, v):
+                            return owner(rot, r, v) == rank
+
+                        def to_all(r, v, off, value) -> None:
+                            with k.for_("q", 0, world) as q:
+                                res[q.to(u64) * res_stride + ours + off] = value
+
                         wait(rank * sig_stride + own, world, "sys")
-                        accs = add("s", own, world)
-                        put(it, accs, res, (tw * block + t * 4).to(u64), bf16x4, res_stride)
-                        signal(done, 0, world, "sys")
-                        store(it, accs)
-                with k.for_("it4", work) as it:  # every other rank: the owner's result
-                    with k.if_((it.split == 0) & (it.tile % world != rank)):
-                        tw, _, _, done = places(it)
-                        wait(rank * sig_stride + done, 1, "sys")
+                        put(it, add("s", own, world, owned_here), bf16x4, to_all, owned_here)
+                        signal(done + rank, 0, world, "sys")
+                with k.for_("it4", work) as it:  # the owners' sums into C
+                    with k.if_(it.split == 0):
+                        tw, _, _, done, _ = places(it)
+                        wait(rank * sig_stride + done, world, "sys")
                         accs = fresh("g")
                         at = k.let("at", rank.to(u64) * res_stride + (tw * block + t * 4)
                                    .to(u64))
                         for r, acc in enumerate(accs):
                             with k.for_(f"v{r}" if r else "v", 0, nacc // 4, unroll=True) as v:
-                                with k.if_(it.n * mp + v * 8 + col < m):  # as `put` stored
+                                with k.if_(it.n * mp + v * 8 + col < m):  # as `put` sent
                                     g = k.let("g", k.vload(res[at + (v * 512 + r * plane)
                                                                .to(u64)], 4), type=BF16X4)
                                     for e in range(4):
@@ -358,11 +385,10 @@ def slot_elems(m: int, n: int, bw: int, mp: int) -> int:
 
 def region_elems(m: int, n: int, k: int, bw: int, mp: int, splits: int, world: int) -> int:
     """f32 of one rank's workspace region. Owner path: a slot of every tile for each K range,
-    then world slots (a rank's sum each) of each tile the rank may own (the ceiling of tiles
-    / world); else two launch halves of world x ranges slots of every tile."""
+    then one for each rank (its sum's vectors this rank owns); else two launch halves of
+    world x ranges slots of every tile."""
     if owners(mp):
-        return (ranges(k, splits) * tiles(m, n, bw, mp) +
-                cdiv(tiles(m, n, bw, mp), world) * world) * bw * mp
+        return (ranges(k, splits) + world) * slot_elems(m, n, bw, mp)
     return 2 * world * ranges(k, splits) * slot_elems(m, n, bw, mp)
 
 
@@ -372,14 +398,10 @@ def result_elems(m: int, n: int, bw: int, mp: int) -> int:
 
 
 def flag_words(m: int, n: int, k: int, bw: int, mp: int, splits: int, world: int) -> int:
-    """u32 flag words of one rank: one per warpgroup of a tile and slot (owner path: and one
-    per warpgroup of a tile for its result)."""
-    per = ranges(k, splits) * tiles(m, n, bw, mp)
-    if owners(mp):
-        per += cdiv(tiles(m, n, bw, mp), world) * world + tiles(m, n, bw, mp)
-    else:
-        per *= world
-    return per * min(bw // 64, 2)
+    """u32 flag words of one rank: one per warpgroup of a tile and slot; owner path: and
+    one per warpgroup of a tile and owner for its result."""
+    slots = ranges(k, splits) + world if owners(mp) else world * ranges(k, splits)
+    return (slots + (world if owners(mp) else 0)) * tiles(m, n, bw, mp) * min(bw // 64, 2)
 
 
 def arguments(w: Any, x: Any, c: Any, ws: Any, ws_stride: int, sig: Any, sig_stride: int,
@@ -500,7 +522,7 @@ FAMILY = Family(
     name="gemm_allreduce",
     summary="bf16 decode GEMM + all-reduce in one launch (row-parallel linear): the swap-AB "
             "small-M main loop; M up to 8: f32 partials pushed to every rank, summed in rank "
-            "order; more: each tile summed by its owner rank, its bf16 result pushed to all",
+            "order; more: each part of a tile summed by its owner rank, pushed to all in bf16",
     factory=make_gemm_allreduce,
     defaults={"mp": 8, "bw": 128},
 )

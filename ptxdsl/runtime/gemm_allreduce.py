@@ -41,8 +41,8 @@ class GemmAllReduce:
     """A plan for C = sum over the ranks of `group` of A_r @ W_r^T: A_r (m x k_local, m from
     1 to 256) and W_r (n x k_local) bf16 on each rank, C (m x n) bf16, f32 sums added in rank
     order and rounded once, so every rank gets the same bits (m up to 8: every rank adds
-    every rank's K ranges; more: each rank's K ranges are added at home, and each tile's
-    owner adds the ranks' sums and sends the bf16 result to every rank).
+    every rank's K ranges; more: each rank's K ranges are added at home, and each part of a
+    tile's owner rank adds the ranks' sums and sends the bf16 result to every rank).
 
     `bw` is the weight tile (64, 128 or 256 rows of N; 256 takes m up to 128), `splits` the
     K ranges of a tile (0: `gemm_allreduce.pick_splits`). a, w and out are row-major device
