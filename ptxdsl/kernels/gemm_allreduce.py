@@ -26,24 +26,27 @@ M up to 8 (mp 8; one crossing of the link, the latency decoding one token waits 
   wholly past M is not sent): the host keeps splits at most 128 // mp (`pick_splits`).
 
 M past 8 (mp 16 and more; the owner path: bytes matter more than a second crossing). A
-thread's part of a warpgroup's slot is nv vectors (four f32: mp / 8 an m64 block); the ranks
-own runs of about nv / world of them in rank order (fewer vectors than ranks: one each),
-starting at rank (the warpgroup's tile) % world, so that ownership turns with the tile and
-every rank sums and sends its share of C. Each CTA walks its work items four times:
+thread's part of a warpgroup's slot is nv vectors (four f32: mp / 8 an m64 block). They are
+cut two ways into runs of about equal length in vector order (fewer vectors than runs: one
+each): into world runs, owned by the ranks in rank order from rank (the warpgroup's tile) %
+world, so that ownership turns with the tile and every rank sums and sends its share of C;
+and into one share a K range, so that after the main loop every work item of a tile, not
+only one, works on it. Each CTA walks its work items four times:
 - Home: each item stores its f32 partial into its K range's slot of the tile in this rank's
   own region, then flags it (release, GPU scope).
-- To the owners: the item of K range 0 of each tile waits for the tile's range flags
-  (acquire, GPU scope), sums the ranges' slots in K order in f32 from zero, and stores each
-  vector of that sum, the rank's product for the tile, into the rank's slot r of the tile at
-  the vector's owner (NVLink unless that is this rank); then flags slot r at every rank
-  (release, system scope).
-- Owners: the item of K range 0 of each tile, on every rank, waits for the world slots'
-  flags (acquire, system scope), sums the vectors it owns over the slots in rank order in f32
-  from zero, rounds once to bf16 and stores them into the tile's slot of every rank's result
-  region (`res`, bf16, laid out as the slots; its own too), then flags its part there.
-- Copy: the same item waits for every owner's result flag of the tile and copies the bf16
-  tile into C (masked at the M and N edges). One rank rounds each element, every rank stores
-  its bits.
+- To the owners: each item waits for the tile's range flags (acquire, GPU scope), sums the
+  ranges' slots in K order in f32 from zero over its share's vectors, and stores each of
+  those vectors of the rank's sum into the rank's slot r of the tile at the vector's owner
+  (NVLink unless that is this rank); then flags (share, r) at every rank (release, system
+  scope).
+- Owners: each item, on every rank, waits for its share's flag from every rank (acquire,
+  system scope), sums the vectors of its share that this rank owns over the world slots in
+  rank order in f32 from zero, rounds once to bf16 and stores them into the tile's slot of
+  every rank's result region (`res`, bf16, laid out as the slots; its own too), then flags
+  (share, owner) at every rank.
+- Copy: each item waits for its share's flag from every owner and copies its share of the
+  bf16 result into C (masked at the M and N edges). One rank rounds each element, every
+  rank stores its bits.
 - Traffic: a rank sends (world - 1) / world of C as f32 to the owners and the same share as
   bf16 from them, 6 (world - 1) / world bytes an element of C, however many K ranges: the
   host takes as many as fill the SMs. The K ranges' slots stay in the GPU's own memory.
@@ -63,11 +66,12 @@ its own launch before ended.
   in which q's sum of every tile saw p's pushes of launch e + 1; p pushes only after
   `griddep_wait`, so after its launch e (which read those slots) ended.
 - Owner path: one buffer, every read of a slot happens before the next write to it. The K
-  ranges' slots are written and read by their own rank. Rank r writes its slot of tile t at
-  owner p in launch e + 1 after r's launch e ended, in which r's copy of tile t waited for
-  p's result flag, which p stored after reading that slot in launch e. Owner p writes its
-  vectors of rank r's result slot of tile t in launch e + 1 after it saw r's flag of launch
-  e + 1 for tile t, which r stored after its launch e ended, in which r read that slot."""
+  ranges' slots are written and read by their own rank. Rank r writes a share's vectors of
+  its slot of tile t at owner p in launch e + 1 after r's launch e ended, in which r's copy
+  of that share of tile t waited for p's result flag of the share, which p stored after
+  reading those vectors in launch e. Owner p writes a share's vectors of rank r's result
+  slot of tile t in launch e + 1 after it saw r's flag of the share of launch e + 1, which r
+  stored after its launch e ended, in which r read those vectors."""
 
 from typing import Any
 
@@ -252,81 +256,98 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                         wait(rank * sig_stride + (tw - half * nslots), nslots, "sys")
                         store(it, add("s", tw, nslots))
 
+            def copy(it, at, keep) -> None:
+                """The result slot at element `at` of `res` (t * 4 included) into C, the
+                vectors where keep(r, v): element 2 i + e of vector j of m64 block r is C^T
+                row (64 r + row + 8 i) and column (8 j + col + e) of the warpgroup's rows of
+                the tile (as `store`)."""
+                n0 = k.let("n0", it.m * bw + wg * wm + row)
+                m0 = k.let("m0", it.n * mp + col)
+                for r in range(mw):
+                    with k.for_(f"j{r}" if r else "j", 0, nacc // 4, unroll=True) as j:
+                        with k.if_((m0 + j * 8 < m) & keep(r, j)):  # as `put` sent
+                            g = k.let("g", k.vload(res[at + (j * 512 + r * plane).to(u64)], 4),
+                                      type=BF16X4)
+                            for i in range(2):
+                                for e in range(2):
+                                    gm, gn = m0 + j * 8 + e, n0 + (r * 64 + i * 8)
+                                    with k.if_((gm < m) & (gn < n)):
+                                        c[gm * n + gn] = g[2 * i + e]
+
             def owned(work) -> None:
                 """mp from OWNERS_FROM: the K ranges summed at home, each vector of the
-                rank's sum to its owner, the owners' bf16 sums to every rank."""
+                rank's sum to its owner, the owners' bf16 sums to every rank; each work item
+                of a tile takes its share of the tile's vectors in each walk after the
+                first."""
                 nv = mw * (nacc // 4)  # vectors of a thread's part of a warpgroup's slot
 
                 def places(it):
                     """(the warpgroup's tile tw, its first K-range slot, its first owner slot
-                    and flag word (one a rank), its first result flag word (one an owner),
-                    the owner of its first vector); worked out where needed, so that nothing
-                    more than the accumulators stays live through the main loop."""
+                    (one a rank), the first flag word of the item's share for the ranks'
+                    sums (one a rank) and for the owners' results (one an owner), the owner
+                    of its first vector); worked out where needed, so that nothing more than
+                    the accumulators stays live through the main loop."""
                     tiles = k.let("tiles", tiles_n * tiles_m)
                     tw = k.let("tw", it.tile * consumers + wg)
                     ranges0 = k.let("ranges0", tiles * consumers * it.splits)
-                    return (tw, k.let("first", tw * it.splits),
-                            k.let("own", ranges0 + tw * world),
-                            k.let("done", ranges0 + (tiles * consumers + tw) * world),
+                    sums = k.let("sums", ranges0 + (tw * it.splits + it.split) * world)
+                    return (tw, k.let("first", tw * it.splits), k.let("own", ranges0 + tw * world),
+                            sums, k.let("done", sums + tiles * consumers * it.splits * world),
                             k.let("rot", tw % world))
 
+                def run(r, v, of):
+                    """Which of `of` runs of about nv / of vectors, in order, vector v of m64
+                    block r lies in (fewer vectors than runs: one each)."""
+                    return (v + r * (nacc // 4)) * of / nv
+
                 def owner(rot, r, v):
-                    """The owner of vector v of m64 block r: the ranks own runs of nv / world
-                    vectors in rank order (or single vectors, fewer than world), from rank
-                    `rot`, which turns with the tile so that every rank owns its share."""
-                    ow = k.let("ow", (v + r * (nacc // 4)) * world / nv + rot)
+                    """The owner of vector v of m64 block r: the ranks own runs in rank
+                    order from rank `rot`, which turns with the tile so that every rank owns
+                    its share."""
+                    ow = k.let("ow", run(r, v, world) + rot)
                     return ow - k.select(ow >= world, world, 0)
 
                 with k.for_("it", work) as it:  # the partial into this rank's region
                     accs = product(it)
-                    _, first, _, _, _ = places(it)
+                    _, first, _, _, _, _ = places(it)
                     slot = k.let("slot", first + it.split)
                     put(it, accs, f32x4, into(ws, rank.to(u64) * ws_stride +
                                               (slot * block + t * 4).to(u64)))
                     signal(slot, rank, rank + 1, "gpu")
                 with k.for_("it2", work) as it:  # the rank's sum, a vector to its owner
-                    with k.if_(it.split == 0):
-                        _, first, own, _, rot = places(it)
-                        # the rank's slot of the tile at every owner, worked out before the
-                        # sum holds the registers
-                        mine = k.let("mine", ((own + rank) * block + t * 4).to(u64))
+                    _, first, own, sums, _, rot = places(it)
+                    # the rank's slot of the tile at every owner, worked out before the sum
+                    # holds the registers
+                    mine = k.let("mine", ((own + rank) * block + t * 4).to(u64))
 
-                        def to_owner(r, v, off, value) -> None:
-                            ws[owner(rot, r, v).to(u64) * ws_stride + mine + off] = value
+                    def share(r, v):
+                        return run(r, v, it.splits) == it.split
 
-                        wait(rank * sig_stride + first, it.splits, "gpu")
-                        put(it, add("r", first, it.splits), f32x4, to_owner)
-                        signal(own + rank, 0, world, "sys")
+                    def to_owner(r, v, off, value) -> None:
+                        ws[owner(rot, r, v).to(u64) * ws_stride + mine + off] = value
+
+                    wait(rank * sig_stride + first, it.splits, "gpu")
+                    put(it, add("r", first, it.splits, share), f32x4, to_owner, share)
+                    signal(sums + rank, 0, world, "sys")
                 with k.for_("it3", work) as it:  # each rank: its vectors, to every rank
-                    with k.if_(it.split == 0):
-                        tw, _, own, done, rot = places(it)
-                        ours = k.let("ours", (tw * block + t * 4).to(u64))
+                    tw, _, own, sums, done, rot = places(it)
+                    ours = k.let("ours", (tw * block + t * 4).to(u64))
 
-                        def owned_here(r, v):
-                            return owner(rot, r, v) == rank
+                    def owned_share(r, v):
+                        return (owner(rot, r, v) == rank) & (run(r, v, it.splits) == it.split)
 
-                        def to_all(r, v, off, value) -> None:
-                            with k.for_("q", 0, world) as q:
-                                res[q.to(u64) * res_stride + ours + off] = value
+                    def to_all(r, v, off, value) -> None:
+                        with k.for_("q", 0, world) as q:
+                            res[q.to(u64) * res_stride + ours + off] = value
 
-                        wait(rank * sig_stride + own, world, "sys")
-                        put(it, add("s", own, world, owned_here), bf16x4, to_all, owned_here)
-                        signal(done + rank, 0, world, "sys")
-                with k.for_("it4", work) as it:  # the owners' sums into C
-                    with k.if_(it.split == 0):
-                        tw, _, _, done, _ = places(it)
-                        wait(rank * sig_stride + done, world, "sys")
-                        accs = fresh("g")
-                        at = k.let("at", rank.to(u64) * res_stride + (tw * block + t * 4)
-                                   .to(u64))
-                        for r, acc in enumerate(accs):
-                            with k.for_(f"v{r}" if r else "v", 0, nacc // 4, unroll=True) as v:
-                                with k.if_(it.n * mp + v * 8 + col < m):  # as `put` sent
-                                    g = k.let("g", k.vload(res[at + (v * 512 + r * plane)
-                                                               .to(u64)], 4), type=BF16X4)
-                                    for e in range(4):
-                                        acc[4 * v + e] = g[e].to(f32)
-                        store(it, accs)
+                    wait(rank * sig_stride + sums, world, "sys")
+                    put(it, add("s", own, world, owned_share), bf16x4, to_all, owned_share)
+                    signal(done + rank, 0, world, "sys")
+                with k.for_("it4", work) as it:  # this share of the owners' sums into C
+                    tw, _, _, _, done, _ = places(it)
+                    wait(rank * sig_stride + done, world, "sys")
+                    copy(it, rank.to(u64) * res_stride + (tw * block + t * 4).to(u64),
+                         lambda r, v: run(r, v, it.splits) == it.split)
 
             if res is None:
                 everyone(work)
@@ -398,10 +419,11 @@ def result_elems(m: int, n: int, bw: int, mp: int) -> int:
 
 
 def flag_words(m: int, n: int, k: int, bw: int, mp: int, splits: int, world: int) -> int:
-    """u32 flag words of one rank: one per warpgroup of a tile and slot; owner path: and
-    one per warpgroup of a tile and owner for its result."""
-    slots = ranges(k, splits) + world if owners(mp) else world * ranges(k, splits)
-    return (slots + (world if owners(mp) else 0)) * tiles(m, n, bw, mp) * min(bw // 64, 2)
+    """u32 flag words of one rank, per warpgroup of a tile: one a slot (mp 8: world x K
+    ranges); owner path: one a K range, and for each K range's share of the tile one a
+    rank's sum and one an owner's result."""
+    per = (1 + 2 * world if owners(mp) else world) * ranges(k, splits)
+    return per * tiles(m, n, bw, mp) * min(bw // 64, 2)
 
 
 def arguments(w: Any, x: Any, c: Any, ws: Any, ws_stride: int, sig: Any, sig_stride: int,

@@ -127,9 +127,10 @@ def test_plan_arithmetic():
     # owner path, 8 tiles of 64 x 16 at 3 ranks: 3 ranges of each, and a slot a rank
     assert ga.region_elems(20, 200, 192, 64, 16, 4, 3) == (3 + 3) * 8 * 64 * 16
     assert ga.result_elems(20, 200, 64, 16) == 8 * 64 * 16
-    # a word per warpgroup (two of bw 128) and slot; owner path: and per owner of a result
+    # a word per warpgroup (two of bw 128) and slot; owner path: per K range, and per K
+    # range's share of the tile a word per rank's sum and per owner's result
     assert ga.flag_words(3, 200, 192, 128, 8, 4, 2) == 2 * 2 * 2 * 3
-    assert ga.flag_words(20, 200, 192, 128, 16, 4, 3) == 2 * 4 * (3 + 3 + 3)
+    assert ga.flag_words(20, 200, 192, 128, 16, 4, 3) == 2 * 4 * 3 * (1 + 3 + 3)
     with pytest.raises(ValueError, match="mp up to 128, got mp 256"):
         ga.make_gemm_allreduce(256, 256)
     with pytest.raises(ValueError, match="bw is 64, 128 or 256, got 96"):
