@@ -6,9 +6,9 @@ a K-shard, and gets C = sum over ranks of A_r W_r^T, the same bits on every rank
     gar(a, w, out)                           # out (M x N bf16) = the sum over ranks
 
 The plan owns symmetric memory (the f32 slots partial tiles are stored into; past 8 rows, the
-bf16 slots the tiles' owners push results into; and the flag words) and counts its calls;
-every rank calls it the same number of times, in the same order, on one stream each, as
-AllReduce."""
+bf16 slots the owners push their parts of the results into; and the flag words) and counts
+its calls; every rank calls it the same number of times, in the same order, on one stream
+each, as AllReduce."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ class GemmAllReduce:
     """A plan for C = sum over the ranks of `group` of A_r @ W_r^T: A_r (m x k_local, m from
     1 to 256) and W_r (n x k_local) bf16 on each rank, C (m x n) bf16, f32 sums added in rank
     order and rounded once, so every rank gets the same bits (m up to 8: every rank adds
-    every rank's K ranges; more: each rank's K ranges are added at home, and each part of a
-    tile's owner rank adds the ranks' sums and sends the bf16 result to every rank).
+    every rank's K ranges; more: each rank's K ranges are added at home, and the owner rank
+    of each part of a tile adds the ranks' sums and sends the bf16 result to every rank).
 
     `bw` is the weight tile (64, 128 or 256 rows of N; 256 takes m up to 128), `splits` the
     K ranges of a tile (0: `gemm_allreduce.pick_splits`). a, w and out are row-major device
