@@ -36,6 +36,7 @@ CASES = [
     (4, 40, 200, 320, 16, 64, 3, 5, 8),  # 12 tiles; 5 K steps in 3 ranges
     (3, 20, 136, 192, 16, 256, 2, 3, 9),  # two m64 blocks a warpgroup: 4 vectors, 3 owners
     (2, 50, 136, 256, 32, 128, 1, 3, 10),  # one K range; M over two tiles
+    (8, 20, 64, 128, 16, 64, 2, 2, 11),  # 2 vectors a thread's tile at 8 owners; 2 tiles
 ] if DEEP else [])
 
 
