@@ -35,21 +35,24 @@ only one, works on it. Each CTA walks its work items four times:
 - Home: each item stores its f32 partial into its K range's slot of the tile in this rank's
   own region, then flags it (release, GPU scope).
 - To the owners: each item waits for the tile's range flags (acquire, GPU scope), sums the
-  ranges' slots in K order in f32 from zero over its share's vectors, and stores each of
-  those vectors of the rank's sum into the rank's slot r of the tile at the vector's owner
-  (NVLink unless that is this rank); then flags (share, r) at every rank (release, system
-  scope).
+  ranges' slots in K order in f32 from zero over its share's vectors, rounds them to bf16
+  (the rank's product for the tile, as a bf16 GEMM returns it) and stores each vector into
+  the rank's slot r of the tile in the vector's owner's `res` region (bf16; NVLink unless
+  the owner is this rank); then flags (share, r) at every rank (release, system scope).
 - Owners: each item, on every rank, waits for its share's flag from every rank (acquire,
   system scope), sums the vectors of its share that this rank owns over the world slots in
-  rank order in f32 from zero, rounds once to bf16 and stores them into the tile's slot of
-  every rank's result region (`res`, bf16, laid out as the slots; its own too), then flags
-  (share, owner) at every rank.
+  rank order in f32 from zero, rounds to bf16 and stores them into the tile's result slot
+  of every rank's `res` region (its own too), then flags (share, owner) at every rank.
 - Copy: each item waits for its share's flag from every owner and copies its share of the
   bf16 result into C (masked at the M and N edges). One rank rounds each element, every
   rank stores its bits.
-- Traffic: a rank sends (world - 1) / world of C as f32 to the owners and the same share as
-  bf16 from them, 6 (world - 1) / world bytes an element of C, however many K ranges: the
-  host takes as many as fill the SMs. The K ranges' slots stay in the GPU's own memory.
+- Traffic: a rank sends (world - 1) / world of C as bf16 to the owners and the same share
+  from them, 4 (world - 1) / world bytes an element of C (a ring all-reduce's), however many
+  K ranges: the host takes as many as fill the SMs. The K ranges' f32 slots stay in the
+  GPU's own memory.
+- Numerics: two roundings, as torch.mm's bf16 output all-reduced by NCCL has (which rounds
+  more): C is off the exact sum by about half a bf16 ulp of each rank's product plus half
+  an ulp of C. f32 sums would cost half as many bytes again.
 
 No CTA waits for work that sits behind a wait: on the mp 8 path every CTA pushes all its
 items before its first wait; on the owner path each walk waits only for stores of the walks
@@ -197,16 +200,19 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                         pass
                 k.bar_sync(8 + wg, 128)
 
-            def add(prefix: str, base, count, keep=None) -> list:
+            def add(prefix: str, base, count, keep=None, src=None) -> list:
                 """`count` slots of this rank's region from slot `base` (slot units) summed
-                in order in f32 from zero; with `keep`, only the vectors where keep(r, v)
-                (the others are left unset). Columns past M, never stored, add up stale
-                values that are never stored into C."""
+                in order in f32 from zero: of `ws`, or with `src` the bf16 slots of `res`;
+                with `keep`, only the vectors where keep(r, v) (the others are left unset).
+                Columns past M, never stored, add up stale values that are never stored
+                into C."""
+                src, stride, vt = (ws, ws_stride, None) if src is None else \
+                    (res, res_stride, BF16X4)
                 accs = fresh(prefix)
                 for r, acc in enumerate(accs):
                     with k.for_(f"e{r}" if r else "e", 0, nacc, unroll=True) as e:
                         acc[e] = 0.0
-                at0 = k.let("at0", rank.to(u64) * ws_stride + (base * block + t * 4).to(u64))
+                at0 = k.let("at0", rank.to(u64) * stride + (base * block + t * 4).to(u64))
                 with k.for_("s0", 0, count, unroll) as s0:
                     with k.for_("s", 0, unroll, unroll=True) as sl:
                         # past the last slot, read the first again and add nothing (+0.0
@@ -217,11 +223,12 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                             with k.for_(f"q{r}" if r else "q", 0, nacc // 4, unroll=True) as q:
                                 with k.if_(True if keep is None else keep(r, q)):
                                     vv = k.let(f"vv{r}" if r else "vv",
-                                               k.vload(ws[at + (q * 512 + r * plane).to(u64)],
-                                                       4))
+                                               k.vload(src[at + (q * 512 + r * plane).to(u64)],
+                                                       4), type=vt)
                                     for e in range(4):
                                         acc[4 * q + e] = acc[4 * q + e] + \
-                                            k.select(here, vv[e], 0.0)
+                                            k.select(here, vv[e] if vt is None else
+                                                     vv[e].to(f32), 0.0)
                 return accs
 
             def store(it, accs) -> None:
@@ -291,7 +298,8 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                     tw = k.let("tw", it.tile * consumers + wg)
                     ranges0 = k.let("ranges0", tiles * consumers * it.splits)
                     sums = k.let("sums", ranges0 + (tw * it.splits + it.split) * world)
-                    return (tw, k.let("first", tw * it.splits), k.let("own", ranges0 + tw * world),
+                    own = k.let("own", tiles * consumers + tw * world)  # in res, past results
+                    return (tw, k.let("first", tw * it.splits), own,
                             sums, k.let("done", sums + tiles * consumers * it.splits * world),
                             k.let("rot", tw % world))
 
@@ -324,10 +332,10 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                         return run(r, v, it.splits) == it.split
 
                     def to_owner(r, v, off, value) -> None:
-                        ws[owner(rot, r, v).to(u64) * ws_stride + mine + off] = value
+                        res[owner(rot, r, v).to(u64) * res_stride + mine + off] = value
 
                     wait(rank * sig_stride + first, it.splits, "gpu")
-                    put(it, add("r", first, it.splits, share), f32x4, to_owner, share)
+                    put(it, add("r", first, it.splits, share), bf16x4, to_owner, share)
                     signal(sums + rank, 0, world, "sys")
                 with k.for_("it3", work) as it:  # each rank: its vectors, to every rank
                     tw, _, own, sums, done, rot = places(it)
@@ -341,7 +349,8 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
                             res[q.to(u64) * res_stride + ours + off] = value
 
                     wait(rank * sig_stride + sums, world, "sys")
-                    put(it, add("s", own, world, owned_share), bf16x4, to_all, owned_share)
+                    put(it, add("s", own, world, owned_share, res), bf16x4, to_all,
+                        owned_share)
                     signal(done + rank, 0, world, "sys")
                 with k.for_("it4", work) as it:  # this share of the owners' sums into C
                     tw, _, _, _, done, _ = places(it)
@@ -405,17 +414,17 @@ def slot_elems(m: int, n: int, bw: int, mp: int) -> int:
 
 
 def region_elems(m: int, n: int, k: int, bw: int, mp: int, splits: int, world: int) -> int:
-    """f32 of one rank's workspace region. Owner path: a slot of every tile for each K range,
-    then one for each rank (its sum's vectors this rank owns); else two launch halves of
-    world x ranges slots of every tile."""
+    """f32 of one rank's workspace region: owner path, a slot of every tile for each K range;
+    else two launch halves of world x ranges slots of every tile."""
     if owners(mp):
-        return (ranges(k, splits) + world) * slot_elems(m, n, bw, mp)
+        return ranges(k, splits) * slot_elems(m, n, bw, mp)
     return 2 * world * ranges(k, splits) * slot_elems(m, n, bw, mp)
 
 
-def result_elems(m: int, n: int, bw: int, mp: int) -> int:
-    """bf16 of one rank's result region (owner path): a slot of every tile."""
-    return slot_elems(m, n, bw, mp)
+def result_elems(m: int, n: int, bw: int, mp: int, world: int) -> int:
+    """bf16 of one rank's result region (owner path): a slot of every tile for the results,
+    then one for each rank (its rounded sum's vectors this rank owns)."""
+    return (1 + world) * slot_elems(m, n, bw, mp)
 
 
 def flag_words(m: int, n: int, k: int, bw: int, mp: int, splits: int, world: int) -> int:
@@ -492,11 +501,12 @@ def reference(partials: np.ndarray) -> np.ndarray:
 
 
 def reference_owned(by_rank: list[np.ndarray]) -> np.ndarray:
-    """Owner path: each rank's K-range partials summed in K order, those sums in rank order,
-    in f32 from zero, rounded once to bf16 (as uint16 bits)."""
-    from ptxdsl.runtime.dtypes import f32_to_bf16
+    """Owner path: each rank's K-range partials summed in K order in f32 from zero and
+    rounded to bf16, those sums in rank order in f32 from zero, rounded to bf16 (as uint16
+    bits)."""
+    from ptxdsl.runtime.dtypes import bf16_to_f32, f32_to_bf16
 
-    return f32_to_bf16(in_order([in_order(p) for p in by_rank]))
+    return f32_to_bf16(in_order([bf16_to_f32(f32_to_bf16(in_order(p))) for p in by_rank]))
 
 
 def interp(world: int, m: int = 3, n: int = 72, k: int = 256, *, mp: int = 8, bw: int = 64,
@@ -515,7 +525,7 @@ def interp(world: int, m: int = 3, n: int = 72, k: int = 256, *, mp: int = 8, bw
     size = region_elems(m, n, k, bw, mp, splits, world)
     stride = size + 64  # rank regions a little apart, as the VMM granularity leaves them
     ws = np.full((world, stride), np.nan, np.float32)
-    rsize = result_elems(m, n, bw, mp)
+    rsize = result_elems(m, n, bw, mp, world)
     res = np.full((world, rsize + 64), 0x7FC0, np.uint16)  # bf16 NaN
     words = flag_words(m, n, k, bw, mp, splits, world)
     sig = np.full((world, words), (first - 1) % (1 << 32), np.uint32)
@@ -544,7 +554,8 @@ FAMILY = Family(
     name="gemm_allreduce",
     summary="bf16 decode GEMM + all-reduce in one launch (row-parallel linear): the swap-AB "
             "small-M main loop; M up to 8: f32 partials pushed to every rank, summed in rank "
-            "order; more: each part of a tile summed by its owner rank, pushed to all in bf16",
+            "order; more: each rank's sum in bf16 to the owner of each part of a tile, which "
+            "sums in rank order and pushes its part to all",
     factory=make_gemm_allreduce,
     defaults={"mp": 8, "bw": 128},
 )

@@ -39,10 +39,11 @@ def _program(mp: int, bw: int, device: int, watchdog_ms: int) -> Any:
 
 class GemmAllReduce:
     """A plan for C = sum over the ranks of `group` of A_r @ W_r^T: A_r (m x k_local, m from
-    1 to 256) and W_r (n x k_local) bf16 on each rank, C (m x n) bf16, f32 sums added in rank
-    order and rounded once, so every rank gets the same bits (m up to 8: every rank adds
-    every rank's K ranges; more: each rank's K ranges are added at home, and the owner rank
-    of each part of a tile adds the ranks' sums and sends the bf16 result to every rank).
+    1 to 256) and W_r (n x k_local) bf16 on each rank, C (m x n) bf16, the same bits on every
+    rank. m up to 8: every rank adds every rank's K ranges' f32 partials in rank order,
+    rounded once; more: each rank's K ranges are added at home and rounded to bf16, and the
+    owner rank of each part of a tile adds the ranks' sums in rank order in f32, rounds and
+    sends its part to every rank (torch.mm + NCCL all_reduce rounds as often, or more).
 
     `bw` is the weight tile (64, 128 or 256 rows of N; 256 takes m up to 128), `splits` the
     K ranges of a tile (0: `gemm_allreduce.pick_splits`). a, w and out are row-major device
@@ -79,7 +80,7 @@ class GemmAllReduce:
               (m, n, k_local, bw, self.splits, self.grid))
         size = ga.region_elems(m, n, k_local, bw, self.mp, self.splits, self.world)
         self.ws = SymmetricBuffer(size * 4, "f32", device=self.device, group=group)
-        self.res = SymmetricBuffer(ga.result_elems(m, n, bw, self.mp) * 2, "bf16",
+        self.res = SymmetricBuffer(ga.result_elems(m, n, bw, self.mp, self.world) * 2, "bf16",
                                    device=self.device, group=group) \
             if ga.owners(self.mp) else None
         words = ga.flag_words(m, n, k_local, bw, self.mp, self.splits, self.world)
