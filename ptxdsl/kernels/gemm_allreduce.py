@@ -283,14 +283,14 @@ def make_gemm_allreduce(mp: int = 8, bw: int = 128, stages: int | None = None,
 
             def owned(work) -> None:
                 """mp from OWNERS_FROM: the K ranges summed at home, each vector of the
-                rank's sum to its owner, the owners' bf16 sums to every rank; each work item
+                rank's sum in bf16 to its owner, the owners' sums to every rank; each work item
                 of a tile takes its share of the tile's vectors in each walk after the
                 first."""
                 nv = mw * (nacc // 4)  # vectors of a thread's part of a warpgroup's slot
 
                 def places(it):
                     """(the warpgroup's tile tw, its first K-range slot, its first owner slot
-                    (one a rank), the first flag word of the item's share for the ranks'
+                    in `res` (one a rank), the first flag word of the item's share for the ranks'
                     sums (one a rank) and for the owners' results (one an owner), the owner
                     of its first vector); worked out where needed, so that nothing more than
                     the accumulators stays live through the main loop."""
