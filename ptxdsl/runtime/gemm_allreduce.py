@@ -5,9 +5,10 @@ a K-shard, and gets C = sum over ranks of A_r W_r^T, the same bits on every rank
     gar = GemmAllReduce(m, n, k_local)       # a collective: every rank builds one
     gar(a, w, out)                           # out (M x N bf16) = the sum over ranks
 
-The plan owns symmetric memory (the f32 slots every rank's partial tiles are pushed into, two
-launch halves used by turns, and the flag words) and counts its calls; every rank calls it the
-same number of times, in the same order, on one stream each, as AllReduce."""
+The plan owns symmetric memory (the f32 slots partial tiles are stored into; past 8 rows, the
+bf16 slots the owners push their parts of the results into; and the flag words) and counts
+its calls; every rank calls it the same number of times, in the same order, on one stream
+each, as AllReduce."""
 
 from __future__ import annotations
 
@@ -38,8 +39,11 @@ def _program(mp: int, bw: int, device: int, watchdog_ms: int) -> Any:
 
 class GemmAllReduce:
     """A plan for C = sum over the ranks of `group` of A_r @ W_r^T: A_r (m x k_local, m from
-    1 to 256) and W_r (n x k_local) bf16 on each rank, C (m x n) bf16, f32 sums added in rank
-    order and rounded once, so every rank gets the same bits.
+    1 to 256) and W_r (n x k_local) bf16 on each rank, C (m x n) bf16, the same bits on every
+    rank. m up to 8: every rank adds every rank's K ranges' f32 partials in rank order,
+    rounded once; more: each rank's K ranges are added at home and rounded to bf16, and the
+    owner rank of each part of a tile adds the ranks' sums in rank order in f32, rounds and
+    sends its part to every rank (torch.mm + NCCL all_reduce rounds as often, or more).
 
     `bw` is the weight tile (64, 128 or 256 rows of N; 256 takes m up to 128), `splits` the
     K ranges of a tile (0: `gemm_allreduce.pick_splits`). a, w and out are row-major device
@@ -76,6 +80,9 @@ class GemmAllReduce:
               (m, n, k_local, bw, self.splits, self.grid))
         size = ga.region_elems(m, n, k_local, bw, self.mp, self.splits, self.world)
         self.ws = SymmetricBuffer(size * 4, "f32", device=self.device, group=group)
+        self.res = SymmetricBuffer(ga.result_elems(m, n, bw, self.mp, self.world) * 2, "bf16",
+                                   device=self.device, group=group) \
+            if ga.owners(self.mp) else None
         words = ga.flag_words(m, n, k_local, bw, self.mp, self.splits, self.world)
         self.sig = SymmetricBuffer(words * 4, "u32", device=self.device, group=group)
         import numpy as np
@@ -83,6 +90,8 @@ class GemmAllReduce:
         self.sig.local.copy_from_host(np.zeros(self.sig.local.shape, np.uint32))
         self.sig.barrier()  # every rank's flags are zero before any launch
         self._ws_all = self.ws.stacked().array(dtype="f32")
+        self._res = {} if self.res is None else {
+            "res": self.res.stacked().array(dtype="bf16"), "res_stride": self.res.stride // 2}
         self._sig_all = self.sig.stacked().array(dtype="u32")
         self.kernel = _program(self.mp, bw, self.device, watchdog_ms).kernel(device=self.device)
         self.epoch = 0
@@ -136,12 +145,13 @@ class GemmAllReduce:
         self._stream = one_stream(self._stream, handle, "gemm_allreduce")
         args = arguments(tw, ta, out, self._ws_all, self.ws.stride // 4, self._sig_all,
                          self.sig.stride // 4, self.rank, self.world, self.m, self.n, self.k,
-                         self.splits, self.epoch + 1)
+                         self.splits, self.epoch + 1, **self._res)
         self.kernel[self.grid, None, handle](*args.values())  # positional: the fast path
         self.epoch += 1  # launches enqueued (a refused one does not count)
         return out
 
     def free(self) -> None:
         """Release the symmetric memory (a collective)."""
-        self.ws.free()
-        self.sig.free()
+        for buf in (self.ws, self.res, self.sig):
+            if buf is not None:
+                buf.free()

@@ -1,10 +1,11 @@
 """GEMM + all-reduce in one launch (ptxdsl/kernels/gemm_allreduce.py) at 2, 3, 4 and 8 ranks
-at once in the CPU interpreter: every rank's C is bit for bit numpy's rank-order sum (in f32
-from zero, rounded once) of the partial tiles found in its workspace, the same on every rank;
-each rank's partials add up to its A_r W_r^T, and C is close to the sum of the products;
-over two launches (the second in the other launch half, the flags' epochs carrying over),
-with ranks' CTAs started out of order. A rank that never launches is a located deadlock. One
-case by default; the rest under PTXDSL_DEEP=1 (as CI runs). On GPUs (marked gpu, two or
+at once in the CPU interpreter, on both paths: every rank's C is bit for bit numpy's sum of
+the partial tiles found in the workspaces (mp 8: rank-major in f32 from zero, rounded once;
+the owner path: each rank's K ranges in order, rounded to bf16, then those sums in rank
+order), the same on every rank; each rank's partials add up to its A_r W_r^T, and C is
+close to the sum of the products; over two launches (the flags' epochs carrying over), with
+ranks' CTAs started out of order. A rank that never launches is a located deadlock. Two
+cases by default; the rest under PTXDSL_DEEP=1 (as CI runs). On GPUs (marked gpu, two or
 more), every GPU of the host under torchrun (samples/gemm_allreduce_dist.py) against NCCL's
 all_reduce of torch.mm's partials, and the watchdog's named error."""
 
@@ -21,28 +22,48 @@ from ptxdsl.interp import InterpError
 from ptxdsl.kernels import gemm_allreduce as ga
 from ptxdsl.runtime.dtypes import bf16_to_f32
 
-# (world, m, n, k, mp, bw, splits, grid, seed): 2 K steps in 2 ranges of one tile
-CASES = [(2, 3, 64, 128, 8, 64, 2, 2, 0)] + ([
+# (world, m, n, k, mp, bw, splits, grid, seed); mp 8 pushes to every rank, mp 16 and more
+# takes the owner path
+CASES = [
+    (2, 3, 64, 128, 8, 64, 2, 2, 0),  # 2 K steps in 2 ranges of one tile
+    (3, 13, 72, 128, 16, 64, 2, 2, 7),  # owner path: 2 vectors a thread's tile, 3 owners
+] + ([
     (3, 5, 136, 320, 8, 64, 3, 3, 1),  # N ragged over 3 tiles; 5 K steps in ranges 2, 2, 1
     (4, 13, 72, 256, 16, 128, 2, 2, 2),  # two consumer warpgroups; N past their 64 rows
     (4, 20, 200, 128, 8, 256, 1, 3, 3),  # M over three tiles; two m64 blocks a warpgroup
     (8, 2, 64, 192, 8, 64, 4, 2, 4),  # 4 ranges asked of 3 K steps: 3 slots a rank
     (2, 40, 64, 448, 64, 64, 5, 4, 5),  # 7 K steps in 5 ranges; mp 64
+    (4, 40, 200, 320, 16, 64, 3, 5, 8),  # 12 tiles; 5 K steps in 3 ranges
+    (3, 20, 136, 192, 16, 256, 2, 3, 9),  # two m64 blocks a warpgroup: 4 vectors, 3 owners
+    (2, 50, 136, 256, 32, 128, 1, 3, 10),  # one K range; M over two tiles
+    (8, 20, 64, 128, 16, 64, 2, 2, 11),  # 2 vectors a thread's tile at 8 owners; 2 tiles
 ] if DEEP else [])
 
 
 def check(r: dict, world: int, m: int, n: int, bw: int, mp: int) -> None:
-    nslots = r["nslots"]
-    per = nslots // world
+    """C against the reference of the partials in the workspaces (see the module's doc)."""
+    per = r["ranges"]
+    if ga.owners(mp):  # each rank's K ranges, in its own region
+        by_rank = [ga.fragments(r["ws"][q], m, n, bw, mp, per) for q in range(world)]
+        wants = [ga.reference_owned(by_rank)] * world
+    else:  # every rank's, in each rank's region
+        parts = [ga.fragments(r["ws"][q], m, n, bw, mp, world * per, r["half"])
+                 for q in range(world)]
+        by_rank = [parts[0][p * per:(p + 1) * per] for p in range(world)]
+        wants = [ga.reference(p) for p in parts]
+        for q in range(1, world):
+            np.testing.assert_array_equal(parts[q], parts[0], err_msg=f"rank {q}'s slots")
     for q in range(world):
-        parts = ga.fragments(r["ws"][q], m, n, bw, mp, nslots, r["half"])
-        np.testing.assert_array_equal(r["c"][q], ga.reference(parts), err_msg=f"rank {q}")
-        for p in range(world):  # rank p's K ranges add up to its product
-            want = bf16_to_f32(r["a"][p]) @ bf16_to_f32(r["w"][p]).T
-            np.testing.assert_allclose(parts[p * per:(p + 1) * per].sum(0), want, rtol=1e-4,
-                                       atol=1e-3, err_msg=f"rank {p}'s partials at rank {q}")
+        np.testing.assert_array_equal(r["c"][q], wants[q], err_msg=f"rank {q}")
         np.testing.assert_array_equal(r["c"][q], r["c"][0])
-    np.testing.assert_allclose(bf16_to_f32(r["c"][0]), r["want"], rtol=2 ** -7, atol=1e-2)
+    for p in range(world):  # rank p's K ranges add up to its product
+        want = bf16_to_f32(r["a"][p]) @ bf16_to_f32(r["w"][p]).T
+        np.testing.assert_allclose(by_rank[p].sum(0), want, rtol=1e-4, atol=1e-3,
+                                   err_msg=f"rank {p}'s partials")
+    # one rounding, but on the owner path also each rank's sum's (half an ulp of bf16 of it)
+    slack = 2 ** -8 * sum(np.abs(p.sum(0)) for p in by_rank) if ga.owners(mp) else 0
+    err = np.abs(bf16_to_f32(r["c"][0]) - r["want"])
+    assert (err <= 2 ** -7 * np.abs(r["want"]) + slack + 1e-2).all(), err.max()
 
 
 @pytest.mark.parametrize("world, m, n, k, mp, bw, splits, grid, seed", CASES)
@@ -53,17 +74,19 @@ def test_every_rank_gets_the_rank_order_sum(world, m, n, k, mp, bw, splits, grid
 
 
 @pytest.mark.skipif(not DEEP, reason="PTXDSL_DEEP=1")
-def test_epochs_wrap_at_two_to_the_32():
+@pytest.mark.parametrize("mp", [8, 16])
+def test_epochs_wrap_at_two_to_the_32(mp):
     """Launches 2^32 - 1 and 0: the second still waits for its peers (a signed difference)
-    and pushes into the other half (2^32 is even)."""
-    r = ga.interp(3, 3, 64, 128, splits=2, seed=6, first=(1 << 32) - 1)
-    check(r, 3, 3, 64, 64, 8)
+    and, at mp 8, pushes into the other half (2^32 is even)."""
+    r = ga.interp(3, 3, 64, 128, mp=mp, splits=2, seed=6, first=(1 << 32) - 1)
+    check(r, 3, 3, 64, 64, mp)
     assert r["half"] == 0
 
 
-def test_a_rank_that_never_launches_is_a_located_deadlock():
+@pytest.mark.parametrize("mp", [8, 16])
+def test_a_rank_that_never_launches_is_a_located_deadlock(mp):
     with pytest.raises(InterpError) as e:
-        ga.interp(2, 3, 64, 128, splits=2, launch=[0], epochs=1)
+        ga.interp(2, 3, 64, 128, mp=mp, splits=2, launch=[0], epochs=1)
     text = str(e.value)
     assert "deadlock" in text and "rank 0: " in text and "rank 1: " not in text, text
     assert "gemm_allreduce.py" in text and "ld_acquire(sig[" in text, text
@@ -75,6 +98,8 @@ def test_rank_order_changes_the_bits():
     order)."""
     p = np.array([1e8, 1.0, -1e8, 1.0], np.float32).reshape(4, 1, 1)
     assert ga.reference(p)[0, 0] != ga.reference(p[::-1])[0, 0]
+    # the owner path's: ranks' sums first (1e8 + 1 = 1e8 on rank 0), unlike one flat sum
+    assert ga.reference_owned([p[:2], p[2:]])[0, 0] != ga.reference(p)[0, 0]
 
 
 def test_arguments_are_the_kernels_parameters_in_order():
@@ -84,19 +109,33 @@ def test_arguments_are_the_kernels_parameters_in_order():
                         (1 << 32) + 3)
     assert list(args) == [p.name for p in ga.make_gemm_allreduce().ir.params]
     assert args["epoch"] == 3 and args["kdim"] == 128
+    owned = ga.arguments("w", "x", "c", "ws", 4096, "sig", 64, 1, 2, 3, 64, 128, 2, 5,
+                         res="res", res_stride=512)
+    assert list(owned) == [p.name for p in ga.make_gemm_allreduce(16).ir.params]
+    assert owned["res_stride"] == 512 and owned["ws_stride"] == 4096
 
 
 def test_plan_arithmetic():
     # Llama-70B-like decode shard: N 4096, K 7168 at two ranks, M 1 in 8-row tiles: 32 tiles
-    # of 128 rows fill the SMs four ranges deep; mp 64 takes two, 128 and more one
+    # of 128 rows fill the SMs four ranges deep; so do 64 and 256 rows on the owner path
+    # (only a rank's sum crosses the link)
     assert ga.pick_splits(1, 4096, 7168, 128, 8) == 4
-    assert ga.pick_splits(64, 4096, 7168, 128, 64) == 2
-    assert ga.pick_splits(256, 4096, 7168, 128, 256) == 1
+    assert ga.pick_splits(64, 4096, 7168, 128, 64) == 4
+    assert ga.pick_splits(256, 4096, 7168, 128, 256) == 4
+    # mp 8: 4 tiles would fill the SMs 28 ranges deep; every range crosses: at most 16
+    assert ga.pick_splits(1, 256, 7168, 64, 8) == 16
     assert ga.ranges(192, 4) == 3 and ga.ranges(64, 4) == 1
+    assert not ga.owners(8) and ga.owners(16)
     # two halves x 2 ranks x 3 ranges x 2 tiles of 64 x 8
     assert ga.region_elems(3, 72, 192, 64, 8, 4, 2) == 2 * 2 * 3 * 2 * 64 * 8
-    # a word per warpgroup (two of bw 128) and slot
+    # owner path, 8 tiles of 64 x 16 at 3 ranks: 3 ranges of each; bf16: the results and a
+    # slot a rank
+    assert ga.region_elems(20, 200, 192, 64, 16, 4, 3) == 3 * 8 * 64 * 16
+    assert ga.result_elems(20, 200, 64, 16, 3) == (1 + 3) * 8 * 64 * 16
+    # a word per warpgroup (two of bw 128) and slot; owner path: per K range, and per K
+    # range's share of the tile a word per rank's sum and per owner's result
     assert ga.flag_words(3, 200, 192, 128, 8, 4, 2) == 2 * 2 * 2 * 3
+    assert ga.flag_words(20, 200, 192, 128, 16, 4, 3) == 2 * 4 * 3 * (1 + 3 + 3)
     with pytest.raises(ValueError, match="mp up to 128, got mp 256"):
         ga.make_gemm_allreduce(256, 256)
     with pytest.raises(ValueError, match="bw is 64, 128 or 256, got 96"):
@@ -138,7 +177,8 @@ def test_the_plan_refuses_arrays_the_kernel_cannot_take():
 
 
 @pytest.mark.ptxas
-@pytest.mark.parametrize("mp, bw", [(8, 128), (256, 128), (128, 256)] if DEEP else [(64, 128)])
+@pytest.mark.parametrize("mp, bw", [(8, 128), (16, 128), (256, 128), (256, 64), (128, 256)]
+                         if DEEP else [(64, 128)])
 def test_builds_assemble_without_spills(mp, bw, tmp_path):
     assert_no_spills(assemble(ga.make_gemm_allreduce(mp, bw).ptx("sm_90a"), tmp_path))
 
