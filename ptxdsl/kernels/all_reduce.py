@@ -39,6 +39,7 @@ A CTA waits only for the CTAs of the same index on the other ranks, but those mu
 the host launches at most one CTA an SM (the fused layers' rule). Launches of one plan go
 on one stream, in the same order on every rank."""
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -58,21 +59,45 @@ TWO_SHOT_BYTES = 1 << 20
 SLOT_ALIGN = 256  # bytes: each input slot starts so aligned
 
 
+def max_unroll(world: int) -> int:
+    """The most vectors a thread keeps in flight from each rank: a power of two with at most
+    16 vectors (64 registers) of loads a thread, so a 512-thread CTA stays under 128."""
+    u = 1
+    while 2 * u * world <= 16:
+        u *= 2
+    return u
+
+
+def gather_unroll(world: int, unroll: int) -> int:
+    """The all-gather's vectors a thread in flight from each peer: `unroll`, but at most 12
+    vectors of peers' loads a thread (with each peer's bounds live through the loop, more
+    spill at world 8)."""
+    u = unroll
+    while u > 1 and u * (world - 1) > 12:
+        u //= 2
+    return u
+
+
 def vec_width(dtype: str) -> int:
     """Elements of a 16-byte vector."""
     return 16 // DTYPES[dtype].nbytes
 
 
-def make_all_reduce(dtype: str = "bf16", world: int = 2, threads: int = THREADS
-                    ) -> ptxdsl.KernelDef:
+def make_all_reduce(dtype: str = "bf16", world: int = 2, threads: int = THREADS,
+                    unroll: int = 1) -> ptxdsl.KernelDef:
     """The kernel for `world` ranks (compile-time: a vector's loads from every rank are
-    issued together) of `dtype` elements ("bf16" or "f32"), `threads` a CTA."""
+    issued together) of `dtype` elements ("bf16" or "f32"), `threads` a CTA, `unroll`
+    vectors a thread in flight from each rank (1 to max_unroll(world))."""
     if dtype not in DTYPES:
         raise ValueError(f"make_all_reduce: dtype is one of {', '.join(DTYPES)}, not {dtype!r}")
     if not 1 <= world <= 32:
         raise ValueError(f"make_all_reduce: world is 1 to 32 ranks (a warp signals), not {world}")
     if threads % 32 or not 32 <= threads <= 1024:
         raise ValueError(f"make_all_reduce: threads is a multiple of 32 up to 1024, not {threads}")
+    if not 1 <= unroll <= max_unroll(world):
+        raise ValueError(f"make_all_reduce: unroll is 1 to {max_unroll(world)} at world "
+                         f"{world} (registers), not {unroll}")
+    gather = gather_unroll(world, unroll)
     t = DTYPES[dtype]
     width = vec_width(dtype)
     vt = vector_type(t, width)
@@ -96,24 +121,35 @@ def make_all_reduce(dtype: str = "bf16", world: int = 2, threads: int = THREADS
             return q.to(u64) * stride + base + off if not isinstance(q, int) else \
                 stride * q + base + off
 
+        @contextlib.contextmanager
+        def chunks(lo, hi, u, clamp):
+            """The vectors [lo, hi), `u` a thread at a time: yields the thread's vectors of a
+            chunk, `threads` apart (a warp's 32 vectors are 512 contiguous bytes), as (index,
+            element offset); the first is in range. With `clamp`, an offset past hi is hi -
+            1's, so a load there reads a vector of the range again and needs no branch (loads
+            under branches cost ptxas registers where the paths merge); a store checks
+            `within`. Without, the offsets are a constant apart (an immediate in each load's
+            address) and the caller checks every vector."""
+            with k.for_("v", lo + tid, hi, threads * u) as v:
+                off = k.let("off", v.to(u64) * width)
+                last = k.let("last", hi - 1) if clamp else None
+                yield [(v + j * threads,
+                        (k.min(v + j * threads, last).to(u64) * width if clamp and j else
+                         off + j * threads * width)) for j in range(u)]
+
+        def within(j, v, hi):
+            """The guard of a chunk's j-th vector v (none for the first: the loop's)."""
+            return k.if_(v < hi) if j else contextlib.nullcontext()
+
+        def vectors(name, count):
+            return [k.let(f"{name}{i}", type=vt) for i in range(count)]
+
         def ranked_sum(vals):
             """vals[0] + vals[1] + ... in f32, in that order, rounded once to T."""
             acc = vals[0].to(f32) if t != f32 else vals[0]
             for v in vals[1:]:
                 acc = acc + (v.to(f32) if t != f32 else v)
             return acc.to(t) if t != f32 else acc
-
-        def summed(name, off, count):
-            """The sum over ranks of `count` elements at `off` (a vector or one element);
-            every rank's loads are issued before the first add."""
-            if count == 1:
-                return ranked_sum([k.let(f"{name}{q}", buf[at(q, off)]) for q in range(world)])
-            xs = [k.let(f"{name}{q}", k.vload(buf[at(q, off)], width), type=vt)
-                  for q in range(world)]
-            o = k.let("o", type=vt)
-            for j in range(width):
-                o[j] = ranked_sum([v[j] for v in xs])
-            return o
 
         def flags(rnd):
             """Round `rnd`: tell every peer this CTA's stores are in, then see theirs."""
@@ -130,42 +166,66 @@ def make_all_reduce(dtype: str = "bf16", world: int = 2, threads: int = THREADS
         with k.if_(copy != 0):
             with k.for_("c", 0, parts) as c:
                 lo, hi = piece(c)
-                with k.for_("v", lo + tid, hi, threads) as v:
-                    off = k.let("off", v.to(u64) * width)
-                    buf[at(rank, off)] = k.let("xv", k.vload(x[off], width), type=vt)
+                with chunks(lo, hi, unroll, True) as vs:
+                    xv = vectors("xv", unroll)
+                    for j, (_, off) in enumerate(vs):  # every load before the first store
+                        k.assign(xv[j], k.vload(x[off], width))
+                    for j, (v, off) in enumerate(vs):
+                        with within(j, v, hi):
+                            buf[at(rank, off)] = xv[j]
             with k.if_(b == 0):
                 with k.for_("e", tail + tid, n, threads) as e:
                     buf[at(rank, e.to(u64))] = x[e]
         flags(0)
         with k.if_(b == 0):
             with k.for_("e", tail + tid, n, threads) as e:
-                out[e] = summed("te", e.to(u64), 1)
-        with k.if_(two_shot == 0):
-            lo, hi = piece(0)
-            with k.for_("v", lo + tid, hi, threads) as v:
-                off = k.let("off", v.to(u64) * width)
-                out[off] = summed("x", off, width)
-        with k.else_():
-            lo, hi = piece(rank)
-            with k.for_("v", lo + tid, hi, threads) as v:  # reduce-scatter: part `rank`
-                off = k.let("off", v.to(u64) * width)
-                s = summed("x", off, width)
-                out[off] = s
-                buf[at(rank, off)] = s
+                te = [k.let(f"te{q}", buf[at(q, e.to(u64))]) for q in range(world)]
+                out[e] = ranked_sum(te)
+        # one-shot: the whole vector; two-shot: part `rank` (reduce-scatter), its sums also
+        # written back into the own slot for the peers' all-gather
+        lo, hi = (k.let(name, e) for name, e in zip(
+            ("lo", "hi"), piece(k.select(two_shot != 0, rank, 0)), strict=True))
+        with chunks(lo, hi, unroll, True) as vs:
+            xs = [vectors(f"x{j}_", world) for j in range(unroll)]
+            for j, (_, off) in enumerate(vs):  # every rank's loads before the first add
+                for q in range(world):
+                    k.assign(xs[j][q], k.vload(buf[at(q, off)], width))
+            for j, (v, off) in enumerate(vs):
+                with within(j, v, hi):
+                    s = k.let(f"s{j}", type=vt)
+                    for i in range(width):
+                        s[i] = ranked_sum([xq[i] for xq in xs[j]])
+                    out[off] = s
+                    with k.if_(two_shot != 0):
+                        buf[at(rank, off)] = s
+        with k.if_(two_shot != 0):
             flags(1)
-            for q in range(world):  # all-gather: every other part from its owner
-                with k.if_(rank != q):
-                    lo, hi = piece(q)
-                    with k.for_("v", lo + tid, hi, threads) as v:
-                        off = k.let("off", v.to(u64) * width)
-                        out[off] = k.let("yv", k.vload(buf[at(q, off)], width), type=vt)
+            # all-gather: the CTA's piece of every other part from its owner, peer rank + d
+            # for d = 1 .. world - 1 (all peers' loads of a chunk in flight at once)
+            owners = [k.let(f"q{d}", (rank + d) % world) for d in range(1, world)]
+            # part q's piece is [q * cn + lo0, q * cn + lim) (the last part may be short)
+            starts = [k.let(f"start{d}", k.min(q * cn, nvec)) for d, q in enumerate(owners)]
+            lims = [k.let(f"lim{d}", k.min(q * cn + hi0, nvec) - starts[d])
+                    for d, q in enumerate(owners)]
+            firsts = [k.let(f"first{d}", starts[d].to(u64) * width) for d in range(len(owners))]
+            with chunks(lo0, hi0, gather, False) as rs:
+                ys = [vectors(f"y{d}_", gather) for d in range(len(owners))]
+                for d, q in enumerate(owners):
+                    for j, (r, off) in enumerate(rs):
+                        with k.if_(r < lims[d]):
+                            k.assign(ys[d][j], k.vload(buf[at(q, firsts[d] + off)], width))
+                for d in range(len(owners)):
+                    for j, (r, off) in enumerate(rs):
+                        with k.if_(r < lims[d]):
+                            out[firsts[d] + off] = ys[d][j]
 
     def all_reduce(k, x: p, out: p, buf: p, stride: u64, slot: u64,
                    sig: ptr(u32), sig_stride: u32, rank: u32, n: u32, epoch: u32, copy: u32,
                    two_shot: u32):
         body(k, x, out, buf, stride, slot, sig, sig_stride, rank, n, epoch, copy, two_shot)
 
-    name = f"all_reduce_{dtype}_w{world}" + (f"_t{threads}" if threads != THREADS else "")
+    name = f"all_reduce_{dtype}_w{world}" + (f"_t{threads}" if threads != THREADS else "") + \
+        (f"_u{unroll}" if unroll != 1 else "")
     return ptxdsl.kernel(threads=threads, name=name)(all_reduce)
 
 
@@ -195,10 +255,26 @@ def grid_for(n: int, dtype: str, world: int, sms: int, threads: int = THREADS,
              shots: int | None = None) -> int:
     """CTAs of a launch: enough for one vector a thread of a CTA's piece, at most one an SM
     (every CTA waits for its peers' CTAs of its index, so all must be resident)."""
+    return max(1, min(sms, cdiv(part_vectors(n, dtype, world, shots), threads)))
+
+
+def unroll_for(n: int, dtype: str, world: int, grid: int, threads: int = THREADS,
+               shots: int | None = None) -> int:
+    """The build's vectors a thread in flight from each rank for a launch of `grid` CTAs:
+    the power of two that covers a thread's vectors of its piece in one chunk, at most
+    max_unroll(world); 1 (the smallest code) while a thread has one vector at most."""
+    per_thread = cdiv(part_vectors(n, dtype, world, shots), grid * threads)
+    u = 1
+    while u < per_thread and 2 * u <= max_unroll(world):
+        u *= 2
+    return u
+
+
+def part_vectors(n: int, dtype: str, world: int, shots: int | None) -> int:
+    """Whole vectors of the part a rank sums: all of them one-shot, a world-th two-shot."""
     shots = shots if shots is not None else 2 if two_shot(n, dtype, world) else 1
     vectors = n // vec_width(dtype)
-    per_part = cdiv(vectors, world) if shots == 2 else vectors
-    return max(1, min(sms, cdiv(per_part, threads)))
+    return cdiv(vectors, world) if shots == 2 else vectors
 
 
 def flag_words(grid: int, world: int) -> int:
@@ -232,8 +308,8 @@ def reference(inputs: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def interp(world: int, n: int, dtype: str = "bf16", *, grid: int = 2, shots: int = 1,
-           epochs: int = 2, seed: int = 0, threads: int = 64, copy: bool = True,
-           launch: list[int] | None = None, first: int = 1) -> dict:
+           epochs: int = 2, seed: int = 0, threads: int = 64, unroll: int = 1,
+           copy: bool = True, launch: list[int] | None = None, first: int = 1) -> dict:
     """The kernel for `world` ranks at once in the CPU interpreter (`run_ranks`), launched
     `epochs` times on fresh random inputs (the slots and flags carry over, as on the GPU;
     the output is poisoned before each launch): returns each rank's output and the inputs of
@@ -253,7 +329,7 @@ def interp(world: int, n: int, dtype: str = "bf16", *, grid: int = 2, shots: int
     bufs = np.full((world, stride), 0xFFFF if dtype == "bf16" else np.nan, npdt)
     words = flag_words(grid, world)
     sig = np.full((world, words), (first - 1) % (1 << 32), np.uint32)
-    kern = make_all_reduce(dtype, world, threads).ir
+    kern = make_all_reduce(dtype, world, threads, unroll).ir
     ranks = list(range(world)) if launch is None else launch
     outs = [np.empty(n, npdt) for _ in range(world)]
     # one object each, passed to every rank: run_ranks shares a region by the array object
