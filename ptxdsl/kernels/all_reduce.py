@@ -60,10 +60,11 @@ SLOT_ALIGN = 256  # bytes: each input slot starts so aligned
 
 
 def max_unroll(world: int) -> int:
-    """The most vectors a thread keeps in flight from each rank: a power of two with at most
-    16 vectors (64 registers) of loads a thread, so a 512-thread CTA stays under 128."""
+    """The most vectors a thread keeps in flight from each rank: a power of two up to 8, at
+    most 16 vectors (64 registers) of loads a thread, so that a 512-thread CTA stays within
+    its 128 registers a thread without spilling (ptxas, world 2 to 8)."""
     u = 1
-    while 2 * u * world <= 16:
+    while u < 8 and 2 * u * world <= 16:
         u *= 2
     return u
 
