@@ -10,20 +10,38 @@ p's `sig` words at p * sig_stride): two rounds of `world` words a CTA, word (rou
 * world + q of rank p written only by rank q's CTA b.
 
 - Signal (every CTA b): with `copy`, its piece of the input is copied from `x` into this
-  launch's slot (16-byte vectors); then, once the CTA's stores are in (a barrier), threads
-  q < world (q != rank) store the epoch into rank q's round-0 word for (b, rank) with release
-  at system scope; threads q wait (acquire, system scope) until this rank's word for (b, q)
-  reads the epoch or later, and a barrier lets the whole CTA read.
+  launch's slot (16-byte vectors, U a thread loaded before the first is stored); then,
+  once the CTA's stores are in (a barrier), threads q < world (q != rank) store the epoch
+  into rank q's round-0 word for (b, rank) with release at system scope; threads q wait
+  (acquire, system scope) until this rank's word for (b, q) reads the epoch or later, and a
+  barrier lets the whole CTA read.
 - One-shot (small messages): CTA b takes a contiguous piece of the vector, reads it from
-  every rank's slot (16-byte loads, all ranks' loads of a vector in flight at once), sums
+  every rank's slot (16-byte loads, all ranks' loads of U vectors in flight at once), sums
   in rank order and writes `out`.
 - Two-shot (large messages, world > 2): the vector is cut into `world` parts; CTA b of rank r
   sums its piece of part r from every rank (reduce-scatter), writes it to `out` and back into
   its own slot, then signals round 1; once every rank's CTA b has, it copies its piece of
-  every other part from that part's owner's slot (all-gather). Each rank reads n x (world -
-  1) / world elements from its peers twice instead of n x (world - 1) once.
+  every other part from that part's owner's slot (all-gather: each thread's loads from
+  every peer issued before its first store). Each rank reads n x (world - 1) / world
+  elements from its peers twice instead of n x (world - 1) once.
 - The last n % VEC elements (fewer than one vector) are copied and summed by CTA 0 alone,
   one element a thread, in either mode.
+
+Bytes in flight (the build's `unroll`, U). A peer's load crosses NVLink and back, and a CTA
+moves a piece at the rate of the loads it keeps outstanding, so each thread takes its
+vectors U at a time (a chunk: vectors `threads` apart, so a warp's are contiguous) and
+issues all of a chunk's loads, from every rank, before the first add or store: U x world
+16-byte loads a thread in the reduce phase, U x (world - 1) in the all-gather (halved
+there while above 12, which spilled at world 8). The adds stay in rank order, vector by
+vector, so the bits do not depend on U. The register file is what bounds this: the loads'
+registers (4 a vector) are most of a thread's, so max_unroll caps U x world at 16 (56 to
+116 registers a thread at 512 threads, no spills; bf16 and f32, world 2 to 8), and a
+second CTA an SM would need half the registers, i.e. half the U: no more bytes in flight.
+The host builds the smallest U that covers a thread's vectors in one chunk (unroll_for),
+so small messages (one vector a thread) keep the U = 1 code. In a chunk past the end of a
+piece, the reduce phase and the copy-in load the piece's last vector again instead of
+branching around the load (a load under a branch keeps its registers live where the paths
+merge; ptxas spilled); those values are dropped, only vectors in the piece are stored.
 
 Reuse across launches without a reset: the flags hold epochs (the launch count), compared as
 a signed difference, so they are never cleared. The input slots are double-buffered by the
@@ -33,7 +51,11 @@ of this rank's launch e + 1 has seen every peer's signal, no peer reads slot e %
 and launch e + 2 may overwrite it. A second round would cost every launch another crossing
 of the link (the latency a one-shot all-reduce is for); the parity costs a second slot of
 memory. The two-shot's sums go back into the slot they were read from (only their owner
-reads that part of its own slot in the reduce-scatter), covered by the same argument.
+reads that part of its own slot in the reduce-scatter), covered by the same argument. U
+changes none of this: each CTA reads and writes the same vectors in each phase, only in
+another order within a thread, and a chunk's loads precede its stores. A repeated load of
+a piece's last vector reads the same piece (covered by the same flags); in the own slot it
+may see that vector's sum already written back, a value that is dropped.
 
 A CTA waits only for the CTAs of the same index on the other ranks, but those must run:
 the host launches at most one CTA an SM (the fused layers' rule). Launches of one plan go
