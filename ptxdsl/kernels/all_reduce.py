@@ -34,8 +34,8 @@ issues all of a chunk's loads, from every rank, before the first add or store: U
 16-byte loads a thread in the reduce phase, U x (world - 1) in the all-gather (halved
 there while above 12, which spilled at world 8). The adds stay in rank order, vector by
 vector, so the bits do not depend on U. The register file is what bounds this: the loads'
-registers (4 a vector) are most of a thread's, so max_unroll caps U x world at 16 (56 to
-116 registers a thread at 512 threads, no spills; bf16 and f32, world 2 to 8), and a
+registers (4 a vector) are most of a thread's, so max_unroll caps U x world at 16 (76 to
+116 registers a thread at the caps, no spills; bf16 and f32, world 2 to 8), and a
 second CTA an SM would need half the registers, i.e. half the U: no more bytes in flight.
 The host builds the smallest U that covers a thread's vectors in one chunk (unroll_for),
 so small messages (one vector a thread) keep the U = 1 code. In a chunk past the end of a

@@ -2,8 +2,9 @@
 interpreter: every rank's output bit-identical to numpy's sum in rank order, over two launches
 (the second on the other input slot, the flags' epochs carrying over), with ranks' CTAs
 started out of order; a rank that never launches is a located deadlock. One- and two-shot,
-bf16 and f32, lengths that are not whole vectors or CTA pieces. One case a mode by default;
-the rest under PTXDSL_DEEP=1 (as CI runs). On GPUs (marked gpu, two or more), every GPU of
+bf16 and f32, lengths that are not whole vectors or CTA pieces, builds with several vectors a
+thread in flight (lengths not whole chunks of them). One case a mode by default; the rest
+under PTXDSL_DEEP=1 (as CI runs). On GPUs (marked gpu, two or more), every GPU of
 the host under torchrun (samples/all_reduce_dist.py) against the rank-order sum and NCCL."""
 
 from __future__ import annotations
