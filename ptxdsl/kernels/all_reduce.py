@@ -10,20 +10,38 @@ p's `sig` words at p * sig_stride): two rounds of `world` words a CTA, word (rou
 * world + q of rank p written only by rank q's CTA b.
 
 - Signal (every CTA b): with `copy`, its piece of the input is copied from `x` into this
-  launch's slot (16-byte vectors); then, once the CTA's stores are in (a barrier), threads
-  q < world (q != rank) store the epoch into rank q's round-0 word for (b, rank) with release
-  at system scope; threads q wait (acquire, system scope) until this rank's word for (b, q)
-  reads the epoch or later, and a barrier lets the whole CTA read.
+  launch's slot (16-byte vectors, U a thread loaded before the first is stored); then,
+  once the CTA's stores are in (a barrier), threads q < world (q != rank) store the epoch
+  into rank q's round-0 word for (b, rank) with release at system scope; threads q wait
+  (acquire, system scope) until this rank's word for (b, q) reads the epoch or later, and a
+  barrier lets the whole CTA read.
 - One-shot (small messages): CTA b takes a contiguous piece of the vector, reads it from
-  every rank's slot (16-byte loads, all ranks' loads of a vector in flight at once), sums
+  every rank's slot (16-byte loads, all ranks' loads of U vectors in flight at once), sums
   in rank order and writes `out`.
 - Two-shot (large messages, world > 2): the vector is cut into `world` parts; CTA b of rank r
   sums its piece of part r from every rank (reduce-scatter), writes it to `out` and back into
   its own slot, then signals round 1; once every rank's CTA b has, it copies its piece of
-  every other part from that part's owner's slot (all-gather). Each rank reads n x (world -
-  1) / world elements from its peers twice instead of n x (world - 1) once.
+  every other part from that part's owner's slot (all-gather: each thread's loads from
+  every peer issued before its first store). Each rank reads n x (world - 1) / world
+  elements from its peers twice instead of n x (world - 1) once.
 - The last n % VEC elements (fewer than one vector) are copied and summed by CTA 0 alone,
   one element a thread, in either mode.
+
+Bytes in flight (the build's `unroll`, U). A peer's load crosses NVLink and back, and a CTA
+moves a piece at the rate of the loads it keeps outstanding, so each thread takes its
+vectors U at a time (a chunk: vectors `threads` apart, so a warp's are contiguous) and
+issues all of a chunk's loads, from every rank, before the first add or store: U x world
+16-byte loads a thread in the reduce phase, U x (world - 1) in the all-gather (halved
+there while above 12, which spilled at world 8). The adds stay in rank order, vector by
+vector, so the bits do not depend on U. The register file is what bounds this: the loads'
+registers (4 a vector) are most of a thread's, so max_unroll caps U x world at 16 (76 to
+116 registers a thread at the caps, no spills; bf16 and f32, world 2 to 8), and a
+second CTA an SM would need half the registers, i.e. half the U: no more bytes in flight.
+The host builds the smallest U that covers a thread's vectors in one chunk (unroll_for),
+so small messages (one vector a thread) keep the U = 1 code. In a chunk past the end of a
+piece, the reduce phase and the copy-in load the piece's last vector again instead of
+branching around the load (a load under a branch keeps its registers live where the paths
+merge; ptxas spilled); those values are dropped, only vectors in the piece are stored.
 
 Reuse across launches without a reset: the flags hold epochs (the launch count), compared as
 a signed difference, so they are never cleared. The input slots are double-buffered by the
@@ -33,12 +51,17 @@ of this rank's launch e + 1 has seen every peer's signal, no peer reads slot e %
 and launch e + 2 may overwrite it. A second round would cost every launch another crossing
 of the link (the latency a one-shot all-reduce is for); the parity costs a second slot of
 memory. The two-shot's sums go back into the slot they were read from (only their owner
-reads that part of its own slot in the reduce-scatter), covered by the same argument.
+reads that part of its own slot in the reduce-scatter), covered by the same argument. U
+changes none of this: each CTA reads and writes the same vectors in each phase, only in
+another order within a thread, and a chunk's loads precede its stores. A repeated load of
+a piece's last vector reads the same piece (covered by the same flags); in the own slot it
+may see that vector's sum already written back, a value that is dropped.
 
 A CTA waits only for the CTAs of the same index on the other ranks, but those must run:
 the host launches at most one CTA an SM (the fused layers' rule). Launches of one plan go
 on one stream, in the same order on every rank."""
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -58,21 +81,46 @@ TWO_SHOT_BYTES = 1 << 20
 SLOT_ALIGN = 256  # bytes: each input slot starts so aligned
 
 
+def max_unroll(world: int) -> int:
+    """The most vectors a thread keeps in flight from each rank: a power of two up to 8, at
+    most 16 vectors (64 registers) of loads a thread, so that a 512-thread CTA stays within
+    its 128 registers a thread without spilling (ptxas, world 2 to 8)."""
+    u = 1
+    while u < 8 and 2 * u * world <= 16:
+        u *= 2
+    return u
+
+
+def gather_unroll(world: int, unroll: int) -> int:
+    """The all-gather's vectors a thread in flight from each peer: `unroll`, but at most 12
+    vectors of peers' loads a thread (with each peer's bounds live through the loop, more
+    spill at world 8)."""
+    u = unroll
+    while u > 1 and u * (world - 1) > 12:
+        u //= 2
+    return u
+
+
 def vec_width(dtype: str) -> int:
     """Elements of a 16-byte vector."""
     return 16 // DTYPES[dtype].nbytes
 
 
-def make_all_reduce(dtype: str = "bf16", world: int = 2, threads: int = THREADS
-                    ) -> ptxdsl.KernelDef:
+def make_all_reduce(dtype: str = "bf16", world: int = 2, threads: int = THREADS,
+                    unroll: int = 1) -> ptxdsl.KernelDef:
     """The kernel for `world` ranks (compile-time: a vector's loads from every rank are
-    issued together) of `dtype` elements ("bf16" or "f32"), `threads` a CTA."""
+    issued together) of `dtype` elements ("bf16" or "f32"), `threads` a CTA, `unroll`
+    vectors a thread in flight from each rank (1 to max_unroll(world))."""
     if dtype not in DTYPES:
         raise ValueError(f"make_all_reduce: dtype is one of {', '.join(DTYPES)}, not {dtype!r}")
     if not 1 <= world <= 32:
         raise ValueError(f"make_all_reduce: world is 1 to 32 ranks (a warp signals), not {world}")
     if threads % 32 or not 32 <= threads <= 1024:
         raise ValueError(f"make_all_reduce: threads is a multiple of 32 up to 1024, not {threads}")
+    if not 1 <= unroll <= max_unroll(world):
+        raise ValueError(f"make_all_reduce: unroll is 1 to {max_unroll(world)} at world "
+                         f"{world} (registers), not {unroll}")
+    gather = gather_unroll(world, unroll)
     t = DTYPES[dtype]
     width = vec_width(dtype)
     vt = vector_type(t, width)
@@ -96,24 +144,35 @@ def make_all_reduce(dtype: str = "bf16", world: int = 2, threads: int = THREADS
             return q.to(u64) * stride + base + off if not isinstance(q, int) else \
                 stride * q + base + off
 
+        @contextlib.contextmanager
+        def chunks(lo, hi, u, clamp):
+            """The vectors [lo, hi), `u` a thread at a time: yields the thread's vectors of a
+            chunk, `threads` apart (a warp's 32 vectors are 512 contiguous bytes), as (index,
+            element offset); the first is in range. With `clamp`, an offset past hi is hi -
+            1's, so a load there reads a vector of the range again and needs no branch (loads
+            under branches cost ptxas registers where the paths merge); a store checks
+            `within`. Without, the offsets are a constant apart (an immediate in each load's
+            address) and the caller checks every vector."""
+            with k.for_("v", lo + tid, hi, threads * u) as v:
+                off = k.let("off", v.to(u64) * width)
+                last = k.let("last", hi - 1) if clamp else None
+                yield [(v + j * threads,
+                        (k.min(v + j * threads, last).to(u64) * width if clamp and j else
+                         off + j * threads * width)) for j in range(u)]
+
+        def within(j, v, hi):
+            """The guard of a chunk's j-th vector v (none for the first: the loop's)."""
+            return k.if_(v < hi) if j else contextlib.nullcontext()
+
+        def vectors(name, count):
+            return [k.let(f"{name}{i}", type=vt) for i in range(count)]
+
         def ranked_sum(vals):
             """vals[0] + vals[1] + ... in f32, in that order, rounded once to T."""
             acc = vals[0].to(f32) if t != f32 else vals[0]
             for v in vals[1:]:
                 acc = acc + (v.to(f32) if t != f32 else v)
             return acc.to(t) if t != f32 else acc
-
-        def summed(name, off, count):
-            """The sum over ranks of `count` elements at `off` (a vector or one element);
-            every rank's loads are issued before the first add."""
-            if count == 1:
-                return ranked_sum([k.let(f"{name}{q}", buf[at(q, off)]) for q in range(world)])
-            xs = [k.let(f"{name}{q}", k.vload(buf[at(q, off)], width), type=vt)
-                  for q in range(world)]
-            o = k.let("o", type=vt)
-            for j in range(width):
-                o[j] = ranked_sum([v[j] for v in xs])
-            return o
 
         def flags(rnd):
             """Round `rnd`: tell every peer this CTA's stores are in, then see theirs."""
@@ -130,42 +189,66 @@ def make_all_reduce(dtype: str = "bf16", world: int = 2, threads: int = THREADS
         with k.if_(copy != 0):
             with k.for_("c", 0, parts) as c:
                 lo, hi = piece(c)
-                with k.for_("v", lo + tid, hi, threads) as v:
-                    off = k.let("off", v.to(u64) * width)
-                    buf[at(rank, off)] = k.let("xv", k.vload(x[off], width), type=vt)
+                with chunks(lo, hi, unroll, True) as vs:
+                    xv = vectors("xv", unroll)
+                    for j, (_, off) in enumerate(vs):  # every load before the first store
+                        k.assign(xv[j], k.vload(x[off], width))
+                    for j, (v, off) in enumerate(vs):
+                        with within(j, v, hi):
+                            buf[at(rank, off)] = xv[j]
             with k.if_(b == 0):
                 with k.for_("e", tail + tid, n, threads) as e:
                     buf[at(rank, e.to(u64))] = x[e]
         flags(0)
         with k.if_(b == 0):
             with k.for_("e", tail + tid, n, threads) as e:
-                out[e] = summed("te", e.to(u64), 1)
-        with k.if_(two_shot == 0):
-            lo, hi = piece(0)
-            with k.for_("v", lo + tid, hi, threads) as v:
-                off = k.let("off", v.to(u64) * width)
-                out[off] = summed("x", off, width)
-        with k.else_():
-            lo, hi = piece(rank)
-            with k.for_("v", lo + tid, hi, threads) as v:  # reduce-scatter: part `rank`
-                off = k.let("off", v.to(u64) * width)
-                s = summed("x", off, width)
-                out[off] = s
-                buf[at(rank, off)] = s
+                te = [k.let(f"te{q}", buf[at(q, e.to(u64))]) for q in range(world)]
+                out[e] = ranked_sum(te)
+        # one-shot: the whole vector; two-shot: part `rank` (reduce-scatter), its sums also
+        # written back into the own slot for the peers' all-gather
+        lo, hi = (k.let(name, e) for name, e in zip(
+            ("lo", "hi"), piece(k.select(two_shot != 0, rank, 0)), strict=True))
+        with chunks(lo, hi, unroll, True) as vs:
+            xs = [vectors(f"x{j}_", world) for j in range(unroll)]
+            for j, (_, off) in enumerate(vs):  # every rank's loads before the first add
+                for q in range(world):
+                    k.assign(xs[j][q], k.vload(buf[at(q, off)], width))
+            for j, (v, off) in enumerate(vs):
+                with within(j, v, hi):
+                    s = k.let(f"s{j}", type=vt)
+                    for i in range(width):
+                        s[i] = ranked_sum([xq[i] for xq in xs[j]])
+                    out[off] = s
+                    with k.if_(two_shot != 0):
+                        buf[at(rank, off)] = s
+        with k.if_(two_shot != 0):
             flags(1)
-            for q in range(world):  # all-gather: every other part from its owner
-                with k.if_(rank != q):
-                    lo, hi = piece(q)
-                    with k.for_("v", lo + tid, hi, threads) as v:
-                        off = k.let("off", v.to(u64) * width)
-                        out[off] = k.let("yv", k.vload(buf[at(q, off)], width), type=vt)
+            # all-gather: the CTA's piece of every other part from its owner, peer rank + d
+            # for d = 1 .. world - 1 (all peers' loads of a chunk in flight at once)
+            owners = [k.let(f"q{d}", (rank + d) % world) for d in range(1, world)]
+            # part q's piece is [q * cn + lo0, q * cn + lim) (the last part may be short)
+            starts = [k.let(f"start{d}", k.min(q * cn, nvec)) for d, q in enumerate(owners)]
+            lims = [k.let(f"lim{d}", k.min(q * cn + hi0, nvec) - starts[d])
+                    for d, q in enumerate(owners)]
+            firsts = [k.let(f"first{d}", starts[d].to(u64) * width) for d in range(len(owners))]
+            with chunks(lo0, hi0, gather, False) as rs:
+                ys = [vectors(f"y{d}_", gather) for d in range(len(owners))]
+                for d, q in enumerate(owners):
+                    for j, (r, off) in enumerate(rs):
+                        with k.if_(r < lims[d]):
+                            k.assign(ys[d][j], k.vload(buf[at(q, firsts[d] + off)], width))
+                for d in range(len(owners)):
+                    for j, (r, off) in enumerate(rs):
+                        with k.if_(r < lims[d]):
+                            out[firsts[d] + off] = ys[d][j]
 
     def all_reduce(k, x: p, out: p, buf: p, stride: u64, slot: u64,
                    sig: ptr(u32), sig_stride: u32, rank: u32, n: u32, epoch: u32, copy: u32,
                    two_shot: u32):
         body(k, x, out, buf, stride, slot, sig, sig_stride, rank, n, epoch, copy, two_shot)
 
-    name = f"all_reduce_{dtype}_w{world}" + (f"_t{threads}" if threads != THREADS else "")
+    name = f"all_reduce_{dtype}_w{world}" + (f"_t{threads}" if threads != THREADS else "") + \
+        (f"_u{unroll}" if unroll != 1 else "")
     return ptxdsl.kernel(threads=threads, name=name)(all_reduce)
 
 
@@ -195,10 +278,26 @@ def grid_for(n: int, dtype: str, world: int, sms: int, threads: int = THREADS,
              shots: int | None = None) -> int:
     """CTAs of a launch: enough for one vector a thread of a CTA's piece, at most one an SM
     (every CTA waits for its peers' CTAs of its index, so all must be resident)."""
+    return max(1, min(sms, cdiv(part_vectors(n, dtype, world, shots), threads)))
+
+
+def unroll_for(n: int, dtype: str, world: int, grid: int, threads: int = THREADS,
+               shots: int | None = None) -> int:
+    """The build's vectors a thread in flight from each rank for a launch of `grid` CTAs:
+    the power of two that covers a thread's vectors of its piece in one chunk, at most
+    max_unroll(world); 1 (the smallest code) while a thread has one vector at most."""
+    per_thread = cdiv(part_vectors(n, dtype, world, shots), grid * threads)
+    u = 1
+    while u < per_thread and 2 * u <= max_unroll(world):
+        u *= 2
+    return u
+
+
+def part_vectors(n: int, dtype: str, world: int, shots: int | None) -> int:
+    """Whole vectors of the part a rank sums: all of them one-shot, a world-th two-shot."""
     shots = shots if shots is not None else 2 if two_shot(n, dtype, world) else 1
     vectors = n // vec_width(dtype)
-    per_part = cdiv(vectors, world) if shots == 2 else vectors
-    return max(1, min(sms, cdiv(per_part, threads)))
+    return cdiv(vectors, world) if shots == 2 else vectors
 
 
 def flag_words(grid: int, world: int) -> int:
@@ -232,8 +331,8 @@ def reference(inputs: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def interp(world: int, n: int, dtype: str = "bf16", *, grid: int = 2, shots: int = 1,
-           epochs: int = 2, seed: int = 0, threads: int = 64, copy: bool = True,
-           launch: list[int] | None = None, first: int = 1) -> dict:
+           epochs: int = 2, seed: int = 0, threads: int = 64, unroll: int = 1,
+           copy: bool = True, launch: list[int] | None = None, first: int = 1) -> dict:
     """The kernel for `world` ranks at once in the CPU interpreter (`run_ranks`), launched
     `epochs` times on fresh random inputs (the slots and flags carry over, as on the GPU;
     the output is poisoned before each launch): returns each rank's output and the inputs of
@@ -253,7 +352,7 @@ def interp(world: int, n: int, dtype: str = "bf16", *, grid: int = 2, shots: int
     bufs = np.full((world, stride), 0xFFFF if dtype == "bf16" else np.nan, npdt)
     words = flag_words(grid, world)
     sig = np.full((world, words), (first - 1) % (1 << 32), np.uint32)
-    kern = make_all_reduce(dtype, world, threads).ir
+    kern = make_all_reduce(dtype, world, threads, unroll).ir
     ranks = list(range(world)) if launch is None else launch
     outs = [np.empty(n, npdt) for _ in range(world)]
     # one object each, passed to every rank: run_ranks shares a region by the array object

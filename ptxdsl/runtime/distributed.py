@@ -164,11 +164,13 @@ class SymmetricBuffer:
 
 
 @cache
-def _all_reduce_program(dtype: str, world: int, device: int, watchdog_ms: int) -> Any:
+def _all_reduce_program(dtype: str, world: int, unroll: int, device: int,
+                        watchdog_ms: int) -> Any:
     from ..compiler import compile
     from ..kernels.all_reduce import make_all_reduce
 
-    return compile(make_all_reduce(dtype, world), device=device, watchdog_ms=watchdog_ms)
+    return compile(make_all_reduce(dtype, world, unroll=unroll), device=device,
+                   watchdog_ms=watchdog_ms)
 
 
 def report(failures: int, group: Any = None) -> int:
@@ -287,8 +289,10 @@ class AllReduce:
         self.shots = shots or (2 if ar.two_shot(n, dtype, self.world) else 1)
         self.grid = ar.grid_for(n, dtype, self.world, device_info(self.device).sm_count,
                                 shots=self.shots)
-        agree(dist, group, "all-reduce plans (n, dtype, shots, grid)",
-              (n, dtype, self.shots, self.grid))
+        # the build: more vectors a thread in flight where a thread has several to move
+        self.unroll = ar.unroll_for(n, dtype, self.world, self.grid, shots=self.shots)
+        agree(dist, group, "all-reduce plans (n, dtype, shots, grid, unroll)",
+              (n, dtype, self.shots, self.grid, self.unroll))
         self.slot = ar.slot_elems(n, dtype)
         self.buf = SymmetricBuffer(2 * self.slot * ar.DTYPES[dtype].nbytes, dtype,
                                    device=self.device, group=group)
@@ -298,7 +302,8 @@ class AllReduce:
         self.sig.barrier()  # every rank's flags are zero before any launch
         self._all = self.buf.stacked().array(dtype=dtype)
         self._sig_all = self.sig.stacked().array(dtype="u32")
-        self.prog = _all_reduce_program(dtype, self.world, self.device, watchdog_ms)
+        self.prog = _all_reduce_program(dtype, self.world, self.unroll, self.device,
+                                        watchdog_ms)
         self.kernel = self.prog.kernel(device=self.device)
         self.epoch = 0
         self._checked: dict = {}

@@ -2,8 +2,9 @@
 interpreter: every rank's output bit-identical to numpy's sum in rank order, over two launches
 (the second on the other input slot, the flags' epochs carrying over), with ranks' CTAs
 started out of order; a rank that never launches is a located deadlock. One- and two-shot,
-bf16 and f32, lengths that are not whole vectors or CTA pieces. One case a mode by default;
-the rest under PTXDSL_DEEP=1 (as CI runs). On GPUs (marked gpu, two or more), every GPU of
+bf16 and f32, lengths that are not whole vectors or CTA pieces, builds with several vectors a
+thread in flight (lengths not whole chunks of them). One case a mode by default; the rest
+under PTXDSL_DEEP=1 (as CI runs). On GPUs (marked gpu, two or more), every GPU of
 the host under torchrun (samples/all_reduce_dist.py) against the rank-order sum and NCCL."""
 
 from __future__ import annotations
@@ -35,18 +36,56 @@ CASES = [(2, 1000, "bf16", 1, 2, 1, True), (3, 517, "f32", 2, 2, 2, True)] + ([
 ] if DEEP else [])
 
 
-@pytest.mark.parametrize("world, n, dtype, shots, grid, seed, copy", CASES)
-def test_every_rank_gets_the_rank_order_sum(world, n, dtype, shots, grid, seed, copy):
-    r = ar.interp(world, n, dtype, shots=shots, grid=grid, seed=seed, copy=copy)
+def check(r, world, dtype, grid, shots):
+    """Every rank's output is the rank-order sum of the last launch's inputs, and every CTA's
+    words of round 0 (and 1, two-shot) hold the last epoch, the rank's own not."""
     want = bits(ar.reference(r["inputs"], dtype))
     for rank in range(world):
         np.testing.assert_array_equal(bits(r["out"][rank]), want, err_msg=f"rank {rank}")
-    # every CTA's words of round 0 (and 1, two-shot) hold the last epoch, the rank's own not
     words = r["sig"].reshape(world, 2, grid, world)
     for rnd in range(2):
         want_flags = (1 - np.eye(world, dtype=np.uint32))[:, None, :] * (2 if rnd < shots else 0)
         np.testing.assert_array_equal(words[:, rnd],
                                       np.broadcast_to(want_flags, words[:, rnd].shape))
+
+
+@pytest.mark.parametrize("world, n, dtype, shots, grid, seed, copy", CASES)
+def test_every_rank_gets_the_rank_order_sum(world, n, dtype, shots, grid, seed, copy):
+    r = ar.interp(world, n, dtype, shots=shots, grid=grid, seed=seed, copy=copy)
+    check(r, world, dtype, grid, shots)
+
+
+def vectors_for(world, shots, dtype, chunks, rest, tail):
+    """n whose part (a world-th two-shot, all one-shot) is `chunks` whole chunks of a thread's
+    vectors and `rest` more vectors (of one CTA of 32 threads: a chunk is 32 x unroll vectors),
+    the last part world - 1 vectors shorter, and `tail` elements past the whole vectors."""
+    parts = world if shots == 2 else 1
+    return ((chunks + rest) * parts - (parts - 1)) * ar.vec_width(dtype) + tail
+
+
+# (world, dtype, shots, unroll, chunks, rest, tail, copy) at 32 threads: every thread several
+# chunks, the last partial (a thread's vectors not a multiple of unroll, some threads' last
+# chunk with the first vector only, others with none); the last part of a two-shot shorter
+UNROLLED = [(2, "bf16", 1, 8, 2 * 32 * 8, 37, 5, True), (4, "f32", 2, 4, 32 * 4, 77, 1, True),
+            ] + ([
+    (2, "f32", 1, 8, 32 * 8, 255, 3, False), (3, "bf16", 1, 4, 2 * 32 * 4, 100, 7, True),
+    (3, "f32", 2, 4, 32 * 4, 33, 2, True), (3, "bf16", 2, 2, 3 * 32 * 2, 1, 0, False),
+    (4, "bf16", 1, 2, 32 * 2, 63, 0, True), (4, "bf16", 2, 4, 2 * 32 * 4, 95, 7, False),
+    (8, "bf16", 2, 2, 32 * 2, 33, 7, True), (8, "f32", 1, 2, 2 * 32 * 2, 17, 1, True),
+    (4, "f32", 2, 4, 0, 20, 3, True),  # less than one chunk: a thread's first vector only
+] if DEEP else [])
+
+
+@pytest.mark.parametrize("world, dtype, shots, unroll, chunks, rest, tail, copy", UNROLLED)
+def test_unrolled_builds_get_the_rank_order_sum(world, dtype, shots, unroll, chunks, rest,
+                                                tail, copy):
+    """Builds with several vectors a thread in flight, on one CTA and on two (whose pieces
+    end mid-chunk): loads clamped past a piece read within it, stores past it are skipped."""
+    n = vectors_for(world, shots, dtype, chunks, rest, tail)
+    for grid in (1, 2) if DEEP else (1,):
+        r = ar.interp(world, n, dtype, shots=shots, grid=grid, seed=world + unroll, copy=copy,
+                      threads=32, unroll=unroll)
+        check(r, world, dtype, grid, shots)
 
 
 @pytest.mark.skipif(not DEEP, reason="the production build (512 threads) at 8 ranks: PTXDSL_DEEP=1")
@@ -56,6 +95,16 @@ def test_the_production_build(shots):
     want = ar.reference(r["inputs"], "bf16")
     for rank in range(8):
         np.testing.assert_array_equal(r["out"][rank], want)
+
+
+@pytest.mark.skipif(not DEEP, reason="the production build unrolled, at 4 ranks: PTXDSL_DEEP=1")
+def test_the_production_build_unrolled():
+    """512 threads at the unroll the host picks for large messages at world 4: one CTA's
+    piece a chunk and a third."""
+    unroll = ar.max_unroll(4)
+    n = (4 * ar.THREADS * unroll + 4 * ar.THREADS * unroll // 3) * 8 + 5
+    r = ar.interp(4, n, "bf16", shots=2, grid=1, seed=3, threads=ar.THREADS, unroll=unroll)
+    check(r, 4, "bf16", 1, 2)
 
 
 @pytest.mark.parametrize("shots", [1, 2] if DEEP else [2])
@@ -95,11 +144,29 @@ def test_plan_arithmetic():
         ar.make_all_reduce("f16")
 
 
+def test_the_unroll_the_host_picks():
+    """A power of two, at most 16 vectors of loads a thread (U x world); 1 while a thread
+    has one vector (small messages keep the smallest code); enough to cover a thread's
+    vectors in one chunk, up to the cap."""
+    assert [ar.max_unroll(w) for w in (1, 2, 3, 4, 5, 8, 9, 16, 32)] == [8, 8, 4, 4, 2, 2, 1, 1, 1]
+    assert [ar.gather_unroll(w, ar.max_unroll(w)) for w in (2, 3, 4, 8)] == [8, 4, 4, 1]
+    # 1 MB bf16 at world 4: 16384 vectors a part, 32 CTAs of 512 threads, one vector each
+    assert ar.unroll_for(1 << 19, "bf16", 4, 32) == 1
+    # 16 MB: 262144 vectors a part over 132 x 512 threads, 3.9 a thread: 4
+    assert ar.unroll_for(1 << 23, "bf16", 4, 132) == 4
+    assert ar.unroll_for(1 << 23, "bf16", 8, 132) == 2  # 1.9 a thread, at the cap anyway
+    assert ar.unroll_for(1 << 27, "bf16", 2, 132) == 8  # one-shot at world 2: capped
+    assert ar.unroll_for(132 * 512 * 8 * 3 // 2, "bf16", 2, 132, shots=1) == 2  # 1.5 a thread
+    with pytest.raises(ValueError, match="unroll is 1 to 2 at world 8"):
+        ar.make_all_reduce("bf16", 8, unroll=4)
+
+
 @pytest.mark.ptxas
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
-@pytest.mark.parametrize("world", [2, 4, 8] if DEEP else [8])
-def test_builds_assemble_without_spills(dtype, world, tmp_path):
-    log = assemble(ar.make_all_reduce(dtype, world).ptx("sm_90a"), tmp_path)
+@pytest.mark.parametrize("world, unroll", [(w, u) for w in (2, 3, 4, 8) for u in (1, 2, 4, 8)
+                                           if u <= ar.max_unroll(w)] if DEEP else [(4, 4), (8, 2)])
+def test_builds_assemble_without_spills(dtype, world, unroll, tmp_path):
+    log = assemble(ar.make_all_reduce(dtype, world, unroll=unroll).ptx("sm_90a"), tmp_path)
     assert_no_spills(log)
 
 
