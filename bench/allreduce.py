@@ -22,14 +22,15 @@ ABOUT = ("Sum of a bf16 vector over the GPUs of one host, every rank getting the
          "fastest of them. Target 1.2x to 1 MB, 1.0x above. NVLink multicast off everywhere; "
          "bus bandwidth as nccl-tests counts it.")
 
-LIMITS = ("not profiled yet (2026-11-28). From 1 MB on four GPUs the two-shot kernel trails "
-          "torch's symmetric-memory two-shot (0.96x at 1 MB, 0.98x at 4 MB, 0.78x at 16 MB) "
-          "and above 16 MB NCCL: it moves about 205 GB/s of bus bandwidth where NCCL reaches "
-          "240-308. Each thread keeps one 16-byte load a peer in flight and the grid is one CTA "
-          "an SM, so the peers' reads are likely latency-bound; more loads in flight a thread "
-          "is the next thing to try. Against NCCL alone (the notes) it is 1.21-1.92x to 1 MB. "
-          "On two GPUs (one-shot at every size) the same kernel is 1.10-1.71x NCCL up to 64 MB "
-          "and 0.98x at 256 MB (2026-11-28).")
+LIMITS = ("not profiled (2026-11-28). Since each thread of the two-shot issues U vectors "
+          "from every rank before its adds (U = 4 from 16 MB on four GPUs; one vector a "
+          "thread before), it is 1.02-1.05x torch's symmetric-memory two-shot at 1 and 4 MB, "
+          "0.99x at 16 MB, level with NCCL at 64 MB and 0.96x at 256 MB (294 GB/s of bus "
+          "bandwidth against NCCL's 307; it was 0.67-0.98x there, at ~205 GB/s), and 1.3-1.9x "
+          "NCCL alone up to 4 MB. The 1 MB row's 1.2x target is against symm-mem's two-shot "
+          "(16 us): the copy into the symmetric slot and two flag rounds are what is left of "
+          "15.4 us. On two GPUs (one-shot at every size) the kernel measured 1.10-1.71x NCCL "
+          "up to 64 MB and 0.98x at 256 MB (before the unrolling, 2026-11-28).")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

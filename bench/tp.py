@@ -61,7 +61,12 @@ LIMITS = ("(a) runs NCCL then cuBLAS, so its ceiling against a fused kernel is (
           "ordered reduce-scatter adds a tile's partials one rank after another. Runs vary by "
           "about 3%: at 8192 tokens the fused all-gather took 2.66-2.85 ms and the "
           "reduce-scatter 2.75-2.88 ms over the day's runs (the references 2.81-2.99), so the "
-          "rows against the best reference fall on either side of 1.05.")
+          "rows against the best reference fall on either side of 1.05. GEMM + all-reduce "
+          "at decode (4 x H200, 2026-11-28): from 16 rows each tile's K ranges are summed at "
+          "home and each rank sends bf16 sums only to a piece's owner, which sends the sum "
+          "back to all (a ring all-reduce's bytes): 1.07-1.25x torch.mm + NCCL at M 16 and 64 "
+          "(0.40-0.90x while every K range's f32 partial crossed the link); at M 256 it takes "
+          "77 us against 43-52 (not profiled).")
 NAMES = {"a": "NCCL + cuBLAS", "b": "2-stream overlap", "c": "torch symm-mem fused"}
 
 
