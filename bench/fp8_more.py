@@ -54,8 +54,9 @@ LIMITS = ("fp8 attention, Nsight Compute of the kernel at 4 x 16 x 8192 x 128 (H
           "kernel the issue slots are busy 46% of cycles, with 0.63 eligible warps of 2.25 per "
           "scheduler (three warpgroups of 168 registers, 14% occupancy): the softmax's "
           "dependency chains, as in the bf16 kernel. Next: V transposed in the kernel "
-          "(FlashAttention 3's way) or by a transpose kernel at copy bandwidth. Grouped: F.scaled_grouped_mm's "
-          "block-wise recipe has no sm90 kernel in torch 2.11, so the reference is row-wise "
+          "(FlashAttention 3's way) or by a transpose kernel at copy bandwidth. "
+          "Grouped: F.scaled_grouped_mm's block-wise recipe has no sm90 kernel in torch 2.11, "
+          "so the reference is row-wise "
           "scaling (a different, cheaper recipe); not profiled.")
 
 
