@@ -285,6 +285,22 @@ def cuda_empty(torch, *shape, dtype=None):
     return torch.empty(*shape, device="cuda", dtype=dtype or torch.bfloat16)
 
 
+def same_bits_thrice(torch, run, operands, stream, m: int, n: int) -> None:
+    """A launch plan `run` on `operands` (A, W) three times into fresh NaN-filled (m, n) bf16
+    C: each within the GEMM tolerance (bench.common.gemm_error), every repeat the same bits."""
+    from bench.common import gemm_error
+
+    results = []
+    for _ in range(3):
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        run(operands, c, stream)
+        torch.cuda.synchronize()
+        err = gemm_error(c, *operands)
+        assert err <= 1.0, f"error {err:.2f} x the tolerance"
+        results.append(c.view(torch.int16).clone())
+    assert all(torch.equal(r, results[0]) for r in results[1:]), "repeats differ"
+
+
 def compile_one_graph(torch, f, *args):
     """`f(*args)` through torch.compile(fullgraph=True) with a recording backend: asserts one
     graph and no graph break, and returns the output and the graph's call targets (as

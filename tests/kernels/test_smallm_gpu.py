@@ -8,6 +8,7 @@ scaled_mm_fp8 launches it (bench/decode_gemm_fp8.py: fp8_runner), against the de
 f32 product and torch._scaled_mm (the op itself: tests/torch_ops/test_torch_fp8.py)."""
 
 import pytest
+from conftest import same_bits_thrice
 
 from bench.common import gemm_error
 from bench.decode_gemm_fp8 import config_name
@@ -53,16 +54,7 @@ def test_smallm_matches_torch_and_repeats_bit_for_bit(torch, ops, m, n, k):
 
     def check(config):
         a, w = _inputs(torch, m, n, k, seed=_seed(m, n, k, config))
-        run = smallm_runner(config, pad_m(m), a, w)
-        results = []
-        for _ in range(3):
-            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            run((a, w), c, stream)
-            torch.cuda.synchronize()
-            err = gemm_error(c, a, w)
-            assert err <= 1.0, f"error {err:.2f} x the tolerance"
-            results.append(c.view(torch.int16).clone())
-        assert all(torch.equal(r, results[0]) for r in results[1:]), "repeats differ"
+        same_bits_thrice(torch, smallm_runner(config, pad_m(m), a, w), (a, w), stream, m, n)
         sem = _SEMAPHORES[(a.device.index, stream)]
         assert int(sem.count_nonzero()) == 0, "semaphores not left at zero"
 

@@ -13,6 +13,7 @@ import importlib
 import json
 
 import pytest
+from conftest import same_bits_thrice
 
 
 def _forced(monkeypatch, gemm, mp, epilogue):
@@ -104,15 +105,7 @@ def test_split_k_matches_torch_and_repeats_bit_for_bit(ops, torch, cuda, m, n, k
     a, w = _operands(torch, m, n, k, seed=m + n + k)
     run = splitk_runner(SPLITK_CONFIGS[0], a, w)
     stream = torch.cuda.current_stream().cuda_stream
-    results = []
-    for _ in range(3):
-        c = _nan(torch, m, n)
-        run((a, w), c, stream)
-        torch.cuda.synchronize()
-        err = gemm_error(c, a, w)
-        assert err <= 1.0, f"error {err:.2f} x the tolerance"
-        results.append(c.view(torch.int16).clone())
-    assert all(torch.equal(r, results[0]) for r in results[1:]), "repeats differ"
+    same_bits_thrice(torch, run, (a, w), stream, m, n)
     a2, w2 = _operands(torch, m, n, k, seed=m + n + k + 1)  # new memory, the same plan
     c = _nan(torch, m, n)
     run((a2, w2), c, stream)
