@@ -11,6 +11,7 @@ held after the softmax with fence_cta(), the warpgroups optionally taking turns 
 
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -128,6 +129,15 @@ def walk(k, mblocks, batch, heads, kv_heads, causal: int) -> Walk:
     pair = k.let("pair", k.select((causal != 0) & (ntiles >= 2 * k.nctaid.x), 2, 1))
     return Walk(ntiles=ntiles, group=group, pair=pair,
                 nunits=k.let("nunits", (ntiles + pair - 1) / pair))
+
+
+@contextlib.contextmanager
+def walk_tiles(k, wk: Walk, mblocks) -> Iterator[tuple[Any, Any]]:
+    """Inside the loops over this CTA's units of the walk and each unit's tiles: the tile's
+    (query block, batch x head)."""
+    with k.for_("w", k.ctaid.x, wk.nunits, k.nctaid.x) as w:
+        with k.for_("t", w * wk.pair, k.min(w * wk.pair + wk.pair, wk.ntiles)) as t:
+            yield walk_tile(k, t, mblocks)
 
 
 def walk_tile(k, t, mblocks) -> tuple[Any, Any]:
@@ -279,44 +289,40 @@ def make_attention(d: int = 128, causal: bool = False, pingpong: bool = False,
                 return contextlib.nullcontext()
             return k.for_("live", 0, k.select(mb * bm < sq.seq, 1, 0))
 
-        ntiles, group, pair, nunits = walk(k, mblocks, batch, heads, kv_heads, cz)
+        wk = walk(k, mblocks, batch, heads, kv_heads, cz)
         with k.role("producer", 0, 4, regs=24):
             with k.if_((k.warp == 0) & k.elect()):
-                with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
-                    with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
-                        mb, bh = walk_tile(k, t, mblocks)
-                        qh = k.let("qh", (bh % heads).to(s32))  # coordinates (.., head, batch)
-                        if varlen:  # coordinates (.., head, row)
-                            sq = sequence(bh)
-                        else:
-                            sq, bb = lengths, k.let("bb", (bh / heads).to(s32))
-                        kvh = k.let("kvh", (bh % heads / group).to(s32))
-                        with within(mb, sq):
-                            first, stop = kv_blocks(mb, sq)
-                            k.acquire(qp)
-                            with k.for_("h", 0, hb, unroll=True) as h:
-                                k.tma_load(qp.q[h], q, [(h * 64).to(s32), qh,
-                                                        (sq.q0 + mb * bm).to(s32)] if varlen
-                                           else [(h * 64).to(s32), (mb * bm).to(s32), qh, bb])
-                            k.commit(qp)
-                            with k.for_("j", first, stop) as j:
-                                for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
-                                    k.acquire(pipe)
-                                    with k.for_("h", 0, hb, unroll=True) as h:
-                                        k.tma_load(getattr(pipe, buf)[h], tm, [
-                                            (h * 64).to(s32), kvh, (sq.k0 + j * 128).to(s32)]
-                                            if varlen else [(h * 64).to(s32), (j * 128).to(s32),
-                                                            kvh, bb])
-                                    k.commit(pipe)
+                with walk_tiles(k, wk, mblocks) as (mb, bh):
+                    qh = k.let("qh", (bh % heads).to(s32))  # coordinates (.., head, batch)
+                    if varlen:  # coordinates (.., head, row)
+                        sq = sequence(bh)
+                    else:
+                        sq, bb = lengths, k.let("bb", (bh / heads).to(s32))
+                    kvh = k.let("kvh", (bh % heads / wk.group).to(s32))
+                    with within(mb, sq):
+                        first, stop = kv_blocks(mb, sq)
+                        k.acquire(qp)
+                        with k.for_("h", 0, hb, unroll=True) as h:
+                            k.tma_load(qp.q[h], q, [(h * 64).to(s32), qh,
+                                                    (sq.q0 + mb * bm).to(s32)] if varlen
+                                       else [(h * 64).to(s32), (mb * bm).to(s32), qh, bb])
+                        k.commit(qp)
+                        with k.for_("j", first, stop) as j:
+                            for pipe, buf, tm in ((kp, "k", kt), (vp, "v", v)):
+                                k.acquire(pipe)
+                                with k.for_("h", 0, hb, unroll=True) as h:
+                                    k.tma_load(getattr(pipe, buf)[h], tm, [
+                                        (h * 64).to(s32), kvh, (sq.k0 + j * 128).to(s32)]
+                                        if varlen else [(h * 64).to(s32), (j * 128).to(s32),
+                                                        kvh, bb])
+                                k.commit(pipe)
         with k.role("consumer", 4, 4 + 4 * nwg, regs=240 if nwg == 2 else 160):
             wg, leader, row, col = consumer_lanes(k)
-            with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
-                with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
-                    mb, bh = walk_tile(k, t, mblocks)
-                    sq = sequence(bh) if varlen else lengths
-                    with within(mb, sq):
-                        consume(k, a, mb, bh, sq, kv_blocks(mb, sq), (wg, leader, row, col),
-                                (qp, kp, vp), None if varlen else os_, win)
+            with walk_tiles(k, wk, mblocks) as (mb, bh):
+                sq = sequence(bh) if varlen else lengths
+                with within(mb, sq):
+                    consume(k, a, mb, bh, sq, kv_blocks(mb, sq), (wg, leader, row, col),
+                            (qp, kp, vp), None if varlen else os_, win)
             if not varlen:
                 with k.if_(leader):
                     k.bulk_wait(0)

@@ -56,7 +56,7 @@ from .attention import (
     reference,
     store_o,
     walk,
-    walk_tile,
+    walk_tiles,
 )
 from .wgmma import consumer_lanes
 
@@ -107,40 +107,36 @@ def make_attention_fp8(d: int = 128, causal: bool = False, stages: tuple[int, in
         mblocks = k.let("mblocks", (seq + (bm - 1)) / bm)
         sq = Lengths(seq=seq, kv_seq=kv_seq, nkv=k.let("nkv", (kv_seq + 127) / 128),
                      off=k.let("off", kv_seq - seq))
-        ntiles, group, pair, nunits = walk(k, mblocks, batch, heads, kv_heads, cz)
+        wk = walk(k, mblocks, batch, heads, kv_heads, cz)
         with k.role("producer", 0, 4, regs=24):
             with k.if_((k.warp == 0) & k.elect()):
-                with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
-                    with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
-                        mb, bh = walk_tile(k, t, mblocks)
-                        qh = k.let("qh", (bh % heads).to(s32))
-                        bb = k.let("bb", (bh / heads).to(s32))
-                        kvh = k.let("kvh", (bh % heads / group).to(s32))
-                        k.acquire(qp)
-                        k.tma_load(qp.q, q, [0, (mb * bm).to(s32), qh, bb])
-                        k.commit(qp)
-                        with k.for_("j", 0, causal_stop(k, mb, sq, bm, cz)) as j:
-                            k.acquire(kp)
-                            k.tma_load(kp.k, kt, [0, (j * BN).to(s32), kvh, bb])
-                            k.commit(kp)
-                            k.acquire(vp)
-                            k.tma_load(vp.v, vt, [(j * BN).to(s32), 0, kvh, bb])
-                            k.commit(vp)
+                with walk_tiles(k, wk, mblocks) as (mb, bh):
+                    qh = k.let("qh", (bh % heads).to(s32))
+                    bb = k.let("bb", (bh / heads).to(s32))
+                    kvh = k.let("kvh", (bh % heads / wk.group).to(s32))
+                    k.acquire(qp)
+                    k.tma_load(qp.q, q, [0, (mb * bm).to(s32), qh, bb])
+                    k.commit(qp)
+                    with k.for_("j", 0, causal_stop(k, mb, sq, bm, cz)) as j:
+                        k.acquire(kp)
+                        k.tma_load(kp.k, kt, [0, (j * BN).to(s32), kvh, bb])
+                        k.commit(kp)
+                        k.acquire(vp)
+                        k.tma_load(vp.v, vt, [(j * BN).to(s32), 0, kvh, bb])
+                        k.commit(vp)
         with k.role("consumer", 4, 4 + 4 * NWG, regs=240):
             lanes = consumer_lanes(k)
             sl2 = k.let("sl2", scale_log2 * q_descale[0] * k_descale[0])
             vd = k.let("vd", v_descale[0])
-            with k.for_("w", k.ctaid.x, nunits, k.nctaid.x) as w:
-                with k.for_("t", w * pair, k.min(w * pair + pair, ntiles)) as t:
-                    mb, bh = walk_tile(k, t, mblocks)
-                    rows = consume(k, mb, causal_stop(k, mb, sq, bm, cz), sq, lanes,
-                                   (qp, kp, vp), (sl2, vd))
-                    store_o(k, o, rows.acc, rows.fac, os_, mb, bh, heads, lanes, bm, d)
-                    with k.for_("i", 0, 2, unroll=True) as i:  # the LSE of the true scores
-                        r = rows.r0 + i * 8
-                        with k.if_((k.laneid % 4 == 0) & (r < seq)):
-                            lse[bh * seq + r] = (rows.mx[i] * sl2 + k.lg2(rows.l[i])
-                                                 - OFFSET) * LN2
+            with walk_tiles(k, wk, mblocks) as (mb, bh):
+                rows = consume(k, mb, causal_stop(k, mb, sq, bm, cz), sq, lanes,
+                               (qp, kp, vp), (sl2, vd))
+                store_o(k, o, rows.acc, rows.fac, os_, mb, bh, heads, lanes, bm, d)
+                with k.for_("i", 0, 2, unroll=True) as i:  # the LSE of the true scores
+                    r = rows.r0 + i * 8
+                    with k.if_((k.laneid % 4 == 0) & (r < seq)):
+                        lse[bh * seq + r] = (rows.mx[i] * sl2 + k.lg2(rows.l[i])
+                                             - OFFSET) * LN2
             with k.if_(lanes[1]):
                 k.bulk_wait(0)
 
