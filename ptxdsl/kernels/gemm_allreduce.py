@@ -86,6 +86,7 @@ from ptxdsl.kernels.family import Family
 from ptxdsl.types import vector_type
 
 from . import gemm_smallm as sm
+from .all_reduce import cdiv
 from .wgmma import consumer_lanes, load_stage, main_loop
 
 # Activation tiles of this many rows and more take the owner path; 8-row tiles (M up to 8)
@@ -384,10 +385,6 @@ gemm_allreduce = make_gemm_allreduce()  # the family's default build: M up to 8,
 
 
 # ----------------------------------------------------------------------------- host arithmetic
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def pick_splits(m: int, n: int, k: int, bw: int, mp: int, sms: int = sm.SMS) -> int:
