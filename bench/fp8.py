@@ -304,4 +304,4 @@ def run(a: argparse.Namespace) -> list[Section]:
     s.notes.append("Every contender (target: block-scaled >= 0.95x per-tensor): " +
                    "; ".join(times) + ".")
     s.notes.append("Relative error, kernel / end to end: " + "; ".join(notes) + ".")
-    return [s, *fp8_more.run(a, *more)]  # last: see fp8_more.run
+    return [s, *fp8_more.run(a, *more)]
