@@ -177,8 +177,8 @@ def block_scaled_loop(k: Any, ring: Any, accs: list, tmps: list, wg: Any, ktiles
             for i in range(2):
                 rr = wg * wm + r * 64 + row + i * 8 if r else \
                     wg * wm + row + i * 8 if i else wg * wm + row
-                if not (isinstance(sa_first, int) and sa_first == 0):
-                    rr = rr + sa_first
+                if not (isinstance(sa_first, int) and sa_first == 0):  # else the IR of
+                    rr = rr + sa_first  # gemm_fp8.ptxdsl's twin, which has no offset
                 s[i] = ring.sa[0, rr] * sb
             ss.append(s)
         k.wgmma_wait(0)
